@@ -1,0 +1,58 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "DerivedCredentials",
+    platforms: [.macOS(.v13)],
+    products: [
+        .library(name: "DerivedCredentials", targets: ["DerivedCredentials"]),
+        .library(name: "CredentialCoding", targets: ["CredentialCoding"]),
+        .executable(name: "dcprovision", targets: ["dcprovision"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // C engines, as system libraries. Nothing outside CredentialCoding (and later the
+        // PKCS#11 plug-in) imports them, and no C type appears in a public API.
+        .systemLibrary(
+            name: "COpenSSL",
+            pkgConfig: "openssl",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        .systemLibrary(
+            name: "CP11Kit",
+            pkgConfig: "p11-kit-1",
+            providers: [.apt(["libp11-kit-dev"])]
+        ),
+
+        // Core: tags, credential, errors, verdicts, secrets. No C.
+        .target(name: "DerivedCredentials"),
+
+        // OpenSSL-backed parsing, conversion and validation.
+        .target(
+            name: "CredentialCoding",
+            dependencies: [
+                "DerivedCredentials",
+                "COpenSSL",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        // Thin CLI.
+        .executableTarget(
+            name: "dcprovision",
+            dependencies: [
+                "DerivedCredentials",
+                "CredentialCoding",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+
+        .testTarget(name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials"]),
+        .testTarget(name: "CredentialCodingTests", dependencies: ["CredentialCoding", "DerivedCredentials"]),
+        .testTarget(name: "dcprovisionTests", dependencies: ["dcprovision"]),
+    ]
+)

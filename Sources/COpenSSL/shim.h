@@ -1,0 +1,143 @@
+// Small C shims for OpenSSL 3. Each exists because Swift cannot import the macro or reach the
+// structure it replaces; keep them tiny and free of policy.
+#ifndef DC_COPENSSL_SHIM_H
+#define DC_COPENSSL_SHIM_H
+
+#include <string.h>
+#include <openssl/asn1.h>
+#include <openssl/bio.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/ec.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/objects.h>
+#include <openssl/pem.h>
+#include <openssl/pkcs12.h>
+#include <openssl/pkcs7.h>
+#include <openssl/provider.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <openssl/x509_vfy.h>
+
+// BIO_get_mem_data is a macro over BIO_ctrl.
+static inline long dc_BIO_get_mem_data(BIO *bio, char **data) {
+    return BIO_ctrl(bio, BIO_CTRL_INFO, 0, (void *)data);
+}
+
+// XN_FLAG_RFC2253 is a macro expression. We print names as UTF-8 (no \\UXXXX escapes for
+// non-ASCII) and escape control characters ourselves when printing.
+static inline unsigned long dc_name_flags_rfc2253_utf8(void) { return XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB; }
+
+// sk_X509_* and sk_ASN1_OBJECT_* are macros; these typed wrappers keep casts out of Swift.
+static inline int dc_sk_X509_num(const STACK_OF(X509) *sk) { return OPENSSL_sk_num((const OPENSSL_STACK *)sk); }
+static inline X509 *dc_sk_X509_value(const STACK_OF(X509) *sk, int i) {
+    return (X509 *)OPENSSL_sk_value((const OPENSSL_STACK *)sk, i);
+}
+static inline STACK_OF(X509) *dc_sk_X509_new_null(void) { return (STACK_OF(X509) *)OPENSSL_sk_new_null(); }
+static inline int dc_sk_X509_push(STACK_OF(X509) *sk, X509 *x) { return OPENSSL_sk_push((OPENSSL_STACK *)sk, x); }
+static inline void dc_sk_X509_free(STACK_OF(X509) *sk) { OPENSSL_sk_free((OPENSSL_STACK *)sk); }
+static inline int dc_sk_ASN1_OBJECT_num(const STACK_OF(ASN1_OBJECT) *sk) {
+    return OPENSSL_sk_num((const OPENSSL_STACK *)sk);
+}
+static inline const ASN1_OBJECT *dc_sk_ASN1_OBJECT_value(const STACK_OF(ASN1_OBJECT) *sk, int i) {
+    return (const ASN1_OBJECT *)OPENSSL_sk_value((const OPENSSL_STACK *)sk, i);
+}
+static inline void dc_EXTENDED_KEY_USAGE_free(EXTENDED_KEY_USAGE *eku) {
+    sk_ASN1_OBJECT_pop_free(eku, ASN1_OBJECT_free);
+}
+
+// PKCS#12 containers: the stacks of PKCS7 and PKCS12_SAFEBAG are macros too.
+static inline int dc_sk_PKCS7_num(const STACK_OF(PKCS7) *sk) { return OPENSSL_sk_num((const OPENSSL_STACK *)sk); }
+static inline PKCS7 *dc_sk_PKCS7_value(const STACK_OF(PKCS7) *sk, int i) {
+    return (PKCS7 *)OPENSSL_sk_value((const OPENSSL_STACK *)sk, i);
+}
+static inline void dc_sk_PKCS7_pop_free(STACK_OF(PKCS7) *sk) { sk_PKCS7_pop_free(sk, PKCS7_free); }
+static inline int dc_sk_SAFEBAG_num(const STACK_OF(PKCS12_SAFEBAG) *sk) {
+    return OPENSSL_sk_num((const OPENSSL_STACK *)sk);
+}
+static inline PKCS12_SAFEBAG *dc_sk_SAFEBAG_value(const STACK_OF(PKCS12_SAFEBAG) *sk, int i) {
+    return (PKCS12_SAFEBAG *)OPENSSL_sk_value((const OPENSSL_STACK *)sk, i);
+}
+static inline void dc_sk_SAFEBAG_pop_free(STACK_OF(PKCS12_SAFEBAG) *sk) {
+    sk_PKCS12_SAFEBAG_pop_free(sk, PKCS12_SAFEBAG_free);
+}
+
+// The encryption algorithm of a PKCS#7 EncryptedData content; the union member is awkward in Swift.
+static inline const X509_ALGOR *dc_PKCS7_encrypted_algorithm(const PKCS7 *p7) {
+    if (OBJ_obj2nid(p7->type) != NID_pkcs7_encrypted || p7->d.encrypted == NULL
+        || p7->d.encrypted->enc_data == NULL)
+        return NULL;
+    return p7->d.encrypted->enc_data->algorithm;
+}
+
+// The key-derivation iteration count of a password-based encryption AlgorithmIdentifier
+// (PKCS#5 PBES2/PBKDF2 or PKCS#12 PBE), read *without* deriving anything, so that a hostile
+// count can be refused before OpenSSL spends minutes on it. Returns -1 for an algorithm whose
+// count cannot be read (caller refuses it), and sets *known to 0 for an unknown algorithm.
+static inline long dc_pbe_iterations(const X509_ALGOR *alg, int *known) {
+    const ASN1_OBJECT *oid = NULL;
+    int ptype = 0;
+    const void *pval = NULL;
+    long iterations = -1;
+    *known = 1;
+    X509_ALGOR_get0(&oid, &ptype, &pval, alg);
+    if (ptype != V_ASN1_SEQUENCE || pval == NULL) {
+        *known = 0;
+        return -1;
+    }
+    const ASN1_STRING *seq = (const ASN1_STRING *)pval;
+    const unsigned char *p = ASN1_STRING_get0_data(seq);
+    long len = ASN1_STRING_length(seq);
+    int nid = OBJ_obj2nid(oid);
+    if (nid == NID_pbes2) {
+        PBE2PARAM *pbe2 = d2i_PBE2PARAM(NULL, &p, len);
+        if (pbe2 == NULL) return -1;
+        const ASN1_OBJECT *kdf = NULL;
+        int ktype = 0;
+        const void *kval = NULL;
+        X509_ALGOR_get0(&kdf, &ktype, &kval, pbe2->keyfunc);
+        if (OBJ_obj2nid(kdf) == NID_id_pbkdf2 && ktype == V_ASN1_SEQUENCE && kval != NULL) {
+            const ASN1_STRING *kseq = (const ASN1_STRING *)kval;
+            const unsigned char *kp = ASN1_STRING_get0_data(kseq);
+            PBKDF2PARAM *kdfp = d2i_PBKDF2PARAM(NULL, &kp, ASN1_STRING_length(kseq));
+            if (kdfp != NULL) {
+                iterations = ASN1_INTEGER_get(kdfp->iter);
+                PBKDF2PARAM_free(kdfp);
+            }
+        } else {
+            *known = 0;
+        }
+        PBE2PARAM_free(pbe2);
+        return iterations;
+    }
+    if (nid == NID_pbe_WithSHA1And128BitRC4 || nid == NID_pbe_WithSHA1And40BitRC4
+        || nid == NID_pbe_WithSHA1And3_Key_TripleDES_CBC || nid == NID_pbe_WithSHA1And2_Key_TripleDES_CBC
+        || nid == NID_pbe_WithSHA1And128BitRC2_CBC || nid == NID_pbe_WithSHA1And40BitRC2_CBC
+        || nid == NID_pbeWithMD5AndDES_CBC || nid == NID_pbeWithSHA1AndDES_CBC
+        || nid == NID_pbeWithMD5AndRC2_CBC || nid == NID_pbeWithSHA1AndRC2_CBC) {
+        PBEPARAM *pbe = d2i_PBEPARAM(NULL, &p, len);
+        if (pbe == NULL) return -1;
+        iterations = ASN1_INTEGER_get(pbe->iter);
+        PBEPARAM_free(pbe);
+        return iterations;
+    }
+    *known = 0;
+    return -1;
+}
+
+// The password callback for PEM_do_header. OpenSSL's default callback prompts on the terminal
+// when it has no password, so we always pass this one: it copies the caller's bytes, or refuses
+// (-1) when there are none. It never prompts.
+typedef struct { const char *bytes; int length; } dc_password;
+static inline int dc_password_callback(char *buf, int size, int rwflag, void *userdata) {
+    (void)rwflag;
+    const dc_password *pw = (const dc_password *)userdata;
+    if (pw == NULL || pw->bytes == NULL || pw->length > size) return -1;
+    memcpy(buf, pw->bytes, (size_t)pw->length);
+    return pw->length;
+}
+static inline pem_password_cb *dc_password_callback_pointer(void) { return dc_password_callback; }
+
+#endif

@@ -1,0 +1,98 @@
+internal import COpenSSL
+import DerivedCredentials
+
+/// OpenSSL's error queue, drained into a value. Carried as a ``DCError``'s `underlying` cause.
+public struct OpenSSLError: Error, Sendable, CustomStringConvertible {
+    /// Reason strings, oldest first, e.g. `error:1C800064:Provider routines::bad decrypt`.
+    public let reasons: [String]
+
+    public var description: String {
+        reasons.isEmpty ? "no OpenSSL reason" : reasons.joined(separator: "; ")
+    }
+
+    /// Drains the calling thread's queue. OpenSSL keeps one queue per thread; every failed call we
+    /// make is followed by a drain, so a stale entry never attaches itself to a later error.
+    static func drain() -> OpenSSLError {
+        var reasons: [String] = []
+        while true {
+            let code = ERR_get_error_all(nil, nil, nil, nil, nil)
+            if code == 0 { break }
+            var buffer = [CChar](repeating: 0, count: 256)
+            ERR_error_string_n(code, &buffer, buffer.count)
+            reasons.append(String(nulTerminated: buffer))
+        }
+        return OpenSSLError(reasons: reasons)
+    }
+
+    /// Forgets whatever an earlier, handled failure left behind.
+    static func clear() { ERR_clear_error() }
+}
+
+enum OpenSSL {
+    /// Loads the `default` and `legacy` providers once per process. Legacy PKCS#12 (RC2-40, 3DES)
+    /// needs `legacy`, and loading `legacy` alone would disable everything else, so both are loaded.
+    static let initialized: Bool = {
+        let defaultProvider = OSSL_PROVIDER_load(nil, "default")
+        let legacyProvider = OSSL_PROVIDER_load(nil, "legacy")
+        OpenSSLError.clear()
+        return defaultProvider != nil && legacyProvider != nil
+    }()
+
+    static func ensureInitialized() {
+        _ = initialized
+    }
+
+    /// An internal failure: an OpenSSL call that no input should make fail.
+    static func failure(_ what: String, fileID: String = #fileID, line: Int = #line) -> DCError {
+        DCError(.cryptoFailure, "\(what) failed", underlying: OpenSSLError.drain(), fileID: fileID, line: line)
+    }
+
+    /// Runs `body` with a fresh memory BIO and returns what was written to it.
+    static func withMemoryBIO(_ body: (OpaquePointer) throws -> Void) throws -> [UInt8] {
+        guard let bio = BIO_new(BIO_s_mem()) else { throw failure("BIO_new") }
+        defer { BIO_free(bio) }
+        try body(bio)
+        var pointer: UnsafeMutablePointer<CChar>?
+        let length = dc_BIO_get_mem_data(bio, &pointer)
+        guard let pointer, length > 0 else { return [] }
+        return pointer.withMemoryRebound(to: UInt8.self, capacity: length) {
+            Array(UnsafeBufferPointer(start: $0, count: length))
+        }
+    }
+
+    static func string(fromBIO body: (OpaquePointer) throws -> Void) throws -> String {
+        String(decoding: try withMemoryBIO(body), as: UTF8.self)
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Calls an OpenSSL `d2i_*` function and insists that it consumed every byte.
+    func decodeDER<T>(_ d2i: (UnsafeMutablePointer<UnsafePointer<UInt8>?>, Int) -> T?) -> T? {
+        withUnsafeBufferPointer { buffer -> T? in
+            guard let base = buffer.baseAddress else { return nil }
+            var cursor: UnsafePointer<UInt8>? = base
+            guard let value = d2i(&cursor, buffer.count) else { return nil }
+            guard cursor == base + buffer.count else { return nil }
+            return value
+        }
+    }
+}
+
+/// Calls an OpenSSL `i2d_*` function twice (length, then bytes).
+func encodeDER(_ i2d: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) -> [UInt8]? {
+    let length = i2d(nil)
+    guard length > 0 else { return nil }
+    var bytes = [UInt8](repeating: 0, count: Int(length))
+    let written = bytes.withUnsafeMutableBufferPointer { buffer -> Int32 in
+        var cursor: UnsafeMutablePointer<UInt8>? = buffer.baseAddress
+        return i2d(&cursor)
+    }
+    return written == length ? bytes : nil
+}
+
+extension String {
+    /// A string from a NUL-terminated C buffer that OpenSSL filled.
+    init(nulTerminated buffer: [CChar]) {
+        self = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

@@ -1,0 +1,138 @@
+internal import COpenSSL
+import DerivedCredentials
+
+/// The one owner of an `EVP_PKEY`.
+final class PKey {
+    let pointer: OpaquePointer
+
+    init(taking pointer: OpaquePointer) {
+        self.pointer = pointer
+    }
+
+    deinit { EVP_PKEY_free(pointer) }
+
+    enum Kind: Equatable {
+        case rsa(bits: Int)
+        case ec(curve: String?, bits: Int)
+        case other(String)
+    }
+
+    var kind: Kind {
+        let bits = Int(EVP_PKEY_get_bits(pointer))
+        switch EVP_PKEY_get_base_id(pointer) {
+        case EVP_PKEY_RSA: return .rsa(bits: bits)
+        case EVP_PKEY_EC: return .ec(curve: curveName, bits: bits)
+        case let id:
+            let name = OBJ_nid2sn(id).map { String(cString: $0) } ?? "unknown"
+            return .other(name)
+        }
+    }
+
+    /// The short name of the named curve (`prime256v1`), or nil for explicit parameters.
+    var curveName: String? {
+        var buffer = [CChar](repeating: 0, count: 80)
+        var length = 0
+        guard EVP_PKEY_get_utf8_string_param(pointer, OSSL_PKEY_PARAM_GROUP_NAME, &buffer, buffer.count, &length) == 1
+        else {
+            OpenSSLError.clear()
+            return nil
+        }
+        return String(nulTerminated: buffer)
+    }
+
+    /// True when an EC key carries its curve as explicit parameters instead of a named-curve OID.
+    var hasExplicitCurveParameters: Bool {
+        guard EVP_PKEY_get_base_id(pointer) == EVP_PKEY_EC else { return false }
+        var buffer = [CChar](repeating: 0, count: 32)
+        var length = 0
+        guard EVP_PKEY_get_utf8_string_param(pointer, OSSL_PKEY_PARAM_EC_ENCODING, &buffer, buffer.count, &length) == 1
+        else {
+            OpenSSLError.clear()
+            return curveName == nil
+        }
+        return String(nulTerminated: buffer) != OSSL_PKEY_EC_ENCODING_GROUP
+    }
+
+    /// SubjectPublicKeyInfo DER; equal for a private key and its certificate.
+    func subjectPublicKeyInfo() throws -> [UInt8] {
+        guard let der = encodeDER({ i2d_PUBKEY(pointer, $0) }) else { throw OpenSSL.failure("i2d_PUBKEY") }
+        return der
+    }
+
+    /// The PKCS#8 PrivateKeyInfo, as `openssl pkcs8 -topk8 -nocrypt -outform DER` writes it
+    /// (`EVP_PKEY2PKCS8` then `i2d_PKCS8_PRIV_KEY_INFO`).
+    func pkcs8() throws -> PrivateKey {
+        guard let info = EVP_PKEY2PKCS8(pointer) else { throw OpenSSL.failure("EVP_PKEY2PKCS8") }
+        defer { PKCS8_PRIV_KEY_INFO_free(info) }
+        guard var der = encodeDER({ i2d_PKCS8_PRIV_KEY_INFO(info, $0) }) else {
+            throw OpenSSL.failure("i2d_PKCS8_PRIV_KEY_INFO")
+        }
+        return PrivateKey(pkcs8DER: SecretBytes(consuming: &der))
+    }
+
+    /// A human-readable algorithm, e.g. `RSA 2048` or `EC P-256`.
+    var algorithmDescription: String {
+        switch kind {
+        case .rsa(let bits): "RSA \(bits)"
+        case .ec(let curve, let bits): "EC " + (curve.map(PKey.nistName) ?? "explicit \(bits)-bit")
+        case .other(let name): name
+        }
+    }
+
+    static func nistName(_ curve: String) -> String {
+        switch curve {
+        case "prime256v1", "P-256": "P-256"
+        case "secp384r1", "P-384": "P-384"
+        case "secp521r1", "P-521": "P-521"
+        default: curve
+        }
+    }
+
+    /// Decodes a PKCS#8 PrivateKeyInfo (already checked to be strict DER).
+    static func fromPKCS8(_ der: [UInt8]) -> PKey? {
+        guard let info = der.decodeDER({ d2i_PKCS8_PRIV_KEY_INFO(nil, $0, $1) }) else { return nil }
+        defer { PKCS8_PRIV_KEY_INFO_free(info) }
+        return fromPKCS8Info(info)
+    }
+
+    static func fromPKCS8Info(_ info: OpaquePointer) -> PKey? {
+        guard let key = EVP_PKCS82PKEY(info) else { return nil }
+        return PKey(taking: key)
+    }
+
+    /// Decodes a PKCS#1 RSAPrivateKey or a SEC1 ECPrivateKey.
+    static func fromTypeSpecific(_ der: [UInt8], type: Int32) -> PKey? {
+        guard let key = der.decodeDER({ d2i_PrivateKey(type, nil, $0, $1) }) else { return nil }
+        return PKey(taking: key)
+    }
+
+    /// Decodes a SubjectPublicKeyInfo.
+    static func fromCertificate(_ x509: X509Certificate) -> PKey? {
+        guard let key = X509_get_pubkey(x509.pointer) else { return nil }
+        return PKey(taking: key)
+    }
+}
+
+extension KeyMaterial {
+    /// Puts the certificate that matches `privateKey` first, or fails naming the mismatch.
+    static func pairing(certificates: [Certificate], privateKey: PrivateKey, source: String) throws -> KeyMaterial {
+        guard let key = privateKey.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+            throw DCError(.malformedInput, "the private key cannot be read", subject: source)
+        }
+        let spki = try key.subjectPublicKeyInfo()
+        var ordered = certificates
+        guard let index = try ordered.firstIndex(where: { try X509Certificate($0).subjectPublicKeyInfo() == spki }) else {
+            throw DCError(.keyCertificateMismatch, "the private key does not belong to the certificate", subject: source)
+        }
+        ordered.insert(ordered.remove(at: index), at: 0)
+        return KeyMaterial(source: source, certificates: ordered, privateKey: privateKey)
+    }
+}
+
+/// Describes a private key without revealing it.
+public enum PrivateKeyDetails {
+    /// `RSA 2048`, `EC P-256`, or `unreadable`.
+    public static func describe(_ key: PrivateKey) -> String {
+        key.withPKCS8DER { PKey.fromPKCS8(Array($0)) }?.algorithmDescription ?? "unreadable"
+    }
+}

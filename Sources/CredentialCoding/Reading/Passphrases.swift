@@ -1,0 +1,110 @@
+import DerivedCredentials
+import Foundation
+
+/// Where a passphrase comes from. The reader asks only when it meets encrypted input, and at most
+/// once per input; a source that has none returns nil and the input is refused at once. No source
+/// ever prompts unless it was built to (``TerminalPassphrase``).
+public protocol PassphraseSource: Sendable {
+    func passphrase(for subject: String) throws -> SecretBytes?
+}
+
+/// No passphrase: encrypted input is refused with ``DCError/Code/passphraseRequired``.
+public struct NoPassphrase: PassphraseSource {
+    public init() {}
+    public func passphrase(for subject: String) throws -> SecretBytes? { nil }
+}
+
+/// A passphrase the caller already holds.
+public struct FixedPassphrase: PassphraseSource {
+    private let secret: SecretBytes
+    public init(_ secret: SecretBytes) { self.secret = secret }
+    public func passphrase(for subject: String) throws -> SecretBytes? { secret }
+}
+
+extension PassphraseSource where Self == NoPassphrase {
+    public static var none: NoPassphrase { NoPassphrase() }
+}
+
+/// Reading secrets from the places DESIGN.md §5 allows: a file, an inherited descriptor, a prompt.
+public enum SecretInput {
+    /// Secrets are short; a larger "passphrase file" is a mistake (a key file passed by accident).
+    public static let maximumLength = 4096
+
+    /// The first line of `path`, without its line ending. Symbolic links are followed, so that
+    /// process substitution (`--passphrase-file <(pass show x)`, a `/dev/fd/N` link) works.
+    public static func read(file path: String) throws -> SecretBytes {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code: DCError.Code = errno == ENOENT ? .fileNotFound : .permissionDenied
+            throw DCError(code, "cannot open the secret file: \(String(cString: strerror(errno)))", subject: path)
+        }
+        defer { close(fd) }
+        return try read(descriptor: fd, subject: path)
+    }
+
+    /// The first line read from an open descriptor (for `--passphrase-fd`), up to end of file.
+    public static func read(descriptor fd: Int32, subject: String) throws -> SecretBytes {
+        var bytes: [UInt8] = []
+        defer { bytes.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
+        var chunk = [UInt8](repeating: 0, count: 512)
+        defer { chunk.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
+        while bytes.count <= maximumLength {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw DCError(.ioError, "cannot read the secret: \(String(cString: strerror(errno)))", subject: subject)
+            }
+            if count == 0 { break }
+            bytes.append(contentsOf: chunk.prefix(count))
+            if chunk.prefix(count).contains(UInt8(ascii: "\n")) { break }
+        }
+        guard bytes.count <= maximumLength else {
+            throw DCError(.usage, "the secret is longer than \(maximumLength) bytes", subject: subject)
+        }
+        var line = bytes.split(separator: UInt8(ascii: "\n"), maxSplits: 1, omittingEmptySubsequences: false).first.map(
+            Array.init) ?? []
+        if line.last == UInt8(ascii: "\r") { line.removeLast() }
+        return SecretBytes(consuming: &line)
+    }
+}
+
+/// Asks on the controlling terminal with echo off, once, and only if there is a terminal.
+/// Used only when the user asked for a prompt (`--passphrase-prompt`).
+public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
+    // The cached answer is guarded by `lock`; the class is otherwise immutable.
+    private let lock = NSLock()
+    private var answer: SecretBytes?
+    private let prompt: String
+
+    public init(prompt: String = "Passphrase") {
+        self.prompt = prompt
+    }
+
+    public func passphrase(for subject: String) throws -> SecretBytes? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let answer { return answer }
+        guard isatty(STDIN_FILENO) == 1 else {
+            throw DCError(
+                .passphraseRequired, "a passphrase prompt needs a terminal on standard input", subject: subject,
+                hint: "use --passphrase-file or --passphrase-fd instead")
+        }
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+        guard tty >= 0 else {
+            throw DCError(.passphraseRequired, "cannot open the terminal for a passphrase prompt", subject: subject)
+        }
+        defer { close(tty) }
+        var saved = termios()
+        tcgetattr(tty, &saved)
+        var silent = saved
+        silent.c_lflag &= ~tcflag_t(ECHO)
+        tcsetattr(tty, TCSAFLUSH, &silent)
+        defer { tcsetattr(tty, TCSAFLUSH, &saved) }
+        let question = Array("\(prompt) for \(subject.escapingControlCharacters): ".utf8)
+        _ = question.withUnsafeBytes { write(tty, $0.baseAddress, $0.count) }
+        let secret = try SecretInput.read(descriptor: tty, subject: subject)
+        _ = write(tty, "\n", 1)
+        answer = secret
+        return secret
+    }
+}

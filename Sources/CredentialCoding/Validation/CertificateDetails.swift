@@ -1,0 +1,35 @@
+import DerivedCredentials
+import Foundation
+
+/// What a person wants to see about a certificate. Strings from inside the certificate (subject,
+/// issuer) are as found: escape them with `escapingControlCharacters` before printing.
+public struct CertificateDetails: Sendable, Codable, Hashable {
+    public var subject: String
+    public var issuer: String
+    /// Hexadecimal, upper case.
+    public var serialNumber: String
+    public var notBefore: Date?
+    public var notAfter: Date?
+    /// `RSA 2048`, `EC P-256`.
+    public var keyAlgorithm: String
+    public var signatureAlgorithm: String
+    /// Key usage names as in RFC 5280 (`digitalSignature`, …).
+    public var keyUsage: [String]?
+    /// Extended key usage OIDs, dotted.
+    public var extendedKeyUsage: [String]?
+    public var sha256Fingerprint: String
+
+    public init(_ certificate: Certificate) throws {
+        let x509 = try X509Certificate(certificate)
+        subject = x509.subject
+        issuer = x509.issuer
+        serialNumber = x509.serialNumberHex
+        notBefore = x509.notBefore
+        notAfter = x509.notAfter
+        keyAlgorithm = x509.publicKey?.algorithmDescription ?? "unknown"
+        signatureAlgorithm = x509.signature.name
+        keyUsage = x509.keyUsage.map(KeyUsage.names)
+        extendedKeyUsage = x509.extendedKeyUsage
+        sha256Fingerprint = try x509.sha256Fingerprint()
+    }
+}

@@ -1,0 +1,200 @@
+import DerivedCredentials
+import Foundation
+
+/// Checks credential entries against the FPKI derived-PIV certificate profiles (DESIGN.md §2) and
+/// returns every finding. A profile violation is an error; advisories are warnings.
+///
+/// Finding codes are stable: `key-mismatch`, `key-usage-missing`, `key-usage-insufficient`,
+/// `key-usage-extra`, `key-usage-ca`, `eku-mismatch`, `ca-certificate`,
+/// `unknown-critical-extension`, `weak-rsa-key`, `unsupported-curve`, `unsupported-key-algorithm`,
+/// `weak-signature`, `not-yet-valid`, `expired`, `expires-soon`, `chain-untrusted`,
+/// `unreadable`, `credential-outlives-certificate`.
+public struct CredentialValidator: Sendable {
+    /// Trust anchors for the chain check; no chain check when empty.
+    public var trustAnchors: [Certificate]
+    /// Untrusted intermediates that may complete a chain.
+    public var intermediates: [Certificate]
+    /// The time to validate at.
+    public var now: Date
+    /// Certificates that expire within this interval get an `expires-soon` warning.
+    public var expiryWarningInterval: TimeInterval
+
+    public init(
+        trustAnchors: [Certificate] = [], intermediates: [Certificate] = [], now: Date = Date(),
+        expiryWarningInterval: TimeInterval = 30 * 24 * 3600
+    ) {
+        self.trustAnchors = trustAnchors
+        self.intermediates = intermediates
+        self.now = now
+        self.expiryWarningInterval = expiryWarningInterval
+    }
+
+    public func validate(_ credential: Credential) -> Verdict {
+        var verdict = validate(entries: credential.entries)
+        for entry in credential.entries where entry.tag != .escrow {
+            if let notAfter = try? X509Certificate(entry.certificate).notAfter, credential.expirationDate > notAfter {
+                verdict.append(
+                    Finding(
+                        "credential-outlives-certificate", .warning, tag: entry.tag,
+                        "the credential's expiration date is after the certificate's notAfter"))
+            }
+        }
+        return verdict
+    }
+
+    public func validate(entries: [CredentialEntry]) -> Verdict {
+        let anchors = trustAnchors.compactMap { try? X509Certificate($0) }
+        let helpers = intermediates.compactMap { try? X509Certificate($0) }
+        var verdict = Verdict()
+        for entry in entries {
+            verdict.findings += check(entry.certifiedKey, tag: entry.tag, historyIndex: nil, anchors: anchors, helpers: helpers)
+            for (index, pair) in entry.keyHistory.enumerated() {
+                verdict.findings += check(pair, tag: entry.tag, historyIndex: index, anchors: anchors, helpers: helpers)
+            }
+        }
+        return verdict
+    }
+
+    // MARK: - One pair
+
+    private func check(
+        _ pair: CertifiedKey, tag: CredentialTag, historyIndex: Int?, anchors: [X509Certificate],
+        helpers: [X509Certificate]
+    ) -> [Finding] {
+        var findings: [Finding] = []
+        func add(_ code: String, _ severity: Finding.Severity, _ message: String) {
+            findings.append(Finding(Finding.Code(code), severity, tag: tag, historyIndex: historyIndex, message))
+        }
+        let x509: X509Certificate
+        do {
+            x509 = try X509Certificate(pair.certificate)
+        } catch {
+            add("unreadable", .error, "the certificate cannot be read: \(error)")
+            return findings
+        }
+
+        // The key belongs to the certificate.
+        let keySPKI = pair.privateKey.withPKCS8DER { PKey.fromPKCS8(Array($0)) }.flatMap { try? $0.subjectPublicKeyInfo() }
+        if keySPKI == nil {
+            add("unreadable", .error, "the private key cannot be read as PKCS#8")
+        } else if keySPKI != (try? x509.subjectPublicKeyInfo()) {
+            add("key-mismatch", .error, "the private key does not match the certificate's public key")
+        }
+
+        checkKeyUsage(x509, tag: tag, add: add)
+        checkExtendedKeyUsage(x509, tag: tag, add: add)
+
+        if x509.isCA == true {
+            add("ca-certificate", .error, "basicConstraints says CA:TRUE; an end-entity certificate must not be a CA")
+        }
+        for ext in x509.extensions where ext.critical && !ext.supported {
+            add("unknown-critical-extension", .error, "critical extension \(ext.name) is not understood")
+        }
+
+        switch x509.publicKey?.kind {
+        case .rsa(let bits) where bits < 2048:
+            add("weak-rsa-key", .error, "RSA key of \(bits) bits; at least 2048 are required")
+        case .ec(let curve, _) where !["prime256v1", "secp384r1", "secp521r1"].contains(curve ?? ""):
+            add("unsupported-curve", .error, "EC curve \(curve ?? "with explicit parameters") is not P-256, P-384 or P-521")
+        case .other(let name):
+            add("unsupported-key-algorithm", .error, "key algorithm \(name) is not RSA or EC")
+        case nil:
+            add("unreadable", .error, "the certificate's public key cannot be read")
+        default:
+            break
+        }
+
+        let signature = x509.signature
+        if [CredentialValidator.sha1, CredentialValidator.md5].contains(signature.digestNID) {
+            add("weak-signature", .error, "signed with \(signature.name); SHA-1 and MD5 signatures are not accepted")
+        }
+
+        checkValidity(x509, tag: tag, add: add)
+
+        if !anchors.isEmpty,
+            let reason = x509.verifyChain(anchors: anchors, intermediates: helpers, at: now, checkTime: tag != .escrow)
+        {
+            add("chain-untrusted", .error, "does not chain to a trust anchor: \(reason)")
+        }
+        return findings
+    }
+
+    private func checkKeyUsage(_ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void) {
+        guard let usage = x509.keyUsage else {
+            add("key-usage-missing", .error, "no keyUsage extension; the \(tag) profile requires one")
+            return
+        }
+        let required: UInt32
+        switch tag {
+        case .authentication:
+            required = KeyUsage.digitalSignature
+        case .signing:
+            required = KeyUsage.digitalSignature | KeyUsage.nonRepudiation
+        case .encryption, .escrow:
+            if case .ec = x509.publicKey?.kind {
+                required = KeyUsage.keyAgreement
+            } else {
+                required = KeyUsage.keyEncipherment
+            }
+        }
+        let missing = required & ~usage
+        if missing != 0 {
+            add(
+                "key-usage-insufficient", .error,
+                "keyUsage lacks \(KeyUsage.names(missing).joined(separator: ", ")) required for \(tag)")
+        }
+        let caBits = usage & (KeyUsage.keyCertSign | KeyUsage.cRLSign)
+        if caBits != 0 {
+            add("key-usage-ca", .error, "keyUsage has \(KeyUsage.names(caBits).joined(separator: ", ")), which only CAs may have")
+        }
+        let extra = usage & ~required & ~caBits
+        if extra != 0 {
+            add("key-usage-extra", .warning, "keyUsage also has \(KeyUsage.names(extra).joined(separator: ", ")), beyond the \(tag) profile")
+        }
+    }
+
+    private func checkExtendedKeyUsage(
+        _ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void
+    ) {
+        guard let usages = x509.extendedKeyUsage else { return }
+        let allowed: Set<String>
+        switch tag {
+        case .authentication:
+            allowed = [
+                ExtendedKeyUsage.clientAuth, ExtendedKeyUsage.pkinitClientAuth, ExtendedKeyUsage.smartcardLogon,
+                ExtendedKeyUsage.anyExtendedKeyUsage,
+            ]
+        case .signing:
+            allowed = [
+                ExtendedKeyUsage.emailProtection, ExtendedKeyUsage.documentSigning,
+                ExtendedKeyUsage.microsoftDocumentSigning, ExtendedKeyUsage.adobePDFSigning,
+                ExtendedKeyUsage.anyExtendedKeyUsage,
+            ]
+        case .encryption, .escrow:
+            allowed = [ExtendedKeyUsage.emailProtection, ExtendedKeyUsage.anyExtendedKeyUsage]
+        }
+        if allowed.isDisjoint(with: usages) {
+            add(
+                "eku-mismatch", .error,
+                "extendedKeyUsage (\(usages.joined(separator: ", "))) has none of the purposes the \(tag) profile allows")
+        }
+    }
+
+    private func checkValidity(_ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void) {
+        let formatter = ISO8601DateFormatter()
+        if let notBefore = x509.notBefore, notBefore > now {
+            add("not-yet-valid", .error, "not valid before \(formatter.string(from: notBefore))")
+        }
+        guard let notAfter = x509.notAfter else { return }
+        if notAfter < now {
+            // Escrowed keys exist to decrypt old mail: an expired escrow certificate is expected.
+            if tag == .escrow {
+                add("expired", .info, "expired \(formatter.string(from: notAfter)) (allowed for escrow)")
+            } else {
+                add("expired", .error, "expired \(formatter.string(from: notAfter))")
+            }
+        } else if tag != .escrow && notAfter.timeIntervalSince(now) < expiryWarningInterval {
+            add("expires-soon", .warning, "expires \(formatter.string(from: notAfter))")
+        }
+    }
+}

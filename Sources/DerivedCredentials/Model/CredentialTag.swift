@@ -1,0 +1,25 @@
+/// The role a certificate and key play in a derived credential.
+///
+/// The wire names (`rawValue`) are stable lowercase strings and part of every format this toolkit
+/// writes. A credential holds each tag at most once.
+public enum CredentialTag: String, CaseIterable, Codable, Sendable, Comparable, CustomStringConvertible {
+    /// PIV authentication (slot 9A): TLS client authentication, smart-card logon.
+    case authentication
+    /// Digital signature (slot 9C): S/MIME and document signing.
+    case signing
+    /// Key management (slot 9D): S/MIME decryption of current mail.
+    case encryption
+    /// Escrowed key management: the current decryption key plus retired ones (slots 82–95).
+    case escrow
+
+    public var description: String { rawValue }
+
+    /// Parses a wire name, case-insensitively.
+    public init?(wireName: some StringProtocol) {
+        self.init(rawValue: wireName.lowercased())
+    }
+
+    public static func < (lhs: CredentialTag, rhs: CredentialTag) -> Bool {
+        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+    }
+}

@@ -1,0 +1,73 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Bytes that must not leak: private keys, passphrases, PINs.
+///
+/// The storage is a single heap buffer that is zeroed when the last copy goes away. The type
+/// never prints its contents: `description`, `debugDescription` and the mirror that `dump()`
+/// uses all say `<redacted>`.
+public struct SecretBytes: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
+    private let storage: Storage
+
+    public init(_ bytes: some Collection<UInt8>) {
+        storage = Storage(bytes)
+    }
+
+    /// Takes the bytes of `array` and zeroes the array.
+    public init(consuming array: inout [UInt8]) {
+        storage = Storage(array)
+        array.withUnsafeMutableBytes { SecretBytes.wipe($0) }
+        array.removeAll()
+    }
+
+    public var count: Int { storage.buffer.count }
+    public var isEmpty: Bool { storage.buffer.isEmpty }
+
+    /// Lends the bytes to `body`; they must not escape it.
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try body(UnsafeRawBufferPointer(storage.buffer))
+    }
+
+    public static func == (lhs: SecretBytes, rhs: SecretBytes) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        // Constant-time comparison: the time does not depend on where the bytes differ.
+        var difference: UInt8 = 0
+        for i in 0..<lhs.count { difference |= lhs.storage.buffer[i] ^ rhs.storage.buffer[i] }
+        return difference == 0
+    }
+
+    public var description: String { "SecretBytes(<redacted>)" }
+    public var debugDescription: String { description }
+    public var customMirror: Mirror { Mirror(self, children: ["bytes": "<redacted>"], displayStyle: .struct) }
+
+    /// Zeroes memory in a way the optimiser may not remove.
+    public static func wipe(_ buffer: UnsafeMutableRawBufferPointer) {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return }
+        #if canImport(Glibc)
+        explicit_bzero(base, buffer.count)
+        #else
+        memset_s(base, buffer.count, 0, buffer.count)
+        #endif
+    }
+
+    // Immutable after init; the buffer is only written in init and deinit, so sharing the class
+    // between threads is safe.
+    private final class Storage: @unchecked Sendable {
+        let buffer: UnsafeMutableBufferPointer<UInt8>
+
+        init(_ bytes: some Collection<UInt8>) {
+            buffer = .allocate(capacity: bytes.count)
+            _ = buffer.initialize(from: bytes)
+        }
+
+        deinit {
+            SecretBytes.wipe(UnsafeMutableRawBufferPointer(buffer))
+            buffer.deallocate()
+        }
+    }
+}

@@ -1,0 +1,45 @@
+import ArgumentParser
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+struct Convert: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Convert PEM, DER and PKCS#12 files to DER certificates and PKCS#8 DER keys.",
+        discussion: """
+            For each input STEM.EXT, writes STEM.cert.der (the certificate that matches the key), \
+            STEM.2.cert.der… (further certificates) and STEM.key.der (PKCS#8, mode 0600) into the \
+            output directory. Every input is read and checked first: if any is refused, nothing is written.
+            """
+    )
+
+    @Argument(help: ArgumentHelp("Certificate, key or PKCS#12 files.", valueName: "input"))
+    var inputs: [String]
+
+    @Option(help: ArgumentHelp("Directory to write into (created with mode 0700 if missing).", valueName: "dir"))
+    var outDir: String
+
+    @Flag(help: "Replace output files that already exist.")
+    var force = false
+
+    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var global: GlobalOptions
+
+    func run() async throws {
+        global.bootstrapLogging()
+        try await runReportingErrors {
+            let reader = CredentialReader(passphrase: try passphrase.source())
+            var outputs = AtomicFileSet(directory: outDir)
+            for input in inputs {
+                let material = try reader.read(file: input)
+                try ConversionOutputs.add(material, stem: ConversionOutputs.stem(of: input), to: &outputs)
+            }
+            try AtomicFileSet.ensureDirectory(outDir)
+            AtomicFileSet.removeStaleStagingFiles(in: outDir)
+            try outputs.commit(replacingExisting: force)
+            for name in outputs.names {
+                print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+import ArgumentParser
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+import Logging
+
+@main
+struct DCProvision: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dcprovision",
+        abstract: "Provision derived credentials (certificates and keys, by tag) into a managed client.",
+        discussion: """
+            Exit status: 0 ok, 64 usage, 65 bad input data, 66 input missing, 69 unavailable, \
+            70 internal error, 73 cannot create output, 74 I/O error, 77 passphrase/PIN/permission refused.
+            """,
+        version: "0.1.0",
+        subcommands: [Convert.self, Inspect.self]
+    )
+}
+
+/// Runs a command body, turning a ``DCError`` into one line on stderr and a sysexits status.
+func runReportingErrors(_ body: () async throws -> Void) async throws {
+    // A file-size limit (RLIMIT_FSIZE) must surface as EFBIG and a clean error, not a signal.
+    signal(SIGXFSZ, SIG_IGN)
+    do {
+        try await body()
+    } catch let error as DCError {
+        printError(error.description)
+        throw ExitCode(error.code.category.exitStatus)
+    }
+}
+
+func printError(_ line: String) {
+    FileHandle.standardError.write(Data("dcprovision: \(line)\n".utf8))
+}
+
+extension DCError.Category {
+    var exitStatus: Int32 {
+        switch self {
+        case .usage: 64
+        case .dataError: 65
+        case .inputMissing: 66
+        case .unavailable: 69
+        case .internalError: 70
+        case .cannotCreate: 73
+        case .ioError: 74
+        case .refused: 77
+        }
+    }
+}
+
+struct GlobalOptions: ParsableArguments {
+    @Flag(name: .shortAndLong, help: "Log what is being done to stderr.")
+    var verbose = false
+
+    func bootstrapLogging() {
+        let level: Logger.Level = verbose ? .debug : .warning
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+    }
+}
+
+/// Where a passphrase comes from: a file, an inherited descriptor, or a prompt the user asked for.
+/// Never a flag's value.
+struct PassphraseOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Read the passphrase from the first line of FILE.", valueName: "file"))
+    var passphraseFile: String?
+
+    @Option(help: ArgumentHelp("Read the passphrase from file descriptor N.", valueName: "n"))
+    var passphraseFd: Int32?
+
+    @Flag(help: "Prompt for the passphrase on the terminal (only when encrypted input needs one).")
+    var passphrasePrompt = false
+
+    func validate() throws {
+        let count = [passphraseFile != nil, passphraseFd != nil, passphrasePrompt].filter { $0 }.count
+        if count > 1 {
+            throw ValidationError("give at most one of --passphrase-file, --passphrase-fd, --passphrase-prompt")
+        }
+    }
+
+    func source() throws -> any PassphraseSource {
+        if let passphraseFile { return FixedPassphrase(try SecretInput.read(file: passphraseFile)) }
+        if let passphraseFd { return FixedPassphrase(try SecretInput.read(descriptor: passphraseFd, subject: "fd \(passphraseFd)")) }
+        if passphrasePrompt { return TerminalPassphrase() }
+        return NoPassphrase()
+    }
+}

@@ -1,0 +1,127 @@
+import ArgumentParser
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+struct Inspect: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Load, convert and validate a credential; print a table or JSON.",
+        discussion: """
+            Sources: --pem TAG=CERT[,KEY] (repeatable; repeating escrow adds key history) and \
+            --pkcs12 FILE --tag TAG (or --pkcs12 TAG=FILE). Tags: authentication, signing, \
+            encryption, escrow. Exits 65 when validation finds an error (or, with --strict, a warning).
+            """
+    )
+
+    @Option(name: .customLong("pem"), help: ArgumentHelp("A tagged certificate and key.", valueName: "TAG=CERT[,KEY]"))
+    var pem: [String] = []
+
+    @Option(name: .customLong("pkcs12"), help: ArgumentHelp("A PKCS#12 file (with --tag, or TAG=FILE).", valueName: "file"))
+    var pkcs12: [String] = []
+
+    @Option(name: .customLong("tag"), help: ArgumentHelp("The tag of each --pkcs12 FILE, in order.", valueName: "tag"))
+    var tags: [String] = []
+
+    @Option(name: .customLong("trust-anchor"), help: ArgumentHelp("A CA certificate to chain to (repeatable).", valueName: "file"))
+    var trustAnchors: [String] = []
+
+    @Flag(help: "Treat warnings as errors.")
+    var strict = false
+
+    @Flag(help: "Print JSON instead of a table.")
+    var json = false
+
+    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var global: GlobalOptions
+
+    func validate() throws {
+        if pem.isEmpty && pkcs12.isEmpty { throw ValidationError("give at least one --pem or --pkcs12 source") }
+        let untagged = pkcs12.filter { !$0.contains("=") }.count
+        if untagged != tags.count {
+            throw ValidationError("give one --tag for each --pkcs12 FILE (or write --pkcs12 TAG=FILE)")
+        }
+    }
+
+    func sources() throws -> [FileSource] {
+        var sources = try pem.map(FileSource.init(pemArgument:))
+        var remainingTags = tags[...]
+        for argument in pkcs12 {
+            if argument.contains("=") {
+                sources.append(try FileSource(pkcs12Argument: argument))
+            } else {
+                sources.append(try FileSource(pkcs12Argument: "\(remainingTags.removeFirst())=\(argument)"))
+            }
+        }
+        return sources
+    }
+
+    func run() async throws {
+        global.bootstrapLogging()
+        try await runReportingErrors {
+            let reader = CredentialReader(passphrase: try passphrase.source())
+            let loaded = try reader.loadEntries(try sources())
+            let anchors = try trustAnchors.flatMap { try reader.read(file: $0).certificates }
+            let validator = CredentialValidator(trustAnchors: anchors, intermediates: loaded.chain)
+            let verdict = validator.validate(entries: loaded.entries)
+            let report = try InspectionReport(entries: loaded.entries, verdict: verdict, strict: strict)
+            print(json ? try report.json() : ReportTable(report).render())
+            if !report.valid {
+                throw DCError(
+                    .validationFailed,
+                    "the credential fails validation: \(report.errorCount) error(s), \(report.warningCount) warning(s)"
+                        + (strict ? " (strict)" : ""))
+            }
+        }
+    }
+}
+
+/// The human-readable form of an ``InspectionReport``. Names from inside certificates are printed
+/// with control characters escaped.
+struct ReportTable {
+    let report: InspectionReport
+
+    init(_ report: InspectionReport) {
+        self.report = report
+    }
+
+    func render() -> String {
+        let day = DateFormatter()
+        day.dateFormat = "yyyy-MM-dd"
+        day.timeZone = TimeZone(identifier: "UTC")
+        day.locale = Locale(identifier: "en_US_POSIX")
+        let header = ["TAG", "SUBJECT", "KEY", "NOT BEFORE", "NOT AFTER", "CHECKS"]
+        let rows: [[String]] = report.rows.map { row in
+            let errors = row.findings.filter { $0.severity == .error }.count
+            let warnings = row.findings.filter { $0.severity == .warning }.count
+            let checks =
+                errors + warnings == 0
+                ? "ok" : [errors > 0 ? "\(errors) error(s)" : nil, warnings > 0 ? "\(warnings) warning(s)" : nil]
+                    .compactMap { $0 }.joined(separator: ", ")
+            let tag = row.historyIndex.map { "\(row.tag) (history \($0))" } ?? row.tag.rawValue
+            return [
+                tag, Self.truncate(row.certificate.subject.escapingControlCharacters, 48),
+                row.certificate.keyAlgorithm, row.certificate.notBefore.map(day.string) ?? "?",
+                row.certificate.notAfter.map(day.string) ?? "?", checks,
+            ]
+        }
+        let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max() ?? 0 }
+        func line(_ cells: [String]) -> String {
+            zip(cells, widths).map { $0.padding(toLength: $1, withPad: " ", startingAt: 0) }.joined(separator: "  ")
+                .trimmingCharacters(in: .whitespaces)
+        }
+        var out = ([header] + rows).map(line)
+        let findings = report.rows.flatMap(\.findings) + report.findings
+        if !findings.isEmpty {
+            out.append("")
+            out += findings.map { "  " + $0.description.escapingControlCharacters }
+        }
+        out.append("")
+        let summary = "\(report.errorCount) error(s), \(report.warningCount) warning(s)"
+        out.append((report.valid ? "valid" : "INVALID") + ": " + summary + (report.strict ? " (strict)" : ""))
+        return out.joined(separator: "\n")
+    }
+
+    private static func truncate(_ text: String, _ length: Int) -> String {
+        text.count <= length ? text : String(text.prefix(length - 1)) + "…"
+    }
+}

@@ -51,8 +51,13 @@ let package = Package(
             ]
         ),
 
-        .testTarget(name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials"]),
-        .testTarget(name: "CredentialCodingTests", dependencies: ["CredentialCoding", "DerivedCredentials"]),
-        .testTarget(name: "dcprovisionTests", dependencies: ["dcprovision"]),
+        // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
+        .target(name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL"], path: "Tests/TestSupport"),
+        .testTarget(name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials", "TestSupport"]),
+        .testTarget(
+            name: "CredentialCodingTests",
+            dependencies: ["CredentialCoding", "DerivedCredentials", "TestSupport", "COpenSSL"]
+        ),
+        .testTarget(name: "dcprovisionTests", dependencies: ["dcprovision", "TestSupport", "DerivedCredentials"]),
     ]
 )

@@ -97,6 +97,11 @@ public struct CredentialReader: Sendable {
     }
 
     private func readDER(_ bytes: [UInt8], into parts: inout Parts, passphrase: PassphraseOnce) throws {
+        guard bytes.first == 0x30 else {
+            throw DCError(
+                .unsupportedFormat, "not a certificate, key or PKCS#12 file (neither PEM nor DER)",
+                hint: "expected PEM, DER or PKCS#12")
+        }
         let top = try DER.validate(bytes, what: "DER input")
         switch try Self.sniff(bytes, top) {
         case .certificate:

@@ -98,8 +98,8 @@ public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
         tcgetattr(tty, &saved)
         var silent = saved
         silent.c_lflag &= ~tcflag_t(ECHO)
-        tcsetattr(tty, TCSAFLUSH, &silent)
-        defer { tcsetattr(tty, TCSAFLUSH, &saved) }
+        tcsetattr(tty, TCSANOW, &silent)
+        defer { tcsetattr(tty, TCSANOW, &saved) }
         let question = Array("\(prompt) for \(subject.escapingControlCharacters): ".utf8)
         _ = question.withUnsafeBytes { write(tty, $0.baseAddress, $0.count) }
         let secret = try SecretInput.read(descriptor: tty, subject: subject)

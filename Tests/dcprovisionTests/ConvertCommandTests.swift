@@ -1,0 +1,176 @@
+import DerivedCredentials
+import Foundation
+import TestSupport
+import Testing
+
+private let f = OpenSSLFixtures.shared
+
+private func dcprovision(_ arguments: [String], stdin: [UInt8]? = nil) throws -> ProcessResult {
+    try run(Binaries.dcprovision, arguments, stdin: stdin, timeout: 30)
+}
+
+private func exitStatus(_ code: DCError.Code) -> Int32 {
+    switch code.category {
+    case .usage: 64
+    case .dataError: 65
+    case .inputMissing: 66
+    case .unavailable: 69
+    case .internalError: 70
+    case .cannotCreate: 73
+    case .ioError: 74
+    case .refused: 77
+    }
+}
+
+@Suite("dcprovision convert")
+struct ConvertCommandTests {
+    @Test("Writes DER certificates and a 0600 PKCS#8 key, identical to the openssl CLI")
+    func converts() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let pass = try dir.write("pass", fixturePassphrase + "\n")
+        let p12 = try dir.write(
+            "alice.p12",
+            try OpenSSLFixtures.openssl([
+                "pkcs12", "-export", "-inkey", f.signing.key, "-in", f.signing.certificate, "-certfile", f.ca.certificate,
+                "-passout", "file:\(pass)",
+            ]))
+        let out = dir.file("out")
+        let result = try dcprovision(["convert", p12, f.encryption.certificate, "--out-dir", out, "--passphrase-file", pass])
+        #expect(result.status == 0, "\(result.stderrText)")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: out).sorted() == [
+                "alice.2.cert.der", "alice.cert.der", "alice.key.der", "encryption.cert.der",
+            ])
+        #expect(result.stdoutText.split(separator: "\n").count == 4)
+        #expect(try readBytes(out + "/alice.cert.der") == (try OpenSSLFixtures.openssl(["x509", "-in", f.signing.certificate, "-outform", "DER"])))
+        #expect(try readBytes(out + "/alice.2.cert.der") == (try OpenSSLFixtures.openssl(["x509", "-in", f.ca.certificate, "-outform", "DER"])))
+        #expect(
+            try readBytes(out + "/alice.key.der")
+                == (try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-nocrypt", "-in", f.signing.key, "-outform", "DER"])))
+        var info = stat()
+        stat(out + "/alice.key.der", &info)
+        #expect(info.st_mode & 0o777 == 0o600)
+        stat(out, &info)
+        #expect(info.st_mode & 0o777 == 0o700)
+    }
+
+    @Test("Any refused input means nothing is written, with the input's exit status", arguments: HostileInput.all.filter { $0.maximumIterations == nil })
+    func refusesAll(input: HostileInput) throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let bad = try input.make(dir)
+        let out = dir.file("out")
+        var arguments = ["convert", f.authentication.certificate, f.authentication.key, bad, "--out-dir", out]
+        if let passphrase = input.passphrase { arguments += ["--passphrase-file", try dir.write("pass", passphrase + "\n")] }
+        let result = try dcprovision(arguments)
+        #expect(result.status == exitStatus(input.expected), "\(result.stderrText)")
+        #expect(!FileManager.default.fileExists(atPath: out))
+        #expect(result.stdout.isEmpty)
+        // One line on stderr, naming the input, no stack trace, no secret.
+        let lines = result.stderrText.split(separator: "\n")
+        #expect(lines.count == 1)
+        #expect(lines.first?.hasPrefix("dcprovision: \(bad):") == true)
+        #expect(!result.stderrText.contains(fixturePassphrase))
+    }
+
+    @Test("Existing outputs are kept unless --force")
+    func existingOutputs() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let out = dir.file("out")
+        #expect(try dcprovision(["convert", f.authentication.certificate, "--out-dir", out]).status == 0)
+        let replaced = try dir.write("out/authentication.cert.der", "previous")
+        let refused = try dcprovision(["convert", f.authentication.certificate, "--out-dir", out])
+        #expect(refused.status == 73)
+        #expect(try readText(replaced) == "previous")
+        #expect(try dcprovision(["convert", f.authentication.certificate, "--out-dir", out, "--force"]).status == 0)
+        #expect(try readText(replaced) != "previous")
+    }
+
+    @Test("A full disk (a file-size limit) is a clean I/O error and leaves nothing behind")
+    func fullDisk() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let out = dir.file("out")
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
+        // prlimit caps the size of any file the process writes; the key files exceed it.
+        let result = try run(
+            "prlimit", ["--fsize=300", Binaries.dcprovision, "convert", f.encryption.key, f.signing.certificate, "--out-dir", out])
+        #expect(result.status == 74, "\(result.stderrText)")
+        #expect(result.stderrText.contains("File too large"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: out).isEmpty)
+    }
+
+    @Test("Exit statuses: usage 64, missing input 66, unknown tag 64")
+    func exitStatuses() throws {
+        #expect(try dcprovision(["convert"]).status == 64)
+        #expect(try dcprovision(["convert", "/nonexistent.pem", "--out-dir", "/tmp/x"]).status == 66)
+        #expect(try dcprovision(["inspect", "--pem", "nosuchtag=/a.pem"]).status == 64)
+        #expect(try dcprovision(["convert", "a", "--out-dir", "b", "--passphrase-file", "x", "--passphrase-fd", "0"]).status == 64)
+    }
+}
+
+@Suite("Passphrase sources")
+struct PassphraseCommandTests {
+    private func encryptedKey(_ dir: TemporaryDirectory) throws -> String {
+        let pass = try dir.write("pass", fixturePassphrase + "\n")
+        return try dir.write(
+            "enc.pem", try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(pass)"]))
+    }
+
+    @Test("From a file, from a descriptor, with CRLF")
+    func fileAndDescriptor() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let key = try encryptedKey(dir)
+        let crlf = try dir.write("crlf", fixturePassphrase + "\r\n")
+        #expect(try dcprovision(["convert", key, "--out-dir", dir.file("a"), "--passphrase-file", crlf]).status == 0)
+        let viaFd = try dcprovision(["convert", key, "--out-dir", dir.file("b"), "--passphrase-fd", "0"], stdin: Array((fixturePassphrase + "\n").utf8))
+        #expect(viaFd.status == 0, "\(viaFd.stderrText)")
+        let wrong = try dcprovision(["convert", key, "--out-dir", dir.file("c"), "--passphrase-fd", "0"], stdin: Array("nope\n".utf8))
+        #expect(wrong.status == 77)
+        #expect(!FileManager.default.fileExists(atPath: dir.file("c")))
+    }
+
+    @Test("With no source, encrypted input is refused at once, even on a terminal: no prompt")
+    func noPromptOnTerminal() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let key = try encryptedKey(dir)
+        // script(1) gives the command a pseudo-terminal as stdin/stdout, where OpenSSL's default
+        // callback would prompt and block. The timeout turns a hang into a failure.
+        let command = "\(Binaries.dcprovision) convert \(key) --out-dir \(dir.file("out")); echo \"exit=$?\""
+        let result = try run("script", ["-qec", command, "/dev/null"], timeout: 20)
+        #expect(result.stdoutText.contains("exit=77"), "\(result.stdoutText)")
+        #expect(result.stdoutText.contains("no passphrase was given"))
+        #expect(!result.stdoutText.lowercased().contains("enter pem pass phrase"))
+        #expect(!FileManager.default.fileExists(atPath: dir.file("out")))
+    }
+
+    @Test("--passphrase-prompt asks on the terminal, once, without echo")
+    func promptWhenAsked() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let key = try encryptedKey(dir)
+        let command = "\(Binaries.dcprovision) convert \(key) --out-dir \(dir.file("out")) --passphrase-prompt; echo \"exit=$?\""
+        // The answer is typed a moment after the prompt appears, as a person would; bash only
+        // delays the test's stdin into script(1), which relays it to the pseudo-terminal.
+        let result = try run(
+            "bash", ["-c", "{ sleep 1; cat; } | script -qec \"$0\" /dev/null", command],
+            stdin: Array((fixturePassphrase + "\n").utf8), timeout: 20)
+        #expect(result.stdoutText.contains("exit=0"), "\(result.stdoutText)")
+        #expect(result.stdoutText.contains("Passphrase for"))
+        #expect(!result.stdoutText.contains(fixturePassphrase))  // echo was off
+        #expect(FileManager.default.fileExists(atPath: dir.file("out/enc.key.der")))
+    }
+
+    @Test("--passphrase-prompt without a terminal is refused, not hung")
+    func promptWithoutTerminal() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let result = try dcprovision(["convert", try encryptedKey(dir), "--out-dir", dir.file("out"), "--passphrase-prompt"], stdin: [])
+        #expect(result.status == 77)
+        #expect(result.stderrText.contains("needs a terminal"))
+    }
+}

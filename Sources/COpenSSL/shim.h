@@ -8,6 +8,7 @@
 #include <openssl/bio.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
+#include <openssl/decoder.h>
 #include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -29,6 +30,9 @@ static inline long dc_BIO_get_mem_data(BIO *bio, char **data) {
 // XN_FLAG_RFC2253 is a macro expression. We print names as UTF-8 (no \\UXXXX escapes for
 // non-ASCII) and escape control characters ourselves when printing.
 static inline unsigned long dc_name_flags_rfc2253_utf8(void) { return XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB; }
+
+// EVP_PKEY_KEYPAIR is a macro expression (a selection bit mask).
+static inline int dc_EVP_PKEY_KEYPAIR(void) { return EVP_PKEY_KEYPAIR; }
 
 // sk_X509_* and sk_ASN1_OBJECT_* are macros; these typed wrappers keep casts out of Swift.
 static inline int dc_sk_X509_num(const STACK_OF(X509) *sk) { return OPENSSL_sk_num((const OPENSSL_STACK *)sk); }

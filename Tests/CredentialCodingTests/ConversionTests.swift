@@ -220,3 +220,25 @@ struct ConversionTests {
         #expect(material.friendlyNames.map(\.escapingControlCharacters).contains("Alice\\u{1b}[31m"))
     }
 }
+
+@Suite("Reused OpenSSL key decoders")
+struct KeyDecoderPoolTests {
+    @Test("Keys of different types and curves decode correctly through reused decoders, also after a failure")
+    func mixedAndAfterFailure() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let keys = [f.authentication.key, f.encryption.key, f.signing.key, f.escrow.key]
+        let expected = try keys.map { try keyDER($0, dir) }
+        // An AlgorithmIdentifier no decoder knows: strict DER, so the failure is OpenSSL's.
+        var unknown = try DERTree(parsing: expected[0])
+        unknown[[1, 0]] = .primitive(0x06, [0x2B, 0x06, 0x01, 0x04, 0x01, 0x82, 0x37, 0x01])
+        let unknownFile = try dir.write("unknown.der", unknown.encoded)
+        let reader = CredentialReader()
+        for round in 0..<3 {
+            for (key, der) in zip(keys, expected) {
+                #expect(try reader.read(file: key).privateKey?.withPKCS8DER { Array($0) } == der, "round \(round)")
+            }
+            #expect(throws: DCError.self) { try reader.read(file: unknownFile) }
+        }
+    }
+}

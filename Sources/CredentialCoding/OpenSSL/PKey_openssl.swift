@@ -90,20 +90,19 @@ final class PKey {
 
     /// Decodes a PKCS#8 PrivateKeyInfo (already checked to be strict DER).
     static func fromPKCS8(_ der: [UInt8]) -> PKey? {
-        guard let info = der.decodeDER({ d2i_PKCS8_PRIV_KEY_INFO(nil, $0, $1) }) else { return nil }
-        defer { PKCS8_PRIV_KEY_INFO_free(info) }
-        return fromPKCS8Info(info)
+        KeyDecoderPool.shared.decode(der, as: .pkcs8)
     }
 
+    /// Decodes an already parsed PKCS#8 structure (from PKCS#12 or a decrypted key).
     static func fromPKCS8Info(_ info: OpaquePointer) -> PKey? {
-        guard let key = EVP_PKCS82PKEY(info) else { return nil }
-        return PKey(taking: key)
+        guard var der = encodeDER({ i2d_PKCS8_PRIV_KEY_INFO(info, $0) }) else { return nil }
+        defer { der.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
+        return fromPKCS8(der)
     }
 
     /// Decodes a PKCS#1 RSAPrivateKey or a SEC1 ECPrivateKey.
     static func fromTypeSpecific(_ der: [UInt8], type: Int32) -> PKey? {
-        guard let key = der.decodeDER({ d2i_PrivateKey(type, nil, $0, $1) }) else { return nil }
-        return PKey(taking: key)
+        KeyDecoderPool.shared.decode(der, as: type == EVP_PKEY_RSA ? .rsa : .ec)
     }
 
     /// Decodes a SubjectPublicKeyInfo.

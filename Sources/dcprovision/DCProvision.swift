@@ -34,21 +34,6 @@ func printError(_ line: String) {
     FileHandle.standardError.write(Data("dcprovision: \(line)\n".utf8))
 }
 
-extension DCError.Category {
-    var exitStatus: Int32 {
-        switch self {
-        case .usage: 64
-        case .dataError: 65
-        case .inputMissing: 66
-        case .unavailable: 69
-        case .internalError: 70
-        case .cannotCreate: 73
-        case .ioError: 74
-        case .refused: 77
-        }
-    }
-}
-
 struct GlobalOptions: ParsableArguments {
     @Flag(name: .shortAndLong, help: "Log what is being done to stderr.")
     var verbose = false

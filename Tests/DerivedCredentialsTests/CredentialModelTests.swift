@@ -88,6 +88,19 @@ struct ErrorTests {
         #expect(ClientSupport.missingClient.rawValue == 2)
     }
 
+    @Test("Categories exit with the sysexits statuses of DESIGN.md §5")
+    func exitStatuses() {
+        let expected: [(DCError.Category, Int32)] = [
+            (.usage, 64), (.dataError, 65), (.inputMissing, 66), (.unavailable, 69), (.internalError, 70),
+            (.cannotCreate, 73), (.ioError, 74), (.refused, 77),
+        ]
+        for (category, status) in expected { #expect(category.exitStatus == status) }
+        #expect(DCError.Code.wrongPassphrase.category.exitStatus == 77)
+        #expect(DCError.Code.passphraseRequired.category.exitStatus == 77)
+        #expect(DCError.Code.fileNotFound.category.exitStatus == 66)
+        #expect(DCError.Code.outputExists.category.exitStatus == 73)
+    }
+
     @Test("Errors compare by code and print one line with control characters escaped")
     func oneLine() {
         let error = DCError(

@@ -9,19 +9,6 @@ private func dcprovision(_ arguments: [String], stdin: [UInt8]? = nil) throws ->
     try run(Binaries.dcprovision, arguments, stdin: stdin, timeout: 30)
 }
 
-private func exitStatus(_ code: DCError.Code) -> Int32 {
-    switch code.category {
-    case .usage: 64
-    case .dataError: 65
-    case .inputMissing: 66
-    case .unavailable: 69
-    case .internalError: 70
-    case .cannotCreate: 73
-    case .ioError: 74
-    case .refused: 77
-    }
-}
-
 @Suite("dcprovision convert")
 struct ConvertCommandTests {
     @Test("Writes DER certificates and a 0600 PKCS#8 key, identical to the openssl CLI")
@@ -64,7 +51,7 @@ struct ConvertCommandTests {
         var arguments = ["convert", f.authentication.certificate, f.authentication.key, bad, "--out-dir", out]
         if let passphrase = input.passphrase { arguments += ["--passphrase-file", try dir.write("pass", passphrase + "\n")] }
         let result = try dcprovision(arguments)
-        #expect(result.status == exitStatus(input.expected), "\(result.stderrText)")
+        #expect(result.status == input.expected.category.exitStatus, "\(result.stderrText)")
         #expect(!FileManager.default.fileExists(atPath: out))
         #expect(result.stdout.isEmpty)
         // One line on stderr, naming the input, no stack trace, no secret.

@@ -74,6 +74,20 @@ extension DCError {
         case ioError
         /// A passphrase, PIN or permission was refused or is missing (EX_NOPERM, 77).
         case refused
+
+        /// The sysexits status the command-line tools exit with (DESIGN.md §5).
+        public var exitStatus: Int32 {
+            switch self {
+            case .usage: 64
+            case .dataError: 65
+            case .inputMissing: 66
+            case .unavailable: 69
+            case .internalError: 70
+            case .cannotCreate: 73
+            case .ioError: 74
+            case .refused: 77
+            }
+        }
     }
 
     /// An error code: a stable name, its category and the AppConnect send error it maps to.

@@ -63,7 +63,8 @@ struct Inspect: AsyncParsableCommand {
             let anchors = try trustAnchors.flatMap { try reader.read(file: $0).certificates }
             let validator = CredentialValidator(trustAnchors: anchors, intermediates: loaded.chain)
             let verdict = validator.validate(entries: loaded.entries)
-            let report = try InspectionReport(entries: loaded.entries, verdict: verdict, strict: strict)
+            let report = try InspectionReport(
+                entries: loaded.entries, verdict: verdict, strict: strict, friendlyNames: loaded.friendlyNames)
             print(json ? try report.json() : ReportTable(report).render())
             if !report.valid {
                 throw DCError(
@@ -89,7 +90,8 @@ struct ReportTable {
         day.dateFormat = "yyyy-MM-dd"
         day.timeZone = TimeZone(identifier: "UTC")
         day.locale = Locale(identifier: "en_US_POSIX")
-        let header = ["TAG", "SUBJECT", "KEY", "NOT BEFORE", "NOT AFTER", "CHECKS"]
+        let showNames = report.rows.contains { $0.friendlyName != nil }
+        let header = ["TAG", "SUBJECT"] + (showNames ? ["NAME"] : []) + ["KEY", "NOT BEFORE", "NOT AFTER", "CHECKS"]
         let rows: [[String]] = report.rows.map { row in
             let errors = row.findings.filter { $0.severity == .error }.count
             let warnings = row.findings.filter { $0.severity == .warning }.count
@@ -98,8 +100,8 @@ struct ReportTable {
                 ? "ok" : [errors > 0 ? "\(errors) error(s)" : nil, warnings > 0 ? "\(warnings) warning(s)" : nil]
                     .compactMap { $0 }.joined(separator: ", ")
             let tag = row.historyIndex.map { "\(row.tag) (history \($0))" } ?? row.tag.rawValue
-            return [
-                tag, Self.truncate(row.certificate.subject.escapingControlCharacters, 48),
+            let name = showNames ? [row.friendlyName.map { "\"\($0.escapingControlCharacters)\"" } ?? ""] : []
+            return [tag, Self.truncate(row.certificate.subject.escapingControlCharacters, 48)] + name + [
                 row.certificate.keyAlgorithm, row.certificate.notBefore.map(day.string) ?? "?",
                 row.certificate.notAfter.map(day.string) ?? "?", checks,
             ]

@@ -91,6 +91,26 @@ struct InspectCommandTests {
         #expect(result.stdoutText.contains("CN=Mallory\\1B[2J\\07"))
     }
 
+    @Test("PKCS#12 friendly names are shown, escaped, in the table and the JSON")
+    func friendlyNames() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let pass = try dir.write("pass", fixturePassphrase + "\n")
+        let p12 = try dir.write(
+            "named.p12",
+            try OpenSSLFixtures.openssl([
+                "pkcs12", "-export", "-inkey", f.authentication.key, "-in", f.authentication.certificate, "-name",
+                "Alice\u{1B}]0;pwned\u{7}", "-passout", "file:\(pass)",
+            ]))
+        let table = try dcprovision(["inspect", "--pkcs12", "authentication=\(p12)", "--passphrase-file", pass])
+        #expect(table.status == 0, "\(table.stderrText)")
+        #expect(!table.stdout.contains(0x1B) && !table.stdout.contains(0x07))
+        #expect(table.stdoutText.contains("\"Alice\\u{1b}]0;pwned\\u{7}\""))
+        let json = try dcprovision(["inspect", "--json", "--pkcs12", "authentication=\(p12)", "--passphrase-file", pass])
+        let rows = (try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [String: Any])?["rows"] as? [[String: Any]]
+        #expect(rows?.first?["friendlyName"] as? String == "Alice\u{1B}]0;pwned\u{7}")
+    }
+
     @Test("A repeated tag other than escrow is an error; a key with the wrong certificate too")
     func sourceErrors() throws {
         let repeated = try dcprovision([

@@ -63,6 +63,8 @@ public struct LoadedEntries: Sendable {
     public var chain: [Certificate]
     /// For each tag, the files it came from (the escrow history in order).
     public var sources: [CredentialTag: [String]]
+    /// For each tag's current pair, the PKCS#12 friendly name, as found (escape before printing).
+    public var friendlyNames: [CredentialTag: String] = [:]
 }
 
 extension CredentialReader {
@@ -73,6 +75,7 @@ extension CredentialReader {
         var pairs: [CredentialTag: [CertifiedKey]] = [:]
         var files: [CredentialTag: [String]] = [:]
         var chain: [Certificate] = []
+        var names: [CredentialTag: String] = [:]
         for source in sources {
             if source.tag != .escrow, pairs[source.tag] != nil {
                 throw DCError(
@@ -83,6 +86,7 @@ extension CredentialReader {
             let pair = try material.certifiedKey()
             pairs[source.tag, default: []].append(pair)
             files[source.tag, default: []] += source.files
+            if names[source.tag] == nil, let name = material.friendlyNames.first { names[source.tag] = name }
             chain += material.chain.filter { !chain.contains($0) }
         }
         let entries = try CredentialTag.allCases.compactMap { tag -> CredentialEntry? in
@@ -91,7 +95,7 @@ extension CredentialReader {
                 tag: tag, certificate: current.certificate, privateKey: current.privateKey,
                 keyHistory: Array(list.dropFirst()))
         }
-        return LoadedEntries(entries: entries, chain: chain, sources: files)
+        return LoadedEntries(entries: entries, chain: chain, sources: files, friendlyNames: names)
     }
 
     private func load(_ source: FileSource) throws -> KeyMaterial {

@@ -9,6 +9,8 @@ public struct InspectionReport: Sendable, Codable {
         /// Position in the escrow key history (0 = newest retired pair); nil for the current pair.
         public var historyIndex: Int?
         public var certificate: CertificateDetails
+        /// The PKCS#12 friendly name of the current pair, as found.
+        public var friendlyName: String?
         public var privateKey: String
         public var findings: [Finding]
     }
@@ -21,7 +23,9 @@ public struct InspectionReport: Sendable, Codable {
     public var strict: Bool
     public var valid: Bool
 
-    public init(entries: [CredentialEntry], verdict: Verdict, strict: Bool) throws {
+    public init(
+        entries: [CredentialEntry], verdict: Verdict, strict: Bool, friendlyNames: [CredentialTag: String] = [:]
+    ) throws {
         var rows: [Row] = []
         for entry in entries {
             let pairs = [(nil, entry.certifiedKey)] + entry.keyHistory.enumerated().map { (Optional($0.offset), $0.element) }
@@ -29,6 +33,7 @@ public struct InspectionReport: Sendable, Codable {
                 rows.append(
                     Row(
                         tag: entry.tag, historyIndex: index, certificate: try CertificateDetails(pair.certificate),
+                        friendlyName: index == nil ? friendlyNames[entry.tag] : nil,
                         privateKey: PrivateKeyDetails.describe(pair.privateKey),
                         findings: verdict.findings.filter { $0.tag == entry.tag && $0.historyIndex == index }))
             }

@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "DerivedCredentials", targets: ["DerivedCredentials"]),
         .library(name: "CredentialCoding", targets: ["CredentialCoding"]),
+        .library(name: "TestCAProvider", targets: ["TestCAProvider"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
     ],
     dependencies: [
@@ -40,12 +41,20 @@ let package = Package(
             ]
         ),
 
+        // Provider plug-ins, one target each.
+        .target(
+            name: "TestCAProvider",
+            dependencies: ["DerivedCredentials", "CredentialCoding"],
+            path: "Plugins/TestCAProvider"
+        ),
+
         // Thin CLI.
         .executableTarget(
             name: "dcprovision",
             dependencies: [
                 "DerivedCredentials",
                 "CredentialCoding",
+                "TestCAProvider",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -58,6 +67,7 @@ let package = Package(
             name: "CredentialCodingTests",
             dependencies: ["CredentialCoding", "DerivedCredentials", "TestSupport", "COpenSSL"]
         ),
+        .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(name: "dcprovisionTests", dependencies: ["dcprovision", "TestSupport", "DerivedCredentials"]),
     ]
 )

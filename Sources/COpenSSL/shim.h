@@ -131,6 +131,30 @@ static inline long dc_pbe_iterations(const X509_ALGOR *alg, int *known) {
     return -1;
 }
 
+// certificatePolicies from dotted OIDs. X509V3_EXT_nconf wants a configuration database for this
+// extension even without qualifiers, and the POLICYINFO stack is only reachable through macros.
+static inline int dc_add_certificate_policies(X509 *x509, const char *const *oids, int count) {
+    CERTIFICATEPOLICIES *policies = sk_POLICYINFO_new_null();
+    if (policies == NULL) return 0;
+    int ok = 1;
+    for (int i = 0; i < count && ok; i++) {
+        POLICYINFO *info = POLICYINFO_new();
+        ASN1_OBJECT *oid = OBJ_txt2obj(oids[i], 1);
+        if (info == NULL || oid == NULL) {
+            POLICYINFO_free(info);
+            ASN1_OBJECT_free(oid);
+            ok = 0;
+            break;
+        }
+        ASN1_OBJECT_free(info->policyid);
+        info->policyid = oid;
+        if (sk_POLICYINFO_push(policies, info) <= 0) { POLICYINFO_free(info); ok = 0; }
+    }
+    if (ok) ok = X509_add1_ext_i2d(x509, NID_certificate_policies, policies, 0, X509V3_ADD_DEFAULT) == 1;
+    sk_POLICYINFO_pop_free(policies, POLICYINFO_free);
+    return ok;
+}
+
 // The password callback for PEM_do_header. OpenSSL's default callback prompts on the terminal
 // when it has no password, so we always pass this one: it copies the caller's bytes, or refuses
 // (-1) when there are none. It never prompts.

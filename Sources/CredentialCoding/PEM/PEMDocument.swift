@@ -152,3 +152,24 @@ struct PEMDocument {
         return [UInt8](data)
     }
 }
+
+extension PEMDocument {
+    /// RFC 7468 text for DER bytes: 64-column base64 between BEGIN and END lines.
+    static func encode(label: String, der: UnsafeRawBufferPointer) -> [UInt8] {
+        let base64 = Array(Data(der).base64EncodedData(options: [.lineLength64Characters, .endLineWithLineFeed]))
+        return Array("-----BEGIN \(label)-----\n".utf8) + base64 + Array("\n-----END \(label)-----\n".utf8)
+    }
+}
+
+/// PEM output for certificates and keys.
+public enum PEM {
+    public static func certificate(_ certificate: Certificate) -> [UInt8] {
+        certificate.derBytes.withUnsafeBytes { PEMDocument.encode(label: "CERTIFICATE", der: $0) }
+    }
+
+    /// The key as an unencrypted `PRIVATE KEY` block, held as a secret.
+    public static func privateKey(_ key: PrivateKey) -> SecretBytes {
+        var text = key.withPKCS8DER { PEMDocument.encode(label: "PRIVATE KEY", der: $0) }
+        return SecretBytes(consuming: &text)
+    }
+}

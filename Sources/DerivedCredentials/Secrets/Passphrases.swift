@@ -1,4 +1,3 @@
-import DerivedCredentials
 import Foundation
 
 /// Where a passphrase comes from. The reader asks only when it meets encrypted input, and at most

@@ -1,0 +1,140 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// Deliberately broken certificates, for testing other tools' validation. Never produced unless
+/// asked for by name; applied to the authentication entry.
+public enum NegativeProfile: String, Sendable, CaseIterable, Codable {
+    /// Validity ended a year ago.
+    case expired
+    /// keyEncipherment instead of digitalSignature.
+    case wrongKeyUsage = "wrong-key-usage"
+    /// The entry's key is not the certificate's.
+    case mismatchedKey = "mismatched-key"
+    /// basicConstraints CA:TRUE with keyCertSign.
+    case caCertificate = "ca-certificate"
+}
+
+/// What to issue.
+public struct TestCAIssueRequest: Sendable {
+    public var commonName: String
+    /// The subject to use instead of `O=<organization>, OU=Derived PIV, CN=<commonName>` (for example
+    /// a smart card certificate's subject, copied byte for byte).
+    public var subject: DistinguishedName?
+    /// nil: the CA's algorithm.
+    public var algorithm: KeyAlgorithm?
+    public var tags: [CredentialTag]
+    /// Retired escrow pairs (0–20), newest first, each expired, 90 days apart.
+    public var escrowHistory: Int
+    public var validityDays: Int
+    public var email: String?
+    public var negative: NegativeProfile?
+    public var now: Date
+
+    public init(
+        commonName: String = "Test User", subject: DistinguishedName? = nil, algorithm: KeyAlgorithm? = nil,
+        tags: [CredentialTag] = CredentialTag.allCases, escrowHistory: Int = 0, validityDays: Int = 365,
+        email: String? = nil, negative: NegativeProfile? = nil, now: Date = Date()
+    ) {
+        self.commonName = commonName
+        self.subject = subject
+        self.algorithm = algorithm
+        self.tags = tags
+        self.escrowHistory = escrowHistory
+        self.validityDays = validityDays
+        self.email = email
+        self.negative = negative
+        self.now = now
+    }
+}
+
+extension TestCA {
+    /// Issues a credential: one new key and certificate per tag, plus the retired escrow pairs.
+    public func issue(_ request: TestCAIssueRequest) throws -> ProvidedCredential {
+        guard (0...CredentialEntry.maximumKeyHistory).contains(request.escrowHistory) else {
+            throw DCError(.usage, "escrow history must be 0 to \(CredentialEntry.maximumKeyHistory) pairs")
+        }
+        guard request.escrowHistory == 0 || request.tags.contains(.escrow) else {
+            throw DCError(.usage, "an escrow history needs the escrow tag")
+        }
+        guard request.validityDays > 0 else { throw DCError(.usage, "validity must be at least one day") }
+        guard !request.tags.isEmpty, Set(request.tags).count == request.tags.count else {
+            throw DCError(.usage, "give each tag at most once, and at least one")
+        }
+        let algorithm = request.algorithm ?? metadata.algorithm
+        let subject =
+            request.subject
+            ?? DistinguishedName([
+                .init("O", metadata.organization), .init("OU", "Derived PIV"), .init("CN", request.commonName),
+            ])
+        // One UUID for the person across the credential, as the PIV card's UUID (SP 800-73).
+        let uuid = UUID().uuidString.lowercased()
+        var names: [SubjectAlternativeName] = [.uri("urn:uuid:\(uuid)")]
+        if let email = request.email { names.append(.email(email)) }
+        // Certificates hold whole seconds; so do the suggestions, or the credential would outlive
+        // its certificates by a fraction of a second.
+        let now = Date(timeIntervalSince1970: request.now.timeIntervalSince1970.rounded(.down))
+        let notBefore = now.addingTimeInterval(-60)  // tolerate small clock skew
+        let notAfter = min(now.addingTimeInterval(TimeInterval(request.validityDays) * 86400), issuingNotAfter)
+
+        var entries: [CredentialEntry] = []
+        for tag in request.tags {
+            try Task.checkCancellation()
+            var profile = CertificateProfile(
+                subject: subject, notBefore: notBefore, notAfter: notAfter, keyUsage: Self.keyUsage(tag, algorithm),
+                extendedKeyUsage: Self.extendedKeyUsage(tag), subjectAlternativeNames: names,
+                policies: [Self.policies[tag]!])
+            let key = try KeyGeneration.generate(algorithm)
+            var entryKey = key
+            if tag == .authentication, let negative = request.negative {
+                switch negative {
+                case .expired:
+                    profile.notBefore = now.addingTimeInterval(-2 * 365 * 86400)
+                    profile.notAfter = now.addingTimeInterval(-365 * 86400)
+                case .wrongKeyUsage:
+                    profile.keyUsage = KeyUsage.keyEncipherment | KeyUsage.dataEncipherment
+                case .mismatchedKey:
+                    entryKey = try KeyGeneration.generate(algorithm)
+                case .caCertificate:
+                    profile.isCA = true
+                    profile.keyUsage |= KeyUsage.keyCertSign
+                }
+            }
+            let certificate = try issuer.issue(profile, for: key)
+            var history: [CertifiedKey] = []
+            if tag == .escrow {
+                for index in 0..<request.escrowHistory {
+                    try Task.checkCancellation()
+                    var retired = profile
+                    retired.notAfter = now.addingTimeInterval(-Double(index + 1) * 90 * 86400)
+                    retired.notBefore = retired.notAfter.addingTimeInterval(-365 * 86400)
+                    let retiredKey = try KeyGeneration.generate(algorithm)
+                    history.append(CertifiedKey(certificate: try issuer.issue(retired, for: retiredKey), privateKey: retiredKey))
+                }
+            }
+            entries.append(try CredentialEntry(tag: tag, certificate: certificate, privateKey: entryKey, keyHistory: history))
+        }
+        let serial = (0..<8).map { _ in String(format: "%02X", UInt8.random(in: 0...255)) }.joined()
+        return ProvidedCredential(
+            entries: entries, chain: [issuingCertificate, rootCertificate],
+            suggestedName: "\(request.commonName) (test CA)", suggestedSerialNumber: serial,
+            suggestedExpirationDate: request.negative == .expired ? now.addingTimeInterval(-365 * 86400) : notAfter)
+    }
+
+    static func keyUsage(_ tag: CredentialTag, _ algorithm: KeyAlgorithm) -> UInt32 {
+        switch tag {
+        case .authentication: KeyUsage.digitalSignature
+        case .signing: KeyUsage.digitalSignature | KeyUsage.nonRepudiation
+        case .encryption, .escrow: algorithm.isEC ? KeyUsage.keyAgreement : KeyUsage.keyEncipherment
+        }
+    }
+
+    static func extendedKeyUsage(_ tag: CredentialTag) -> [String] {
+        switch tag {
+        case .authentication:
+            [ExtendedKeyUsage.clientAuth, ExtendedKeyUsage.smartcardLogon, ExtendedKeyUsage.pkinitClientAuth]
+        case .signing: [ExtendedKeyUsage.emailProtection, ExtendedKeyUsage.documentSigning]
+        case .encryption, .escrow: [ExtendedKeyUsage.emailProtection]
+        }
+    }
+}

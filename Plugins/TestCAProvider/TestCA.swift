@@ -1,0 +1,124 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// A persistent two-level test CA (root → issuing CA) for CI pipelines, in a directory:
+///
+/// ```
+/// DIR/            0700
+///   testca.json   algorithm, organization, creation time
+///   root.pem      root certificate
+///   root.key      root key, PKCS#8 PEM, 0600
+///   issuing.pem   issuing CA certificate
+///   issuing.key   issuing CA key, PKCS#8 PEM, 0600
+/// ```
+///
+/// It issues four-tag derived credentials following the FPKI derived-PIV profiles (DESIGN.md §2).
+/// The CA keys are unencrypted: this CA is for tests and must never be trusted for anything else.
+public struct TestCA: Sendable {
+    public struct Metadata: Codable, Sendable {
+        public var version: Int
+        public var algorithm: KeyAlgorithm
+        public var organization: String
+        public var created: Date
+    }
+
+    public let directory: String
+    public let metadata: Metadata
+    public let rootCertificate: Certificate
+    public let issuingCertificate: Certificate
+    let issuer: CertificateSigner
+    let issuingNotAfter: Date
+
+    /// NIST PKITS test policies (2.16.840.1.101.3.2.1.48.n): clearly test-only, never production OIDs.
+    public static let policies: [CredentialTag: String] = [
+        .authentication: "2.16.840.1.101.3.2.1.48.1",
+        .signing: "2.16.840.1.101.3.2.1.48.2",
+        .encryption: "2.16.840.1.101.3.2.1.48.3",
+        .escrow: "2.16.840.1.101.3.2.1.48.3",
+    ]
+
+    /// How far back the CA's validity starts, so that retired escrow pairs (up to 20, 90 days apart)
+    /// lie inside it.
+    static let backdating: TimeInterval = 7 * 365 * 86400
+
+    /// Creates a new CA in `directory`, which must not exist or be empty. Nothing is left behind on
+    /// failure.
+    @discardableResult
+    public static func initialize(
+        at directory: String, algorithm: KeyAlgorithm = .p256, organization: String = "Derived Credentials Test",
+        now: Date = Date()
+    ) throws -> TestCA {
+        if let existing = try? FileManager.default.contentsOfDirectory(atPath: directory), !existing.isEmpty {
+            throw DCError(
+                .outputExists, "the directory is not empty; a test CA is never overwritten", subject: directory,
+                hint: "choose a new directory")
+        }
+        try AtomicFileSet.ensureDirectory(directory)
+        guard chmod(directory, 0o700) == 0 else {
+            throw DCError(.cannotCreateOutput, "cannot make the directory private (0700)", subject: directory)
+        }
+        let start = now.addingTimeInterval(-backdating)
+        let rootKey = try KeyGeneration.generate(algorithm)
+        let rootProfile = CertificateProfile(
+            subject: DistinguishedName([.init("O", organization), .init("CN", "\(organization) Root CA")]),
+            notBefore: start, notAfter: now.addingTimeInterval(20 * 365 * 86400),
+            keyUsage: KeyUsage.keyCertSign | KeyUsage.cRLSign, isCA: true, pathLength: 1)
+        let root = try CertificateSigner(selfSigningWith: rootKey).issue(rootProfile, for: rootKey)
+        let issuingKey = try KeyGeneration.generate(algorithm)
+        let issuingProfile = CertificateProfile(
+            subject: DistinguishedName([.init("O", organization), .init("CN", "\(organization) Issuing CA")]),
+            notBefore: start, notAfter: now.addingTimeInterval(10 * 365 * 86400),
+            keyUsage: KeyUsage.keyCertSign | KeyUsage.cRLSign, isCA: true, pathLength: 0)
+        let issuing = try CertificateSigner(certificate: root, privateKey: rootKey).issue(issuingProfile, for: issuingKey)
+
+        let metadata = Metadata(version: 1, algorithm: algorithm, organization: organization, created: now)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        encoder.dateEncodingStrategy = .iso8601
+        var files = AtomicFileSet(directory: directory)
+        try files.add("testca.json", .bytes(Array(try encoder.encode(metadata)) + [0x0A]), mode: 0o644)
+        try files.add("root.pem", .bytes(PEM.certificate(root)), mode: 0o644)
+        try files.add("root.key", .secret(PEM.privateKey(rootKey)), mode: 0o600)
+        try files.add("issuing.pem", .bytes(PEM.certificate(issuing)), mode: 0o644)
+        try files.add("issuing.key", .secret(PEM.privateKey(issuingKey)), mode: 0o600)
+        try files.commit()
+        return try TestCA(directory: directory)
+    }
+
+    /// Opens an existing CA.
+    public init(directory: String) throws {
+        let reader = CredentialReader()
+        let path = { (name: String) in (directory as NSString).appendingPathComponent(name) }
+        guard FileManager.default.fileExists(atPath: path("testca.json")) else {
+            throw DCError(
+                .fileNotFound, "not a test CA (no testca.json)", subject: directory,
+                hint: "create one with: dcprovision testca init \(directory)")
+        }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        do {
+            metadata = try decoder.decode(Metadata.self, from: Data(contentsOf: URL(fileURLWithPath: path("testca.json"))))
+        } catch {
+            throw DCError(.malformedInput, "testca.json cannot be read: \(error)", subject: directory)
+        }
+        guard metadata.version == 1 else {
+            throw DCError(.unsupportedFormat, "test CA format version \(metadata.version) is not supported", subject: directory)
+        }
+        rootCertificate = try reader.read(file: path("root.pem")).certifiedCertificate()
+        issuingCertificate = try reader.read(file: path("issuing.pem")).certifiedCertificate()
+        guard let key = try reader.read(file: path("issuing.key")).privateKey else {
+            throw DCError(.missingMaterial, "no issuing CA key", subject: path("issuing.key"))
+        }
+        issuer = try CertificateSigner(certificate: issuingCertificate, privateKey: key)
+        issuingNotAfter = try CertificateDetails(issuingCertificate).notAfter ?? Date.distantPast
+        self.directory = directory
+    }
+}
+
+extension KeyMaterial {
+    fileprivate func certifiedCertificate() throws -> Certificate {
+        guard let first = certificates.first else { throw DCError(.missingMaterial, "no certificate", subject: source) }
+        return first
+    }
+}

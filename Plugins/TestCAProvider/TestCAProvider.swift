@@ -1,0 +1,63 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// The test CA as a provider (id `testca`): each call issues a fresh four-tag credential from the
+/// CA in the `dir` option.
+public struct TestCAProvider: CredentialProvider {
+    public init() {}
+
+    public let descriptor = ProviderDescriptor(
+        id: "testca", displayName: "Test CA (for CI; never trust it)", version: "1",
+        options: [
+            ProviderOption(name: "dir", summary: "the test CA directory (dcprovision testca init DIR)", required: true),
+            ProviderOption(name: "common-name", summary: "the subject's CN (default: Test User)"),
+            ProviderOption(name: "algorithm", summary: "p256 (default: the CA's), p384, rsa2048, rsa3072"),
+            ProviderOption(name: "escrow-history", summary: "retired escrow pairs to issue, 0-20 (default 0)"),
+            ProviderOption(name: "validity-days", summary: "certificate lifetime in days (default 365)"),
+            ProviderOption(name: "email", summary: "an rfc822Name for the subjectAltName"),
+            ProviderOption(
+                name: "negative",
+                summary: "a deliberately broken profile for testing other tools: "
+                    + NegativeProfile.allCases.map(\.rawValue).joined(separator: ", ")),
+        ])
+
+    public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
+        try request.check(against: descriptor)
+        try Task.checkCancellation()
+        let ca = try TestCA(directory: request.resolve(try request.value("dir")!))
+        return try ca.issue(try Self.issueRequest(from: request))
+    }
+
+    /// Parses the provider options into an issue request.
+    public static func issueRequest(from request: ProviderRequest) throws -> TestCAIssueRequest {
+        var issue = TestCAIssueRequest()
+        if let name = try request.value("common-name") { issue.commonName = name }
+        if let algorithm = try request.value("algorithm") {
+            guard let parsed = KeyAlgorithm(rawValue: algorithm) else {
+                throw DCError(
+                    .usage, "unknown algorithm '\(algorithm)'",
+                    hint: "use \(KeyAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            issue.algorithm = parsed
+        }
+        if let history = try request.value("escrow-history") {
+            guard let count = Int(history) else { throw DCError(.usage, "escrow-history must be a number") }
+            issue.escrowHistory = count
+        }
+        if let days = try request.value("validity-days") {
+            guard let count = Int(days) else { throw DCError(.usage, "validity-days must be a number") }
+            issue.validityDays = count
+        }
+        issue.email = try request.value("email")
+        if let negative = try request.value("negative") {
+            guard let profile = NegativeProfile(rawValue: negative) else {
+                throw DCError(
+                    .usage, "unknown negative profile '\(negative)'",
+                    hint: "use \(NegativeProfile.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            issue.negative = profile
+        }
+        return issue
+    }
+}

@@ -1,0 +1,189 @@
+internal import COpenSSL
+import DerivedCredentials
+import Foundation
+
+/// Generates private keys with OpenSSL.
+public enum KeyGeneration {
+    public static func generate(_ algorithm: KeyAlgorithm) throws -> PrivateKey {
+        try generatePKey(algorithm).pkcs8()
+    }
+
+    static func generatePKey(_ algorithm: KeyAlgorithm) throws -> PKey {
+        OpenSSL.ensureInitialized()
+        let name = algorithm.isEC ? "EC" : "RSA"
+        guard let context = EVP_PKEY_CTX_new_from_name(nil, name, nil) else {
+            throw OpenSSL.failure("EVP_PKEY_CTX_new_from_name(\(name))")
+        }
+        defer { EVP_PKEY_CTX_free(context) }
+        guard EVP_PKEY_keygen_init(context) == 1 else { throw OpenSSL.failure("EVP_PKEY_keygen_init") }
+        let configured: Int32
+        switch algorithm {
+        case .p256: configured = EVP_PKEY_CTX_set_group_name(context, "P-256")
+        case .p384: configured = EVP_PKEY_CTX_set_group_name(context, "P-384")
+        case .rsa2048: configured = EVP_PKEY_CTX_set_rsa_keygen_bits(context, 2048)
+        case .rsa3072: configured = EVP_PKEY_CTX_set_rsa_keygen_bits(context, 3072)
+        }
+        guard configured == 1 else { throw OpenSSL.failure("configuring \(algorithm) key generation") }
+        var key: OpaquePointer?
+        guard EVP_PKEY_generate(context, &key) == 1, let key else { throw OpenSSL.failure("EVP_PKEY_generate") }
+        return PKey(taking: key)
+    }
+}
+
+/// A signing authority: a key and, unless it signs itself, its certificate.
+public struct CertificateSigner: Sendable {
+    public let certificate: Certificate?
+    public let privateKey: PrivateKey
+
+    /// A CA with a certificate.
+    public init(certificate: Certificate, privateKey: PrivateKey) throws {
+        let material = try KeyMaterial.pairing(certificates: [certificate], privateKey: privateKey, source: "signer")
+        self.certificate = material.certificates[0]
+        self.privateKey = privateKey
+    }
+
+    /// A key that signs its own certificate (a root).
+    public init(selfSigningWith privateKey: PrivateKey) {
+        self.certificate = nil
+        self.privateKey = privateKey
+    }
+
+    /// Issues a certificate for the public half of `subjectKey` with `profile`.
+    public func issue(_ profile: CertificateProfile, for subjectKey: PrivateKey) throws -> Certificate {
+        guard let subject = subjectKey.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+            throw DCError(.malformedInput, "the subject key cannot be read")
+        }
+        guard let signer = privateKey.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+            throw DCError(.malformedInput, "the signing key cannot be read")
+        }
+        let issuer = try certificate.map { try X509Certificate($0) }
+        return try CertificateBuilding.build(profile, subjectKey: subject, issuer: issuer, signer: signer)
+    }
+}
+
+enum CertificateBuilding {
+    static func build(_ profile: CertificateProfile, subjectKey: PKey, issuer: X509Certificate?, signer: PKey) throws
+        -> Certificate
+    {
+        guard profile.notBefore < profile.notAfter else {
+            throw DCError(.usage, "notBefore must be earlier than notAfter")
+        }
+        guard let x509 = X509_new() else { throw OpenSSL.failure("X509_new") }
+        let certificate = X509Certificate(taking: x509)
+        guard X509_set_version(x509, 2) == 1 else { throw OpenSSL.failure("X509_set_version") }
+        try setSerial(profile.serialNumber, x509)
+        let name = try makeName(profile.subject)
+        defer { X509_NAME_free(name) }
+        guard X509_set_subject_name(x509, name) == 1,
+            X509_set_issuer_name(x509, issuer.map { X509_get_subject_name($0.pointer) } ?? name) == 1
+        else { throw OpenSSL.failure("setting names") }
+        guard ASN1_TIME_set(X509_getm_notBefore(x509), time_t(profile.notBefore.timeIntervalSince1970)) != nil,
+            ASN1_TIME_set(X509_getm_notAfter(x509), time_t(profile.notAfter.timeIntervalSince1970)) != nil
+        else { throw OpenSSL.failure("setting validity") }
+        guard X509_set_pubkey(x509, subjectKey.pointer) == 1 else { throw OpenSSL.failure("X509_set_pubkey") }
+
+        var context = X509V3_CTX()
+        X509V3_set_ctx(&context, issuer?.pointer ?? x509, x509, nil, nil, 0)
+        for (name, value) in extensions(profile) {
+            guard let ext = X509V3_EXT_nconf(nil, &context, name, value) else {
+                throw DCError(
+                    .usage, "cannot make the \(name) extension from '\(value.escapingControlCharacters)'",
+                    underlying: OpenSSLError.drain())
+            }
+            defer { X509_EXTENSION_free(ext) }
+            guard X509_add_ext(x509, ext, -1) == 1 else { throw OpenSSL.failure("X509_add_ext") }
+        }
+        if !profile.policies.isEmpty {
+            let oids = profile.policies.map { strdup($0) }
+            defer { oids.forEach { free($0) } }
+            let added = oids.map { UnsafePointer($0) }.withUnsafeBufferPointer {
+                dc_add_certificate_policies(x509, $0.baseAddress, Int32($0.count))
+            }
+            guard added == 1 else {
+                throw DCError(.usage, "invalid certificate policy OIDs \(profile.policies)", underlying: OpenSSLError.drain())
+            }
+        }
+        // The digest matches the signer's strength (ECDSA P-384 with SHA-384, as FIPS 186 pairs them).
+        let digest =
+            switch signer.curveName {
+            case "secp384r1": EVP_sha384()
+            case "secp521r1": EVP_sha512()
+            default: EVP_sha256()
+            }
+        guard X509_sign(x509, signer.pointer, digest) > 0 else { throw OpenSSL.failure("X509_sign") }
+        return Certificate(derBytes: try certificate.der())
+    }
+
+    /// The extensions in OpenSSL's configuration syntax, in a fixed order.
+    static func extensions(_ profile: CertificateProfile) -> [(String, String)] {
+        var list: [(String, String)] = []
+        if profile.isCA {
+            list.append(("basicConstraints", "critical,CA:TRUE" + (profile.pathLength.map { ",pathlen:\($0)" } ?? "")))
+        } else {
+            list.append(("basicConstraints", "CA:FALSE"))
+        }
+        if profile.keyUsage != 0 {
+            list.append(("keyUsage", "critical," + KeyUsage.names(profile.keyUsage).joined(separator: ",")))
+        }
+        if !profile.extendedKeyUsage.isEmpty {
+            list.append(("extendedKeyUsage", profile.extendedKeyUsage.joined(separator: ",")))
+        }
+        list.append(("subjectKeyIdentifier", "hash"))
+        list.append(("authorityKeyIdentifier", "keyid:always"))
+        if !profile.subjectAlternativeNames.isEmpty {
+            let names = profile.subjectAlternativeNames.map { name -> String in
+                switch name {
+                case .uri(let uri): "URI:" + uri
+                case .email(let email): "email:" + email
+                case .userPrincipalName(let upn): "otherName:1.3.6.1.4.1.311.20.2.3;UTF8:" + upn
+                }
+            }
+            list.append(("subjectAltName", names.joined(separator: ",")))
+        }
+        return list
+    }
+
+    static func setSerial(_ serial: [UInt8]?, _ x509: OpaquePointer) throws {
+        var bytes = serial ?? (0..<16).map { _ in UInt8.random(in: 0...255) }
+        if serial == nil { bytes[0] &= 0x7F; bytes[0] |= 0x01 }  // positive, 16 significant bytes
+        guard !bytes.isEmpty, bytes.count <= 20 else { throw DCError(.usage, "a serial number has 1 to 20 bytes") }
+        guard let number = BN_bin2bn(bytes, Int32(bytes.count), nil) else { throw OpenSSL.failure("BN_bin2bn") }
+        defer { BN_free(number) }
+        guard let integer = BN_to_ASN1_INTEGER(number, nil) else { throw OpenSSL.failure("BN_to_ASN1_INTEGER") }
+        defer { ASN1_INTEGER_free(integer) }
+        guard X509_set_serialNumber(x509, integer) == 1 else { throw OpenSSL.failure("X509_set_serialNumber") }
+    }
+
+    static func makeName(_ name: DistinguishedName) throws -> OpaquePointer {
+        if let der = name.der {
+            try DER.validate(der, what: "distinguished name")
+            guard let decoded = der.decodeDER({ d2i_X509_NAME(nil, $0, $1) }) else {
+                throw DCError(.malformedInput, "not a distinguished name", underlying: OpenSSLError.drain())
+            }
+            return decoded
+        }
+        guard let made = X509_NAME_new() else { throw OpenSSL.failure("X509_NAME_new") }
+        for attribute in name.attributes {
+            guard
+                X509_NAME_add_entry_by_txt(made, attribute.type, MBSTRING_UTF8, attribute.value, -1, -1, 0) == 1
+            else {
+                X509_NAME_free(made)
+                throw DCError(
+                    .usage, "cannot use the name attribute \(attribute.type)=\(attribute.value.escapingControlCharacters)",
+                    underlying: OpenSSLError.drain())
+            }
+        }
+        return made
+    }
+}
+
+extension CertificateDetails {
+    /// The subject Name's DER encoding, to copy it into another certificate.
+    public static func subjectDER(of certificate: Certificate) throws -> [UInt8] {
+        let x509 = try X509Certificate(certificate)
+        guard let der = encodeDER({ i2d_X509_NAME(X509_get_subject_name(x509.pointer), $0) }) else {
+            throw OpenSSL.failure("i2d_X509_NAME")
+        }
+        return der
+    }
+}

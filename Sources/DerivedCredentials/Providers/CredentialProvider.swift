@@ -1,0 +1,158 @@
+import Foundation
+
+/// Where a credential comes from: files, a smart card, a CA, a vendor's service.
+///
+/// A provider is a `Sendable` value with a ``descriptor`` and one asynchronous call. It returns
+/// entries already converted (DER certificates, PKCS#8 keys) plus suggestions for the credential's
+/// name, serial number and expiry. It must honour task cancellation (throw `CancellationError`)
+/// and report failures as ``DCError``s. Every provider should pass the conformance kit in
+/// `DerivedCredentialsTesting`.
+public protocol CredentialProvider: Sendable {
+    var descriptor: ProviderDescriptor { get }
+    func provide(_ request: ProviderRequest) async throws -> ProvidedCredential
+}
+
+/// What a provider is and which options it takes.
+public struct ProviderDescriptor: Sendable, Hashable, Codable {
+    /// A stable identifier: lowercase letters, digits and `-` (`pem`, `testca`, `exec:/path`).
+    public var id: String
+    public var displayName: String
+    public var version: String
+    public var options: [ProviderOption]
+
+    public init(id: String, displayName: String, version: String, options: [ProviderOption] = []) {
+        self.id = id
+        self.displayName = displayName
+        self.version = version
+        self.options = options
+    }
+}
+
+/// One option a provider takes, passed as `KEY=VALUE` (`--option KEY=VALUE` on the command line).
+public struct ProviderOption: Sendable, Hashable, Codable {
+    public var name: String
+    public var summary: String
+    /// Whether the option may be given several times.
+    public var repeatable: Bool
+    public var required: Bool
+
+    public init(name: String, summary: String, repeatable: Bool = false, required: Bool = false) {
+        self.name = name
+        self.summary = summary
+        self.repeatable = repeatable
+        self.required = required
+    }
+}
+
+/// The input of ``CredentialProvider/provide(_:)``.
+public struct ProviderRequest: Sendable {
+    /// Option values by name, in the order given.
+    public var options: [String: [String]]
+    /// Where a passphrase or PIN comes from if the provider needs one. Providers ask only when
+    /// they need it and never retry a refused one.
+    public var passphrase: any PassphraseSource
+    /// The directory relative paths in options are resolved against.
+    public var workingDirectory: String
+
+    public init(
+        options: [String: [String]] = [:], passphrase: any PassphraseSource = NoPassphrase(),
+        workingDirectory: String = FileManager.default.currentDirectoryPath
+    ) {
+        self.options = options
+        self.passphrase = passphrase
+        self.workingDirectory = workingDirectory
+    }
+
+    /// The single value of `name`, or nil; an error when it was given more than once.
+    public func value(_ name: String) throws -> String? {
+        guard let values = options[name] else { return nil }
+        guard values.count == 1 else {
+            throw DCError(.usage, "option '\(name)' was given \(values.count) times; it takes one value")
+        }
+        return values[0]
+    }
+
+    public func values(_ name: String) -> [String] { options[name] ?? [] }
+
+    /// Refuses options the descriptor does not list, and missing required ones.
+    public func check(against descriptor: ProviderDescriptor) throws {
+        let known = Set(descriptor.options.map(\.name))
+        for name in options.keys.sorted() where !known.contains(name) {
+            throw DCError(
+                .usage, "provider '\(descriptor.id)' has no option '\(name)'",
+                hint: "its options: \(descriptor.options.map(\.name).joined(separator: ", "))")
+        }
+        for option in descriptor.options {
+            if option.required && values(option.name).isEmpty {
+                throw DCError(.usage, "provider '\(descriptor.id)' needs the option '\(option.name)'")
+            }
+            if !option.repeatable && values(option.name).count > 1 {
+                throw DCError(.usage, "option '\(option.name)' of provider '\(descriptor.id)' takes one value")
+            }
+        }
+    }
+
+    /// `path` resolved against ``workingDirectory``.
+    public func resolve(_ path: String) -> String {
+        path.hasPrefix("/") ? path : (workingDirectory as NSString).appendingPathComponent(path)
+    }
+}
+
+/// What a provider returns: converted entries and suggestions for the credential around them.
+public struct ProvidedCredential: Sendable {
+    public var entries: [CredentialEntry]
+    /// Certificates that came along but are not entries (issuing CAs, chains).
+    public var chain: [Certificate]
+    public var suggestedName: String?
+    public var suggestedSerialNumber: String?
+    public var suggestedExpirationDate: Date?
+    /// For each tag, a name found inside the source (a PKCS#12 friendly name), as found.
+    public var friendlyNames: [CredentialTag: String]
+
+    public init(
+        entries: [CredentialEntry], chain: [Certificate] = [], suggestedName: String? = nil,
+        suggestedSerialNumber: String? = nil, suggestedExpirationDate: Date? = nil,
+        friendlyNames: [CredentialTag: String] = [:]
+    ) {
+        self.entries = entries
+        self.chain = chain
+        self.suggestedName = suggestedName
+        self.suggestedSerialNumber = suggestedSerialNumber
+        self.suggestedExpirationDate = suggestedExpirationDate
+        self.friendlyNames = friendlyNames
+    }
+
+    /// The credential, with explicit values taking precedence over the provider's suggestions.
+    public func credential(name: String? = nil, serialNumber: String? = nil, expirationDate: Date? = nil) throws
+        -> Credential
+    {
+        try Credential(
+            name: name ?? suggestedName ?? "", serialNumber: serialNumber ?? suggestedSerialNumber ?? "",
+            expirationDate: expirationDate ?? suggestedExpirationDate, entries: entries)
+    }
+}
+
+/// Providers by id. The command-line tools register the built-in ones and add exec providers
+/// found on `DCPROVISION_PROVIDER_PATH`.
+public struct ProviderRegistry: Sendable {
+    private var providers: [String: any CredentialProvider] = [:]
+
+    public init(_ providers: [any CredentialProvider] = []) {
+        for provider in providers { register(provider) }
+    }
+
+    public mutating func register(_ provider: any CredentialProvider) {
+        providers[provider.descriptor.id] = provider
+    }
+
+    public func provider(id: String) throws -> any CredentialProvider {
+        guard let provider = providers[id] else {
+            throw DCError(
+                .usage, "no provider '\(id)'", hint: "known providers: \(ids.joined(separator: ", "))")
+        }
+        return provider
+    }
+
+    public var ids: [String] { providers.keys.sorted() }
+    public var all: [any CredentialProvider] { ids.compactMap { providers[$0] } }
+}

@@ -1,0 +1,99 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+import TestCAProvider
+import TestSupport
+import Testing
+
+/// One CA for the suite (RSA generation is slow); tests that need their own make one.
+private let shared: (dir: TemporaryDirectory, ca: TestCA) = {
+    let dir = try! TemporaryDirectory("testca")
+    let ca = try! TestCA.initialize(at: dir.file("ca"))
+    return (dir, ca)
+}()
+
+private func validator(_ ca: TestCA) -> CredentialValidator {
+    CredentialValidator(trustAnchors: [ca.rootCertificate], intermediates: [ca.issuingCertificate])
+}
+
+@Suite("Test CA")
+struct TestCATests {
+    @Test("init makes a private directory with 0600 keys and refuses to overwrite")
+    func initialize() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.file("ca")
+        try TestCA.initialize(at: path)
+        var info = stat()
+        stat(path, &info)
+        #expect(info.st_mode & 0o777 == 0o700)
+        for key in ["root.key", "issuing.key"] {
+            stat(path + "/" + key, &info)
+            #expect(info.st_mode & 0o777 == 0o600)
+        }
+        #expect(dir.contents() == ["ca"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: path).sorted() == [
+            "issuing.key", "issuing.pem", "root.key", "root.pem", "testca.json",
+        ])
+        let before = try readBytes(path + "/root.key")
+        #expect(throws: DCError.self) { try TestCA.initialize(at: path) }
+        #expect(try readBytes(path + "/root.key") == before)
+    }
+
+    @Test("Issued credentials validate cleanly, strictly, for every algorithm", arguments: KeyAlgorithm.allCases)
+    func validates(algorithm: KeyAlgorithm) throws {
+        let issued = try shared.ca.issue(TestCAIssueRequest(algorithm: algorithm, escrowHistory: 2))
+        let credential = try issued.credential()
+        #expect(credential.tags == CredentialTag.allCases)
+        #expect(credential[.escrow]?.keyHistory.count == 2)
+        let verdict = validator(shared.ca).validate(credential)
+        #expect(verdict.passes(strict: true), "\(verdict.findings)")
+        // Only information: the retired escrow pairs are expired.
+        #expect(verdict.findings.allSatisfy { $0.severity == .info && $0.code == "expired" && $0.tag == .escrow })
+        #expect(PrivateKeyDetails.describe(credential[.signing]!.privateKey) == algorithm.description)
+    }
+
+    @Test("Profiles: key usage, EKU, CA:FALSE, a UUID SAN, test policies, unique serials, validity within the CA's")
+    func profiles() throws {
+        let issued = try shared.ca.issue(TestCAIssueRequest(commonName: "Alice", validityDays: 100_000))
+        let details = try issued.entries.map { try CertificateDetails($0.certificate) }
+        #expect(details.map(\.keyUsage) == [["digitalSignature"], ["digitalSignature", "nonRepudiation"], ["keyAgreement"], ["keyAgreement"]])
+        #expect(details[0].extendedKeyUsage == [ExtendedKeyUsage.clientAuth, ExtendedKeyUsage.smartcardLogon, ExtendedKeyUsage.pkinitClientAuth])
+        #expect(details.allSatisfy { $0.subject == "CN=Alice,OU=Derived PIV,O=Derived Credentials Test" })
+        #expect(Set(details.map(\.serialNumber)).count == 4)
+        let caNotAfter = try CertificateDetails(shared.ca.issuingCertificate).notAfter!
+        #expect(details.allSatisfy { $0.notAfter! <= caNotAfter })
+        // The extensions, as the openssl CLI reads them.
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let text = String(
+            decoding: try OpenSSLFixtures.openssl(
+                ["x509", "-inform", "DER", "-in", try dir.write("a.der", issued.entries[0].certificate.derBytes), "-noout", "-text"]),
+            as: UTF8.self)
+        #expect(text.contains("CA:FALSE"))
+        #expect(text.contains("URI:urn:uuid:"))
+        #expect(text.contains("Policy: 2.16.840.1.101.3.2.1.48.1"))
+        #expect(text.contains("X509v3 Subject Key Identifier"))
+        #expect(text.contains("X509v3 Authority Key Identifier"))
+    }
+
+    @Test(
+        "Negative profiles are only made on request and fail validation as named",
+        arguments: [
+            (NegativeProfile.expired, "expired"), (.wrongKeyUsage, "key-usage-insufficient"),
+            (.mismatchedKey, "key-mismatch"), (.caCertificate, "ca-certificate"),
+        ])
+    func negative(profile: NegativeProfile, code: String) throws {
+        let issued = try shared.ca.issue(TestCAIssueRequest(tags: [.authentication], negative: profile))
+        let verdict = validator(shared.ca).validate(entries: issued.entries)
+        #expect(verdict.errors.map(\.code.rawValue).contains(code), "\(verdict.findings)")
+    }
+
+    @Test("Bad requests are usage errors")
+    func badRequests() throws {
+        #expect(throws: DCError.self) { try shared.ca.issue(TestCAIssueRequest(escrowHistory: 21)) }
+        #expect(throws: DCError.self) { try shared.ca.issue(TestCAIssueRequest(tags: [.signing], escrowHistory: 1)) }
+        #expect(throws: DCError.self) { try shared.ca.issue(TestCAIssueRequest(validityDays: 0)) }
+        #expect(throws: DCError.self) { try TestCA(directory: "/nonexistent") }
+    }
+}

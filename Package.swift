@@ -7,7 +7,9 @@ let package = Package(
     products: [
         .library(name: "DerivedCredentials", targets: ["DerivedCredentials"]),
         .library(name: "CredentialCoding", targets: ["CredentialCoding"]),
+        .library(name: "PEMFileProvider", targets: ["PEMFileProvider"]),
         .library(name: "TestCAProvider", targets: ["TestCAProvider"]),
+        .library(name: "ExecProvider", targets: ["ExecProvider"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
     ],
     dependencies: [
@@ -43,9 +45,20 @@ let package = Package(
 
         // Provider plug-ins, one target each.
         .target(
+            name: "PEMFileProvider",
+            dependencies: ["DerivedCredentials", "CredentialCoding"],
+            path: "Plugins/PEMFileProvider"
+        ),
+        .target(
             name: "TestCAProvider",
             dependencies: ["DerivedCredentials", "CredentialCoding"],
             path: "Plugins/TestCAProvider"
+        ),
+
+        .target(
+            name: "ExecProvider",
+            dependencies: ["DerivedCredentials", "CredentialCoding"],
+            path: "Plugins/ExecProvider"
         ),
 
         // Thin CLI.
@@ -54,7 +67,9 @@ let package = Package(
             dependencies: [
                 "DerivedCredentials",
                 "CredentialCoding",
+                "PEMFileProvider",
                 "TestCAProvider",
+                "ExecProvider",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

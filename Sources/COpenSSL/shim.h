@@ -52,6 +52,13 @@ static inline void dc_EXTENDED_KEY_USAGE_free(EXTENDED_KEY_USAGE *eku) {
     sk_ASN1_OBJECT_pop_free(eku, ASN1_OBJECT_free);
 }
 
+// GENERAL_NAMES (subjectAltName) is a macro-typed stack.
+static inline int dc_general_names_num(const GENERAL_NAMES *names) { return sk_GENERAL_NAME_num(names); }
+static inline const GENERAL_NAME *dc_general_names_value(const GENERAL_NAMES *names, int i) {
+    return sk_GENERAL_NAME_value(names, i);
+}
+static inline void dc_general_names_free(GENERAL_NAMES *names) { GENERAL_NAMES_free(names); }
+
 // PKCS#12 containers: the stacks of PKCS7 and PKCS12_SAFEBAG are macros too.
 static inline int dc_sk_PKCS7_num(const STACK_OF(PKCS7) *sk) { return OPENSSL_sk_num((const OPENSSL_STACK *)sk); }
 static inline PKCS7 *dc_sk_PKCS7_value(const STACK_OF(PKCS7) *sk, int i) {

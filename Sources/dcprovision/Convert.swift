@@ -14,7 +14,10 @@ struct Convert: AsyncParsableCommand {
     )
 
     @Argument(help: ArgumentHelp("Certificate, key or PKCS#12 files.", valueName: "input"))
-    var inputs: [String]
+    var inputs: [String] = []
+
+    @OptionGroup(title: "Or a source (writes <tag>.cert.der, <tag>.key.der, chain.pem, manifest.json)")
+    var source: SourceOptions
 
     @Option(help: ArgumentHelp("Directory to write into (created with mode 0700 if missing).", valueName: "dir"))
     var outDir: String
@@ -25,14 +28,22 @@ struct Convert: AsyncParsableCommand {
     @OptionGroup var passphrase: PassphraseOptions
     @OptionGroup var global: GlobalOptions
 
+    func validate() throws {
+        if inputs.isEmpty == source.isEmpty { throw ValidationError("give input files or a source, not both") }
+    }
+
     func run() async throws {
         global.bootstrapLogging()
         try await runReportingErrors {
-            let reader = CredentialReader(passphrase: try passphrase.source())
             var outputs = AtomicFileSet(directory: outDir)
-            for input in inputs {
-                let material = try reader.read(file: input)
-                try ConversionOutputs.add(material, stem: ConversionOutputs.stem(of: input), to: &outputs)
+            if source.isEmpty {
+                let reader = CredentialReader(passphrase: try passphrase.source())
+                for input in inputs {
+                    let material = try reader.read(file: input)
+                    try ConversionOutputs.add(material, stem: ConversionOutputs.stem(of: input), to: &outputs)
+                }
+            } else {
+                try ConversionOutputs.add(try await source.provide(passphrase: try passphrase.source()), format: .der, to: &outputs)
             }
             try AtomicFileSet.ensureDirectory(outDir)
             AtomicFileSet.removeStaleStagingFiles(in: outDir)

@@ -7,20 +7,15 @@ struct Inspect: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Load, convert and validate a credential; print a table or JSON.",
         discussion: """
-            Sources: --pem TAG=CERT[,KEY] (repeatable; repeating escrow adds key history) and \
-            --pkcs12 FILE --tag TAG (or --pkcs12 TAG=FILE). Tags: authentication, signing, \
-            encryption, escrow. Exits 65 when validation finds an error (or, with --strict, a warning).
+            Sources: --pem TAG=CERT[,KEY] (repeatable; several escrow files form the key history, \
+            newest first), --pkcs12 FILE --tag TAG (or --pkcs12 TAG=FILE), --manifest FILE, \
+            --classify CERT[,KEY], --testca DIR, --provider ID|exec:PATH [--option KEY=VALUE]. \
+            Tags: authentication, signing, encryption, escrow. Exits 65 when validation finds an \
+            error (or, with --strict, a warning).
             """
     )
 
-    @Option(name: .customLong("pem"), help: ArgumentHelp("A tagged certificate and key.", valueName: "TAG=CERT[,KEY]"))
-    var pem: [String] = []
-
-    @Option(name: .customLong("pkcs12"), help: ArgumentHelp("A PKCS#12 file (with --tag, or TAG=FILE).", valueName: "file"))
-    var pkcs12: [String] = []
-
-    @Option(name: .customLong("tag"), help: ArgumentHelp("The tag of each --pkcs12 FILE, in order.", valueName: "tag"))
-    var tags: [String] = []
+    @OptionGroup(title: "Source") var source: SourceOptions
 
     @Option(name: .customLong("trust-anchor"), help: ArgumentHelp("A CA certificate to chain to (repeatable).", valueName: "file"))
     var trustAnchors: [String] = []
@@ -35,36 +30,18 @@ struct Inspect: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
 
     func validate() throws {
-        if pem.isEmpty && pkcs12.isEmpty { throw ValidationError("give at least one --pem or --pkcs12 source") }
-        let untagged = pkcs12.filter { !$0.contains("=") }.count
-        if untagged != tags.count {
-            throw ValidationError("give one --tag for each --pkcs12 FILE (or write --pkcs12 TAG=FILE)")
-        }
-    }
-
-    func sources() throws -> [FileSource] {
-        var sources = try pem.map(FileSource.init(pemArgument:))
-        var remainingTags = tags[...]
-        for argument in pkcs12 {
-            if argument.contains("=") {
-                sources.append(try FileSource(pkcs12Argument: argument))
-            } else {
-                sources.append(try FileSource(pkcs12Argument: "\(remainingTags.removeFirst())=\(argument)"))
-            }
-        }
-        return sources
+        if source.isEmpty { throw ValidationError("give a source: --pem, --pkcs12, --manifest, --classify, --testca or --provider") }
     }
 
     func run() async throws {
         global.bootstrapLogging()
         try await runReportingErrors {
-            let reader = CredentialReader(passphrase: try passphrase.source())
-            let loaded = try reader.loadEntries(try sources())
-            let anchors = try trustAnchors.flatMap { try reader.read(file: $0).certificates }
-            let validator = CredentialValidator(trustAnchors: anchors, intermediates: loaded.chain)
-            let verdict = validator.validate(entries: loaded.entries)
+            let provided = try await source.provide(passphrase: try passphrase.source())
+            let anchors = try trustAnchors.flatMap { try CredentialReader().read(file: $0).certificates }
+            let validator = CredentialValidator(trustAnchors: anchors, intermediates: provided.chain)
+            let verdict = validator.validate(entries: provided.entries)
             let report = try InspectionReport(
-                entries: loaded.entries, verdict: verdict, strict: strict, friendlyNames: loaded.friendlyNames)
+                entries: provided.entries, verdict: verdict, strict: strict, friendlyNames: provided.friendlyNames)
             print(json ? try report.json() : ReportTable(report).render())
             if !report.valid {
                 throw DCError(

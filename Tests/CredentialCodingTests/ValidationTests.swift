@@ -6,15 +6,21 @@ import Testing
 
 private let f = OpenSSLFixtures.shared
 
+/// Reads an issued pair (certificate file, key file) as a certified key.
+private func certifiedKey(_ pair: IssuedPair) throws -> CertifiedKey {
+    let reader = CredentialReader()
+    return try KeyMaterial.paired(
+        certificates: try reader.read(file: pair.certificate).certificates,
+        privateKey: try reader.read(file: pair.key).privateKey!, source: pair.certificate
+    ).certifiedKey()
+}
+
 /// Reads an issued pair into an entry with `tag`.
 private func entry(_ pair: IssuedPair, _ tag: CredentialTag, history: [IssuedPair] = []) throws -> CredentialEntry {
-    let reader = CredentialReader()
-    let current = try reader.loadEntries([FileSource(tag: tag, kind: .pem(certificate: pair.certificate, key: pair.key))])
-    let retired = try history.map { try reader.loadEntries([FileSource(tag: .escrow, kind: .pem(certificate: $0.certificate, key: $0.key))]) }
-    let main = current.entries[0]
+    let current = try certifiedKey(pair)
     return try CredentialEntry(
-        tag: tag, certificate: main.certificate, privateKey: main.privateKey,
-        keyHistory: retired.map { $0.entries[0].certifiedKey })
+        tag: tag, certificate: current.certificate, privateKey: current.privateKey,
+        keyHistory: try history.map(certifiedKey))
 }
 
 private func anchors() throws -> [Certificate] { try CredentialReader().read(file: f.ca.certificate).certificates }

@@ -37,7 +37,7 @@ public struct CertificateSigner: Sendable {
 
     /// A CA with a certificate.
     public init(certificate: Certificate, privateKey: PrivateKey) throws {
-        let material = try KeyMaterial.pairing(certificates: [certificate], privateKey: privateKey, source: "signer")
+        let material = try KeyMaterial.paired(certificates: [certificate], privateKey: privateKey, source: "signer")
         self.certificate = material.certificates[0]
         self.privateKey = privateKey
     }

@@ -113,8 +113,9 @@ final class PKey {
 }
 
 extension KeyMaterial {
-    /// Puts the certificate that matches `privateKey` first, or fails naming the mismatch.
-    static func pairing(certificates: [Certificate], privateKey: PrivateKey, source: String) throws -> KeyMaterial {
+    /// Material with the certificate that matches `privateKey` first (compared by
+    /// SubjectPublicKeyInfo), or an error naming the mismatch.
+    public static func paired(certificates: [Certificate], privateKey: PrivateKey, source: String) throws -> KeyMaterial {
         guard let key = privateKey.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
             throw DCError(.malformedInput, "the private key cannot be read", subject: source)
         }

@@ -100,6 +100,51 @@ final class X509Certificate {
         return length > 0 ? String(nulTerminated: buffer) : "?"
     }
 
+    /// subjectAltName entries as `email:…`, `URI:…`, `DNS:…`, `UPN:…` or `other:<oid>`; empty when absent.
+    var subjectAlternativeNames: [String] {
+        var critical: Int32 = 0
+        guard let raw = X509_get_ext_d2i(pointer, NID_subject_alt_name, &critical, nil) else {
+            OpenSSLError.clear()
+            return []
+        }
+        let names = OpaquePointer(raw)
+        defer { dc_general_names_free(names) }
+        func text(_ string: UnsafeMutablePointer<ASN1_STRING>?) -> String {
+            guard let string, let data = ASN1_STRING_get0_data(string) else { return "" }
+            return String(decoding: UnsafeBufferPointer(start: data, count: Int(ASN1_STRING_length(string))), as: UTF8.self)
+        }
+        return (0..<dc_general_names_num(names)).compactMap { index in
+            guard let name = dc_general_names_value(names, index)?.pointee else { return nil }
+            switch name.type {
+            case GEN_EMAIL: return "email:" + text(name.d.rfc822Name)
+            case GEN_URI: return "URI:" + text(name.d.uniformResourceIdentifier)
+            case GEN_DNS: return "DNS:" + text(name.d.dNSName)
+            case GEN_OTHERNAME:
+                guard let other = name.d.otherName?.pointee else { return nil }
+                let oid = Self.oid(other.type_id)
+                if oid == "1.3.6.1.4.1.311.20.2.3", let value = other.value?.pointee, value.type == V_ASN1_UTF8STRING {
+                    return "UPN:" + text(value.value.utf8string)
+                }
+                return "other:" + oid
+            default: return "other"
+            }
+        }
+    }
+
+    /// The subject's commonName, if it has exactly one.
+    var commonName: String? {
+        let name = X509_get_subject_name(pointer)
+        let index = X509_NAME_get_index_by_NID(name, NID_commonName, -1)
+        guard index >= 0, X509_NAME_get_index_by_NID(name, NID_commonName, index) < 0,
+            let entry = X509_NAME_get_entry(name, index), let data = X509_NAME_ENTRY_get_data(entry)
+        else { return nil }
+        var utf8: UnsafeMutablePointer<UInt8>?
+        let length = ASN1_STRING_to_UTF8(&utf8, data)
+        guard length >= 0, let utf8 else { return nil }
+        defer { CRYPTO_free(utf8, #fileID, #line) }
+        return String(decoding: UnsafeBufferPointer(start: utf8, count: Int(length)), as: UTF8.self)
+    }
+
     /// basicConstraints: nil when absent, otherwise whether cA is true.
     var isCA: Bool? {
         var critical: Int32 = 0

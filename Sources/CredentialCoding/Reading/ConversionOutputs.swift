@@ -26,3 +26,44 @@ public enum ConversionOutputs {
         }
     }
 }
+
+extension ConversionOutputs {
+    public enum Format: String, Sendable, CaseIterable {
+        /// `<tag>.cert.der` + `<tag>.key.der` (PKCS#8, 0600).
+        case der
+        /// `<tag>.pem`: the certificate and its PKCS#8 key in one file (0600).
+        case pem
+    }
+
+    /// Adds a provided credential's files: one stem per entry (`authentication`, …, and
+    /// `escrow-history-1`, … for retired escrow pairs, newest first), the chain as `chain.pem`,
+    /// and `manifest.json` naming them all, so the folder can be read back with `--manifest`.
+    public static func add(_ provided: ProvidedCredential, format: Format, to set: inout AtomicFileSet) throws {
+        var manifestEntries: [[String: String]] = []
+        for entry in provided.entries {
+            let pairs = [(entry.tag.rawValue, entry.certifiedKey)]
+                + entry.keyHistory.enumerated().map { ("\(entry.tag.rawValue)-history-\($0.offset + 1)", $0.element) }
+            for (stem, pair) in pairs {
+                switch format {
+                case .der:
+                    try set.add("\(stem).cert.der", .bytes(pair.certificate.derBytes), mode: 0o644)
+                    try set.add("\(stem).key.der", .secret(pair.privateKey.withPKCS8DER { SecretBytes($0) }), mode: 0o600)
+                    manifestEntries.append(["tag": entry.tag.rawValue, "certificate": "\(stem).cert.der", "key": "\(stem).key.der"])
+                case .pem:
+                    var combined = PEM.certificate(pair.certificate)
+                    PEM.privateKey(pair.privateKey).withUnsafeBytes { combined += $0 }
+                    try set.add("\(stem).pem", .secret(SecretBytes(consuming: &combined)), mode: 0o600)
+                    manifestEntries.append(["tag": entry.tag.rawValue, "certificate": "\(stem).pem"])
+                }
+            }
+        }
+        if !provided.chain.isEmpty {
+            try set.add("chain.pem", .bytes(provided.chain.flatMap(PEM.certificate)), mode: 0o644)
+        }
+        var manifest: [String: Any] = ["version": 1, "entries": manifestEntries]
+        if let name = provided.suggestedName { manifest["name"] = name }
+        if let serial = provided.suggestedSerialNumber { manifest["serialNumber"] = serial }
+        let json = try JSONSerialization.data(withJSONObject: manifest, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        try set.add("manifest.json", .bytes(Array(json) + [0x0A]), mode: 0o644)
+    }
+}

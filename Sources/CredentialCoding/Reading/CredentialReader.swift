@@ -243,3 +243,25 @@ private final class PassphraseOnce {
         return value
     }
 }
+
+extension CredentialReader {
+    /// Exactly one DER certificate, strictly (for protocols that carry certificates as DER).
+    public func certificate(der bytes: [UInt8], source: String) throws -> Certificate {
+        do {
+            return Certificate(derBytes: try X509Certificate(der: bytes).der())
+        } catch var error as DCError {
+            if error.subject == nil { error.subject = source }
+            throw error
+        }
+    }
+
+    /// Exactly one PKCS#8 DER private key, strictly, in OpenSSL's canonical PKCS#8 form.
+    public func privateKey(pkcs8 bytes: [UInt8], source: String) throws -> PrivateKey {
+        do {
+            return try KeyDecoding.pkcs8(bytes).pkcs8()
+        } catch var error as DCError {
+            if error.subject == nil { error.subject = source }
+            throw error
+        }
+    }
+}

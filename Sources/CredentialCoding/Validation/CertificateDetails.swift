@@ -17,6 +17,10 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
     public var keyUsage: [String]?
     /// Extended key usage OIDs, dotted.
     public var extendedKeyUsage: [String]?
+    /// subjectAltName entries: `email:…`, `URI:…`, `DNS:…`, `UPN:…`, `other:<oid>`.
+    public var subjectAlternativeNames: [String]
+    /// The subject's commonName, when it has exactly one.
+    public var commonName: String?
     public var sha256Fingerprint: String
 
     public init(_ certificate: Certificate) throws {
@@ -30,6 +34,8 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
         signatureAlgorithm = x509.signature.name
         keyUsage = x509.keyUsage.map(KeyUsage.names)
         extendedKeyUsage = x509.extendedKeyUsage
+        subjectAlternativeNames = x509.subjectAlternativeNames
+        commonName = x509.commonName
         sha256Fingerprint = try x509.sha256Fingerprint()
     }
 }

@@ -159,6 +159,15 @@ extension DCError.Code {
     /// The passphrase did not open the input.
     public static let wrongPassphrase = Self("wrongPassphrase", .refused)
 
+    // MARK: Providers.
+    /// A provider plug-in reported an error, exited non-zero or crashed.
+    public static let providerFailed = Self("providerFailed", .unavailable)
+    /// A provider plug-in did not answer in time and was killed.
+    public static let providerTimedOut = Self("providerTimedOut", .unavailable)
+    /// A provider plug-in broke the protocol: invalid or truncated JSON, an unknown version,
+    /// output over the cap, malformed entries.
+    public static let providerProtocol = Self("providerProtocol", .dataError)
+
     // MARK: Files and the command line.
     public static let usage = Self("usage", .usage)
     public static let fileNotFound = Self("fileNotFound", .inputMissing)

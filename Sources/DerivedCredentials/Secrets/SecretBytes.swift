@@ -71,3 +71,27 @@ public struct SecretBytes: Sendable, Equatable, CustomStringConvertible, CustomD
         }
     }
 }
+
+extension SecretBytes {
+    /// The bytes in standard base64 (with padding), as a secret: unlike `Data.base64EncodedString()`,
+    /// no String copy of the secret is left behind for the allocator to keep.
+    public func base64Encoded() -> SecretBytes {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity((count + 2) / 3 * 4)
+        withUnsafeBytes { bytes in
+            var index = 0
+            while index < bytes.count {
+                let b0 = Int(bytes[index])
+                let b1 = index + 1 < bytes.count ? Int(bytes[index + 1]) : 0
+                let b2 = index + 2 < bytes.count ? Int(bytes[index + 2]) : 0
+                out.append(alphabet[b0 >> 2])
+                out.append(alphabet[(b0 & 0x03) << 4 | b1 >> 4])
+                out.append(index + 1 < bytes.count ? alphabet[(b1 & 0x0F) << 2 | b2 >> 6] : UInt8(ascii: "="))
+                out.append(index + 2 < bytes.count ? alphabet[b2 & 0x3F] : UInt8(ascii: "="))
+                index += 3
+            }
+        }
+        return SecretBytes(consuming: &out)
+    }
+}

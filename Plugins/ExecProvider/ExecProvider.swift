@@ -1,0 +1,216 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// A provider that is a separate executable speaking a small versioned JSON protocol over
+/// standard input and output (docs/PROVIDER-PROTOCOL.md), the way git credential helpers and
+/// kubectl exec plug-ins work. Selected with `--provider exec:PATH`, or `--provider NAME` for an
+/// executable `dcprovider-NAME` on `DCPROVISION_PROVIDER_PATH`.
+///
+/// The plug-in is not trusted: it runs with an argv array and no secret in its argv or
+/// environment (a passphrase goes over stdin), under a timeout and an output cap; its answer is
+/// parsed strictly and every certificate and key goes through the same strict reader as files.
+/// Its stderr is passed on, line by line, with control characters escaped.
+public struct ExecProvider: CredentialProvider {
+    public let path: String
+    public let descriptor: ProviderDescriptor
+    public var limits: ChildProcess.Limits
+    /// Receives the plug-in's stderr, one escaped line at a time.
+    public var stderrHandler: @Sendable (String) -> Void
+
+    public static let namePrefix = "dcprovider-"
+
+    public init(
+        path: String, id: String? = nil, limits: ChildProcess.Limits = ChildProcess.Limits(),
+        stderrHandler: @escaping @Sendable (String) -> Void = ExecProvider.writeToStandardError
+    ) {
+        self.path = path
+        self.limits = limits
+        self.stderrHandler = stderrHandler
+        let name = (path as NSString).lastPathComponent
+        descriptor = ProviderDescriptor(
+            id: id ?? "exec:\(path)", displayName: "\(name) (external)", version: "protocol \(Wire.version)",
+            options: [])
+    }
+
+    @Sendable public static func writeToStandardError(_ line: String) {
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+
+    /// Asks the plug-in for its descriptor (`describe`).
+    public func describe() async throws -> ProviderDescriptor {
+        let response = try await exchange(operation: "describe", options: [:], passphrase: nil)
+        guard let wire = response.descriptor else {
+            throw protocolError("the describe answer has no descriptor")
+        }
+        return ProviderDescriptor(
+            id: wire.id, displayName: wire.displayName, version: wire.version,
+            options: (wire.options ?? []).map {
+                ProviderOption(name: $0.name, summary: $0.summary, repeatable: $0.repeatable ?? false, required: $0.required ?? false)
+            })
+    }
+
+    /// Options are passed through; the plug-in checks them. A passphrase is sent only when the
+    /// request has a source that yields one.
+    public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
+        try Task.checkCancellation()
+        let passphrase = try request.passphrase.passphrase(for: descriptor.id)
+        let response = try await exchange(operation: "provide", options: request.options, passphrase: passphrase)
+        guard let credential = response.credential else { throw protocolError("the provide answer has no credential") }
+        return try convert(credential)
+    }
+
+    // MARK: - Exchange
+
+    func exchange(operation: String, options: [String: [String]], passphrase: SecretBytes?) async throws -> Wire.Response {
+        let input = try Wire.request(operation: operation, options: options, passphrase: passphrase)
+        let outcome = try await ChildProcess.run(path, arguments: [], stdin: input, limits: limits)
+        forward(outcome.stderr, truncated: outcome.stderrTruncated)
+        if outcome.timedOut {
+            throw DCError(
+                .providerTimedOut, "the provider did not answer within \(limits.timeout) and was stopped", subject: path)
+        }
+        if outcome.stdoutOverflowed {
+            throw protocolError("the provider wrote more than \(limits.stdoutLimit) bytes")
+        }
+        let decoded = Result { try Self.decode(outcome.stdout) }
+        if case .signaled(let signal) = outcome.termination {
+            throw DCError(.providerFailed, "the provider was killed by signal \(signal)", subject: path)
+        }
+        // A reported error wins over the exit status: it says why.
+        if case .success(let response) = decoded, let failure = response.error {
+            throw DCError(
+                Self.code(for: failure.code),
+                "the provider reported \(failure.code.escapingControlCharacters): \(failure.message.escapingControlCharacters)",
+                subject: path)
+        }
+        if case .exited(let status) = outcome.termination, status != 0 {
+            throw DCError(.providerFailed, "the provider exited with status \(status)", subject: path)
+        }
+        do {
+            return try decoded.get()
+        } catch var error as DCError {
+            error.subject = path
+            throw error
+        }
+    }
+
+    /// Parses the answer strictly: one JSON object, the protocol version we speak.
+    static func decode(_ bytes: [UInt8]) throws -> Wire.Response {
+        guard !bytes.isEmpty else {
+            throw DCError(.providerProtocol, "the provider gave no answer")
+        }
+        let response: Wire.Response
+        do {
+            response = try JSONDecoder().decode(Wire.Response.self, from: Data(bytes))
+        } catch {
+            throw DCError(.providerProtocol, "the provider's answer is not valid protocol JSON (truncated or malformed)")
+        }
+        guard response.protocol == Wire.version else {
+            throw DCError(
+                .providerProtocol, "the provider speaks protocol version \(response.protocol); this tool speaks \(Wire.version)")
+        }
+        return response
+    }
+
+    static func code(for name: String) -> DCError.Code {
+        let known: [DCError.Code] = [
+            .passphraseRequired, .wrongPassphrase, .invalid, .notReady, .serviceUnavailable, .fileNotFound,
+            .permissionDenied, .usage,
+        ]
+        return known.first { $0.name == name } ?? .providerFailed
+    }
+
+    func protocolError(_ message: String) -> DCError {
+        DCError(.providerProtocol, message, subject: path)
+    }
+
+    func forward(_ stderr: [UInt8], truncated: Bool) {
+        guard !stderr.isEmpty else { return }
+        let name = (path as NSString).lastPathComponent
+        for line in String(decoding: stderr, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: true) {
+            stderrHandler("\(name): \(line.escapingControlCharacters)")
+        }
+        if truncated { stderrHandler("\(name): (further output dropped)") }
+    }
+
+    // MARK: - Conversion
+
+    func convert(_ credential: Wire.Credential) throws -> ProvidedCredential {
+        let reader = CredentialReader()
+        var seen = Set<CredentialTag>()
+        var entries: [CredentialEntry] = []
+        for (index, entry) in credential.entries.enumerated() {
+            let place = "entry \(index)"
+            guard let tag = CredentialTag(rawValue: entry.tag) else {
+                throw protocolError("\(place) has an unknown tag '\(entry.tag.escapingControlCharacters)'")
+            }
+            guard seen.insert(tag).inserted else {
+                throw DCError(.duplicateTag, "the provider returned tag '\(tag)' more than once", subject: path)
+            }
+            let current = try pair(entry.certificate, entry.privateKey, place: "\(tag)", reader: reader)
+            let history = try (entry.keyHistory ?? []).enumerated().map {
+                try pair($0.element.certificate, $0.element.privateKey, place: "\(tag) history \($0.offset)", reader: reader)
+            }
+            do {
+                entries.append(
+                    try CredentialEntry(
+                        tag: tag, certificate: current.certificate, privateKey: current.privateKey, keyHistory: history))
+            } catch var error as DCError {
+                error.subject = path
+                throw error
+            }
+        }
+        guard !entries.isEmpty else { throw protocolError("the provider returned no entries") }
+        var expiry: Date?
+        if let text = credential.expirationDate {
+            guard let date = ISO8601DateFormatter().date(from: text) else {
+                throw protocolError("expirationDate is not an ISO 8601 date")
+            }
+            expiry = date
+        }
+        return ProvidedCredential(
+            entries: entries, suggestedName: credential.name, suggestedSerialNumber: credential.serialNumber,
+            suggestedExpirationDate: expiry)
+    }
+
+    func pair(_ certificate: String, _ key: String, place: String, reader: CredentialReader) throws -> CertifiedKey {
+        guard let certificateDER = Data(base64Encoded: certificate) else {
+            throw protocolError("\(place): the certificate is not base64")
+        }
+        guard var keyDER = Data(base64Encoded: key).map(Array.init) else {
+            throw protocolError("\(place): the private key is not base64")
+        }
+        defer { keyDER.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
+        let source = "\(path) (\(place))"
+        let material = try KeyMaterial.paired(
+            certificates: [try reader.certificate(der: Array(certificateDER), source: source)],
+            privateKey: try reader.privateKey(pkcs8: keyDER, source: source), source: source)
+        return try material.certifiedKey()
+    }
+
+    // MARK: - Discovery
+
+    /// Executables named `dcprovider-NAME` in the directories of `searchPath` (colon-separated,
+    /// as `DCPROVISION_PROVIDER_PATH`), first one per name wins.
+    public static func discover(searchPath: String?) -> [(name: String, path: String)] {
+        guard let searchPath, !searchPath.isEmpty else { return [] }
+        var found: [(String, String)] = []
+        var names = Set<String>()
+        for directory in searchPath.split(separator: ":").map(String.init) {
+            guard let files = try? FileManager.default.contentsOfDirectory(atPath: directory) else { continue }
+            for file in files.sorted() where file.hasPrefix(namePrefix) {
+                let name = String(file.dropFirst(namePrefix.count))
+                guard !name.isEmpty, name.allSatisfy({ $0.isLowercase || $0.isNumber || $0 == "-" }),
+                    !names.contains(name)
+                else { continue }
+                let path = (directory as NSString).appendingPathComponent(file)
+                var info = stat()
+                guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, access(path, X_OK) == 0 else { continue }
+                names.insert(name)
+                found.append((name, path))
+            }
+        }
+        return found
+    }
+}

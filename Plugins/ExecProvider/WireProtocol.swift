@@ -1,0 +1,72 @@
+import DerivedCredentials
+import Foundation
+
+/// The JSON messages of the exec-provider protocol, version 1 (docs/PROVIDER-PROTOCOL.md).
+enum Wire {
+    static let version = 1
+
+    struct Descriptor: Codable {
+        var id: String
+        var displayName: String
+        var version: String
+        var options: [Option]?
+    }
+
+    struct Option: Codable {
+        var name: String
+        var summary: String
+        var repeatable: Bool?
+        var required: Bool?
+    }
+
+    struct Pair: Decodable {
+        var certificate: String
+        var privateKey: String
+    }
+
+    struct Entry: Decodable {
+        var tag: String
+        var certificate: String
+        var privateKey: String
+        var keyHistory: [Pair]?
+    }
+
+    struct Credential: Decodable {
+        var name: String?
+        var serialNumber: String?
+        var expirationDate: String?
+        var entries: [Entry]
+    }
+
+    struct Failure: Decodable {
+        var code: String
+        var message: String
+    }
+
+    struct Response: Decodable {
+        var `protocol`: Int
+        var descriptor: Descriptor?
+        var credential: Credential?
+        var error: Failure?
+    }
+
+    /// The request, built as bytes so that the passphrase can be wiped afterwards.
+    static func request(operation: String, options: [String: [String]], passphrase: SecretBytes?) throws -> SecretBytes {
+        struct Head: Encodable {
+            var `protocol`: Int
+            var operation: String
+            var options: [String: [String]]
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        var bytes = Array(try encoder.encode(Head(protocol: version, operation: operation, options: options)))
+        if let passphrase {
+            bytes.removeLast()  // the closing brace
+            bytes += Array(#","passphrase":""#.utf8)
+            passphrase.base64Encoded().withUnsafeBytes { bytes += $0 }
+            bytes += Array(#""}"#.utf8)
+        }
+        bytes.append(0x0A)
+        return SecretBytes(consuming: &bytes)
+    }
+}

@@ -1,0 +1,199 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs a program with an argv array (never a shell), feeds it standard input, and collects its
+/// output under a deadline and size caps. The child gets its own process group, so a timeout or
+/// a cancelled task kills whatever it started too.
+public enum ChildProcess {
+    public struct Limits: Sendable {
+        public var timeout: Duration
+        public var stdoutLimit: Int
+        public var stderrLimit: Int
+
+        public init(timeout: Duration = .seconds(30), stdoutLimit: Int = 4 << 20, stderrLimit: Int = 64 << 10) {
+            self.timeout = timeout
+            self.stdoutLimit = stdoutLimit
+            self.stderrLimit = stderrLimit
+        }
+    }
+
+    public enum Termination: Sendable, Equatable {
+        case exited(Int32)
+        case signaled(Int32)
+    }
+
+    public struct Outcome: Sendable {
+        public var termination: Termination
+        public var stdout: [UInt8]
+        public var stderr: [UInt8]
+        /// The child wrote more than `stdoutLimit` bytes and was killed.
+        public var stdoutOverflowed: Bool
+        /// Standard error beyond `stderrLimit` was dropped (the child was not killed for it).
+        public var stderrTruncated: Bool
+        public var timedOut: Bool
+    }
+
+    /// Runs `executable` and waits for it on a thread of its own; cancelling the task kills the child.
+    public static func run(
+        _ executable: String, arguments: [String] = [], stdin: SecretBytes = SecretBytes([]),
+        environment: [String: String]? = nil, limits: Limits = Limits()
+    ) async throws -> Outcome {
+        let cancellation = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let thread = Thread {
+                    continuation.resume(
+                        with: Result {
+                            try runBlocking(
+                                executable, arguments: arguments, stdin: stdin, environment: environment, limits: limits,
+                                cancellation: cancellation)
+                        })
+                }
+                thread.start()
+            }
+        } onCancel: {
+            cancellation.cancel()
+        }
+    }
+
+    /// A flag set from the cancellation handler and polled by the runner thread.
+    final class CancellationFlag: @unchecked Sendable {
+        // Guarded by `lock`.
+        private let lock = NSLock()
+        private var cancelled = false
+        func cancel() { lock.withLock { cancelled = true } }
+        var isCancelled: Bool { lock.withLock { cancelled } }
+    }
+
+    static func runBlocking(
+        _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?, limits: Limits,
+        cancellation: CancellationFlag
+    ) throws -> Outcome {
+        var inPipe: [Int32] = [0, 0]
+        var outPipe: [Int32] = [0, 0]
+        var errPipe: [Int32] = [0, 0]
+        // pipe2(O_CLOEXEC) is not visible from Swift's Glibc module; set the flag right away.
+        guard pipe(&inPipe) == 0, pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
+            throw DCError(.ioError, "cannot create pipes: \(String(cString: strerror(errno)))")
+        }
+        for fd in inPipe + outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
+        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaultSignals = sigset_t()
+        sigemptyset(&defaultSignals)
+        sigaddset(&defaultSignals, SIGPIPE)
+        sigaddset(&defaultSignals, SIGXFSZ)
+        posix_spawnattr_setsigdefault(&attributes, &defaultSignals)
+        var emptyMask = sigset_t()
+        sigemptyset(&emptyMask)
+        posix_spawnattr_setsigmask(&attributes, &emptyMask)
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(
+            &attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let environmentStrings = (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { environmentStrings.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environmentStrings)
+        for fd in [inPipe[0], outPipe[1], errPipe[1]] { close(fd) }
+        guard spawned == 0 else {
+            for fd in [inPipe[1], outPipe[0], errPipe[0]] { close(fd) }
+            let reason = String(cString: strerror(spawned))
+            throw DCError(
+                spawned == ENOENT ? .fileNotFound : .providerFailed, "cannot start the program: \(reason)", subject: executable)
+        }
+
+        var stdoutBytes: [UInt8] = []
+        var stderrBytes: [UInt8] = []
+        var overflowed = false
+        var truncated = false
+        var timedOut = false
+        var killed = false
+        var input = stdin.withUnsafeBytes { Array($0) }
+        defer { input.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
+        var written = 0
+        var stdinFD: Int32 = inPipe[1]
+        _ = fcntl(stdinFD, F_SETFL, fcntl(stdinFD, F_GETFL) | O_NONBLOCK)
+        if input.isEmpty { close(stdinFD); stdinFD = -1 }
+        var openOutputs: Set<Int32> = [outPipe[0], errPipe[0]]
+        let deadline = ContinuousClock.now + limits.timeout
+        var chunk = [UInt8](repeating: 0, count: 65536)
+
+        func killGroup() {
+            if !killed { kill(-pid, SIGKILL); killed = true }
+        }
+
+        while !openOutputs.isEmpty {
+            if cancellation.isCancelled { killGroup() }
+            if ContinuousClock.now >= deadline && !killed { timedOut = true; killGroup() }
+            var fds = openOutputs.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
+            if stdinFD >= 0 { fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)) }
+            let ready = poll(&fds, nfds_t(fds.count), 50)
+            if ready < 0 && errno != EINTR { break }
+            for entry in fds where entry.revents != 0 {
+                if entry.fd == stdinFD {
+                    let count = input.withUnsafeBytes { write(stdinFD, $0.baseAddress! + written, $0.count - written) }
+                    if count > 0 { written += count }
+                    if count < 0 && errno != EAGAIN && errno != EINTR || written == input.count {
+                        close(stdinFD)
+                        stdinFD = -1
+                    }
+                    continue
+                }
+                let count = chunk.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
+                if count <= 0 {
+                    if count == 0 || (errno != EAGAIN && errno != EINTR) {
+                        close(entry.fd)
+                        openOutputs.remove(entry.fd)
+                    }
+                    continue
+                }
+                if entry.fd == outPipe[0] {
+                    if stdoutBytes.count + count > limits.stdoutLimit {
+                        overflowed = true
+                        killGroup()
+                        close(entry.fd)
+                        openOutputs.remove(entry.fd)
+                    } else {
+                        stdoutBytes += chunk.prefix(count)
+                    }
+                } else {
+                    let room = max(0, limits.stderrLimit - stderrBytes.count)
+                    if count > room { truncated = true }
+                    stderrBytes += chunk.prefix(min(count, room))
+                }
+            }
+        }
+        if stdinFD >= 0 { close(stdinFD) }
+        chunk.withUnsafeMutableBytes { SecretBytes.wipe($0) }
+
+        // Outputs are closed; the child may still run (it closed them itself). Wait, within the deadline.
+        var status: Int32 = 0
+        while true {
+            let result = waitpid(pid, &status, WNOHANG)
+            if result == pid { break }
+            if result < 0 && errno != EINTR { break }
+            if cancellation.isCancelled { killGroup() }
+            if ContinuousClock.now >= deadline && !killed { timedOut = true; killGroup() }
+            usleep(5000)
+        }
+        if cancellation.isCancelled { throw CancellationError() }
+        let termination: Termination =
+            (status & 0x7F) == 0 ? .exited((status >> 8) & 0xFF) : .signaled(status & 0x7F)
+        return Outcome(
+            termination: termination, stdout: stdoutBytes, stderr: stderrBytes, stdoutOverflowed: overflowed,
+            stderrTruncated: truncated, timedOut: timedOut)
+    }
+}

@@ -1,0 +1,57 @@
+import ArgumentParser
+import DerivedCredentials
+import ExecProvider
+import Foundation
+
+struct Providers: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List the built-in providers and the exec providers found on DCPROVISION_PROVIDER_PATH.")
+
+    @Flag(help: "Print JSON.")
+    var json = false
+
+    struct Listing: Encodable {
+        var id: String
+        var kind: String
+        var path: String?
+        var descriptor: ProviderDescriptor?
+        var problem: String?
+    }
+
+    func run() async throws {
+        try await runReportingErrors {
+            var listings: [Listing] = []
+            for provider in ProviderDirectory.registry().all {
+                if let exec = provider as? ExecProvider {
+                    do {
+                        var quick = exec
+                        quick.limits.timeout = .seconds(5)
+                        let descriptor = try await quick.describe()
+                        listings.append(Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, descriptor: descriptor))
+                    } catch {
+                        listings.append(Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, problem: "\(error)"))
+                    }
+                } else {
+                    listings.append(Listing(id: provider.descriptor.id, kind: "built-in", descriptor: provider.descriptor))
+                }
+            }
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+                print(String(decoding: try encoder.encode(listings), as: UTF8.self))
+                return
+            }
+            for listing in listings {
+                let name = listing.descriptor.map { "\($0.displayName), version \($0.version)" } ?? "unavailable"
+                print("\(listing.id.escapingControlCharacters)  [\(listing.kind)]  \(name.escapingControlCharacters)")
+                if let path = listing.path { print("    path: \(path.escapingControlCharacters)") }
+                if let problem = listing.problem { print("    problem: \(problem.escapingControlCharacters)") }
+                for option in listing.descriptor?.options ?? [] {
+                    let flags = [option.required ? "required" : nil, option.repeatable ? "repeatable" : nil].compactMap { $0 }
+                    let suffix = flags.isEmpty ? "" : " (\(flags.joined(separator: ", ")))"
+                    print("    --option \(option.name)=…  \(option.summary)\(suffix)".escapingControlCharacters)
+                }
+            }
+        }
+    }
+}

@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "PEMFileProvider", targets: ["PEMFileProvider"]),
         .library(name: "TestCAProvider", targets: ["TestCAProvider"]),
         .library(name: "ExecProvider", targets: ["ExecProvider"]),
+        .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
     ],
     dependencies: [
@@ -42,6 +43,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+
+        // The provider conformance kit, for the built-in providers and vendors' alike.
+        .target(name: "DerivedCredentialsTesting", dependencies: ["DerivedCredentials", "CredentialCoding"]),
 
         // Provider plug-ins, one target each.
         .target(
@@ -83,6 +87,13 @@ let package = Package(
             dependencies: ["CredentialCoding", "DerivedCredentials", "TestSupport", "COpenSSL"]
         ),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
+        .testTarget(
+            name: "ProviderTests",
+            dependencies: [
+                "PEMFileProvider", "TestCAProvider", "ExecProvider", "DerivedCredentialsTesting", "CredentialCoding",
+                "TestSupport",
+            ]
+        ),
         .testTarget(name: "dcprovisionTests", dependencies: ["dcprovision", "TestSupport", "DerivedCredentials"]),
     ]
 )

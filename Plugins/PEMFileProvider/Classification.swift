@@ -4,12 +4,14 @@ import DerivedCredentials
 /// Assigns a tag to an untagged certificate from its key usage, extended key usage and
 /// subjectAltName (`--classify`):
 ///
-/// - keyEncipherment or keyAgreement, and neither signature bit → **encryption**
+/// - keyEncipherment or keyAgreement, without nonRepudiation or a client-authentication EKU →
+///   **encryption**
 /// - nonRepudiation → **signing**; so is digitalSignature with only e-mail/document-signing EKUs
 /// - digitalSignature with a client-authentication EKU (clientAuth, PKINIT, smart-card logon) or a
 ///   UPN in the subjectAltName → **authentication**
 ///
-/// Anything that fits none or more than one is ambiguous and refused with an error naming the file.
+/// Anything that fits none or more than one (a dual-use S/MIME certificate with digitalSignature,
+/// keyEncipherment and emailProtection) is ambiguous and refused with an error naming the file.
 public enum Classification {
     static let authenticationEKUs: Set<String> = [
         ExtendedKeyUsage.clientAuth, ExtendedKeyUsage.pkinitClientAuth, ExtendedKeyUsage.smartcardLogon,
@@ -23,7 +25,6 @@ public enum Classification {
     public static func candidates(_ details: CertificateDetails) -> [CredentialTag] {
         let usage = Set(details.keyUsage ?? [])
         let eku = Set(details.extendedKeyUsage ?? [])
-        let signs = usage.contains("digitalSignature") || usage.contains("nonRepudiation")
         let encrypts = usage.contains("keyEncipherment") || usage.contains("keyAgreement")
         let hasUPN = details.subjectAlternativeNames.contains { $0.hasPrefix("UPN:") }
         var tags: [CredentialTag] = []
@@ -37,7 +38,9 @@ public enum Classification {
         {
             tags.append(.signing)
         }
-        if encrypts && !signs { tags.append(.encryption) }
+        if encrypts && !usage.contains("nonRepudiation") && eku.isDisjoint(with: authenticationEKUs) {
+            tags.append(.encryption)
+        }
         return tags
     }
 

@@ -20,7 +20,7 @@ final class CountingPassphrase: PassphraseSource, @unchecked Sendable {
 
 @Suite("Strictness: what OpenSSL accepts and the toolkit refuses")
 struct StrictnessTests {
-    @Test(arguments: HostileInput.all)
+    @Test(arguments: HostileInput.all + HostileInput.labelMismatches)
     func refused(input: HostileInput) throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

@@ -38,11 +38,11 @@ public struct HostileInput: Sendable, CustomStringConvertible {
         try directory.write("pass-\(UUID().uuidString).txt", text + "\n")
     }
 
-    static func der(of certificate: String) throws -> [UInt8] {
+    public static func der(of certificate: String) throws -> [UInt8] {
         try OpenSSLFixtures.openssl(["x509", "-in", certificate, "-outform", "DER"])
     }
 
-    static func pkcs8(of key: String) throws -> [UInt8] {
+    public static func pkcs8(of key: String) throws -> [UInt8] {
         try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-nocrypt", "-in", key, "-outform", "DER"])
     }
 
@@ -244,6 +244,33 @@ public struct HostileInput: Sendable, CustomStringConvertible {
             bytes("empty file", .unsupportedFormat) { _ in [] },
             bytes("random bytes", .malformedInput) { _ in [0x30, 0x82, 0x10, 0x00, 1, 2, 3] },
             text("plain text", .unsupportedFormat) { _ in "hello, this is not a certificate\n" },
+        ]
+    }()
+}
+
+extension HostileInput {
+    /// Keys whose PEM label does not match their structure (OpenSSL's decoders take either).
+    public static let labelMismatches: [HostileInput] = {
+        let f = OpenSSLFixtures.shared
+        return [
+            HostileInput(
+                name: "PKCS#1 key under a PRIVATE KEY label",
+                make: { dir in
+                    try dir.write(
+                        "pkcs1-as-pkcs8.pem",
+                        pem("PRIVATE KEY", try OpenSSLFixtures.openssl(["rsa", "-in", f.encryption.key, "-traditional", "-outform", "DER"])))
+                }, passphrase: nil, expected: .malformedInput),
+            HostileInput(
+                name: "PKCS#8 key under an RSA PRIVATE KEY label",
+                make: { dir in try dir.write("pkcs8-as-rsa.pem", pem("RSA PRIVATE KEY", try pkcs8(of: f.encryption.key))) },
+                passphrase: nil, expected: .malformedInput),
+            HostileInput(
+                name: "SEC1 key under a PRIVATE KEY label",
+                make: { dir in
+                    try dir.write(
+                        "sec1-as-pkcs8.pem",
+                        pem("PRIVATE KEY", try OpenSSLFixtures.openssl(["ec", "-in", f.authentication.key, "-outform", "DER"])))
+                }, passphrase: nil, expected: .malformedInput),
         ]
     }()
 }

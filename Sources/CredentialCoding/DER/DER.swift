@@ -159,3 +159,26 @@ extension DER {
         [identifier] + encodeLength(content.count) + content
     }
 }
+
+extension DER {
+    /// The top-level structures the toolkit reads, told apart by their first fields.
+    enum Shape: Equatable {
+        case certificate, pkcs12, pkcs8, encryptedPKCS8, rsa, sec1
+    }
+
+    /// Which structure `top` (a validated node of `bytes`) is, or nil.
+    static func shape(_ bytes: [UInt8], _ top: Node) throws -> Shape? {
+        guard top.identifier == 0x30 else { return nil }
+        let children = try DER.children(bytes, of: top)
+        let ids = children.map(\.identifier)
+        let version = children.first.map { Array(bytes[$0.content]) }
+        if ids == [0x30, 0x30, 0x03] { return .certificate }
+        if ids == [0x30, 0x04] { return .encryptedPKCS8 }
+        guard ids.first == 0x02, let version else { return nil }
+        if version == [3], ids.count >= 2, ids[1] == 0x30 { return .pkcs12 }
+        if ids.count >= 3, ids[1] == 0x30, ids[2] == 0x04, version == [0] || version == [1] { return .pkcs8 }
+        if version == [0], ids.count == 9, ids.allSatisfy({ $0 == 0x02 }) { return .rsa }
+        if version == [1], ids.count >= 2, ids[1] == 0x04 { return .sec1 }
+        return nil
+    }
+}

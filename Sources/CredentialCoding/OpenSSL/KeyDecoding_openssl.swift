@@ -5,7 +5,11 @@ import DerivedCredentials
 enum KeyDecoding {
     /// PKCS#8 PrivateKeyInfo DER.
     static func pkcs8(_ der: [UInt8]) throws -> PKey {
-        try DER.validate(der, what: "PKCS#8 private key")
+        let top = try DER.validate(der, what: "PKCS#8 private key")
+        // OpenSSL's PrivateKeyInfo decoder also takes PKCS#1 and SEC1: insist on the structure.
+        guard try DER.shape(der, top) == .pkcs8 else {
+            throw DCError(.malformedInput, "not a PKCS#8 private key (wrong structure)")
+        }
         guard let key = PKey.fromPKCS8(der) else {
             throw DCError(.malformedInput, "not a PKCS#8 private key", underlying: OpenSSLError.drain())
         }
@@ -40,7 +44,10 @@ enum KeyDecoding {
 
     /// PKCS#1 RSAPrivateKey DER.
     static func rsa(_ der: [UInt8]) throws -> PKey {
-        try DER.validate(der, what: "RSA private key")
+        let top = try DER.validate(der, what: "RSA private key")
+        guard try DER.shape(der, top) == .rsa else {
+            throw DCError(.malformedInput, "not a PKCS#1 RSA private key (wrong structure)")
+        }
         guard let key = PKey.fromTypeSpecific(der, type: EVP_PKEY_RSA) else {
             throw DCError(.malformedInput, "not a PKCS#1 RSA private key", underlying: OpenSSLError.drain())
         }
@@ -50,6 +57,9 @@ enum KeyDecoding {
     /// SEC1 ECPrivateKey DER, with the curve from a separate `EC PARAMETERS` block when the key has none.
     static func sec1(_ der: [UInt8], parameters: [UInt8]?) throws -> PKey {
         let top = try DER.validate(der, what: "EC private key")
+        guard try DER.shape(der, top) == .sec1 else {
+            throw DCError(.malformedInput, "not a SEC1 EC private key (wrong structure)")
+        }
         var der = der
         if let parameters {
             let parametersNode = try DER.validate(parameters, what: "EC parameters")

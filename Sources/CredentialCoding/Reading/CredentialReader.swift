@@ -103,7 +103,10 @@ public struct CredentialReader: Sendable {
                 hint: "expected PEM, DER or PKCS#12")
         }
         let top = try DER.validate(bytes, what: "DER input")
-        switch try Self.sniff(bytes, top) {
+        guard let shape = try DER.shape(bytes, top) else {
+            throw DCError(.unsupportedFormat, "not a certificate, key or PKCS#12 file")
+        }
+        switch shape {
         case .certificate:
             parts.certificates.append(try X509Certificate(der: bytes))
         case .pkcs12:
@@ -120,25 +123,6 @@ public struct CredentialReader: Sendable {
         case .sec1:
             parts.keys.append(try KeyDecoding.sec1(bytes, parameters: nil))
         }
-    }
-
-    private enum DERKind { case certificate, pkcs12, pkcs8, encryptedPKCS8, rsa, sec1 }
-
-    /// Tells the DER structures apart by their first fields.
-    private static func sniff(_ bytes: [UInt8], _ top: DER.Node) throws -> DERKind {
-        guard top.identifier == 0x30 else { throw DCError(.unsupportedFormat, "not a certificate, key or PKCS#12 file") }
-        let children = try DER.children(bytes, of: top)
-        let ids = children.map(\.identifier)
-        func integer(_ node: DER.Node) -> [UInt8] { Array(bytes[node.content]) }
-        if ids.count == 3, ids == [0x30, 0x30, 0x03] { return .certificate }
-        if ids.count == 2, ids == [0x30, 0x04] { return .encryptedPKCS8 }
-        if ids.first == 0x02, let version = children.first.map(integer) {
-            if version == [3], ids.count >= 2, ids[1] == 0x30 { return .pkcs12 }
-            if ids.count >= 3, ids[1] == 0x30, ids[2] == 0x04, version == [0] || version == [1] { return .pkcs8 }
-            if version == [0], ids.count == 9, ids.allSatisfy({ $0 == 0x02 }) { return .rsa }
-            if version == [1], ids.count >= 2, ids[1] == 0x04 { return .sec1 }
-        }
-        throw DCError(.unsupportedFormat, "not a certificate, key or PKCS#12 file")
     }
 
     private func readFile(_ path: String) throws -> [UInt8] {

@@ -106,7 +106,14 @@ public enum ChildProcess {
         let environmentStrings = (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { environmentStrings.forEach { free($0) } }
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environmentStrings)
+        var spawned: Int32 = 0
+        // ETXTBSY: an executable written a moment ago can still be held open by a child another
+        // thread forked before exec closed it (even with O_CLOEXEC); the window is microseconds.
+        for attempt in 0..<20 {
+            spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environmentStrings)
+            guard spawned == ETXTBSY else { break }
+            usleep(useconds_t(1000 * (attempt + 1)))
+        }
         for fd in [inPipe[0], outPipe[1], errPipe[1]] { close(fd) }
         guard spawned == 0 else {
             for fd in [inPipe[1], outPipe[0], errPipe[0]] { close(fd) }

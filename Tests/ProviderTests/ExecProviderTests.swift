@@ -1,0 +1,196 @@
+import CredentialCoding
+import DerivedCredentials
+import ExecProvider
+import Foundation
+import TestSupport
+import Testing
+
+private let f = OpenSSLFixtures.shared
+
+/// Collects what the provider forwards from a plug-in's stderr.
+final class Lines: @unchecked Sendable {
+    // Guarded by `lock`.
+    private let lock = NSLock()
+    private var lines: [String] = []
+    func append(_ line: String) { lock.withLock { lines.append(line) } }
+    var all: [String] { lock.withLock { lines } }
+}
+
+/// A plug-in script in a temporary directory.
+private func plugin(_ dir: TemporaryDirectory, _ name: String, _ script: String) throws -> String {
+    let path = try dir.write(name, "#!/bin/bash\n" + script + "\n")
+    chmod(path, 0o755)
+    return path
+}
+
+private func b64(_ bytes: [UInt8]) -> String { Data(bytes).base64EncodedString() }
+
+private func entryJSON(_ tag: String, _ pair: IssuedPair, key: IssuedPair? = nil) throws -> String {
+    let certificate = b64(try HostileInput.der(of: pair.certificate))
+    let privateKey = b64(try HostileInput.pkcs8(of: (key ?? pair).key))
+    return #"{"tag":"\#(tag)","certificate":"\#(certificate)","privateKey":"\#(privateKey)"}"#
+}
+
+/// A plug-in that prints `answer` (written to a file next to it) and exits with `status`.
+private func answering(_ dir: TemporaryDirectory, _ answer: String, status: Int = 0) throws -> String {
+    let file = try dir.write("answer-\(UUID().uuidString).json", answer)
+    return try plugin(dir, "dcprovider-\(UUID().uuidString.prefix(8).lowercased())", "cat > /dev/null; cat '\(file)'; exit \(status)")
+}
+
+private func provide(_ path: String, limits: ChildProcess.Limits = .init(timeout: .seconds(10)), options: [String: [String]] = [:],
+    passphrase: String? = nil, lines: Lines = Lines()) async throws -> ProvidedCredential {
+    let provider = ExecProvider(path: path, limits: limits, stderrHandler: { lines.append($0) })
+    let source: any PassphraseSource = passphrase.map { FixedPassphrase(SecretBytes(Array($0.utf8))) } ?? NoPassphrase()
+    return try await provider.provide(ProviderRequest(options: options, passphrase: source))
+}
+
+private func refusal(_ body: () async throws -> Void) async -> DCError? {
+    do {
+        try await body()
+        return nil
+    } catch let error as DCError {
+        return error
+    } catch {
+        return nil
+    }
+}
+
+@Suite("Exec providers: hostile plug-ins get clear errors and nothing installed")
+struct ExecProviderTests {
+    @Test("A well-behaved plug-in's answer is converted and checked")
+    func wellBehaved() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = try answering(
+            dir,
+            #"{"protocol":1,"credential":{"name":"Alice","serialNumber":"7","expirationDate":"2030-01-01T00:00:00Z","entries":["#
+                + (try entryJSON("authentication", f.authentication)) + "," + (try entryJSON("signing", f.signing)) + "]}}")
+        let provided = try await provide(path)
+        #expect(provided.entries.map(\.tag) == [.authentication, .signing])
+        #expect(provided.suggestedName == "Alice")
+        #expect(provided.suggestedExpirationDate == ISO8601DateFormatter().date(from: "2030-01-01T00:00:00Z"))
+    }
+
+    @Test("Timeout: the plug-in and what it started are killed")
+    func timeout() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let marker = "dcmarker-\(UUID().uuidString)"
+        // A grandchild named by exec -a, so that it can be found afterwards.
+        let path = try plugin(dir, "dcprovider-slow", "(exec -a \(marker) sleep 300) & exec sleep 301")
+        let started = ContinuousClock.now
+        let error = await refusal { _ = try await provide(path, limits: .init(timeout: .milliseconds(500))) }
+        #expect(error?.code == .providerTimedOut)
+        #expect(ContinuousClock.now - started < .seconds(5))
+        // The plug-in's background child is gone too: the whole process group was killed.
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(try run("pgrep", ["-f", marker]).status == 1, "a process named \(marker) survived")
+    }
+
+    @Test(
+        "Crash, non-zero exit, over-long output, bad JSON, wrong version",
+        arguments: [
+            ("crash", "kill -SEGV $$", DCError.Code.providerFailed),
+            ("exit 3", "cat > /dev/null; exit 3", .providerFailed),
+            ("endless output", "cat > /dev/null; yes", .providerProtocol),
+            ("no output", "cat > /dev/null; exit 0", .providerProtocol),
+            ("invalid JSON", "cat > /dev/null; echo '{not json'", .providerProtocol),
+            ("truncated JSON", #"cat > /dev/null; printf '{"protocol":1,"credential":{"entries":[{"tag":"sign'"#, .providerProtocol),
+            ("two JSON objects", #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[]}}{"protocol":1}'"#, .providerProtocol),
+            ("unknown protocol version", #"cat > /dev/null; echo '{"protocol":2,"credential":{"entries":[]}}'"#, .providerProtocol),
+            ("no entries", #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[]}}'"#, .providerProtocol),
+            ("unknown tag", #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[{"tag":"pivAuth","certificate":"","privateKey":""}]}}'"#, .providerProtocol),
+            ("bad base64", #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[{"tag":"signing","certificate":"***","privateKey":"AA=="}]}}'"#, .providerProtocol),
+        ] as [(String, String, DCError.Code)])
+    func misbehaviour(name: String, script: String, expected: DCError.Code) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = try plugin(dir, "dcprovider-bad", script)
+        let error = await refusal { _ = try await provide(path, limits: .init(timeout: .seconds(10), stdoutLimit: 64 << 10)) }
+        #expect(error?.code == expected, "\(String(describing: error))")
+        #expect(error?.subject == path)
+        #expect(error?.description.contains("\n") == false)
+    }
+
+    @Test("Duplicate tags, a key that does not match, a PKCS#1 key, trailing bytes: refused with the reader's codes")
+    func lyingEntries() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let head = #"{"protocol":1,"credential":{"entries":["#
+        let cases: [(String, DCError.Code)] = [
+            (head + (try entryJSON("signing", f.signing)) + "," + (try entryJSON("signing", f.signing)) + "]}}", .duplicateTag),
+            (head + (try entryJSON("signing", f.signing, key: f.authentication)) + "]}}", .keyCertificateMismatch),
+            (
+                head + #"{"tag":"encryption","certificate":"\#(b64(try HostileInput.der(of: f.encryption.certificate)))","privateKey":"\#(b64(try OpenSSLFixtures.openssl(["rsa", "-in", f.encryption.key, "-traditional", "-outform", "DER"])))"}]}}"#,
+                .malformedInput
+            ),
+            (
+                head + #"{"tag":"signing","certificate":"\#(b64(try HostileInput.der(of: f.signing.certificate) + [0]))","privateKey":"\#(b64(try HostileInput.pkcs8(of: f.signing.key)))"}]}}"#,
+                .trailingData
+            ),
+        ]
+        for (answer, expected) in cases {
+            let error = await refusal { _ = try await provide(try answering(dir, answer)) }
+            #expect(error?.code == expected, "\(String(describing: error))")
+        }
+    }
+
+    @Test("A reported error maps to its code; the message is escaped")
+    func reportedError() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = try answering(
+            dir, #"{"protocol":1,"error":{"code":"wrongPassphrase","message":"vault said no\u001b[2J"}}"#, status: 1)
+        let error = await refusal { _ = try await provide(path) }
+        #expect(error?.code == .wrongPassphrase)
+        #expect(error?.code.category.exitStatus == 77)
+        #expect(error?.description.contains("vault said no\\u{1b}[2J") == true)
+        let unknown = try answering(dir, #"{"protocol":1,"error":{"code":"quotaExceeded","message":"try later"}}"#, status: 1)
+        #expect(await refusal { _ = try await provide(unknown) }?.code == .providerFailed)
+    }
+
+    @Test("stderr is passed through line by line with control characters escaped")
+    func stderrPassThrough() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let answer = try dir.write("a.json", #"{"protocol":1,"credential":{"entries":["# + (try entryJSON("signing", f.signing)) + "]}}")
+        let path = try plugin(dir, "dcprovider-chatty", "cat > /dev/null; printf 'working\\n\\033]0;owned\\007done\\n' >&2; cat '\(answer)'")
+        let lines = Lines()
+        _ = try await provide(path, lines: lines)
+        #expect(lines.all == ["dcprovider-chatty: working", "dcprovider-chatty: \\u{1b}]0;owned\\u{7}done"])
+    }
+
+    @Test("The passphrase goes over stdin only: never in the plug-in's argv or environment")
+    func secretsOnStdinOnly() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let secret = "hunter2-\(UUID().uuidString)"
+        let answer = try dir.write("a.json", #"{"protocol":1,"credential":{"entries":["# + (try entryJSON("signing", f.signing)) + "]}}")
+        let path = try plugin(
+            dir, "dcprovider-spy",
+            "cat > '\(dir.file("stdin"))'; tr '\\0' '\\n' < /proc/$$/cmdline > '\(dir.file("argv"))'; env > '\(dir.file("env"))'; cat '\(answer)'")
+        _ = try await provide(path, options: ["account": ["alice"]], passphrase: secret)
+        #expect(!(try readText(dir.file("argv"))).contains(secret))
+        #expect(!(try readText(dir.file("env"))).contains(secret))
+        let request = try JSONSerialization.jsonObject(with: Data(try readBytes(dir.file("stdin")))) as? [String: Any]
+        #expect(request?["protocol"] as? Int == 1)
+        #expect(request?["operation"] as? String == "provide")
+        #expect((request?["options"] as? [String: [String]]) == ["account": ["alice"]])
+        #expect(request?["passphrase"] as? String == Data(secret.utf8).base64EncodedString())
+    }
+
+    @Test("Discovery finds dcprovider-NAME executables on the search path, first wins")
+    func discovery() throws {
+        let first = try TemporaryDirectory()
+        let second = try TemporaryDirectory()
+        defer { first.remove(); second.remove() }
+        _ = try plugin(first, "dcprovider-alpha", "exit 0")
+        _ = try plugin(second, "dcprovider-alpha", "exit 0")
+        _ = try plugin(second, "dcprovider-beta", "exit 0")
+        _ = try second.write("dcprovider-notexec", "x")
+        _ = try plugin(second, "dcprovider-Bad_Name", "exit 0")
+        let found = ExecProvider.discover(searchPath: "\(first.path):\(second.path):/nonexistent")
+        #expect(found.map(\.name) == ["alpha", "beta"])
+        #expect(found[0].path == first.file("dcprovider-alpha"))
+    }
+}

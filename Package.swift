@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "ExecProvider", targets: ["ExecProvider"]),
         .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
+        .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -63,6 +64,17 @@ let package = Package(
             name: "ExecProvider",
             dependencies: ["DerivedCredentials", "CredentialCoding"],
             path: "Plugins/ExecProvider"
+        ),
+
+        // swift package --allow-writing-to-package-directory dc-test-credentials --output Fixtures
+        .plugin(
+            name: "DCTestCredentials",
+            capability: .command(
+                intent: .custom(verb: "dc-test-credentials", description: "Mint a test credential from a test CA into a folder"),
+                permissions: [.writeToPackageDirectory(reason: "writes the test credential into the folder given by --output")]
+            ),
+            dependencies: ["dcprovision"],
+            path: "Plugins/DCTestCredentials"
         ),
 
         // Thin CLI.

@@ -36,8 +36,27 @@ public func run(
     process.standardError = errPipe
     process.standardInput = inPipe
     try process.run()
-    if let stdin { inPipe.fileHandleForWriting.write(Data(stdin)) }
-    try inPipe.fileHandleForWriting.close()
+    // Written from a thread that blocks SIGPIPE, so a child that exits without reading cannot kill
+    // the test process. (Ignoring SIGPIPE process-wide would be inherited by every child we start
+    // and hide their own SIGPIPE bugs.)
+    let writer = Thread {
+        var pipeSignal = sigset_t()
+        sigemptyset(&pipeSignal)
+        sigaddset(&pipeSignal, SIGPIPE)
+        pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
+        if let stdin {
+            stdin.withUnsafeBytes { bytes in
+                var offset = 0
+                while offset < bytes.count {
+                    let count = write(inPipe.fileHandleForWriting.fileDescriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                    if count <= 0 { break }
+                    offset += count
+                }
+            }
+        }
+        try? inPipe.fileHandleForWriting.close()
+    }
+    writer.start()
     // Read both pipes concurrently so neither fills up.
     nonisolated(unsafe) var out = Data()
     nonisolated(unsafe) var err = Data()
@@ -89,9 +108,20 @@ public struct TemporaryDirectory: Sendable {
 
     public func file(_ name: String) -> String { path + "/" + name }
 
+    /// Writes a file with O_CLOEXEC. (Foundation's Data.write does not set it: a process another
+    /// test forks meanwhile would keep the descriptor for its whole life, and a script written this
+    /// way could not be executed — ETXTBSY — until that process ends.)
     public func write(_ name: String, _ bytes: [UInt8]) throws -> String {
         let target = file(name)
-        try Data(bytes).write(to: URL(fileURLWithPath: target))
+        let fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        defer { close(fd) }
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            guard count > 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+            offset += count
+        }
         return target
     }
 

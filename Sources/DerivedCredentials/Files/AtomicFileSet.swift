@@ -40,10 +40,20 @@ public struct AtomicFileSet {
         files.append((name, contents, mode))
     }
 
-    /// Creates `path` (mode 0700) if it does not exist. An existing directory keeps its mode.
+    /// Creates `path` (mode 0700) if it does not exist, and missing parents with default
+    /// permissions, like `mkdir -p`. An existing directory keeps its mode.
     public static func ensureDirectory(_ path: String) throws {
         if mkdir(path, 0o700) == 0 { return }
-        let error = errno
+        var error = errno
+        if error == ENOENT {
+            let parent = (path as NSString).deletingLastPathComponent
+            if !parent.isEmpty, parent != path,
+                (try? FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)) != nil
+            {
+                if mkdir(path, 0o700) == 0 { return }
+                error = errno
+            }
+        }
         var info = stat()
         if error == EEXIST, lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { return }
         throw DCError(

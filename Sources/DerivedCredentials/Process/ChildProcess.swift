@@ -45,6 +45,13 @@ public enum ChildProcess {
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let thread = Thread {
+                    // A plug-in that exits without reading its input makes our write raise SIGPIPE,
+                    // which would kill the whole process. The signal goes to the writing thread:
+                    // blocked here, the write fails with EPIPE instead. This thread ends with the run.
+                    var pipeSignal = sigset_t()
+                    sigemptyset(&pipeSignal)
+                    sigaddset(&pipeSignal, SIGPIPE)
+                    pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
                     continuation.resume(
                         with: Result {
                             try runBlocking(

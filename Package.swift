@@ -93,6 +93,13 @@ let package = Package(
 
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
         .target(name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL"], path: "Tests/TestSupport"),
+        // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
+        .executableTarget(
+            name: "dcbench",
+            dependencies: ["DerivedCredentials", "CredentialCoding", "TestCAProvider"],
+            path: "Benchmarks/dcbench"
+        ),
+
         .testTarget(name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials", "TestSupport"]),
         .testTarget(
             name: "CredentialCodingTests",

@@ -84,8 +84,7 @@ extension TestCA {
                 subject: subject, notBefore: notBefore, notAfter: notAfter, keyUsage: Self.keyUsage(tag, algorithm),
                 extendedKeyUsage: Self.extendedKeyUsage(tag), subjectAlternativeNames: names,
                 policies: [Self.policies[tag]!])
-            let key = try KeyGeneration.generate(algorithm)
-            var entryKey = key
+            var mismatched = false
             if tag == .authentication, let negative = request.negative {
                 switch negative {
                 case .expired:
@@ -94,13 +93,14 @@ extension TestCA {
                 case .wrongKeyUsage:
                     profile.keyUsage = KeyUsage.keyEncipherment | KeyUsage.dataEncipherment
                 case .mismatchedKey:
-                    entryKey = try KeyGeneration.generate(algorithm)
+                    mismatched = true
                 case .caCertificate:
                     profile.isCA = true
                     profile.keyUsage |= KeyUsage.keyCertSign
                 }
             }
-            let certificate = try issuer.issue(profile, for: key)
+            let issued = try issuer.issueWithNewKey(profile, algorithm: algorithm)
+            let entryKey = mismatched ? try KeyGeneration.generate(algorithm) : issued.privateKey
             var history: [CertifiedKey] = []
             if tag == .escrow {
                 for index in 0..<request.escrowHistory {
@@ -108,11 +108,11 @@ extension TestCA {
                     var retired = profile
                     retired.notAfter = now.addingTimeInterval(-Double(index + 1) * 90 * 86400)
                     retired.notBefore = retired.notAfter.addingTimeInterval(-365 * 86400)
-                    let retiredKey = try KeyGeneration.generate(algorithm)
-                    history.append(CertifiedKey(certificate: try issuer.issue(retired, for: retiredKey), privateKey: retiredKey))
+                    history.append(try issuer.issueWithNewKey(retired, algorithm: algorithm))
                 }
             }
-            entries.append(try CredentialEntry(tag: tag, certificate: certificate, privateKey: entryKey, keyHistory: history))
+            entries.append(
+                try CredentialEntry(tag: tag, certificate: issued.certificate, privateKey: entryKey, keyHistory: history))
         }
         let serial = (0..<8).map { _ in String(format: "%02X", UInt8.random(in: 0...255)) }.joined()
         return ProvidedCredential(

@@ -16,7 +16,7 @@ public struct PEMFileProvider: CredentialProvider {
         id: "pem", displayName: "PEM, DER and PKCS#12 files", version: "1",
         options: [
             ProviderOption(name: "pem", summary: "TAG=CERT[,KEY]: a tagged certificate (PEM, DER or PKCS#12) and key", repeatable: true),
-            ProviderOption(name: "manifest", summary: "a JSON manifest of tagged files (docs in Manifest.swift)"),
+            ProviderOption(name: "manifest", summary: "a JSON manifest of tagged files (docs/MANIFEST.md)"),
             ProviderOption(name: "classify", summary: "CERT[,KEY]: a file whose tag is read from its key usage", repeatable: true),
         ])
 

@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "TestCAProvider", targets: ["TestCAProvider"]),
         .library(name: "ExecProvider", targets: ["ExecProvider"]),
         .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
+        .library(name: "CredentialDelivery", targets: ["CredentialDelivery"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
     ],
@@ -44,6 +45,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+
+        // Delivery: the URL messages, the sealed canonical payload, the spool.
+        .target(name: "CredentialDelivery", dependencies: ["DerivedCredentials", "CredentialCoding"]),
 
         // The provider conformance kit, for the built-in providers and vendors' alike.
         .target(name: "DerivedCredentialsTesting", dependencies: ["DerivedCredentials", "CredentialCoding"]),
@@ -104,6 +108,10 @@ let package = Package(
         .testTarget(
             name: "CredentialCodingTests",
             dependencies: ["CredentialCoding", "DerivedCredentials", "TestSupport", "COpenSSL"]
+        ),
+        .testTarget(
+            name: "CredentialDeliveryTests",
+            dependencies: ["CredentialDelivery", "CredentialCoding", "TestCAProvider", "TestSupport"]
         ),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(

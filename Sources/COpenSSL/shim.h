@@ -12,6 +12,7 @@
 #include <openssl/decoder.h>
 #include <openssl/ec.h>
 #include <openssl/err.h>
+#include <openssl/hmac.h>
 #include <openssl/evp.h>
 #include <openssl/objects.h>
 #include <openssl/pem.h>

@@ -1,0 +1,70 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// The client's spool: a 0700 directory where the provider drops sealed payloads as 0600 files
+/// named `<request>.cms`, written atomically (``AtomicFileSet``: `O_EXCL|O_NOFOLLOW`, fsync,
+/// publish, fsync the directory). The client reads one only if it is a regular file (not a
+/// symlink), owned by the client's user, readable by nobody else, under the size cap, and its
+/// SHA-256 is the digest in the delivery URL.
+public struct Spool: Sendable {
+    public let directory: String
+    public static let maximumFileSize = 8 << 20
+
+    public init(directory: String) {
+        self.directory = directory
+    }
+
+    public func path(request: String) -> String { (directory as NSString).appendingPathComponent("\(request).cms") }
+
+    /// Writes a sealed payload; returns its SHA-256 as hex.
+    public func write(_ sealed: [UInt8], request: String) throws -> String {
+        guard sealed.count <= Self.maximumFileSize else {
+            throw DCError(.inputTooLarge, "the sealed payload is larger than the spool's limit")
+        }
+        try AtomicFileSet.ensureDirectory(directory)
+        var files = AtomicFileSet(directory: directory)
+        try files.add("\(request).cms", .bytes(sealed), mode: 0o600)
+        try files.commit()
+        return Digests.hex(Digests.sha256(sealed))
+    }
+
+    /// Reads and checks a spool file against the digest from the URL.
+    public func read(request: String, digest: String) throws -> [UInt8] {
+        let path = path(request: request)
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            switch errno {
+            case ENOENT: throw DCError(.notReady, "no spool file for this request (already processed, or never written)", subject: path)
+            case ELOOP: throw DCError(.invalid, "the spool file is a symbolic link", subject: path)
+            default: throw DCError(.ioError, "cannot open the spool file: \(String(cString: strerror(errno)))", subject: path)
+            }
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw DCError(.ioError, "cannot stat the spool file", subject: path) }
+        guard info.st_mode & S_IFMT == S_IFREG else { throw DCError(.invalid, "the spool file is not a regular file", subject: path) }
+        guard info.st_uid == geteuid() else { throw DCError(.invalid, "the spool file belongs to another user", subject: path) }
+        guard info.st_mode & 0o077 == 0 else {
+            throw DCError(.invalid, "the spool file is readable or writable by others (mode \(String(info.st_mode & 0o777, radix: 8)))", subject: path)
+        }
+        guard Int(info.st_size) <= Self.maximumFileSize else { throw DCError(.inputTooLarge, "the spool file is too large", subject: path) }
+        var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
+        var filled = 0
+        while filled < bytes.count {
+            let count = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + filled, $0.count - filled) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { throw DCError(.ioError, "cannot read the spool file", subject: path) }
+            if count == 0 { break }
+            filled += count
+        }
+        guard filled == Int(info.st_size) else { throw DCError(.invalid, "the spool file changed while it was read", subject: path) }
+        let sealed = Array(bytes.prefix(filled))
+        guard Digests.constantTimeEqual(Array(Digests.hex(Digests.sha256(sealed)).utf8), Array(digest.utf8)) else {
+            throw DCError(.invalid, "the spool file does not match the digest in the URL (altered or replaced)", subject: path)
+        }
+        return sealed
+    }
+
+    public func remove(request: String) { unlink(path(request: request)) }
+}

@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "ExecProvider", targets: ["ExecProvider"]),
         .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
         .library(name: "CredentialDelivery", targets: ["CredentialDelivery"]),
+        .library(name: "SchemeHandlers", targets: ["SchemeHandlers"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
     ],
@@ -48,6 +49,9 @@ let package = Package(
 
         // Delivery: the URL messages, the sealed canonical payload, the spool.
         .target(name: "CredentialDelivery", dependencies: ["DerivedCredentials", "CredentialCoding"]),
+
+        // freedesktop x-scheme-handler registration, resolution and launch.
+        .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials"]),
 
         // The provider conformance kit, for the built-in providers and vendors' alike.
         .target(name: "DerivedCredentialsTesting", dependencies: ["DerivedCredentials", "CredentialCoding"]),
@@ -113,6 +117,7 @@ let package = Package(
             name: "CredentialDeliveryTests",
             dependencies: ["CredentialDelivery", "CredentialCoding", "TestCAProvider", "TestSupport"]
         ),
+        .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(
             name: "ProviderTests",

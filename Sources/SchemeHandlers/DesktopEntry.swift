@@ -1,0 +1,90 @@
+import DerivedCredentials
+import Foundation
+
+/// The parts of a `.desktop` file (Desktop Entry spec) that matter for URL-scheme handlers.
+public struct DesktopEntry: Sendable, Equatable {
+    public var id: String
+    public var path: String
+    public var exec: String
+    public var mimeTypes: [String]
+    public var hidden: Bool
+
+    /// Parses the `[Desktop Entry]` group; nil if it is not a usable application entry.
+    public init?(id: String, path: String, contents: String) {
+        var group = ""
+        var values: [String: String] = [:]
+        for rawLine in contents.split(separator: "\n", omittingEmptySubsequences: false) {
+            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            if line.hasPrefix("[") && line.hasSuffix("]") {
+                group = String(line.dropFirst().dropLast())
+                continue
+            }
+            guard group == "Desktop Entry", let equals = line.firstIndex(of: "=") else { continue }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            if values[key] == nil { values[key] = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces) }
+        }
+        guard values["Type"] == "Application", let exec = values["Exec"], !exec.isEmpty else { return nil }
+        self.id = id
+        self.path = path
+        self.exec = exec
+        self.mimeTypes = (values["MimeType"] ?? "").split(separator: ";").map(String.init)
+        self.hidden = values["Hidden"] == "true"
+    }
+
+    /// The command line for opening `url`, as an argv array (Desktop Entry spec, "The Exec key"):
+    /// double-quoted arguments with `\"`, `` \` ``, `\$`, `\\` escapes; `%u`/`%U`/`%f`/`%F` become
+    /// the URL as one argument; `%%` is `%`; other field codes are dropped. Never a shell.
+    public func arguments(for url: String) throws -> [String] {
+        var arguments: [String] = []
+        var current = ""
+        var inArgument = false
+        var quoted = false
+        var iterator = Array(exec).makeIterator()
+        var usedURL = false
+        while let character = iterator.next() {
+            if quoted {
+                switch character {
+                case "\"": quoted = false
+                case "\\":
+                    guard let next = iterator.next(), "\"`$\\".contains(next) else {
+                        throw DCError(.invalid, "invalid escape in Exec", subject: path)
+                    }
+                    current.append(next)
+                default: current.append(character)
+                }
+                continue
+            }
+            switch character {
+            case " ", "\t":
+                if inArgument { arguments.append(current); current = ""; inArgument = false }
+            case "\"":
+                quoted = true
+                inArgument = true
+            case "%":
+                guard let code = iterator.next() else { throw DCError(.invalid, "a lone % in Exec", subject: path) }
+                switch code {
+                case "%": current.append("%"); inArgument = true
+                case "u", "U", "f", "F":
+                    // A field code must be a whole argument.
+                    guard !inArgument else { throw DCError(.invalid, "a field code inside an argument in Exec", subject: path) }
+                    arguments.append(url)
+                    usedURL = true
+                case "i", "c", "k", "d", "D", "n", "N", "v", "m": break
+                default: throw DCError(.invalid, "unknown field code %\(code) in Exec", subject: path)
+                }
+            default:
+                current.append(character)
+                inArgument = true
+            }
+        }
+        guard !quoted else { throw DCError(.invalid, "unterminated quote in Exec", subject: path) }
+        if inArgument { arguments.append(current) }
+        guard let program = arguments.first, !program.isEmpty else { throw DCError(.invalid, "an empty Exec", subject: path) }
+        guard usedURL else { throw DCError(.invalid, "the handler's Exec takes no URL (%u)", subject: path) }
+        return arguments
+    }
+
+    /// The executable the entry runs (the first argument of Exec).
+    public var executable: String? { try? arguments(for: "x:").first }
+}

@@ -1,0 +1,190 @@
+import DerivedCredentials
+import Foundation
+
+/// Registers, resolves and launches URL-scheme handlers the freedesktop way (`x-scheme-handler/…`
+/// MIME types in `.desktop` files, defaults in `mimeapps.list`), headless and without xdg-utils:
+/// Debian's `xdg-open` ignores scheme handlers without `DISPLAY` and misreads schemes with digits.
+public struct SchemeHandlers: Sendable {
+    public var directories: XDGDirectories
+
+    public init(directories: XDGDirectories = XDGDirectories()) {
+        self.directories = directories
+    }
+
+    /// RFC 3986 scheme, compared case-insensitively and used lowercase.
+    public static func normalize(scheme: String) throws -> String {
+        let lower = scheme.lowercased()
+        guard let first = lower.unicodeScalars.first, ("a"..."z").contains(first),
+            lower.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0) })
+        else {
+            throw DCError(.invalid, "'\(scheme.escapingControlCharacters)' is not a valid URL scheme", hint: "use ALPHA *( ALPHA / DIGIT / \"+\" / \"-\" / \".\" ), e.g. org.example.provider")
+        }
+        return lower
+    }
+
+    static func mimeType(_ scheme: String) -> String { "x-scheme-handler/\(scheme)" }
+    public static func desktopID(_ scheme: String) -> String { "dc-\(scheme).desktop" }
+
+    // MARK: - Registration
+
+    /// Installs `Exec="<executable>" handle-url %u` for `scheme` in the user's applications folder
+    /// and makes it the explicit default in the user's mimeapps.list (both written atomically).
+    public func register(scheme: String, executable: String, name: String) throws {
+        let scheme = try Self.normalize(scheme: scheme)
+        guard executable.hasPrefix("/") else { throw DCError(.usage, "the handler must be an absolute path", subject: executable) }
+        let quoted = "\"" + executable.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+            .replacingOccurrences(of: "`", with: "\\`").replacingOccurrences(of: "$", with: "\\$") + "\""
+        let entry = """
+            [Desktop Entry]
+            Type=Application
+            Name=\(name)
+            Exec=\(quoted) handle-url %u
+            MimeType=\(Self.mimeType(scheme));
+            NoDisplay=true
+            Terminal=false
+
+            """
+        let applications = directories.dataHome + "/applications"
+        try AtomicFileSet.ensureDirectory(applications)
+        var files = AtomicFileSet(directory: applications)
+        try files.add(Self.desktopID(scheme), .bytes(Array(entry.utf8)), mode: 0o644)
+        try files.commit(replacingExisting: true)
+        try updateDefaults { $0[Self.mimeType(scheme)] = Self.desktopID(scheme) }
+    }
+
+    /// Removes what ``register(scheme:executable:name:)`` installed.
+    public func unregister(scheme: String) throws {
+        let scheme = try Self.normalize(scheme: scheme)
+        unlink(directories.dataHome + "/applications/" + Self.desktopID(scheme))
+        try updateDefaults { defaults in
+            if defaults[Self.mimeType(scheme)] == Self.desktopID(scheme) { defaults[Self.mimeType(scheme)] = nil }
+        }
+    }
+
+    /// Rewrites the `[Default Applications]` group of the user's mimeapps.list, keeping the rest.
+    func updateDefaults(_ change: (inout [String: String]) -> Void) throws {
+        let path = directories.configHome + "/mimeapps.list"
+        let existing = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        var groups: [(name: String, lines: [String])] = [("", [])]
+        for line in existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.hasPrefix("[") && trimmed.hasSuffix("]") { groups.append((String(trimmed.dropFirst().dropLast()), [])) } else { groups[groups.count - 1].lines.append(line) }
+        }
+        if !groups.contains(where: { $0.name == "Default Applications" }) { groups.append(("Default Applications", [])) }
+        let index = groups.firstIndex { $0.name == "Default Applications" }!
+        var defaults: [String: String] = [:]
+        var order: [String] = []
+        for line in groups[index].lines {
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            defaults[key] = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            order.append(key)
+        }
+        change(&defaults)
+        for key in defaults.keys.sorted() where !order.contains(key) { order.append(key) }
+        groups[index].lines = order.compactMap { key in defaults[key].map { "\(key)=\($0)" } }
+        var text = ""
+        for group in groups {
+            if !group.name.isEmpty { text += "[\(group.name)]\n" }
+            let lines = group.lines.reversed().drop { $0.trimmingCharacters(in: .whitespaces).isEmpty }.reversed()
+            for line in lines { text += line + "\n" }
+            if !group.name.isEmpty { text += "\n" }
+        }
+        try AtomicFileSet.ensureDirectory(directories.configHome)
+        var files = AtomicFileSet(directory: directories.configHome)
+        try files.add("mimeapps.list", .bytes(Array(text.utf8)), mode: 0o644)
+        try files.commit(replacingExisting: true)
+    }
+
+    // MARK: - Resolution
+
+    /// How a handler was chosen.
+    public enum Choice: String, Sendable {
+        /// An explicit default in a mimeapps.list.
+        case explicitDefault
+        /// No default: an installed application that claims the type (the spec's fallback, which
+        /// another application can win just by its name sorting first — a hijack).
+        case fallback
+    }
+
+    public struct Resolved: Sendable, Equatable {
+        public var entry: DesktopEntry
+        public var choice: Choice
+    }
+
+    /// The handler for `scheme`, in the MIME-apps spec's order, or nil.
+    public func resolve(scheme: String) throws -> Resolved? {
+        let type = Self.mimeType(try Self.normalize(scheme: scheme))
+        var removed = Set<String>()
+        var added: [String] = []
+        for list in directories.mimeappsLists {
+            guard let groups = Self.parseList(list) else { continue }
+            for id in groups["Removed Associations"]?[type] ?? [] { removed.insert(id) }
+            for id in groups["Default Applications"]?[type] ?? [] where !removed.contains(id) {
+                if let entry = findEntry(id), !entry.hidden, entry.mimeTypes.contains(type) {
+                    return Resolved(entry: entry, choice: .explicitDefault)
+                }
+            }
+            added += (groups["Added Associations"]?[type] ?? []).filter { !removed.contains($0) }
+        }
+        for id in added { if let entry = findEntry(id), !entry.hidden { return Resolved(entry: entry, choice: .fallback) } }
+        for directory in directories.applicationDirectories {
+            let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".desktop") }.sorted()
+            for name in names where !removed.contains(name) {
+                if let entry = findEntry(name), !entry.hidden, entry.mimeTypes.contains(type) {
+                    return Resolved(entry: entry, choice: .fallback)
+                }
+            }
+        }
+        return nil
+    }
+
+    /// The first `.desktop` file with this id in the application directories.
+    func findEntry(_ id: String) -> DesktopEntry? {
+        for directory in directories.applicationDirectories {
+            let path = directory + "/" + id
+            guard let contents = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
+            return DesktopEntry(id: id, path: path, contents: contents)
+        }
+        return nil
+    }
+
+    static func parseList(_ path: String) -> [String: [String: [String]]]? {
+        guard let contents = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        var groups: [String: [String: [String]]] = [:]
+        var group = ""
+        for rawLine in contents.split(separator: "\n") {
+            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            if line.hasPrefix("[") && line.hasSuffix("]") { group = String(line.dropFirst().dropLast()); continue }
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            let ids = line[line.index(after: equals)...].split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            groups[group, default: [:]][key, default: []] += ids
+        }
+        return groups
+    }
+
+    // MARK: - Launching
+
+    /// Opens `url` with the handler registered for `scheme`, which must run `expectedExecutable`
+    /// (the one that registered): a different handler claiming the scheme — another default, or a
+    /// fallback that sorts first — is refused, and nothing is sent to it. The handler is started
+    /// with an argv array and waited for.
+    public func open(
+        _ url: String, scheme: String, expectedExecutable: String, limits: ChildProcess.Limits = .init(timeout: .seconds(60)),
+        environment: [String: String]? = nil
+    ) async throws -> ChildProcess.Outcome {
+        guard let resolved = try resolve(scheme: scheme) else {
+            throw DCError(.missingClient, "no handler is registered for \(scheme):", hint: "register it first")
+        }
+        let arguments = try resolved.entry.arguments(for: url)
+        guard resolved.choice == .explicitDefault, arguments[0] == expectedExecutable else {
+            throw DCError(
+                .invalid,
+                "another handler claims \(scheme): (\(resolved.entry.id.escapingControlCharacters) runs \(arguments[0].escapingControlCharacters)); refusing to send to it",
+                subject: resolved.entry.path, hint: "remove it, or register the client again")
+        }
+        return try await ChildProcess.run(arguments[0], arguments: Array(arguments.dropFirst()), environment: environment, limits: limits)
+    }
+}

@@ -13,6 +13,8 @@ let package = Package(
         .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
         .library(name: "CredentialDelivery", targets: ["CredentialDelivery"]),
         .library(name: "SchemeHandlers", targets: ["SchemeHandlers"]),
+        .library(name: "ManagedClient", targets: ["ManagedClient"]),
+        .executable(name: "dcclient", targets: ["dcclient"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
     ],
@@ -52,6 +54,16 @@ let package = Package(
 
         // freedesktop x-scheme-handler registration, resolution and launch.
         .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials"]),
+
+        // The reference managed client, and its thin CLI.
+        .target(name: "ManagedClient", dependencies: ["DerivedCredentials", "CredentialCoding", "CredentialDelivery"]),
+        .executableTarget(
+            name: "dcclient",
+            dependencies: [
+                "ManagedClient", "CredentialDelivery", "SchemeHandlers", "DerivedCredentials", "CredentialCoding",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
 
         // The provider conformance kit, for the built-in providers and vendors' alike.
         .target(name: "DerivedCredentialsTesting", dependencies: ["DerivedCredentials", "CredentialCoding"]),
@@ -94,6 +106,8 @@ let package = Package(
                 "PEMFileProvider",
                 "TestCAProvider",
                 "ExecProvider",
+                "CredentialDelivery",
+                "SchemeHandlers",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -14,7 +14,10 @@ struct DCProvision: AsyncParsableCommand {
             70 internal error, 73 cannot create output, 74 I/O error, 77 passphrase/PIN/permission refused.
             """,
         version: "0.1.0",
-        subcommands: [Convert.self, Inspect.self, Providers.self, TestCACommand.self]
+        subcommands: [
+            Demo.self, Send.self, HandleURL.self, Register.self, Unregister.self, Status.self, Convert.self, Inspect.self,
+            Providers.self, TestCACommand.self,
+        ]
     )
 }
 

@@ -1,0 +1,118 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// The provider's side of the AppConnect derived-credential API, on Linux: a service made from a
+/// brand and the provider's own callback scheme that checks a client's support, checks whether it
+/// can send now, and sends a credential sealed to the client, completing when the client's
+/// authenticated result arrives.
+public struct CredentialService: Sendable {
+    public let brand: String
+    public let callbackScheme: String
+    public let locations: DeliveryLocations
+    public var ledger: RequestLedger
+    /// How a delivery URL is opened: the scheme-handler launcher, injected so that the library
+    /// does not depend on how handlers are found. Arguments: URL, client registration.
+    public typealias Opener = @Sendable (String, ClientRegistration) async throws -> Void
+    let open: Opener
+
+    /// Fails on an empty brand or an invalid scheme (RFC 3986; compared case-insensitively, kept
+    /// lowercase), as AppConnect's service creation does.
+    public init(brand: String, callbackScheme: String, locations: DeliveryLocations = DeliveryLocations(), open: @escaping Opener) throws {
+        guard !brand.trimmingCharacters(in: .whitespaces).isEmpty else { throw DCError(.invalid, "the brand is empty") }
+        let scheme = callbackScheme.lowercased()
+        guard let first = scheme.unicodeScalars.first, ("a"..."z").contains(first),
+            scheme.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0) })
+        else { throw DCError(.invalid, "'\(callbackScheme.escapingControlCharacters)' is not a valid URL scheme") }
+        self.brand = brand
+        self.callbackScheme = scheme
+        self.locations = locations
+        self.ledger = RequestLedger(directory: locations.stateHome + "/dcprovision/requests")
+        self.open = open
+    }
+
+    /// present / oldClient / missingClient, from the client's registration.
+    public func support(clientScheme: String) throws -> ClientSupport {
+        guard let registration = try Registrations.read(ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased())) else {
+            return .missingClient
+        }
+        return registration.protocolVersion < ClientRegistration.currentProtocol ? .oldClient : .present
+    }
+
+    /// Support is `present` and the client's secure services are available.
+    public func canSendCredential(clientScheme: String) throws -> Bool {
+        guard try support(clientScheme: clientScheme) == .present else { return false }
+        return try registration(clientScheme).servicesAvailable
+    }
+
+    func registration(_ clientScheme: String) throws -> ClientRegistration {
+        guard let registration = try Registrations.read(ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased())) else {
+            throw DCError(.missingClient, "no managed client is registered for \(clientScheme):", hint: "install and register the client")
+        }
+        return registration
+    }
+
+    /// What a send did, step by step, for people.
+    public struct Receipt: Sendable {
+        public var request: String
+        public var steps: [String]
+    }
+
+    /// Sends `credential` to the client registered for `clientScheme`:
+    /// support → can send → validation → seal → spool → open the delivery URL → the result.
+    public func send(
+        _ credential: Credential, clientScheme: String, validator: CredentialValidator = CredentialValidator(),
+        progress: @Sendable (String) -> Void = { _ in }
+    ) async throws -> Receipt {
+        var steps: [String] = [] {
+            didSet { progress(steps.last!) }
+        }
+        switch try support(clientScheme: clientScheme) {
+        case .missingClient: throw DCError(.missingClient, "no managed client is registered for \(clientScheme):")
+        case .oldClient: throw DCError(.oldClient, "the managed client speaks an older delivery protocol", hint: "update the client")
+        case .present: steps.append("client support: present (protocol \(ClientRegistration.currentProtocol))")
+        }
+        let registration = try registration(clientScheme)
+        guard registration.servicesAvailable else {
+            throw DCError(.serviceUnavailable, "the client's secure services are locked", hint: "unlock the client (dcclient unlock) and send again")
+        }
+        steps.append("can send: the client's secure services are available")
+        let verdict = validator.validate(credential)
+        guard verdict.passes() else {
+            throw DCError(.invalid, "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))")
+        }
+        steps.append("validated: \(credential.entries.count) entries, \(verdict.warnings.count) warning(s)")
+
+        let request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
+        let resultKey = try Digests.random(32)
+        try ledger.create(
+            RequestLedger.Record(
+                request: request, clientScheme: registration.scheme, credentialName: credential.name, created: Date(),
+                resultKey: resultKey.withUnsafeBytes { Data($0).base64EncodedString() }))
+        let payload = DeliveryPayload(
+            requestId: request, clientId: registration.clientId, issuedAt: Date(), resultKey: resultKey, credential: credential)
+        let sealed = try Sealing.seal(try payload.encode(), to: try registration.sealingCertificate())
+        steps.append("sealed: CMS AuthEnvelopedData (AES-256-GCM) to the client's key, \(sealed.count) bytes, bound to request \(request)")
+        let digest = try Spool(directory: registration.spool).write(sealed, request: request)
+        steps.append("spooled: \(Spool(directory: registration.spool).path(request: request)) (0600)")
+        let url = DeliveryMessage.deliver(client: registration.clientId, request: request, digest: digest).url(scheme: registration.scheme)
+        steps.append("opening \(url)")
+        try await open(url, registration)
+        guard let record = ledger.record(request), let outcome = record.outcome else {
+            throw DCError(.notReady, "the client did not confirm the delivery", subject: request, hint: "see dcclient's output; the request id stays valid for \(Int(ledger.timeLimit)) s")
+        }
+        guard outcome == "ok" else {
+            throw DCError(.invalid, "the client rejected the credential: \(outcome)", subject: request)
+        }
+        steps.append("result: the client installed the credential and confirmed (MAC verified)")
+        return Receipt(request: request, steps: steps)
+    }
+
+    /// Handles the client's result URL: authenticates it and records the outcome once.
+    public func handleResult(_ url: String) throws -> RequestLedger.Record {
+        guard case .result(let request, let status, let mac) = try DeliveryMessage.parse(url, scheme: callbackScheme) else {
+            throw DCError(.invalid, "not a result URL")
+        }
+        return try ledger.complete(request: request, status: status, mac: mac)
+    }
+}

@@ -1,0 +1,110 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// Where the toolkit keeps things, from the XDG base directories of an environment.
+public struct DeliveryLocations: Sendable {
+    public var dataHome: String
+    public var stateHome: String
+    public var configHome: String
+
+    public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
+        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
+        func value(_ name: String, _ fallback: String) -> String {
+            environment[name].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? fallback
+        }
+        dataHome = value("XDG_DATA_HOME", home + "/.local/share")
+        stateHome = value("XDG_STATE_HOME", home + "/.local/state")
+        configHome = value("XDG_CONFIG_HOME", home + "/.config")
+    }
+
+    /// Published registrations: `$XDG_DATA_HOME/derived-credentials/{clients,providers}/<scheme>.json`.
+    public var registrations: String { dataHome + "/derived-credentials" }
+    public func clientRegistration(_ scheme: String) -> String { registrations + "/clients/\(scheme).json" }
+    public func providerRegistration(_ scheme: String) -> String { registrations + "/providers/\(scheme).json" }
+}
+
+/// What a managed client publishes so that a provider can check support and seal to it. It lives
+/// in the user's data directory, written atomically; a provider trusts it only if it is a regular
+/// file owned by the same user and writable by nobody else.
+public struct ClientRegistration: Codable, Sendable, Equatable {
+    /// The delivery protocol this client speaks (support is `oldClient` below ``currentProtocol``).
+    public var protocolVersion: Int
+    public var clientId: String
+    public var scheme: String
+    /// The handler that must receive deliveries (anything else claiming the scheme is a hijack).
+    public var executable: String
+    /// The certificate payloads are sealed to, DER in base64.
+    public var certificate: String
+    /// Where sealed payloads go.
+    public var spool: String
+    /// A JSON file `{"servicesAvailable": true|false}` the client keeps current (lock/unlock).
+    public var status: String
+
+    public static let currentProtocol = 1
+
+    public init(protocolVersion: Int = currentProtocol, clientId: String, scheme: String, executable: String,
+        certificate: Certificate, spool: String, status: String) {
+        self.protocolVersion = protocolVersion
+        self.clientId = clientId
+        self.scheme = scheme
+        self.executable = executable
+        self.certificate = Data(certificate.derBytes).base64EncodedString()
+        self.spool = spool
+        self.status = status
+    }
+
+    public func sealingCertificate() throws -> Certificate {
+        guard let der = Data(base64Encoded: certificate) else { throw DCError(.invalid, "the client registration's certificate is not base64") }
+        return try CredentialReader().certificate(der: Array(der), source: "client registration")
+    }
+
+    /// Whether the client's secure services are available now.
+    public var servicesAvailable: Bool {
+        guard let data = FileManager.default.contents(atPath: status),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return false }
+        return object["servicesAvailable"] as? Bool == true
+    }
+}
+
+/// What a provider publishes so that a client can send to it and detect a hijacked scheme.
+public struct ProviderRegistration: Codable, Sendable, Equatable {
+    public var scheme: String
+    public var brand: String
+    public var executable: String
+
+    public init(scheme: String, brand: String, executable: String) {
+        self.scheme = scheme
+        self.brand = brand
+        self.executable = executable
+    }
+}
+
+/// Reading and writing registration files.
+public enum Registrations {
+    public static func publish<T: Encodable>(_ value: T, at path: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let directory = (path as NSString).deletingLastPathComponent
+        try AtomicFileSet.ensureDirectory(directory)
+        var files = AtomicFileSet(directory: directory)
+        try files.add((path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: 0o644)
+        try files.commit(replacingExisting: true)
+    }
+
+    /// Reads a registration, or nil when there is none; refuses one another user could have written.
+    public static func read<T: Decodable>(_ type: T.Type, at path: String) throws -> T? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
+            throw DCError(.invalid, "the registration is not a private regular file of this user", subject: path)
+        }
+        guard let data = FileManager.default.contents(atPath: path), data.count < 1 << 20,
+            let value = try? JSONDecoder().decode(T.self, from: data)
+        else { throw DCError(.invalid, "the registration cannot be read", subject: path) }
+        return value
+    }
+
+    public static func remove(at path: String) { unlink(path) }
+}

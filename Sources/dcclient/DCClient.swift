@@ -1,0 +1,165 @@
+import ArgumentParser
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import ManagedClient
+import SchemeHandlers
+
+@main
+struct DCClient: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dcclient",
+        abstract: "The reference managed client: receives derived credentials through URL-scheme callbacks.",
+        subcommands: [Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self, Unlock.self])
+}
+
+/// One line on stderr and a sysexits status for a DCError.
+func reporting(_ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let error as DCError {
+        FileHandle.standardError.write(Data("dcclient: \(error.description)\n".utf8))
+        throw ExitCode(error.code.category.exitStatus)
+    }
+}
+
+struct PassphraseSourceOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Read the unlock passphrase from the first line of FILE.", valueName: "file")) var passphraseFile: String?
+    @Option(help: ArgumentHelp("Read the unlock passphrase from descriptor N.", valueName: "n")) var passphraseFd: Int32?
+
+    func read() throws -> SecretBytes {
+        if let passphraseFile { return try SecretInput.read(file: passphraseFile) }
+        if let passphraseFd { return try SecretInput.read(descriptor: passphraseFd, subject: "fd \(passphraseFd)") }
+        throw DCError(.passphraseRequired, "the client's passphrase is needed", hint: "pass --passphrase-file FILE or --passphrase-fd N")
+    }
+}
+
+/// This executable's absolute path (what the scheme handler must run).
+var selfPath: String { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] }
+
+/// Opens a URL with the handler registered for its scheme, which must be `executable`.
+func openURL(_ url: String, scheme: String, executable: String) async throws {
+    fflush(nil)  // our own output first, then the handler's
+    let outcome = try await SchemeHandlers().open(url, scheme: scheme, expectedExecutable: executable)
+    if !outcome.stderr.isEmpty { FileHandle.standardError.write(Data(outcome.stderr)) }
+    if !outcome.stdout.isEmpty { FileHandle.standardOutput.write(Data(outcome.stdout)) }
+    guard outcome.termination == .exited(0) else {
+        throw DCError(.unknown, "the handler for \(scheme): failed (\(outcome.termination))")
+    }
+}
+
+extension DCClient {
+    struct Init: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Set up the client: keys, the encrypted store, the registration.")
+        @Option(help: "This client's URL scheme.") var scheme: String
+        @Option(help: "The provider's URL scheme (where requests and results go).") var providerScheme: String
+        @Option(help: "This client's id (lowercase letters, digits, -).") var clientId: String = "dcclient"
+        @OptionGroup var passphrase: PassphraseSourceOptions
+        func run() async throws {
+            try await reporting {
+                try ManagedClient().initialize(
+                    clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: scheme),
+                    providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: selfPath,
+                    passphrase: try passphrase.read())
+                print("client \(clientId) set up; registration published; unlocked")
+            }
+        }
+    }
+
+    struct Register: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Register this client as the handler of its scheme.")
+        func run() async throws {
+            try await reporting {
+                guard let scheme = ManagedClient().scheme else { throw DCError(.fileNotFound, "the client is not set up", hint: "run dcclient init") }
+                try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcclient (managed client)")
+                print("registered as the handler of \(scheme):")
+            }
+        }
+    }
+
+    struct Unregister: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove this client's scheme handler.")
+        func run() async throws {
+            try await reporting {
+                guard let scheme = ManagedClient().scheme else { throw DCError(.fileNotFound, "the client is not set up") }
+                try SchemeHandlers().unregister(scheme: scheme)
+                print("unregistered \(scheme):")
+            }
+        }
+    }
+
+    struct Request: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Ask the provider for a credential (opens <provider-scheme>:/new…).")
+        func run() async throws {
+            try await reporting {
+                let client = ManagedClient()
+                let (url, providerScheme) = try client.requestURL()
+                guard let provider = try Registrations.read(ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme)) else {
+                    throw DCError(.missingClient, "no provider is registered for \(providerScheme):", hint: "run dcprovision register")
+                }
+                print("requesting: \(url)")
+                try await openURL(url, scheme: providerScheme, executable: provider.executable)
+            }
+        }
+    }
+
+    struct HandleURL: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries).")
+        @Argument var url: String
+        func run() async throws {
+            try await reporting {
+                let client = ManagedClient()
+                let handled = try client.handleDelivery(url)
+                if handled.replay {
+                    print("dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again")
+                } else {
+                    print("dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")")
+                }
+                guard let result = handled.resultURL, let providerScheme = client.providerScheme,
+                    let provider = try Registrations.read(ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
+                else { return }
+                try await openURL(result, scheme: providerScheme, executable: provider.executable)
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the installed credential's entries (never key material).")
+        func run() async throws {
+            try await reporting {
+                guard let credential = try ManagedClient().installed() else { print("no credential installed"); return }
+                print("\(credential.name.escapingControlCharacters)  serial \(credential.serialNumber.escapingControlCharacters)  expires \(ISO8601DateFormatter().string(from: credential.expirationDate))")
+                for entry in credential.entries {
+                    let details = try CertificateDetails(entry.certificate)
+                    let history = entry.keyHistory.isEmpty ? "" : "  (+\(entry.keyHistory.count) retired)"
+                    print("  \(entry.tag.rawValue.padding(toLength: 15, withPad: " ", startingAt: 0)) \(details.keyAlgorithm.padding(toLength: 9, withPad: " ", startingAt: 0)) \(details.subject.escapingControlCharacters)\(history)")
+                }
+            }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one entry's certificate details (never key material).")
+        @Argument var tag: String
+        func run() async throws {
+            try await reporting {
+                guard let tag = CredentialTag(wireName: tag) else { throw DCError(.usage, "unknown tag '\(tag)'") }
+                guard let entry = try ManagedClient().installed()?[tag] else { throw DCError(.fileNotFound, "no \(tag) entry installed") }
+                let details = try CertificateDetails(entry.certificate)
+                print("tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter.map { ISO8601DateFormatter().string(from: $0) } ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)")
+            }
+        }
+    }
+
+    struct Lock: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Make secure services unavailable (destroys the unlocked store key).")
+        func run() async throws { try await reporting { try ManagedClient().lock(); print("locked") } }
+    }
+
+    struct Unlock: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Make secure services available.")
+        @OptionGroup var passphrase: PassphraseSourceOptions
+        func run() async throws { try await reporting { try ManagedClient().unlock(passphrase: try passphrase.read()); print("unlocked") } }
+    }
+}

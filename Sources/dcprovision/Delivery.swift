@@ -1,0 +1,155 @@
+import ArgumentParser
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import SchemeHandlers
+
+/// The provider's configuration: its scheme and brand, and the source that answers `new`
+/// requests. `$XDG_CONFIG_HOME/dcprovision/config.json`, 0600.
+struct ProviderConfig: Codable {
+    var scheme: String
+    var brand: String
+    var provider: String
+    var options: [String: [String]]
+
+    static func path(_ locations: DeliveryLocations) -> String { locations.configHome + "/dcprovision/config.json" }
+
+    static func load(_ locations: DeliveryLocations = DeliveryLocations()) throws -> ProviderConfig {
+        guard let data = FileManager.default.contents(atPath: path(locations)) else {
+            throw DCError(.fileNotFound, "the provider is not registered", subject: path(locations), hint: "run dcprovision register")
+        }
+        return try JSONDecoder().decode(ProviderConfig.self, from: data)
+    }
+}
+
+var selfPath: String { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] }
+
+/// Opens a delivery URL with the client's registered handler, refusing a hijacker, and forwards
+/// the handler's output.
+func service(brand: String, scheme: String) throws -> CredentialService {
+    try CredentialService(brand: brand, callbackScheme: scheme) { url, registration in
+        fflush(nil)  // our own output first, then the handler's
+        let outcome = try await SchemeHandlers().open(url, scheme: registration.scheme, expectedExecutable: registration.executable)
+        if !outcome.stdout.isEmpty { FileHandle.standardOutput.write(Data(outcome.stdout)) }
+        if !outcome.stderr.isEmpty { FileHandle.standardError.write(Data(outcome.stderr)) }
+    }
+}
+
+struct Register: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Register dcprovision as the handler of the provider scheme, with the source that answers requests.")
+    @Option(help: "The provider's URL scheme (reverse DNS, no digits: org.example.provider).") var scheme: String
+    @Option(help: "The provider's brand, shown to users.") var brand: String
+    @OptionGroup(title: "The source for credential requests") var source: SourceOptions
+
+    func run() async throws {
+        try await runReportingErrors {
+            let scheme = try SchemeHandlers.normalize(scheme: scheme)
+            let (provider, options) = try source.resolve(ProviderDirectory.registry())
+            let locations = DeliveryLocations()
+            let config = ProviderConfig(scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options)
+            let directory = (ProviderConfig.path(locations) as NSString).deletingLastPathComponent
+            try AtomicFileSet.ensureDirectory(directory)
+            var files = AtomicFileSet(directory: directory)
+            try files.add("config.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
+            try files.commit(replacingExisting: true)
+            try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcprovision (\(brand))")
+            try Registrations.publish(
+                ProviderRegistration(scheme: scheme, brand: brand, executable: selfPath), at: locations.providerRegistration(scheme))
+            print("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
+        }
+    }
+}
+
+struct Unregister: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Remove the provider's scheme handler and registration.")
+    func run() async throws {
+        try await runReportingErrors {
+            let locations = DeliveryLocations()
+            let config = try ProviderConfig.load(locations)
+            try SchemeHandlers().unregister(scheme: config.scheme)
+            Registrations.remove(at: locations.providerRegistration(config.scheme))
+            print("unregistered \(config.scheme):")
+        }
+    }
+}
+
+struct HandleURL: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "handle-url", abstract: "The x-scheme-handler entry point: `new` requests and `result` callbacks.")
+    @Argument var url: String
+
+    func run() async throws {
+        try await runReportingErrors {
+            let locations = DeliveryLocations()
+            let config = try ProviderConfig.load(locations)
+            let service = try service(brand: config.brand, scheme: config.scheme)
+            switch try DeliveryMessage.parse(url, scheme: config.scheme) {
+            case .new(let client, _):
+                let clients = locations.registrations + "/clients"
+                let names = (try? FileManager.default.contentsOfDirectory(atPath: clients)) ?? []
+                guard let registration = try names.sorted().compactMap({ try Registrations.read(ClientRegistration.self, at: clients + "/" + $0) })
+                    .first(where: { $0.clientId == client })
+                else { throw DCError(.missingClient, "no registered client '\(client)'") }
+                print("dcprovision: request from client \(client); issuing with provider '\(config.provider)'")
+                let provider = try ProviderDirectory.provider(config.provider, registry: ProviderDirectory.registry())
+                let provided = try await provider.provide(ProviderRequest(options: config.options))
+                _ = try await service.send(try provided.credential(), clientScheme: registration.scheme) { step in
+                    print("dcprovision:   \(step)")
+                }
+            case .result:
+                let record = try service.handleResult(url)
+                print("dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
+            case .deliver:
+                throw DCError(.invalid, "a delivery URL sent to the provider")
+            }
+        }
+    }
+}
+
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Send a credential from a source to a registered managed client.")
+    @OptionGroup(title: "Source") var source: SourceOptions
+    @Option(help: "The credential's name (default: the provider's suggestion).") var name: String?
+    @Option(help: "The credential's serial number.") var serial: String?
+    @Option(help: "The expiration date, ISO 8601 (2027-11-22 or 2027-11-22T00:00:00Z).") var expires: String?
+    @Option(help: "The provider's brand.") var brand: String
+    @Option(help: "The provider's callback scheme (results come back here).") var callbackScheme: String
+    @Option(help: "The managed client's scheme.") var clientScheme: String
+    @OptionGroup var passphrase: PassphraseOptions
+
+    func run() async throws {
+        try await runReportingErrors {
+            var expiry: Date?
+            if let expires {
+                let full = ISO8601DateFormatter()
+                let day = ISO8601DateFormatter()
+                day.formatOptions = [.withFullDate]
+                guard let parsed = full.date(from: expires) ?? day.date(from: expires) else {
+                    throw DCError(.usage, "--expires is not an ISO 8601 date", subject: expires)
+                }
+                expiry = parsed
+            }
+            let provided = try await source.provide(passphrase: try passphrase.source())
+            let credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
+            _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: callbackScheme))
+                .send(credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme)) { print($0) }
+        }
+    }
+}
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Recent sends and their outcome.")
+    func run() async throws {
+        try await runReportingErrors {
+            let ledger = RequestLedger(directory: DeliveryLocations().stateHome + "/dcprovision/requests")
+            let records = ledger.recent()
+            if records.isEmpty { print("no sends yet") }
+            let formatter = ISO8601DateFormatter()
+            for record in records {
+                print("\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(record.credentialName.escapingControlCharacters)  \(record.outcome ?? "pending")")
+            }
+        }
+    }
+}

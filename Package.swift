@@ -131,6 +131,10 @@ let package = Package(
             name: "CredentialDeliveryTests",
             dependencies: ["CredentialDelivery", "CredentialCoding", "TestCAProvider", "TestSupport"]
         ),
+        .testTarget(
+            name: "ManagedClientTests",
+            dependencies: ["ManagedClient", "CredentialDelivery", "CredentialCoding", "TestCAProvider", "TestSupport"]
+        ),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(
@@ -140,6 +144,6 @@ let package = Package(
                 "TestSupport",
             ]
         ),
-        .testTarget(name: "dcprovisionTests", dependencies: ["dcprovision", "TestSupport", "DerivedCredentials"]),
+        .testTarget(name: "dcprovisionTests", dependencies: ["dcprovision", "dcclient", "TestSupport", "DerivedCredentials"]),
     ]
 )

@@ -16,6 +16,14 @@ public struct RequestLedger: Sendable {
         /// nil while pending; then `ok` or the client's error status.
         public var outcome: String?
         public var completed: Date?
+
+        public init(request: String, clientScheme: String, credentialName: String, created: Date, resultKey: String?) {
+            self.request = request
+            self.clientScheme = clientScheme
+            self.credentialName = credentialName
+            self.created = created
+            self.resultKey = resultKey
+        }
     }
 
     public let directory: String

@@ -1,0 +1,235 @@
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import ManagedClient
+import TestCAProvider
+import TestSupport
+import Testing
+
+/// Boxes the last delivery URL an opener saw.
+final class Box: @unchecked Sendable {
+    // Guarded by `lock`.
+    private let lock = NSLock()
+    private var values: [String] = []
+    func append(_ value: String) { lock.withLock { values.append(value) } }
+    var all: [String] { lock.withLock { values } }
+}
+
+/// A sandboxed provider and client. The opener plays the scheme-handler hop in-process: it hands
+/// the delivery URL to the client and the client's result back to the service (the real process
+/// launches are tested by the demo test and SchemeHandlersTests).
+struct World {
+    let dir: TemporaryDirectory
+    let locations: DeliveryLocations
+    let client: ManagedClient
+    let service: CredentialService
+    let ca: TestCA
+    let passphrase = SecretBytes(Array("client passphrase".utf8))
+    let deliveries = Box()
+
+    init(deliver: Bool = true) throws {
+        dir = try TemporaryDirectory("world")
+        locations = DeliveryLocations(environment: ["HOME": dir.file("home")])
+        client = ManagedClient(locations: locations)
+        try client.initialize(
+            clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider", executable: "/usr/bin/dcclient",
+            passphrase: passphrase)
+        let client = client
+        let deliveries = deliveries
+        var serviceBox: CredentialService?
+        let holder = ServiceHolder()
+        service = try CredentialService(brand: "Example", callbackScheme: "org.example.provider", locations: locations) { url, _ in
+            deliveries.append(url)
+            guard deliver else { return }
+            let handled = try client.handleDelivery(url)
+            if let result = handled.resultURL { _ = try holder.service!.handleResult(result) }
+        }
+        serviceBox = service
+        holder.service = serviceBox
+        ca = try TestCA.initialize(at: dir.file("ca"))
+    }
+
+    func credential(_ request: TestCAIssueRequest = TestCAIssueRequest()) throws -> Credential {
+        try ca.issue(request).credential()
+    }
+
+    func validator() -> CredentialValidator { CredentialValidator(trustAnchors: [ca.rootCertificate], intermediates: [ca.issuingCertificate]) }
+}
+
+final class ServiceHolder: @unchecked Sendable {
+    // Set once before any send; read afterwards.
+    var service: CredentialService?
+}
+
+private func code(_ body: () async throws -> Void) async -> DCError.Code? {
+    do {
+        try await body()
+        return nil
+    } catch let error as DCError {
+        return error.code
+    } catch {
+        return nil
+    }
+}
+
+@Suite("Send pipeline: the AppConnect semantics")
+struct SendPipelineTests {
+    @Test("support is missingClient / oldClient / present from the registration; canSend needs services available")
+    func supportAndCanSend() throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        #expect(try world.service.support(clientScheme: "org.example.nobody") == .missingClient)
+        #expect(try world.service.support(clientScheme: "ORG.Example.DCClient") == .present)
+        #expect(try world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        try world.client.lock()
+        #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        try world.client.unlock(passphrase: world.passphrase)
+        #expect(try world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        // An older client.
+        let path = world.locations.clientRegistration("org.example.dcclient")
+        var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
+        registration.protocolVersion = 0
+        try Registrations.publish(registration, at: path)
+        #expect(try world.service.support(clientScheme: "org.example.dcclient") == .oldClient)
+        #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+    }
+
+    @Test("Service creation fails on an empty brand or an invalid scheme, and lowercases the scheme")
+    func serviceCreation() throws {
+        let opener: CredentialService.Opener = { _, _ in }
+        #expect(throws: DCError.self) { try CredentialService(brand: " ", callbackScheme: "org.example.p", open: opener) }
+        for bad in ["", "1abc", "a b", "a_b"] {
+            #expect(throws: DCError.self) { try CredentialService(brand: "B", callbackScheme: bad, open: opener) }
+        }
+        #expect(try CredentialService(brand: "B", callbackScheme: "Org.Example.P", open: opener).callbackScheme == "org.example.p")
+    }
+
+    @Test("Send errors carry the AppConnect codes: missingClient -1003, oldClient -1004, serviceUnavailable -1002, invalid -1001")
+    func sendErrors() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let credential = try world.credential()
+        #expect(await code { _ = try await world.service.send(credential, clientScheme: "org.example.nobody") } == .missingClient)
+        try world.client.lock()
+        let locked = await code { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+        #expect(locked == .serviceUnavailable)
+        #expect(locked?.appConnectValue == -1002)
+        #expect(world.deliveries.all.isEmpty)  // refused before anything was sealed or sent
+        try world.client.unlock(passphrase: world.passphrase)
+        let expired = try world.credential(TestCAIssueRequest(tags: [.authentication], negative: .expired))
+        let invalid = await code { _ = try await world.service.send(expired, clientScheme: "org.example.dcclient") }
+        #expect(invalid == .invalid)
+        #expect(invalid?.appConnectValue == -1001)
+        let path = world.locations.clientRegistration("org.example.dcclient")
+        var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
+        registration.protocolVersion = 0
+        try Registrations.publish(registration, at: path)
+        #expect(await code { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }?.appConnectValue == -1004)
+    }
+
+    @Test("A send installs the credential; a newer one replaces it; nothing of the payload is left in the spool")
+    func installAndReplace() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let first = try world.credential(TestCAIssueRequest(commonName: "First", escrowHistory: 2))
+        let receipt = try await world.service.send(first, clientScheme: "org.example.dcclient", validator: world.validator())
+        #expect(receipt.steps.last?.contains("confirmed") == true)
+        #expect(try world.client.installed() == first)
+        let second = try world.credential(TestCAIssueRequest(commonName: "Second"))
+        _ = try await world.service.send(second, clientScheme: "org.example.dcclient")
+        #expect(try world.client.installed() == second)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
+        #expect(world.service.ledger.recent().map(\.outcome) == ["ok", "ok"])
+        // Locked: the installed credential cannot be read (the store key is gone).
+        try world.client.lock()
+        #expect(throws: DCError.self) { try world.client.installed() }
+    }
+
+    @Test("Replays: a delivery URL handled again is not reinstalled; a result URL used again, forged or late is refused")
+    func replays() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        _ = try await world.service.send(try world.credential(TestCAIssueRequest(commonName: "Once")), clientScheme: "org.example.dcclient")
+        let url = try #require(world.deliveries.all.first)
+        let again = try world.client.handleDelivery(url)
+        #expect(again.replay)
+        #expect(again.status == "ok")
+        let result = try #require(again.resultURL)
+        #expect(await code { _ = try world.service.handleResult(result) } == .invalid)  // single use
+        // A forged result for a pending request.
+        let pending = World.Pending(world)
+        let request = try pending.start()
+        let forged = DeliveryMessage.result(request: request, status: "ok", mac: String(repeating: "0", count: 64)).url(scheme: "org.example.provider")
+        #expect(await code { _ = try world.service.handleResult(forged) } == .invalid)
+        // The right MAC after the time limit.
+        var late = world.service.ledger
+        late.timeLimit = -1
+        let mac = DeliveryPayload.resultMAC(key: pending.resultKey, request: request, status: "ok")
+        #expect(await code { _ = try late.complete(request: request, status: "ok", mac: mac) } == .invalid)
+        #expect(try world.service.ledger.complete(request: request, status: "ok", mac: mac).outcome == "ok")
+    }
+
+    @Test("A tampered or swapped spool file is refused and nothing is installed")
+    func tamperedSpool() async throws {
+        let world = try World(deliver: false)
+        defer { world.dir.remove() }
+        _ = await code { _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient") }
+        _ = await code { _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient") }
+        let urls = world.deliveries.all
+        #expect(urls.count == 2)
+        guard case .deliver(_, let first, let firstDigest) = try DeliveryMessage.parse(urls[0], scheme: "org.example.dcclient"),
+            case .deliver(_, let second, _) = try DeliveryMessage.parse(urls[1], scheme: "org.example.dcclient")
+        else { throw DCError(.invalid, "not deliveries") }
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
+        // Swapped: the second request's file under the first request's name, with the first's digest recomputed.
+        let secondBytes = try readBytes(spool.path(request: second))
+        unlink(spool.path(request: first))
+        _ = try spool.write(secondBytes, request: first)
+        let swappedURL = DeliveryMessage.deliver(client: "dcclient", request: first, digest: Digests.hex(Digests.sha256(secondBytes))).url(scheme: "org.example.dcclient")
+        #expect(throws: DCError.self) { try world.client.handleDelivery(swappedURL) }
+        // Tampered: the original digest no longer matches.
+        #expect(throws: DCError.self) { try world.client.handleDelivery(urls[0].replacingOccurrences(of: firstDigest, with: firstDigest)) }
+        #expect(try world.client.installed() == nil)
+    }
+
+    @Test("Twenty concurrent sends are each delivered exactly once")
+    func concurrentSends() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let credentials = try (0..<20).map { try world.credential(TestCAIssueRequest(commonName: "User \($0)", tags: [.authentication])) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for credential in credentials {
+                group.addTask { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+            }
+            try await group.waitForAll()
+        }
+        let records = world.service.ledger.recent(limit: 100)
+        #expect(records.count == 20)
+        #expect(records.allSatisfy { $0.outcome == "ok" })
+        #expect(Set(world.deliveries.all).count == 20)
+        let processed = try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/store/processed")
+        #expect(processed.count == 20)
+        #expect(credentials.contains(try #require(try world.client.installed())))
+    }
+}
+
+extension World {
+    /// A request recorded in the ledger as a send would, without delivering it.
+    struct Pending {
+        let world: World
+        let resultKey: SecretBytes
+        init(_ world: World) {
+            self.world = world
+            resultKey = try! Digests.random(32)
+        }
+        func start() throws -> String {
+            let request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
+            try world.service.ledger.create(
+                RequestLedger.Record(
+                    request: request, clientScheme: "org.example.dcclient", credentialName: "pending", created: Date(),
+                    resultKey: resultKey.withUnsafeBytes { Data($0).base64EncodedString() }))
+            return request
+        }
+    }
+}

@@ -144,6 +144,12 @@ let package = Package(
                 "TestSupport",
             ]
         ),
-        .testTarget(name: "dcprovisionTests", dependencies: ["dcprovision", "dcclient", "TestSupport", "DerivedCredentials"]),
+        .testTarget(
+            name: "dcprovisionTests",
+            dependencies: [
+                "dcprovision", "dcclient", "TestSupport", "DerivedCredentials", "CredentialCoding", "CredentialDelivery",
+                "ManagedClient", "TestCAProvider",
+            ]
+        ),
     ]
 )

@@ -16,6 +16,8 @@ public struct RequestLedger: Sendable {
         /// nil while pending; then `ok` or the client's error status.
         public var outcome: String?
         public var completed: Date?
+        /// The MAC of the accepted result, to recognise the same result sent again (a retry).
+        public var acceptedMAC: String?
 
         public init(request: String, clientScheme: String, credentialName: String, created: Date, resultKey: String?) {
             self.request = request
@@ -58,11 +60,18 @@ public struct RequestLedger: Sendable {
     }
 
     /// Accepts a result callback once: the MAC must verify with the request's key, within the
-    /// time limit, for a request that has no outcome yet.
+    /// time limit, for a request that has no outcome yet. The identical result again (a client
+    /// retrying after a crash) is acknowledged without any change; any other is refused.
     public func complete(request: String, status: String, mac: String, now: Date = Date()) throws -> Record {
         guard var record = record(request) else { throw DCError(.invalid, "a result for an unknown request", subject: request) }
-        guard record.outcome == nil, let keyText = record.resultKey, var key = Data(base64Encoded: keyText).map(Array.init) else {
-            throw DCError(.invalid, "a replayed result: the request is already complete", subject: request)
+        if let outcome = record.outcome {
+            guard outcome == status, let accepted = record.acceptedMAC,
+                Digests.constantTimeEqual(Array(accepted.utf8), Array(mac.utf8))
+            else { throw DCError(.invalid, "a replayed result: the request is already complete", subject: request) }
+            return record
+        }
+        guard let keyText = record.resultKey, var key = Data(base64Encoded: keyText).map(Array.init) else {
+            throw DCError(.invalid, "the request has no result key", subject: request)
         }
         let secret = SecretBytes(consuming: &key)
         let expected = DeliveryPayload.resultMAC(key: secret, request: request, status: status)
@@ -74,6 +83,7 @@ public struct RequestLedger: Sendable {
         }
         record.outcome = status
         record.completed = now
+        record.acceptedMAC = mac
         record.resultKey = nil
         try write(record, replacing: true)
         return record

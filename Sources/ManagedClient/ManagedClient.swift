@@ -154,6 +154,9 @@ public struct ManagedClient: Sendable {
     /// A request already handled is not installed again; its recorded result is returned (idempotent).
     public func handleDelivery(_ url: String, validator: CredentialValidator = CredentialValidator()) throws -> Handled {
         let config = try config()
+        // A crash mid-install leaves at most staging files; they are never read, only removed.
+        AtomicFileSet.removeStaleStagingFiles(in: store)
+        AtomicFileSet.removeStaleStagingFiles(in: store + "/processed")
         guard case .deliver(let client, let request, let digest) = try DeliveryMessage.parse(url, scheme: config.scheme) else {
             throw DCError(.invalid, "not a delivery URL")
         }

@@ -16,6 +16,8 @@ struct DCClient: AsyncParsableCommand {
 
 /// One line on stderr and a sysexits status for a DCError.
 func reporting(_ body: () async throws -> Void) async throws {
+    // A file-size limit must surface as EFBIG and a clean error, not a signal.
+    signal(SIGXFSZ, SIG_IGN)
     do {
         try await body()
     } catch let error as DCError {

@@ -146,7 +146,7 @@ struct SendPipelineTests {
         #expect(throws: DCError.self) { try world.client.installed() }
     }
 
-    @Test("Replays: a delivery URL handled again is not reinstalled; a result URL used again, forged or late is refused")
+    @Test("Replays: a delivery URL handled again is not reinstalled; the same result again changes nothing; another, forged or late is refused")
     func replays() async throws {
         let world = try World()
         defer { world.dir.remove() }
@@ -156,7 +156,14 @@ struct SendPipelineTests {
         #expect(again.replay)
         #expect(again.status == "ok")
         let result = try #require(again.resultURL)
-        #expect(await code { _ = try world.service.handleResult(result) } == .invalid)  // single use
+        // The identical authenticated result (a retry) is acknowledged, and nothing changes.
+        let before = try #require(world.service.ledger.recent().first)
+        #expect(try world.service.handleResult(result).outcome == "ok")
+        #expect(try #require(world.service.ledger.recent().first).completed == before.completed)
+        // Any other result for the completed request is refused.
+        guard case .result(let done, _, let doneMAC) = try DeliveryMessage.parse(result, scheme: "org.example.provider") else { return }
+        let other = DeliveryMessage.result(request: done, status: "invalid", mac: doneMAC).url(scheme: "org.example.provider")
+        #expect(await code { _ = try world.service.handleResult(other) } == .invalid)
         // A forged result for a pending request.
         let pending = World.Pending(world)
         let request = try pending.start()

@@ -12,6 +12,10 @@ public struct ProcessResult: Sendable {
 public struct ProcessFailure: Error, CustomStringConvertible {
     public var command: [String]
     public var result: ProcessResult
+    public init(command: [String], result: ProcessResult) {
+        self.command = command
+        self.result = result
+    }
     public var description: String {
         "\(command.joined(separator: " ")) exited \(result.status): \(result.stderrText)"
     }

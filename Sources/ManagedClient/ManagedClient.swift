@@ -21,6 +21,8 @@ public struct ManagedClient: Sendable {
     public let base: String
     public let locations: DeliveryLocations
     static let iterations = 200_000
+    /// How long a delivery stays acceptable after the provider issued it.
+    public static let requestTimeLimit: TimeInterval = 600
 
     public init(locations: DeliveryLocations = DeliveryLocations()) {
         self.locations = locations
@@ -174,6 +176,11 @@ public struct ManagedClient: Sendable {
         let payload = try DeliveryPayload.decode(opened)
         guard payload.requestId == request, payload.clientId == config.clientId else {
             throw DCError(.invalid, "the payload is bound to another request or client (a replayed or swapped spool file)")
+        }
+        // Request ids are good for a limited time (as the provider's ledger is).
+        guard abs(payload.issuedAt.timeIntervalSinceNow) <= Self.requestTimeLimit else {
+            spool.remove(request: request)
+            throw DCError(.invalid, "the delivery is older than \(Int(Self.requestTimeLimit)) s; ask the provider again")
         }
         var status = "ok"
         let verdict = validator.validate(payload.credential)

@@ -60,9 +60,14 @@ public struct CredentialService: Sendable {
 
     /// Sends `credential` to the client registered for `clientScheme`:
     /// support → can send → validation → seal → spool → open the delivery URL → the result.
+    ///
+    /// With `queueIfUnavailable`, a send to a locked client is sealed and spooled anyway and
+    /// queued (AppConnect's "wait for the availability notification and retry"): it goes out when
+    /// the client announces availability (``deliverQueued(clientId:progress:)``), within the
+    /// request's time limit. Without it, the send fails with `serviceUnavailable`.
     public func send(
         _ credential: Credential, clientScheme: String, validator: CredentialValidator = CredentialValidator(),
-        progress: @Sendable (String) -> Void = { _ in }
+        queueIfUnavailable: Bool = false, progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> Receipt {
         var steps: [String] = [] {
             didSet { progress(steps.last!) }
@@ -73,10 +78,11 @@ public struct CredentialService: Sendable {
         case .present: steps.append("client support: present (protocol \(ClientRegistration.currentProtocol))")
         }
         let registration = try registration(clientScheme)
-        guard registration.servicesAvailable else {
-            throw DCError(.serviceUnavailable, "the client's secure services are locked", hint: "unlock the client (dcclient unlock) and send again")
+        let available = registration.servicesAvailable
+        guard available || queueIfUnavailable else {
+            throw DCError(.serviceUnavailable, "the client's secure services are locked", hint: "unlock the client (dcclient unlock) and send again, or send with --queue")
         }
-        steps.append("can send: the client's secure services are available")
+        steps.append(available ? "can send: the client's secure services are available" : "can send: not now (the client is locked); the delivery will be queued")
         let verdict = validator.validate(credential)
         guard verdict.passes() else {
             throw DCError(.invalid, "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))")
@@ -96,6 +102,13 @@ public struct CredentialService: Sendable {
         let digest = try Spool(directory: registration.spool).write(sealed, request: request)
         steps.append("spooled: \(Spool(directory: registration.spool).path(request: request)) (0600)")
         let url = DeliveryMessage.deliver(client: registration.clientId, request: request, digest: digest).url(scheme: registration.scheme)
+        if !available {
+            var record = ledger.record(request)!
+            record.queuedURL = url
+            try ledger.write(record, replacing: true)
+            steps.append("queued: \(url) goes out when the client announces availability (within \(Int(ledger.timeLimit)) s)")
+            return Receipt(request: request, steps: steps)
+        }
         steps.append("opening \(url)")
         try await open(url, registration)
         guard let record = ledger.record(request), let outcome = record.outcome else {
@@ -106,6 +119,26 @@ public struct CredentialService: Sendable {
         }
         steps.append("result: the client installed the credential and confirmed (MAC verified)")
         return Receipt(request: request, steps: steps)
+    }
+
+    /// Delivers what was queued for a client that announced availability; returns the requests sent.
+    /// Expired entries are dropped (their spool files stay for the client to refuse and remove).
+    public func deliverQueued(clientId: String, progress: @Sendable (String) -> Void = { _ in }) async throws -> [String] {
+        var sent: [String] = []
+        for record in ledger.recent(limit: 1000).reversed() where record.queuedURL != nil && record.outcome == nil {
+            guard let registration = try? self.registration(record.clientScheme), registration.clientId == clientId,
+                let url = record.queuedURL
+            else { continue }
+            try ledger.dequeue(record.request)
+            guard Date().timeIntervalSince(record.created) <= ledger.timeLimit else {
+                progress("dropped queued request \(record.request): older than \(Int(ledger.timeLimit)) s")
+                continue
+            }
+            progress("delivering queued request \(record.request)")
+            try await open(url, registration)
+            sent.append(record.request)
+        }
+        return sent
     }
 
     /// Handles the client's result URL: authenticates it and records the outcome once.

@@ -11,8 +11,11 @@ import Foundation
 ///   in the client's spool as `<request>.cms`, with this SHA-256.
 /// - `<provider-scheme>:/result?v=1&request=HEX32&status=STATUS&mac=HEX64` — the client's
 ///   answer, authenticated with the key sealed in the payload.
+/// - `<provider-scheme>:/available?v=1&client=ID` — the client's secure services became
+///   available: queued deliveries may go now.
 public enum DeliveryMessage: Sendable, Equatable {
     case new(client: String, request: String)
+    case available(client: String)
     case deliver(client: String, request: String, digest: String)
     case result(request: String, status: String, mac: String)
 
@@ -22,6 +25,7 @@ public enum DeliveryMessage: Sendable, Equatable {
     public var path: String {
         switch self {
         case .new: "new"
+        case .available: "available"
         case .deliver: "deliver"
         case .result: "result"
         }
@@ -30,6 +34,7 @@ public enum DeliveryMessage: Sendable, Equatable {
     var parameters: [(String, String)] {
         switch self {
         case .new(let client, let request): [("v", Self.version), ("client", client), ("request", request)]
+        case .available(let client): [("v", Self.version), ("client", client)]
         case .deliver(let client, let request, let digest):
             [("v", Self.version), ("client", client), ("request", request), ("digest", digest)]
         case .result(let request, let status, let mac): [("v", Self.version), ("request", request), ("status", status), ("mac", mac)]
@@ -79,6 +84,8 @@ public enum DeliveryMessage: Sendable, Equatable {
         switch path {
         case "new":
             message = .new(client: try take("client", isIdentifier), request: try take("request", { isHex($0, 32) }))
+        case "available":
+            message = .available(client: try take("client", isIdentifier))
         case "deliver":
             message = .deliver(
                 client: try take("client", isIdentifier), request: try take("request", { isHex($0, 32) }),

@@ -18,6 +18,9 @@ public struct RequestLedger: Sendable {
         public var completed: Date?
         /// The MAC of the accepted result, to recognise the same result sent again (a retry).
         public var acceptedMAC: String?
+        /// A delivery sealed and spooled while the client was locked, waiting for its
+        /// availability notification.
+        public var queuedURL: String?
 
         public init(request: String, clientScheme: String, credentialName: String, created: Date, resultKey: String?) {
             self.request = request
@@ -87,6 +90,13 @@ public struct RequestLedger: Sendable {
         record.resultKey = nil
         try write(record, replacing: true)
         return record
+    }
+
+    /// Marks a queued delivery as sent (or dropped), so it is not sent twice.
+    public func dequeue(_ request: String) throws {
+        guard var record = record(request), record.queuedURL != nil else { return }
+        record.queuedURL = nil
+        try write(record, replacing: true)
     }
 
     /// Recent records, newest first.

@@ -142,6 +142,12 @@ public struct ManagedClient: Sendable {
         return (DeliveryMessage.new(client: config.clientId, request: request).url(scheme: config.providerScheme), config.providerScheme)
     }
 
+    /// The availability notification for the provider.
+    public func availabilityURL() throws -> String? {
+        let config = try config()
+        return DeliveryMessage.available(client: config.clientId).url(scheme: config.providerScheme)
+    }
+
     /// The outcome of handling a delivery URL, and the result URL to send back (if any).
     public struct Handled: Sendable {
         public var request: String

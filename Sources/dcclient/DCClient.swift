@@ -162,6 +162,18 @@ extension DCClient {
     struct Unlock: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Make secure services available.")
         @OptionGroup var passphrase: PassphraseSourceOptions
-        func run() async throws { try await reporting { try ManagedClient().unlock(passphrase: try passphrase.read()); print("unlocked") } }
+        func run() async throws {
+            try await reporting {
+                let client = ManagedClient()
+                try client.unlock(passphrase: try passphrase.read())
+                print("unlocked")
+                // The availability notification: queued deliveries may come now.
+                guard let providerScheme = client.providerScheme, let url = try client.availabilityURL(),
+                    let provider = try Registrations.read(ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
+                else { return }
+                print("announcing: \(url)")
+                try await openURL(url, scheme: providerScheme, executable: provider.executable)
+            }
+        }
     }
 }

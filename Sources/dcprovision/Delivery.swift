@@ -98,6 +98,10 @@ struct HandleURL: AsyncParsableCommand {
                 _ = try await service.send(try provided.credential(), clientScheme: registration.scheme) { step in
                     print("dcprovision:   \(step)")
                 }
+            case .available(let client):
+                print("dcprovision: client \(client) announced availability")
+                let sent = try await service.deliverQueued(clientId: client) { print("dcprovision:   \($0)") }
+                if sent.isEmpty { print("dcprovision:   nothing queued") }
             case .result:
                 let record = try service.handleResult(url)
                 print("dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
@@ -117,6 +121,7 @@ struct Send: AsyncParsableCommand {
     @Option(help: "The provider's brand.") var brand: String
     @Option(help: "The provider's callback scheme (results come back here).") var callbackScheme: String
     @Option(help: "The managed client's scheme.") var clientScheme: String
+    @Flag(help: "If the client is locked, seal and queue the delivery until it announces availability.") var queue = false
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() async throws {
@@ -134,7 +139,7 @@ struct Send: AsyncParsableCommand {
             let provided = try await source.provide(passphrase: try passphrase.source())
             let credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
             _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: callbackScheme))
-                .send(credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme)) { print($0) }
+                .send(credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), queueIfUnavailable: queue) { print($0) }
         }
     }
 }
@@ -148,7 +153,8 @@ struct Status: AsyncParsableCommand {
             if records.isEmpty { print("no sends yet") }
             let formatter = ISO8601DateFormatter()
             for record in records {
-                print("\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(record.credentialName.escapingControlCharacters)  \(record.outcome ?? "pending")")
+                let state = record.outcome ?? (record.queuedURL != nil ? "queued" : "pending")
+                print("\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(record.credentialName.escapingControlCharacters)  \(state)")
             }
         }
     }

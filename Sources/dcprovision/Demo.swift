@@ -75,11 +75,13 @@ struct Demo: AsyncParsableCommand {
                 "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)", dcprovision,
                 ["send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--callback-scheme", "org.example.dcprovision",
                  "--client-scheme", "org.example.dcclient"], expectFailure: 69)
-            try await run("The client unlocks; sending works again", dcclient, ["unlock", "--passphrase-file", passphrase])
             try await run(
-                "A direct send (dcprovision send) replaces the credential atomically", dcprovision,
-                ["send", "--testca", sandbox + "/ca", "--option", "common-name=Demo User", "--name", "Demo credential, renewed",
+                "The same send with --queue: sealed and spooled now, queued until the client is available", dcprovision,
+                ["send", "--queue", "--testca", sandbox + "/ca", "--option", "common-name=Demo User", "--name", "Demo credential, renewed",
                  "--brand", "Example Provider", "--callback-scheme", "org.example.dcprovision", "--client-scheme", "org.example.dcclient"])
+            try await run(
+                "The client unlocks and announces availability; the queued credential replaces the old one atomically", dcclient,
+                ["unlock", "--passphrase-file", passphrase])
             try await run("What the client holds now", dcclient, ["list"])
             try await run("The provider's record of its sends", dcprovision, ["status"])
             let elapsed = ContinuousClock.now - started

@@ -200,6 +200,33 @@ struct SendPipelineTests {
         #expect(try world.client.installed() == nil)
     }
 
+    @Test("serviceUnavailable sends can be queued, and go out when the client announces availability")
+    func queuedWhileLocked() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try world.client.lock()
+        let credential = try world.credential(TestCAIssueRequest(commonName: "Queued"))
+        let receipt = try await world.service.send(credential, clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        #expect(receipt.steps.last?.hasPrefix("queued:") == true)
+        #expect(world.deliveries.all.isEmpty)
+        #expect(world.service.ledger.recent().first?.queuedURL != nil)
+        try world.client.unlock(passphrase: world.passphrase)
+        #expect(try world.client.availabilityURL() == "org.example.provider:/available?v=1&client=dcclient")
+        let sent = try await world.service.deliverQueued(clientId: "dcclient")
+        #expect(sent == [receipt.request])
+        #expect(try world.client.installed() == credential)
+        #expect(world.service.ledger.recent().first?.outcome == "ok")
+        #expect(try await world.service.deliverQueued(clientId: "dcclient").isEmpty)  // not sent twice
+        // An entry older than the time limit is dropped, not delivered.
+        try world.client.lock()
+        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        try world.client.unlock(passphrase: world.passphrase)
+        var strict = world.service
+        strict.ledger.timeLimit = -1
+        #expect(try await strict.deliverQueued(clientId: "dcclient").isEmpty)
+        #expect(try world.client.installed() == credential)
+    }
+
     @Test("Twenty concurrent sends are each delivered exactly once")
     func concurrentSends() async throws {
         let world = try World()

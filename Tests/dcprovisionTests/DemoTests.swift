@@ -44,7 +44,8 @@ struct DemoTests {
         for expected in [
             "client support: present", "can send: the client's secure services are available", "sealed: CMS AuthEnvelopedData",
             "dcclient: received request", "(MAC verified)", "serviceUnavailable (AppConnect -1002)", "(exit status 69, as expected)",
-            "Demo credential, renewed", "(+2 retired)",
+            "Demo credential, renewed", "(+2 retired)", "queued: org.example.dcclient:/deliver", "announced availability",
+            "delivering queued request",
         ] {
             #expect(output.contains(expected), "missing: \(expected)")
         }

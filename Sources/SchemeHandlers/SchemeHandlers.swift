@@ -187,4 +187,18 @@ public struct SchemeHandlers: Sendable {
         }
         return try await ChildProcess.run(arguments[0], arguments: Array(arguments.dropFirst()), environment: environment, limits: limits)
     }
+
+    /// ``open(_:scheme:expectedExecutable:limits:environment:)`` for command-line tools: our own
+    /// buffered output first, then the handler's output passed on, and an error if it failed.
+    public func openForwardingOutput(_ url: String, scheme: String, expectedExecutable: String) async throws {
+        fflush(nil)
+        let outcome = try await open(url, scheme: scheme, expectedExecutable: expectedExecutable)
+        if !outcome.stdout.isEmpty { FileHandle.standardOutput.write(Data(outcome.stdout)) }
+        if !outcome.stderr.isEmpty { FileHandle.standardError.write(Data(outcome.stderr)) }
+        guard outcome.termination == .exited(0) else {
+            throw DCError(
+                .notReady, "the handler for \(scheme): did not complete (\(outcome.termination))",
+                hint: "its own message is above")
+        }
+    }
 }

@@ -40,17 +40,6 @@ struct PassphraseSourceOptions: ParsableArguments {
 /// This executable's absolute path (what the scheme handler must run).
 var selfPath: String { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] }
 
-/// Opens a URL with the handler registered for its scheme, which must be `executable`.
-func openURL(_ url: String, scheme: String, executable: String) async throws {
-    fflush(nil)  // our own output first, then the handler's
-    let outcome = try await SchemeHandlers().open(url, scheme: scheme, expectedExecutable: executable)
-    if !outcome.stderr.isEmpty { FileHandle.standardError.write(Data(outcome.stderr)) }
-    if !outcome.stdout.isEmpty { FileHandle.standardOutput.write(Data(outcome.stdout)) }
-    guard outcome.termination == .exited(0) else {
-        throw DCError(.unknown, "the handler for \(scheme): failed (\(outcome.termination))")
-    }
-}
-
 extension DCClient {
     struct Init: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Set up the client: keys, the encrypted store, the registration.")
@@ -101,7 +90,7 @@ extension DCClient {
                     throw DCError(.missingClient, "no provider is registered for \(providerScheme):", hint: "run dcprovision register")
                 }
                 print("requesting: \(url)")
-                try await openURL(url, scheme: providerScheme, executable: provider.executable)
+                try await SchemeHandlers().openForwardingOutput(url, scheme: providerScheme, expectedExecutable: provider.executable)
             }
         }
     }
@@ -121,7 +110,7 @@ extension DCClient {
                 guard let result = handled.resultURL, let providerScheme = client.providerScheme,
                     let provider = try Registrations.read(ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
                 else { return }
-                try await openURL(result, scheme: providerScheme, executable: provider.executable)
+                try await SchemeHandlers().openForwardingOutput(result, scheme: providerScheme, expectedExecutable: provider.executable)
             }
         }
     }
@@ -172,7 +161,7 @@ extension DCClient {
                     let provider = try Registrations.read(ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
                 else { return }
                 print("announcing: \(url)")
-                try await openURL(url, scheme: providerScheme, executable: provider.executable)
+                try await SchemeHandlers().openForwardingOutput(url, scheme: providerScheme, expectedExecutable: provider.executable)
             }
         }
     }

@@ -25,14 +25,11 @@ struct ProviderConfig: Codable {
 
 var selfPath: String { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] }
 
-/// Opens a delivery URL with the client's registered handler, refusing a hijacker, and forwards
-/// the handler's output.
+/// A service that opens delivery URLs with the client's registered handler (refusing a hijacker)
+/// and forwards the handler's output.
 func service(brand: String, scheme: String) throws -> CredentialService {
     try CredentialService(brand: brand, callbackScheme: scheme) { url, registration in
-        fflush(nil)  // our own output first, then the handler's
-        let outcome = try await SchemeHandlers().open(url, scheme: registration.scheme, expectedExecutable: registration.executable)
-        if !outcome.stdout.isEmpty { FileHandle.standardOutput.write(Data(outcome.stdout)) }
-        if !outcome.stderr.isEmpty { FileHandle.standardError.write(Data(outcome.stderr)) }
+        try await SchemeHandlers().openForwardingOutput(url, scheme: registration.scheme, expectedExecutable: registration.executable)
     }
 }
 

@@ -62,16 +62,6 @@ final class ServiceHolder: @unchecked Sendable {
     var service: CredentialService?
 }
 
-private func code(_ body: () async throws -> Void) async -> DCError.Code? {
-    do {
-        try await body()
-        return nil
-    } catch let error as DCError {
-        return error.code
-    } catch {
-        return nil
-    }
-}
 
 @Suite("Send pipeline: the AppConnect semantics")
 struct SendPipelineTests {
@@ -110,22 +100,22 @@ struct SendPipelineTests {
         let world = try World()
         defer { world.dir.remove() }
         let credential = try world.credential()
-        #expect(await code { _ = try await world.service.send(credential, clientScheme: "org.example.nobody") } == .missingClient)
+        #expect(await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.nobody") } == .missingClient)
         try world.client.lock()
-        let locked = await code { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+        let locked = await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
         #expect(locked == .serviceUnavailable)
         #expect(locked?.appConnectValue == -1002)
         #expect(world.deliveries.all.isEmpty)  // refused before anything was sealed or sent
         try world.client.unlock(passphrase: world.passphrase)
         let expired = try world.credential(TestCAIssueRequest(tags: [.authentication], negative: .expired))
-        let invalid = await code { _ = try await world.service.send(expired, clientScheme: "org.example.dcclient") }
+        let invalid = await thrownCode { _ = try await world.service.send(expired, clientScheme: "org.example.dcclient") }
         #expect(invalid == .invalid)
         #expect(invalid?.appConnectValue == -1001)
         let path = world.locations.clientRegistration("org.example.dcclient")
         var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
         registration.protocolVersion = 0
         try Registrations.publish(registration, at: path)
-        #expect(await code { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }?.appConnectValue == -1004)
+        #expect(await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }?.appConnectValue == -1004)
     }
 
     @Test("A send installs the credential; a newer one replaces it; nothing of the payload is left in the spool")
@@ -163,17 +153,17 @@ struct SendPipelineTests {
         // Any other result for the completed request is refused.
         guard case .result(let done, _, let doneMAC) = try DeliveryMessage.parse(result, scheme: "org.example.provider") else { return }
         let other = DeliveryMessage.result(request: done, status: "invalid", mac: doneMAC).url(scheme: "org.example.provider")
-        #expect(await code { _ = try world.service.handleResult(other) } == .invalid)
+        #expect(await thrownCode { _ = try world.service.handleResult(other) } == .invalid)
         // A forged result for a pending request.
         let pending = World.Pending(world)
         let request = try pending.start()
         let forged = DeliveryMessage.result(request: request, status: "ok", mac: String(repeating: "0", count: 64)).url(scheme: "org.example.provider")
-        #expect(await code { _ = try world.service.handleResult(forged) } == .invalid)
+        #expect(await thrownCode { _ = try world.service.handleResult(forged) } == .invalid)
         // The right MAC after the time limit.
         var late = world.service.ledger
         late.timeLimit = -1
         let mac = DeliveryPayload.resultMAC(key: pending.resultKey, request: request, status: "ok")
-        #expect(await code { _ = try late.complete(request: request, status: "ok", mac: mac) } == .invalid)
+        #expect(await thrownCode { _ = try late.complete(request: request, status: "ok", mac: mac) } == .invalid)
         #expect(try world.service.ledger.complete(request: request, status: "ok", mac: mac).outcome == "ok")
     }
 
@@ -181,8 +171,8 @@ struct SendPipelineTests {
     func tamperedSpool() async throws {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
-        _ = await code { _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient") }
-        _ = await code { _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient") }
+        _ = await thrownCode { _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient") }
+        _ = await thrownCode { _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient") }
         let urls = world.deliveries.all
         #expect(urls.count == 2)
         guard case .deliver(_, let first, let firstDigest) = try DeliveryMessage.parse(urls[0], scheme: "org.example.dcclient"),

@@ -12,16 +12,6 @@ private func provide(_ options: [String: [String]], in directory: String? = nil)
         ProviderRequest(options: options, workingDirectory: directory ?? FileManager.default.currentDirectoryPath))
 }
 
-private func code(_ body: () async throws -> Void) async -> DCError.Code? {
-    do {
-        try await body()
-        return nil
-    } catch let error as DCError {
-        return error.code
-    } catch {
-        return nil
-    }
-}
 
 /// A certificate with an explicit validity window, issued by the fixture CA through our signer,
 /// written with its key as one PEM file. (`openssl x509 -req` in OpenSSL 3.0 cannot backdate.)
@@ -83,10 +73,10 @@ struct PEMFileProviderTests {
         #expect(provided.suggestedName == "Alice")
         #expect(provided.suggestedSerialNumber == "0042")
         let typo = try dir.write("typo.json", #"{"version": 1, "entries": [{"tag": "signing", "certifcate": "a"}]}"#)
-        #expect(await code { _ = try await provide(["manifest": [typo]]) } == .malformedInput)
+        #expect(await thrownCode { _ = try await provide(["manifest": [typo]]) } == .malformedInput)
         let future = try dir.write("v2.json", #"{"version": 2, "entries": []}"#)
-        #expect(await code { _ = try await provide(["manifest": [future]]) } == .unsupportedFormat)
-        #expect(await code { _ = try await provide(["manifest": [dir.file("none.json")]]) } == .fileNotFound)
+        #expect(await thrownCode { _ = try await provide(["manifest": [future]]) } == .unsupportedFormat)
+        #expect(await thrownCode { _ = try await provide(["manifest": [dir.file("none.json")]]) } == .fileNotFound)
     }
 
     @Test("--classify reads the tag from key usage; the newest encryption certificate wins, the rest go to escrow")

@@ -1,3 +1,4 @@
+import DerivedCredentials
 import Foundation
 
 /// The result of running a process to completion.
@@ -138,4 +139,16 @@ public struct TemporaryDirectory: Sendable {
     }
 
     public func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// The code of the DCError `body` throws, or nil if it throws nothing (or something else).
+public func thrownCode(_ body: () async throws -> Void) async -> DCError.Code? {
+    do {
+        try await body()
+        return nil
+    } catch let error as DCError {
+        return error.code
+    } catch {
+        return nil
+    }
 }

@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "PEMFileProvider", targets: ["PEMFileProvider"]),
         .library(name: "TestCAProvider", targets: ["TestCAProvider"]),
         .library(name: "ExecProvider", targets: ["ExecProvider"]),
+        .library(name: "PKCS11Provider", targets: ["PKCS11Provider"]),
         .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
         .library(name: "CredentialDelivery", targets: ["CredentialDelivery"]),
         .library(name: "SchemeHandlers", targets: ["SchemeHandlers"]),
@@ -81,6 +82,11 @@ let package = Package(
         ),
 
         .target(
+            name: "PKCS11Provider",
+            dependencies: ["DerivedCredentials", "CredentialCoding", "CP11Kit"],
+            path: "Plugins/PKCS11Provider"
+        ),
+        .target(
             name: "ExecProvider",
             dependencies: ["DerivedCredentials", "CredentialCoding"],
             path: "Plugins/ExecProvider"
@@ -108,6 +114,7 @@ let package = Package(
                 "ExecProvider",
                 "CredentialDelivery",
                 "SchemeHandlers",
+                "PKCS11Provider",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -140,8 +147,8 @@ let package = Package(
         .testTarget(
             name: "ProviderTests",
             dependencies: [
-                "PEMFileProvider", "TestCAProvider", "ExecProvider", "DerivedCredentialsTesting", "CredentialCoding",
-                "TestSupport",
+                "PEMFileProvider", "TestCAProvider", "ExecProvider", "PKCS11Provider", "DerivedCredentialsTesting",
+                "CredentialCoding", "TestSupport",
             ]
         ),
         .testTarget(

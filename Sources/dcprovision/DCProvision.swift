@@ -16,7 +16,7 @@ struct DCProvision: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             Demo.self, Send.self, HandleURL.self, Register.self, Unregister.self, Status.self, Convert.self, Inspect.self,
-            Providers.self, TestCACommand.self,
+            Providers.self, TestCACommand.self, Tokens.self, Objects.self,
         ]
     )
 }

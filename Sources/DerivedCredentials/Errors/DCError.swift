@@ -168,6 +168,14 @@ extension DCError.Code {
     /// output over the cap, malformed entries.
     public static let providerProtocol = Self("providerProtocol", .dataError)
 
+    // MARK: PKCS#11 tokens.
+    /// A PKCS#11 call failed; the underlying error names the function and the CKR_ value.
+    public static let pkcs11Failure = Self("pkcs11Failure", .unavailable)
+    /// A PKCS#11 URI matched no token or object.
+    public static let noSuchObject = Self("noSuchObject", .inputMissing)
+    /// A PKCS#11 URI matched more than one object where one is needed.
+    public static let multipleObjects = Self("multipleObjects", .usage)
+
     // MARK: Files and the command line.
     public static let usage = Self("usage", .usage)
     public static let fileNotFound = Self("fileNotFound", .inputMissing)

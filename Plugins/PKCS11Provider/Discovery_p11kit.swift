@@ -1,0 +1,221 @@
+internal import CP11Kit
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// A token in a slot, as `dcprovision tokens` shows it.
+public struct TokenInfo: Sendable, Codable, Hashable {
+    public var module: String
+    public var slot: UInt
+    public var label: String
+    public var manufacturer: String
+    public var model: String
+    public var serialNumber: String
+    /// False for an empty slot waiting for `C_InitToken` (SoftHSM's free slot).
+    public var initialized: Bool
+    public var loginRequired: Bool
+    /// The token has its own PIN pad: log in with no PIN.
+    public var protectedAuthenticationPath: Bool
+    public var userPINCountLow: Bool
+    public var userPINFinalTry: Bool
+    public var userPINLocked: Bool
+    /// The RFC 7512 URI of the token.
+    public var uri: String
+}
+
+/// An object on a token, as `dcprovision objects` shows it. Without logging in, only public
+/// objects (certificates, public keys) are visible.
+public struct TokenObject: Sendable, Codable, Hashable {
+    /// `certificate`, `private-key`, `public-key`, `secret-key` or `data`.
+    public var kind: String
+    /// CKA_ID in lowercase hex (PIV: 01 authentication, 02 signing, 03 key management).
+    public var id: String
+    public var label: String
+    /// `EC` or `RSA` for keys; the key algorithm of a certificate.
+    public var keyType: String?
+    public var keyBits: Int?
+    public var sensitive: Bool?
+    public var extractable: Bool?
+    /// For certificates: the subject, RFC 4514.
+    public var subject: String?
+    public var uri: String
+}
+
+/// A parsed RFC 7512 `pkcs11:` URI (p11-kit's parser).
+final class PKCS11URI {
+    let pointer: OpaquePointer
+    let text: String
+
+    init(_ text: String) throws {
+        guard let uri = p11_kit_uri_new() else { throw DCError(.cryptoFailure, "p11_kit_uri_new failed") }
+        let result = p11_kit_uri_parse(text, P11_KIT_URI_FOR_ANY, uri)
+        guard result == P11_KIT_URI_OK.rawValue else {
+            p11_kit_uri_free(uri)
+            let reason = p11_kit_uri_message(result).map { String(cString: $0) } ?? "invalid"
+            throw DCError(.usage, "not a PKCS#11 URI: \(reason)", subject: text.escapingControlCharacters, hint: "see RFC 7512, e.g. pkcs11:token=Card;id=%01")
+        }
+        pointer = uri
+        self.text = text
+        if p11_kit_uri_get_pin_value(uri) != nil || p11_kit_uri_get_pin_source(uri) != nil {
+            throw DCError(
+                .usage, "the URI carries a PIN (pin-value / pin-source); URIs are visible to every user",
+                hint: "give the PIN with --pin-file, --pin-fd, --pin-env or at the prompt")
+        }
+        if p11_kit_uri_any_unrecognized(uri) != 0 {
+            throw DCError(.usage, "the URI has attributes this toolkit does not understand", subject: text.escapingControlCharacters)
+        }
+    }
+
+    deinit { p11_kit_uri_free(pointer) }
+
+    /// The modules the URI names (module-name / module-path), or nil for any.
+    var modules: [String]? {
+        if let path = p11_kit_uri_get_module_path(pointer) { return [String(cString: path)] }
+        if let name = p11_kit_uri_get_module_name(pointer) { return [String(cString: name)] }
+        return nil
+    }
+
+    func matches(_ token: CK_TOKEN_INFO) -> Bool {
+        var info = token
+        return p11_kit_uri_match_token_info(pointer, &info) == 1
+    }
+
+    func matches(_ attributes: inout [CK_ATTRIBUTE]) -> Bool {
+        p11_kit_uri_match_attributes(pointer, &attributes, CK_ULONG(attributes.count)) == 1
+    }
+
+    /// A URI for a token, or an object on it.
+    static func format(token: CK_TOKEN_INFO, object: [(CK_ATTRIBUTE_TYPE, [UInt8])] = []) -> String {
+        guard let uri = p11_kit_uri_new() else { return "pkcs11:" }
+        defer { p11_kit_uri_free(uri) }
+        p11_kit_uri_get_token_info(uri).pointee = token
+        var storage = object.map(\.1)
+        for index in object.indices {
+            storage[index].withUnsafeMutableBytes { buffer in
+                var attribute = CK_ATTRIBUTE(type: object[index].0, pValue: buffer.baseAddress, ulValueLen: CK_ULONG(buffer.count))
+                _ = p11_kit_uri_set_attribute(uri, &attribute)
+            }
+        }
+        var text: UnsafeMutablePointer<CChar>?
+        let kind = object.isEmpty ? P11_KIT_URI_FOR_TOKEN : P11_KIT_URI_FOR_OBJECT_ON_TOKEN
+        guard p11_kit_uri_format(uri, kind, &text) == P11_KIT_URI_OK.rawValue, let text else { return "pkcs11:" }
+        defer { free(text) }
+        return String(cString: text)
+    }
+}
+
+/// Token and object discovery through p11-kit.
+public enum PKCS11Discovery {
+    /// Tokens in every registered module (or in `modules`: p11-kit names or absolute paths).
+    public static func tokens(modules: [String]? = nil) throws -> [TokenInfo] {
+        try slots(modules).map { module, slot, info in
+            let flags = info.flags
+            func has<T: BinaryInteger>(_ flag: T) -> Bool { flags & CK_FLAGS(flag) != 0 }
+            return TokenInfo(
+                module: module.name, slot: UInt(slot), label: fixedString(info.label), manufacturer: fixedString(info.manufacturerID),
+                model: fixedString(info.model), serialNumber: fixedString(info.serialNumber), initialized: has(CKF_TOKEN_INITIALIZED),
+                loginRequired: has(CKF_LOGIN_REQUIRED),
+                protectedAuthenticationPath: has(CKF_PROTECTED_AUTHENTICATION_PATH), userPINCountLow: has(CKF_USER_PIN_COUNT_LOW),
+                userPINFinalTry: has(CKF_USER_PIN_FINAL_TRY), userPINLocked: has(CKF_USER_PIN_LOCKED),
+                uri: PKCS11URI.format(token: info))
+        }
+    }
+
+    /// The objects matching `uri` that are visible without logging in.
+    public static func objects(matching uri: String, modules: [String]? = nil) throws -> [TokenObject] {
+        try matchingObjects(uri, modules: modules).map(\.object)
+    }
+
+    /// The certificates matching `uri`, with their DER.
+    public static func certificates(matching uri: String, modules: [String]? = nil) throws -> [(object: TokenObject, certificate: Certificate)] {
+        try matchingObjects(uri, modules: modules).compactMap { item in item.value.map { (item.object, $0) } }
+    }
+
+    static func slots(_ modules: [String]?) throws -> [(LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO)] {
+        var found: [(LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO)] = []
+        for name in modules ?? ModuleLoader.registeredNames() {
+            let module = try ModuleLoader.module(name)
+            var count: CK_ULONG = 0
+            try module.call("C_GetSlotList") { $0.C_GetSlotList(CK_BBOOL(CK_TRUE), nil, &count) }
+            var slots = [CK_SLOT_ID](repeating: 0, count: Int(count))
+            try module.call("C_GetSlotList") { $0.C_GetSlotList(CK_BBOOL(CK_TRUE), &slots, &count) }
+            for slot in slots.prefix(Int(count)) {
+                var info = CK_TOKEN_INFO()
+                try module.call("C_GetTokenInfo") { $0.C_GetTokenInfo(slot, &info) }
+                found.append((module, slot, info))
+            }
+        }
+        return found
+    }
+
+    static func matchingObjects(_ text: String, modules: [String]?) throws -> [(object: TokenObject, value: Certificate?)] {
+        let uri = try PKCS11URI(text)
+        var results: [(TokenObject, Certificate?)] = []
+        for (module, slot, token) in try slots(modules ?? uri.modules) where uri.matches(token) {
+            try Session.withSession(module, slot: slot) { session in
+                for handle in try session.find([]) {
+                    let values = try session.attributes(
+                        handle, [CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_LABEL)])
+                    var template = [(CK_ATTRIBUTE_TYPE(CKA_CLASS), values[CK_ATTRIBUTE_TYPE(CKA_CLASS)] ?? [])]
+                    template.append((CK_ATTRIBUTE_TYPE(CKA_ID), values[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []))
+                    template.append((CK_ATTRIBUTE_TYPE(CKA_LABEL), values[CK_ATTRIBUTE_TYPE(CKA_LABEL)] ?? []))
+                    var storage = template.map(\.1)
+                    let matched = storage.withUnsafeMutableBufferPointer { buffers -> Bool in
+                        var attributes = template.indices.map { index in
+                            CK_ATTRIBUTE(
+                                type: template[index].0, pValue: buffers[index].withUnsafeMutableBytes { $0.baseAddress },
+                                ulValueLen: CK_ULONG(buffers[index].count))
+                        }
+                        return uri.matches(&attributes)
+                    }
+                    guard matched else { continue }
+                    results.append(try describe(session, handle, values, token: token))
+                }
+            }
+        }
+        return results
+    }
+
+    static func describe(
+        _ session: Session, _ handle: CK_OBJECT_HANDLE, _ values: [CK_ATTRIBUTE_TYPE: [UInt8]], token: CK_TOKEN_INFO
+    ) throws -> (TokenObject, Certificate?) {
+        let kindNames: [CK_ULONG: String] = [
+            CK_ULONG(CKO_CERTIFICATE): "certificate", CK_ULONG(CKO_PRIVATE_KEY): "private-key",
+            CK_ULONG(CKO_PUBLIC_KEY): "public-key", CK_ULONG(CKO_SECRET_KEY): "secret-key", CK_ULONG(CKO_DATA): "data",
+        ]
+        let objectClass = ulong(values[CK_ATTRIBUTE_TYPE(CKA_CLASS)])
+        let id = values[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
+        var object = TokenObject(
+            kind: objectClass.flatMap { kindNames[$0] } ?? "other", id: id.map { String(format: "%02x", $0) }.joined(),
+            label: String(decoding: values[CK_ATTRIBUTE_TYPE(CKA_LABEL)] ?? [], as: UTF8.self),
+            uri: PKCS11URI.format(
+                token: token,
+                object: [
+                    (CK_ATTRIBUTE_TYPE(CKA_CLASS), values[CK_ATTRIBUTE_TYPE(CKA_CLASS)] ?? []), (CK_ATTRIBUTE_TYPE(CKA_ID), id),
+                    (CK_ATTRIBUTE_TYPE(CKA_LABEL), values[CK_ATTRIBUTE_TYPE(CKA_LABEL)] ?? []),
+                ]))
+        var certificate: Certificate?
+        if objectClass == CK_ULONG(CKO_CERTIFICATE), let der = try session.attributes(handle, [CK_ATTRIBUTE_TYPE(CKA_VALUE)])[CK_ATTRIBUTE_TYPE(CKA_VALUE)] {
+            if let parsed = try? CredentialReader().certificate(der: der, source: object.uri), let details = try? CertificateDetails(parsed) {
+                certificate = parsed
+                object.subject = details.subject
+                let parts = details.keyAlgorithm.split(separator: " ")
+                object.keyType = parts.first.map(String.init)
+                object.keyBits = parts.last.flatMap { Int($0) } ?? parts.last.flatMap { Int($0.dropFirst(2)) }
+            }
+        } else if objectClass == CK_ULONG(CKO_PRIVATE_KEY) || objectClass == CK_ULONG(CKO_PUBLIC_KEY) {
+            let more = try session.attributes(
+                handle,
+                [CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), CK_ATTRIBUTE_TYPE(CKA_SENSITIVE), CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE), CK_ATTRIBUTE_TYPE(CKA_MODULUS_BITS)])
+            switch ulong(more[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)]) {
+            case CK_ULONG(CKK_RSA): object.keyType = "RSA"
+            case CK_ULONG(CKK_EC): object.keyType = "EC"
+            default: break
+            }
+            object.keyBits = ulong(more[CK_ATTRIBUTE_TYPE(CKA_MODULUS_BITS)]).map { Int($0) }
+            object.sensitive = bool(more[CK_ATTRIBUTE_TYPE(CKA_SENSITIVE)])
+            object.extractable = bool(more[CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE)])
+        }
+        return (object, certificate)
+    }
+}

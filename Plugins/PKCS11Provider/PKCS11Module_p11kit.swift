@@ -1,0 +1,169 @@
+internal import CP11Kit
+import DerivedCredentials
+import Foundation
+
+/// A failed PKCS#11 call: the function and its `CKR_` value (as Rust `cryptoki` keeps them).
+public struct PKCS11Error: Error, Sendable, CustomStringConvertible {
+    public var function: String
+    public var returnValue: UInt
+
+    public var description: String { "\(function) returned \(Self.name(returnValue))" }
+
+    static func name(_ value: UInt) -> String {
+        let names: [UInt: String] = [
+            0x00: "CKR_OK", 0x03: "CKR_SLOT_ID_INVALID", 0x05: "CKR_GENERAL_ERROR", 0x06: "CKR_FUNCTION_FAILED",
+            0x07: "CKR_ARGUMENTS_BAD", 0x11: "CKR_ATTRIBUTE_SENSITIVE", 0x12: "CKR_ATTRIBUTE_TYPE_INVALID",
+            0x30: "CKR_DEVICE_ERROR", 0x31: "CKR_DEVICE_MEMORY", 0x32: "CKR_DEVICE_REMOVED", 0x6A: "CKR_KEY_UNEXTRACTABLE",
+            0xA0: "CKR_PIN_INCORRECT", 0xA4: "CKR_PIN_LOCKED", 0xB3: "CKR_SESSION_HANDLE_INVALID",
+            0xE0: "CKR_TOKEN_NOT_PRESENT", 0x100: "CKR_USER_ALREADY_LOGGED_IN", 0x101: "CKR_USER_NOT_LOGGED_IN",
+            0x190: "CKR_CRYPTOKI_NOT_INITIALIZED", 0x191: "CKR_CRYPTOKI_ALREADY_INITIALIZED",
+        ]
+        return names[value] ?? String(format: "CKR_0x%lX", value)
+    }
+}
+
+/// A PKCS#11 module loaded through p11-kit, once per process, and initialised for
+/// multi-threaded use (p11-kit passes `CKF_OS_LOCKING_OK`). Modules stay loaded for the life of
+/// the process, as p11-kit recommends for modules other code may share.
+final class LoadedModule: @unchecked Sendable {
+    // The function list is immutable after initialisation and PKCS#11 modules initialised with
+    // OS locking are safe to call from several threads.
+    let functions: UnsafeMutablePointer<CK_FUNCTION_LIST>
+    let name: String
+
+    init(functions: UnsafeMutablePointer<CK_FUNCTION_LIST>, name: String) {
+        self.functions = functions
+        self.name = name
+    }
+
+    func call(_ function: String, _ body: (CK_FUNCTION_LIST) -> CK_RV) throws {
+        let result = body(functions.pointee)
+        guard result == CKR_OK else {
+            throw DCError(
+                .pkcs11Failure, "the token refused \(function)", subject: name,
+                underlying: PKCS11Error(function: function, returnValue: UInt(result)))
+        }
+    }
+}
+
+/// Loading modules by p11-kit name (`softhsm2`, `opensc-pkcs11`), by absolute path, or all
+/// registered ones; each at most once per process.
+enum ModuleLoader {
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var loaded: [String: LoadedModule] = [:]  // guarded by `lock`
+    nonisolated(unsafe) private static var registered: UnsafeMutablePointer<UnsafeMutablePointer<CK_FUNCTION_LIST>?>?  // guarded by `lock`
+
+    /// A module by p11-kit name or absolute path.
+    static func module(_ spec: String) throws -> LoadedModule {
+        try lock.withLock {
+            if let module = loaded[spec] { return module }
+            let functions: UnsafeMutablePointer<CK_FUNCTION_LIST>
+            if spec.hasPrefix("/") {
+                guard let module = p11_kit_module_load(spec, 0) else {
+                    throw DCError(.fileNotFound, "cannot load the PKCS#11 module", subject: spec)
+                }
+                functions = module
+            } else {
+                if registered == nil { registered = p11_kit_modules_load(nil, 0) }
+                guard let list = registered, let module = p11_kit_module_for_name(list, spec) else {
+                    throw DCError(
+                        .fileNotFound, "no PKCS#11 module named '\(spec)' is registered with p11-kit", subject: spec,
+                        hint: "see /usr/share/p11-kit/modules, or give the module's absolute path")
+                }
+                functions = module
+            }
+            let result = p11_kit_module_initialize(functions)
+            guard result == CKR_OK || result == CKR_CRYPTOKI_ALREADY_INITIALIZED else {
+                throw DCError(
+                    .pkcs11Failure, "cannot initialise the PKCS#11 module", subject: spec,
+                    underlying: PKCS11Error(function: "C_Initialize", returnValue: UInt(result)))
+            }
+            let module = LoadedModule(functions: functions, name: spec)
+            loaded[spec] = module
+            return module
+        }
+    }
+
+    /// The names of the modules registered with p11-kit.
+    static func registeredNames() -> [String] {
+        lock.withLock {
+            if registered == nil { registered = p11_kit_modules_load(nil, 0) }
+            var names: [String] = []
+            var cursor = registered
+            while let module = cursor?.pointee {
+                if let name = p11_kit_module_get_name(module) {
+                    names.append(String(cString: name))
+                    free(name)
+                }
+                cursor = cursor?.advanced(by: 1)
+            }
+            return names.sorted()
+        }
+    }
+}
+
+/// An open session, alive only inside ``withSession(_:slot:_:)``.
+struct Session {
+    let module: LoadedModule
+    let handle: CK_SESSION_HANDLE
+
+    /// Opens a read-only session on `slot`, runs `body`, and closes it whatever happens.
+    static func withSession<R>(_ module: LoadedModule, slot: CK_SLOT_ID, _ body: (Session) throws -> R) throws -> R {
+        var handle: CK_SESSION_HANDLE = 0
+        try module.call("C_OpenSession") { $0.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION), nil, nil, &handle) }
+        defer { _ = module.functions.pointee.C_CloseSession(handle) }
+        return try body(Session(module: module, handle: handle))
+    }
+
+    /// The handles of the objects matching `template`.
+    func find(_ template: [(CK_ATTRIBUTE_TYPE, [UInt8])]) throws -> [CK_OBJECT_HANDLE] {
+        var storage = template.map { $0.1 }
+        var attributes = [CK_ATTRIBUTE](repeating: CK_ATTRIBUTE(), count: template.count)
+        return try storage.withUnsafeMutableBufferPointer { values in
+            for index in template.indices {
+                attributes[index].type = template[index].0
+                attributes[index].pValue = values[index].withUnsafeMutableBytes { UnsafeMutableRawPointer($0.baseAddress) }
+                attributes[index].ulValueLen = CK_ULONG(values[index].count)
+            }
+            try module.call("C_FindObjectsInit") { $0.C_FindObjectsInit(handle, &attributes, CK_ULONG(attributes.count)) }
+            defer { _ = module.functions.pointee.C_FindObjectsFinal(handle) }
+            var found: [CK_OBJECT_HANDLE] = []
+            var batch = [CK_OBJECT_HANDLE](repeating: 0, count: 64)
+            while true {
+                var count: CK_ULONG = 0
+                try module.call("C_FindObjects") { $0.C_FindObjects(handle, &batch, CK_ULONG(batch.count), &count) }
+                if count == 0 { break }
+                found += batch.prefix(Int(count))
+            }
+            return found
+        }
+    }
+
+    /// Attribute values (nil where the token has none or will not say, e.g. sensitive values).
+    func attributes(_ object: CK_OBJECT_HANDLE, _ types: [CK_ATTRIBUTE_TYPE]) throws -> [CK_ATTRIBUTE_TYPE: [UInt8]] {
+        var result: [CK_ATTRIBUTE_TYPE: [UInt8]] = [:]
+        for type in types {
+            var attribute = CK_ATTRIBUTE(type: type, pValue: nil, ulValueLen: 0)
+            let sized = module.functions.pointee.C_GetAttributeValue(handle, object, &attribute, 1)
+            guard sized == CKR_OK, attribute.ulValueLen != CK_ULONG.max else { continue }
+            var value = [UInt8](repeating: 0, count: Int(attribute.ulValueLen))
+            let read = value.withUnsafeMutableBytes { buffer -> CK_RV in
+                attribute.pValue = buffer.baseAddress
+                return module.functions.pointee.C_GetAttributeValue(handle, object, &attribute, 1)
+            }
+            if read == CKR_OK { result[type] = Array(value.prefix(Int(attribute.ulValueLen))) }
+        }
+        return result
+    }
+}
+
+/// CK_ULONG as little-endian bytes of the platform's width, for attribute templates.
+func ulongBytes(_ value: CK_ULONG) -> [UInt8] { withUnsafeBytes(of: value) { Array($0) } }
+func ulong(_ bytes: [UInt8]?) -> CK_ULONG? {
+    guard let bytes, bytes.count == MemoryLayout<CK_ULONG>.size else { return nil }
+    return bytes.withUnsafeBytes { $0.load(as: CK_ULONG.self) }
+}
+func bool(_ bytes: [UInt8]?) -> Bool? { bytes.flatMap { $0.count == 1 ? $0[0] != 0 : nil } }
+func fixedString<T>(_ field: T) -> String {
+    withUnsafeBytes(of: field) { String(decoding: $0, as: UTF8.self) }.trimmingCharacters(in: .whitespaces.union(.controlCharacters))
+}

@@ -1,0 +1,63 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+import PKCS11Provider
+import TestSupport
+import Testing
+
+private let hsm = SoftHSM.shared
+
+/// SoftHSM reads SOFTHSM2_CONF once, when the module is first initialised in this process; every
+/// test touches the fixture before anything loads the module.
+private func prepared() -> SoftHSM { hsm }
+
+@Suite("PKCS#11 discovery through p11-kit (SoftHSM2 as the card)")
+struct PKCS11DiscoveryTests {
+    @Test("Tokens: by p11-kit name and by absolute path, with PIN flags and a URI p11-kit parses back")
+    func tokens() throws {
+        _ = prepared()
+        for module in ["softhsm2", SoftHSM.module] {
+            let tokens = try PKCS11Discovery.tokens(modules: [module])
+            let card = try #require(tokens.first { $0.label == hsm.pivCard })
+            #expect(card.manufacturer == "SoftHSM project")
+            #expect(card.model == "SoftHSM v2")
+            #expect(card.initialized && card.loginRequired)
+            #expect(!card.protectedAuthenticationPath && !card.userPINLocked && !card.userPINFinalTry)
+            #expect(card.uri.hasPrefix("pkcs11:") && card.uri.contains("token=PIV%20Card"))
+            #expect(tokens.contains { !$0.initialized })  // SoftHSM's free slot
+        }
+        #expect(throws: DCError.self) { try PKCS11Discovery.tokens(modules: ["no-such-module"]) }
+    }
+
+    @Test("Objects: the PIV certificates by URI, without logging in, as pkcs11-tool lists them")
+    func objects() throws {
+        _ = prepared()
+        let certificates = try PKCS11Discovery.certificates(matching: "pkcs11:token=PIV%20Card;type=cert", modules: ["softhsm2"])
+        #expect(certificates.map(\.object.id).sorted() == ["01", "02", "03"])
+        for (id, label, pair) in hsm.pivPairs {
+            let found = try #require(certificates.first { $0.object.id == id })
+            #expect(found.object.label == label)
+            #expect(found.certificate.derBytes == (try HostileInput.der(of: pair.certificate)))
+            #expect(found.object.uri.contains("id=%\(id)"))
+        }
+        // The independent tool sees the same certificates.
+        let listing = try SoftHSM.pkcs11Tool(["--token-label", hsm.pivCard, "--list-objects", "--type", "cert"]).stdoutText
+        for (_, label, _) in hsm.pivPairs { #expect(listing.contains(label)) }
+        // By id: one certificate (the private key with that id needs a login to be seen).
+        let byID = try PKCS11Discovery.objects(matching: "pkcs11:token=PIV%20Card;id=%02", modules: ["softhsm2"])
+        #expect(byID.map(\.kind) == ["certificate"])
+        #expect(byID.first?.keyType == "EC" && byID.first?.keyBits == 384)
+        // The URI an object reports selects exactly that object.
+        let again = try PKCS11Discovery.objects(matching: try #require(byID.first?.uri), modules: ["softhsm2"])
+        #expect(again == byID)
+        #expect(try PKCS11Discovery.objects(matching: "pkcs11:token=No%20Such%20Card", modules: ["softhsm2"]).isEmpty)
+    }
+
+    @Test(
+        "Bad URIs are usage errors; a URI with a PIN is refused",
+        arguments: ["pkcs11:token=PIV%20Card;pin-value=123456", "pkcs11:token=PIV%20Card?pin-source=file:/tmp/pin", "https://example.com", "pkcs11:id=%zz", "pkcs11:colour=blue"])
+    func badURIs(uri: String) {
+        _ = prepared()
+        #expect(throws: DCError.self) { try PKCS11Discovery.objects(matching: uri, modules: ["softhsm2"]) }
+    }
+}

@@ -1,0 +1,44 @@
+import Foundation
+
+/// A hermetic SoftHSM2 token directory for the test process, standing in for smart cards. The
+/// tokens are prepared by the independent tools (`softhsm2-util`, `pkcs11-tool`), never by the
+/// code under test. `SOFTHSM2_CONF` is set for the whole process before any module is loaded
+/// (SoftHSM reads it at `C_Initialize`), and inherited by child processes.
+public final class SoftHSM: Sendable {
+    public static let shared: SoftHSM = {
+        do { return try SoftHSM() } catch { fatalError("cannot prepare SoftHSM: \(error)") }
+    }()
+
+    public static let module = "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so"
+    public static let userPIN = "123456"
+    public let directory: TemporaryDirectory
+    public let configuration: String
+    /// A PIV-like card: ids 01 (authentication), 02 (signing), 03 (key management), certificates
+    /// and sensitive private keys written by pkcs11-tool.
+    public let pivCard = "PIV Card"
+    public let pivPairs: [(id: String, label: String, pair: IssuedPair)]
+
+    init() throws {
+        directory = try TemporaryDirectory("softhsm")
+        try FileManager.default.createDirectory(atPath: directory.file("tokens"), withIntermediateDirectories: true)
+        configuration = try directory.write(
+            "softhsm2.conf", "directories.tokendir = \(directory.file("tokens"))\nobjectstore.backend = file\nlog.level = ERROR\n")
+        setenv("SOFTHSM2_CONF", configuration, 1)
+        let f = OpenSSLFixtures.shared
+        pivPairs = [
+            ("01", "Certificate for PIV Authentication", f.authentication), ("02", "Certificate for Digital Signature", f.signing),
+            ("03", "Certificate for Key Management", f.escrow),
+        ]
+        try runChecked("softhsm2-util", ["--init-token", "--free", "--label", pivCard, "--so-pin", "12345678", "--pin", Self.userPIN])
+        for (id, label, pair) in pivPairs {
+            let der = try directory.write("cert-\(id).der", try HostileInput.der(of: pair.certificate))
+            try Self.pkcs11Tool(["--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", id, "--label", label])
+            try Self.pkcs11Tool(["--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", pair.key, "--type", "privkey", "--id", id, "--label", "Private key \(id)"])
+        }
+    }
+
+    @discardableResult
+    public static func pkcs11Tool(_ arguments: [String]) throws -> ProcessResult {
+        try runChecked("pkcs11-tool", ["--module", module] + arguments)
+    }
+}

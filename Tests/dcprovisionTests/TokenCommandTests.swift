@@ -1,0 +1,40 @@
+import Foundation
+import TestSupport
+import Testing
+
+@Suite("dcprovision tokens and objects")
+struct TokenCommandTests {
+    private func dcprovision(_ arguments: [String]) throws -> ProcessResult {
+        let hsm = SoftHSM.shared
+        var environment = ProcessInfo.processInfo.environment
+        environment["SOFTHSM2_CONF"] = hsm.configuration
+        return try run(Binaries.dcprovision, arguments, environment: environment, timeout: 60)
+    }
+
+    @Test("tokens lists the card with its PIN state; --json parses")
+    func tokens() throws {
+        let text = try dcprovision(["tokens", "--module", "softhsm2"])
+        #expect(text.status == 0, "\(text.stderrText)")
+        #expect(text.stdoutText.contains("PIV Card  (SoftHSM project SoftHSM v2, serial "))
+        #expect(text.stdoutText.contains("login required"))
+        #expect(text.stdoutText.contains("pkcs11:model=SoftHSM%20v2;manufacturer=SoftHSM%20project;serial="))
+        let json = try dcprovision(["tokens", "--module", "softhsm2", "--json"])
+        let tokens = try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [[String: Any]]
+        #expect(tokens?.contains { $0["label"] as? String == "PIV Card" && $0["loginRequired"] as? Bool == true } == true)
+    }
+
+    @Test("objects lists certificates by URI; no match is exit 66; a PIN in the URI is exit 64")
+    func objects() throws {
+        let listed = try dcprovision(["objects", "pkcs11:token=PIV%20Card;type=cert", "--module", "softhsm2"])
+        #expect(listed.status == 0, "\(listed.stderrText)")
+        #expect(listed.stdoutText.contains("certificate  id 01  \"Certificate for PIV Authentication\"  EC 256"))
+        #expect(listed.stdoutText.contains("subject: CN=Alice signing,O=Derived Credentials Test"))
+        let json = try dcprovision(["objects", "pkcs11:token=PIV%20Card;id=%03", "--module", "softhsm2", "--json"])
+        let objects = try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [[String: Any]]
+        #expect(objects?.map { $0["id"] as? String } == ["03"])
+        #expect(try dcprovision(["objects", "pkcs11:token=Nobody", "--module", "softhsm2"]).status == 66)
+        let pin = try dcprovision(["objects", "pkcs11:token=PIV%20Card;pin-value=123456", "--module", "softhsm2"])
+        #expect(pin.status == 64)
+        #expect(!pin.stderrText.contains("123456"))
+    }
+}

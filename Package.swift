@@ -18,6 +18,8 @@ let package = Package(
         .executable(name: "dcclient", targets: ["dcclient"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
+        // Tests only: a PKCS#11 module that wraps SoftHSM2 and injects PIN states and faults.
+        .library(name: "DCFaultPKCS11", type: .dynamic, targets: ["DCFaultPKCS11"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -119,6 +121,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+
+        .target(name: "DCFaultPKCS11", dependencies: ["CP11Kit"], path: "Tests/DCFaultPKCS11", linkerSettings: [.linkedLibrary("dl")]),
 
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
         .target(name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL"], path: "Tests/TestSupport"),

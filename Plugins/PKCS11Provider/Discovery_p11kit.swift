@@ -121,9 +121,10 @@ public enum PKCS11Discovery {
         }
     }
 
-    /// The objects matching `uri` that are visible without logging in.
-    public static func objects(matching uri: String, modules: [String]? = nil) throws -> [TokenObject] {
-        try matchingObjects(uri, modules: modules).map(\.object)
+    /// The objects matching `uri`: the public ones, or with `login` all the user may see
+    /// (private keys too — their values are never read here).
+    public static func objects(matching uri: String, modules: [String]? = nil, login: LoginPolicy? = nil) throws -> [TokenObject] {
+        try matchingObjects(uri, modules: modules, login: login).map(\.object)
     }
 
     /// The certificates matching `uri`, with their DER.
@@ -148,11 +149,14 @@ public enum PKCS11Discovery {
         return found
     }
 
-    static func matchingObjects(_ text: String, modules: [String]?) throws -> [(object: TokenObject, value: Certificate?)] {
+    static func matchingObjects(_ text: String, modules: [String]?, login: LoginPolicy? = nil) throws -> [(object: TokenObject, value: Certificate?)] {
         let uri = try PKCS11URI(text)
         var results: [(TokenObject, Certificate?)] = []
         for (module, slot, token) in try slots(modules ?? uri.modules) where uri.matches(token) {
-            try Session.withSession(module, slot: slot) { session in
+            let scope: (LoadedModule, CK_SLOT_ID, (Session) throws -> Void) throws -> Void = { module, slot, body in
+                if let login { try Session.withLoggedInSession(module, slot: slot, policy: login, body) } else { try Session.withSession(module, slot: slot, body) }
+            }
+            try scope(module, slot) { session in
                 for handle in try session.find([]) {
                     let values = try session.attributes(
                         handle, [CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_LABEL)])

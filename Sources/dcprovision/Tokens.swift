@@ -33,6 +33,32 @@ struct Tokens: AsyncParsableCommand {
     }
 }
 
+/// Where a PIN comes from: a file, a descriptor, an environment variable the user names, or a
+/// prompt the user asked for. Never a flag's value, never a URI.
+struct PINOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Read the PIN from the first line of FILE.", valueName: "file")) var pinFile: String?
+    @Option(help: ArgumentHelp("Read the PIN from descriptor N.", valueName: "n")) var pinFd: Int32?
+    @Option(help: ArgumentHelp("Read the PIN from the environment variable NAME.", valueName: "name")) var pinEnv: String?
+    @Flag(help: "Prompt for the PIN on the terminal.") var pinPrompt = false
+    @Flag(help: "Try the PIN even when one more wrong PIN would lock the token.") var allowFinalPinTry = false
+
+    func validate() throws {
+        if [pinFile != nil, pinFd != nil, pinEnv != nil, pinPrompt].filter({ $0 }).count > 1 {
+            throw ValidationError("give at most one of --pin-file, --pin-fd, --pin-env, --pin-prompt")
+        }
+    }
+
+    func policy() throws -> LoginPolicy {
+        let source: any PassphraseSource
+        if let pinFile { source = FixedPassphrase(try SecretInput.read(file: pinFile)) }
+        else if let pinFd { source = FixedPassphrase(try SecretInput.read(descriptor: pinFd, subject: "fd \(pinFd)")) }
+        else if let pinEnv { source = EnvironmentSecret(name: pinEnv) }
+        else if pinPrompt { source = TerminalPassphrase(prompt: "PIN") }
+        else { source = NoPassphrase() }
+        return LoginPolicy(pin: source, allowFinalPINTry: allowFinalPinTry) { printError("warning: \($0)") }
+    }
+}
+
 struct Objects: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the objects a PKCS#11 URI matches (public objects: certificates and public keys).")
@@ -40,10 +66,13 @@ struct Objects: AsyncParsableCommand {
     @Option(help: ArgumentHelp("A module by p11-kit name or absolute path (repeatable).", valueName: "module"))
     var module: [String] = []
     @Flag(help: "Print JSON.") var json = false
+    @Flag(help: "Log in (PIN needed) to list private objects too.") var login = false
+    @OptionGroup(title: "PIN") var pin: PINOptions
 
     func run() async throws {
         try await runReportingErrors {
-            let objects = try PKCS11Discovery.objects(matching: uri, modules: module.isEmpty ? nil : module)
+            let objects = try PKCS11Discovery.objects(
+                matching: uri, modules: module.isEmpty ? nil : module, login: login ? try pin.policy() : nil)
             if json { return try printJSON(objects) }
             if objects.isEmpty { throw DCError(.noSuchObject, "no object matches the URI", subject: uri.escapingControlCharacters) }
             for object in objects {

@@ -175,6 +175,12 @@ extension DCError.Code {
     public static let noSuchObject = Self("noSuchObject", .inputMissing)
     /// A PKCS#11 URI matched more than one object where one is needed.
     public static let multipleObjects = Self("multipleObjects", .usage)
+    /// The token refused the PIN (never retried automatically).
+    public static let wrongPIN = Self("wrongPIN", .refused)
+    /// The token's user PIN is locked.
+    public static let pinLocked = Self("pinLocked", .refused)
+    /// One more wrong PIN would lock the token, and the user did not allow the final try.
+    public static let pinFinalTry = Self("pinFinalTry", .refused)
 
     // MARK: Files and the command line.
     public static let usage = Self("usage", .usage)

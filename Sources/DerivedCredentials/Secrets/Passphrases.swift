@@ -24,6 +24,19 @@ extension PassphraseSource where Self == NoPassphrase {
     public static var none: NoPassphrase { NoPassphrase() }
 }
 
+/// A secret from an environment variable the user named (`--pin-env NAME`): the user chose to
+/// put it there; this toolkit never puts a secret into any environment.
+public struct EnvironmentSecret: PassphraseSource {
+    public let name: String
+    public init(name: String) { self.name = name }
+    public func passphrase(for subject: String) throws -> SecretBytes? {
+        guard let value = getenv(name) else {
+            throw DCError(.passphraseRequired, "the environment variable \(name) is not set", subject: subject)
+        }
+        return SecretBytes(UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: strlen(value)))
+    }
+}
+
 /// Reading secrets from the places DESIGN.md §5 allows: a file, an inherited descriptor, a prompt.
 public enum SecretInput {
     /// Secrets are short; a larger "passphrase file" is a mistake (a key file passed by accident).

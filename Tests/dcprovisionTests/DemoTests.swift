@@ -3,20 +3,38 @@ import Foundation
 import TestSupport
 import Testing
 
-/// Collects the command lines of our processes (dcprovision, dcclient) while it runs.
+/// Collects the command lines of a process and all its descendants while they run. (Other
+/// tests run dcprovision at the same time; only the watched process tree counts.)
 final class CommandLineWatcher: @unchecked Sendable {
     // `seen` and `running` are guarded by `lock`; the polling thread is the only writer of `seen`.
     private let lock = NSLock()
     private var seen = Set<String>()
     private var running = true
 
-    func start() {
+    static func parent(of pid: Int32) -> Int32? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return fields.count > 1 ? Int32(fields[1]) : nil
+    }
+
+    func start(root: Int32) {
         Thread {
             while self.lock.withLock({ self.running }) {
-                for pid in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] where pid.allSatisfy(\.isNumber) {
-                    guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty else { continue }
+                for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+                    guard let pid = Int32(name) else { continue }
+                    var ancestor: Int32? = pid
+                    var depth = 0
+                    while let current = ancestor, current != root, current > 1, depth < 16 {
+                        ancestor = Self.parent(of: current)
+                        depth += 1
+                    }
+                    guard ancestor == root,
+                        let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty
+                    else { continue }
                     let line = String(decoding: data.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
-                    if line.contains("dcclient") || line.contains("dcprovision") { _ = self.lock.withLock { self.seen.insert(line) } }
+                    _ = self.lock.withLock { self.seen.insert(line) }
                 }
                 usleep(500)
             }
@@ -31,11 +49,19 @@ struct DemoTests {
     @Test("The round trip runs through real handler processes, and no secret is ever on a command line")
     func demo() throws {
         let watcher = CommandLineWatcher()
-        watcher.start()
-        let result = try run(Binaries.dcprovision, ["demo", "--keep"], timeout: 120)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Binaries.dcprovision)
+        process.arguments = ["demo", "--keep"]
+        let outputPipe = Pipe()
+        process.standardOutput = outputPipe
+        process.standardError = outputPipe
+        try process.run()
+        watcher.start(root: process.processIdentifier)
+        let outputData = outputPipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
         let commandLines = watcher.stop()
-        #expect(result.status == 0, "\(result.stdoutText)\(result.stderrText)")
-        let output = result.stdoutText
+        #expect(process.terminationStatus == 0, "\(String(decoding: outputData, as: UTF8.self))")
+        let output = String(decoding: outputData, as: UTF8.self)
         let sandbox = try #require(output.split(separator: "\n").first.flatMap { line -> String? in
             guard let open = line.firstIndex(of: "("), let close = line.lastIndex(of: ")") else { return nil }
             return String(line[line.index(after: open)..<close])

@@ -106,6 +106,7 @@ struct PINSafetyTests {
         let outcome = try objects(fault: "removed", pin: SoftHSM.userPIN)
         #expect(outcome.result.status == 69)
         #expect(outcome.result.stderrText.contains("CKR_DEVICE_REMOVED"))
-        #expect(outcome.result.stderrText.split(separator: "\n").count == 1)
+        // One error line (a COUNT_LOW warning may precede it: the wrong-PIN test really sets it on SoftHSM).
+        #expect(outcome.result.stderrText.split(separator: "\n").filter { !$0.contains("warning:") }.count == 1)
     }
 }

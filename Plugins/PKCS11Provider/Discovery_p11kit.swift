@@ -80,6 +80,17 @@ final class PKCS11URI {
         return p11_kit_uri_match_token_info(pointer, &info) == 1
     }
 
+    /// The URI's object attributes (class, id, label) as a search template, so the token filters.
+    var template: [(CK_ATTRIBUTE_TYPE, [UInt8])] {
+        var count: CK_ULONG = 0
+        guard let attributes = p11_kit_uri_get_attributes(pointer, &count) else { return [] }
+        return (0..<Int(count)).map { index in
+            let attribute = attributes[index]
+            let bytes = attribute.pValue.map { Array(UnsafeRawBufferPointer(start: $0, count: Int(attribute.ulValueLen))) } ?? []
+            return (attribute.type, bytes)
+        }
+    }
+
     func matches(_ attributes: inout [CK_ATTRIBUTE]) -> Bool {
         p11_kit_uri_match_attributes(pointer, &attributes, CK_ULONG(attributes.count)) == 1
     }
@@ -157,28 +168,19 @@ public enum PKCS11Discovery {
                 if let login { try Session.withLoggedInSession(module, slot: slot, policy: login, body) } else { try Session.withSession(module, slot: slot, body) }
             }
             try scope(module, slot) { session in
-                for handle in try session.find([]) {
-                    let values = try session.attributes(
-                        handle, [CK_ATTRIBUTE_TYPE(CKA_CLASS), CK_ATTRIBUTE_TYPE(CKA_ID), CK_ATTRIBUTE_TYPE(CKA_LABEL)])
-                    var template = [(CK_ATTRIBUTE_TYPE(CKA_CLASS), values[CK_ATTRIBUTE_TYPE(CKA_CLASS)] ?? [])]
-                    template.append((CK_ATTRIBUTE_TYPE(CKA_ID), values[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []))
-                    template.append((CK_ATTRIBUTE_TYPE(CKA_LABEL), values[CK_ATTRIBUTE_TYPE(CKA_LABEL)] ?? []))
-                    var storage = template.map(\.1)
-                    let matched = storage.withUnsafeMutableBufferPointer { buffers -> Bool in
-                        var attributes = template.indices.map { index in
-                            CK_ATTRIBUTE(
-                                type: template[index].0, pValue: buffers[index].withUnsafeMutableBytes { $0.baseAddress },
-                                ulValueLen: CK_ULONG(buffers[index].count))
-                        }
-                        return uri.matches(&attributes)
-                    }
-                    guard matched else { continue }
+                for handle in try session.find(uri.template) {
+                    let values = try session.attributes(handle, Self.wanted)
                     results.append(try describe(session, handle, values, token: token))
                 }
             }
         }
         return results
     }
+
+    /// Every attribute `describe` needs, fetched in one batch per object.
+    static let wanted: [CK_ATTRIBUTE_TYPE] = [
+        CKA_CLASS, CKA_ID, CKA_LABEL, CKA_VALUE, CKA_KEY_TYPE, CKA_SENSITIVE, CKA_EXTRACTABLE, CKA_MODULUS_BITS,
+    ].map { CK_ATTRIBUTE_TYPE($0) }
 
     static func describe(
         _ session: Session, _ handle: CK_OBJECT_HANDLE, _ values: [CK_ATTRIBUTE_TYPE: [UInt8]], token: CK_TOKEN_INFO
@@ -199,8 +201,10 @@ public enum PKCS11Discovery {
                     (CK_ATTRIBUTE_TYPE(CKA_LABEL), values[CK_ATTRIBUTE_TYPE(CKA_LABEL)] ?? []),
                 ]))
         var certificate: Certificate?
-        if objectClass == CK_ULONG(CKO_CERTIFICATE), let der = try session.attributes(handle, [CK_ATTRIBUTE_TYPE(CKA_VALUE)])[CK_ATTRIBUTE_TYPE(CKA_VALUE)] {
-            if let parsed = try? CredentialReader().certificate(der: der, source: object.uri), let details = try? CertificateDetails(parsed) {
+        if objectClass == CK_ULONG(CKO_CERTIFICATE), let der = values[CK_ATTRIBUTE_TYPE(CKA_VALUE)] {
+            // CertificateDetails checks strict DER and parses once.
+            let parsed = Certificate(derBytes: der)
+            if let details = try? CertificateDetails(parsed) {
                 certificate = parsed
                 object.subject = details.subject
                 let parts = details.keyAlgorithm.split(separator: " ")
@@ -208,9 +212,7 @@ public enum PKCS11Discovery {
                 object.keyBits = parts.last.flatMap { Int($0) } ?? parts.last.flatMap { Int($0.dropFirst(2)) }
             }
         } else if objectClass == CK_ULONG(CKO_PRIVATE_KEY) || objectClass == CK_ULONG(CKO_PUBLIC_KEY) {
-            let more = try session.attributes(
-                handle,
-                [CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), CK_ATTRIBUTE_TYPE(CKA_SENSITIVE), CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE), CK_ATTRIBUTE_TYPE(CKA_MODULUS_BITS)])
+            let more = values
             switch ulong(more[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)]) {
             case CK_ULONG(CKK_RSA): object.keyType = "RSA"
             case CK_ULONG(CKK_EC): object.keyType = "EC"

@@ -139,19 +139,33 @@ struct Session {
         }
     }
 
-    /// Attribute values (nil where the token has none or will not say, e.g. sensitive values).
+    /// Attribute values (absent where the token has none or will not say, e.g. sensitive values),
+    /// in two calls whatever their number: the lengths, then the values. A real card costs
+    /// milliseconds per call.
     func attributes(_ object: CK_OBJECT_HANDLE, _ types: [CK_ATTRIBUTE_TYPE]) throws -> [CK_ATTRIBUTE_TYPE: [UInt8]] {
-        var result: [CK_ATTRIBUTE_TYPE: [UInt8]] = [:]
-        for type in types {
-            var attribute = CK_ATTRIBUTE(type: type, pValue: nil, ulValueLen: 0)
-            let sized = module.functions.pointee.C_GetAttributeValue(handle, object, &attribute, 1)
-            guard sized == CKR_OK, attribute.ulValueLen != CK_ULONG.max else { continue }
-            var value = [UInt8](repeating: 0, count: Int(attribute.ulValueLen))
-            let read = value.withUnsafeMutableBytes { buffer -> CK_RV in
-                attribute.pValue = buffer.baseAddress
-                return module.functions.pointee.C_GetAttributeValue(handle, object, &attribute, 1)
+        var template = types.map { CK_ATTRIBUTE(type: $0, pValue: nil, ulValueLen: 0) }
+        // The lengths. CKR_ATTRIBUTE_SENSITIVE / _TYPE_INVALID still fill in the others, marking
+        // those with CK_UNAVAILABLE_INFORMATION.
+        let sized = module.functions.pointee.C_GetAttributeValue(handle, object, &template, CK_ULONG(template.count))
+        guard sized == CKR_OK || sized == CKR_ATTRIBUTE_SENSITIVE || sized == CKR_ATTRIBUTE_TYPE_INVALID else {
+            throw DCError(.pkcs11Failure, "the token refused C_GetAttributeValue", subject: module.name, underlying: PKCS11Error(function: "C_GetAttributeValue", returnValue: UInt(sized)))
+        }
+        let available = template.filter { $0.ulValueLen != CK_ULONG.max }
+        guard !available.isEmpty else { return [:] }
+        var buffers = available.map { [UInt8](repeating: 0, count: Int($0.ulValueLen)) }
+        var request = available
+        let read = buffers.withUnsafeMutableBufferPointer { storage -> CK_RV in
+            for index in request.indices {
+                request[index].pValue = storage[index].withUnsafeMutableBytes { $0.baseAddress }
             }
-            if read == CKR_OK { result[type] = Array(value.prefix(Int(attribute.ulValueLen))) }
+            return module.functions.pointee.C_GetAttributeValue(handle, object, &request, CK_ULONG(request.count))
+        }
+        guard read == CKR_OK else {
+            throw DCError(.pkcs11Failure, "the token refused C_GetAttributeValue", subject: module.name, underlying: PKCS11Error(function: "C_GetAttributeValue", returnValue: UInt(read)))
+        }
+        var result: [CK_ATTRIBUTE_TYPE: [UInt8]] = [:]
+        for (index, attribute) in request.enumerated() where attribute.ulValueLen != CK_ULONG.max {
+            result[attribute.type] = Array(buffers[index].prefix(Int(attribute.ulValueLen)))
         }
         return result
     }

@@ -9,6 +9,8 @@
 //                       DC_FAULT_PINPAD_PIN, as a reader's PIN pad would), removed (C_FindObjects
 //                       answers CKR_DEVICE_REMOVED: a card pulled out mid-read)
 //   DC_FAULT_LOGIN_LOG  a file that gets one line per C_Login call, so tests can count attempts
+//   DC_FAULT_CALL_LOG   a file that gets, when the process exits, the number of calls to each function that
+//                       talks to the token (the benchmark's "PKCS#11 calls per listing")
 #include "dc_fault_pkcs11.h"
 #include <dlfcn.h>
 #include <pthread.h>
@@ -57,15 +59,41 @@ static CK_RV fault_FindObjects(CK_SESSION_HANDLE session, CK_OBJECT_HANDLE_PTR o
     return real->C_FindObjects(session, objects, max, count);
 }
 
+// Call counting for the benchmark: a real card costs milliseconds per call.
+static unsigned long calls_slot_list, calls_token_info, calls_open, calls_find_init, calls_find, calls_find_final, calls_attribute;
+static CK_RV count_GetSlotList(CK_BBOOL present, CK_SLOT_ID_PTR list, CK_ULONG_PTR count) { __atomic_add_fetch(&calls_slot_list, 1, __ATOMIC_RELAXED); return real->C_GetSlotList(present, list, count); }
+static CK_RV count_GetTokenInfo(CK_SLOT_ID slot, CK_TOKEN_INFO_PTR info) { __atomic_add_fetch(&calls_token_info, 1, __ATOMIC_RELAXED); return fault_GetTokenInfo(slot, info); }
+static CK_RV count_OpenSession(CK_SLOT_ID slot, CK_FLAGS flags, void *app, CK_NOTIFY notify, CK_SESSION_HANDLE_PTR session) { __atomic_add_fetch(&calls_open, 1, __ATOMIC_RELAXED); return real->C_OpenSession(slot, flags, app, notify, session); }
+static CK_RV count_FindObjectsInit(CK_SESSION_HANDLE session, CK_ATTRIBUTE_PTR template, CK_ULONG count) { __atomic_add_fetch(&calls_find_init, 1, __ATOMIC_RELAXED); return real->C_FindObjectsInit(session, template, count); }
+static CK_RV count_FindObjects(CK_SESSION_HANDLE session, CK_OBJECT_HANDLE_PTR objects, CK_ULONG max, CK_ULONG_PTR count) { __atomic_add_fetch(&calls_find, 1, __ATOMIC_RELAXED); return fault_FindObjects(session, objects, max, count); }
+static CK_RV count_FindObjectsFinal(CK_SESSION_HANDLE session) { __atomic_add_fetch(&calls_find_final, 1, __ATOMIC_RELAXED); return real->C_FindObjectsFinal(session); }
+static CK_RV count_GetAttributeValue(CK_SESSION_HANDLE session, CK_OBJECT_HANDLE object, CK_ATTRIBUTE_PTR template, CK_ULONG count) { __atomic_add_fetch(&calls_attribute, 1, __ATOMIC_RELAXED); return real->C_GetAttributeValue(session, object, template, count); }
+__attribute__((destructor)) static void write_call_counts(void) {
+    const char *log = getenv("DC_FAULT_CALL_LOG");
+    if (log != NULL) {
+        FILE *file = fopen(log, "w");
+        if (file != NULL) {
+            fprintf(file, "C_GetSlotList %lu\nC_GetTokenInfo %lu\nC_OpenSession %lu\nC_FindObjectsInit %lu\nC_FindObjects %lu\nC_FindObjectsFinal %lu\nC_GetAttributeValue %lu\n",
+                calls_slot_list, calls_token_info, calls_open, calls_find_init, calls_find, calls_find_final, calls_attribute);
+            fclose(file);
+        }
+    }
+}
+
 static void load(void) {
     void *handle = dlopen(SOFTHSM, RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL) return;
     CK_C_GetFunctionList get = (CK_C_GetFunctionList)dlsym(handle, "C_GetFunctionList");
     if (get == NULL || get(&real) != CKR_OK) { real = NULL; return; }
     fake = *real;
-    fake.C_GetTokenInfo = fault_GetTokenInfo;
+    fake.C_GetTokenInfo = count_GetTokenInfo;
     fake.C_Login = fault_Login;
-    fake.C_FindObjects = fault_FindObjects;
+    fake.C_FindObjects = count_FindObjects;
+    fake.C_GetSlotList = count_GetSlotList;
+    fake.C_OpenSession = count_OpenSession;
+    fake.C_FindObjectsInit = count_FindObjectsInit;
+    fake.C_FindObjectsFinal = count_FindObjectsFinal;
+    fake.C_GetAttributeValue = count_GetAttributeValue;
 }
 
 CK_RV C_GetFunctionList(CK_FUNCTION_LIST_PTR_PTR list) {

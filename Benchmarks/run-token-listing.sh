@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Token listing benchmark (issue 5): list the certificates of a SoftHSM2 token holding 50 of them,
+# with dcprovision objects (release build), pkcs11-tool -O and p11tool --list-all-certs, round-robin;
+# and the number of PKCS#11 calls dcprovision makes (counted by the test-only wrapper module).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+swift build -c release --product dcprovision >/dev/null
+swift build --product DCFaultPKCS11 >/dev/null
+bin=$(swift build -c release --show-bin-path)
+wrapper=$(swift build --show-bin-path)/libDCFaultPKCS11.so
+module=/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/tokens"
+printf 'directories.tokendir = %s/tokens\nobjectstore.backend = file\nlog.level = ERROR\n' "$work" > "$work/softhsm2.conf"
+export SOFTHSM2_CONF=$work/softhsm2.conf
+softhsm2-util --init-token --free --label Bench --so-pin 12345678 --pin 123456 >/dev/null
+for i in $(seq -w 1 50); do
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null -subj "/CN=Bench $i" -days 30 -outform DER -out "$work/c.der" 2>/dev/null
+  pkcs11-tool --module $module --token-label Bench --login --pin 123456 --write-object "$work/c.der" --type cert --id "$(printf '%02x' $((10#$i)))" --label "cert $i" >/dev/null 2>&1
+done
+python3 Benchmarks/interleave.py 10 "true" \
+  "dcprovision=$bin/dcprovision objects 'pkcs11:token=Bench;type=cert' --module $module" \
+  "pkcs11-tool=pkcs11-tool --module $module --token-label Bench -O --type cert" \
+  "p11tool=p11tool --provider $module --list-all-certs 'pkcs11:token=Bench'" | head -n -1
+echo "dcprovision lists $("$bin/dcprovision" objects 'pkcs11:token=Bench;type=cert' --module $module | grep -c '^certificate') certificates"
+# The counting wrapper is itself a PKCS#11 module, so every tool can be counted the same way.
+count() { awk '{ total += $2 } END { print total }' "$1"; }
+DC_FAULT_CALL_LOG=$work/calls-dc "$bin/dcprovision" objects 'pkcs11:token=Bench;type=cert' --module "$wrapper" >/dev/null
+DC_FAULT_CALL_LOG=$work/calls-tool pkcs11-tool --module "$wrapper" --token-label Bench -O --type cert >/dev/null 2>&1
+DC_FAULT_CALL_LOG=$work/calls-p11tool p11tool --provider "$wrapper" --list-all-certs 'pkcs11:token=Bench' >/dev/null 2>&1
+echo "PKCS#11 calls for the listing (token-facing functions): dcprovision $(count "$work/calls-dc"), pkcs11-tool $(count "$work/calls-tool"), p11tool $(count "$work/calls-p11tool")"
+echo "dcprovision's:"; sed 's/^/  /' "$work/calls-dc"
+echo "pkcs11-tool's:"; sed 's/^/  /' "$work/calls-tool"

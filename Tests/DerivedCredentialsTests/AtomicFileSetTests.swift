@@ -47,13 +47,21 @@ struct AtomicFileSetTests {
         #expect(throws: DCError.self) { try set.add("x", .bytes([]), mode: 0o600) }
     }
 
-    @Test("Stale staging files from a crash are removed")
+    @Test("Staging files of dead writers are removed; a live writer's are kept")
     func staleStaging() throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
-        _ = try directory.write(".x.key.der\(AtomicFileSet.stagingMarker)abcd", "partial")
+        // A writer that has exited: start a process and wait for it, then use its pid.
+        let finished = Process()
+        finished.executableURL = URL(fileURLWithPath: "/bin/true")
+        try finished.run()
+        finished.waitUntilExit()
+        _ = try directory.write(".x.key.der\(AtomicFileSet.stagingMarker)\(finished.processIdentifier)-abcd", "partial")
+        _ = try directory.write(".y.key.der\(AtomicFileSet.stagingMarker)old-format", "partial")
+        let live = ".z.key.der\(AtomicFileSet.stagingMarker)\(getpid())-abcd"
+        _ = try directory.write(live, "being written")
         _ = try directory.write("keep.der", "data")
         AtomicFileSet.removeStaleStagingFiles(in: directory.path)
-        #expect(directory.contents() == ["keep.der"])
+        #expect(directory.contents() == [live, "keep.der"])
     }
 }

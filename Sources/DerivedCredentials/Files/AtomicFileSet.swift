@@ -60,10 +60,15 @@ public struct AtomicFileSet {
             .cannotCreateOutput, "cannot create the output directory: \(String(cString: strerror(error)))", subject: path)
     }
 
-    /// Removes staging files that an interrupted run left in `directory`.
+    /// Removes staging files that an interrupted writer left in `directory`. Staging names carry
+    /// the writer's process id, and only files whose writer no longer exists are removed: another
+    /// writer, in this process or another, may be staging right now.
     public static func removeStaleStagingFiles(in directory: String) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
-        for name in names where name.hasPrefix(".") && name.contains(stagingMarker) {
+        for name in names where name.hasPrefix(".") {
+            guard let marker = name.range(of: stagingMarker) else { continue }
+            let pid = name[marker.upperBound...].split(separator: "-").first.flatMap { pid_t($0) }
+            if let pid, pid > 0, kill(pid, 0) == 0 || errno == EPERM { continue }  // its writer is alive
             unlink(directory + "/" + name)
         }
     }
@@ -91,7 +96,7 @@ public struct AtomicFileSet {
         func unstage() { for name in staged { unlinkat(dirfd, name, 0) } }
         do {
             for file in files {
-                let temporary = "." + file.name + Self.stagingMarker + Self.randomSuffix()
+                let temporary = "." + file.name + Self.stagingMarker + "\(getpid())-" + Self.randomSuffix()
                 try write(file.contents, to: temporary, mode: file.mode, dirfd: dirfd)
                 staged.append(temporary)
             }

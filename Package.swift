@@ -125,7 +125,7 @@ let package = Package(
         .target(name: "DCFaultPKCS11", dependencies: ["CP11Kit"], path: "Tests/DCFaultPKCS11", linkerSettings: [.linkedLibrary("dl")]),
 
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
-        .target(name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL", "CP11Kit"], path: "Tests/TestSupport"),
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
             name: "dcbench",

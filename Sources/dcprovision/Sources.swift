@@ -4,6 +4,7 @@ import DerivedCredentials
 import ExecProvider
 import Foundation
 import PEMFileProvider
+import PKCS11Provider
 import TestCAProvider
 
 /// Where a credential comes from (DESIGN.md §5 `<source>`): files through the PEM-file provider,
@@ -27,6 +28,20 @@ struct SourceOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Issue a fresh credential from the test CA in DIR.", valueName: "dir"))
     var testca: String?
 
+    @Option(help: ArgumentHelp("A PKCS#11 token (smart card), as an RFC 7512 URI.", valueName: "uri"))
+    var pkcs11: String?
+
+    @Option(help: ArgumentHelp("With --pkcs11: piv (ids 01 authentication, 02 signing, 03 encryption).", valueName: "layout"))
+    var layout: String?
+
+    @Option(name: .customLong("object"), help: ArgumentHelp("With --pkcs11: the object id (hex) for a tag.", valueName: "TAG=ID"))
+    var objects: [String] = []
+
+    @Option(name: .customLong("pkcs11-module"), help: ArgumentHelp("With --pkcs11: a module by p11-kit name or path.", valueName: "module"))
+    var pkcs11Modules: [String] = []
+
+    @OptionGroup(title: "PIN (with --pkcs11)") var pin: PINOptions
+
     @Option(help: ArgumentHelp("A provider by id (see 'dcprovision providers'), or exec:PATH.", valueName: "id"))
     var provider: String?
 
@@ -34,11 +49,14 @@ struct SourceOptions: ParsableArguments {
     var providerOptions: [String] = []
 
     var usesFiles: Bool { !pem.isEmpty || !pkcs12.isEmpty || manifest != nil || !classify.isEmpty }
-    var isEmpty: Bool { !usesFiles && testca == nil && provider == nil }
+    var isEmpty: Bool { !usesFiles && testca == nil && provider == nil && pkcs11 == nil }
 
     func validate() throws {
-        let families = [usesFiles, testca != nil, provider != nil].filter { $0 }.count
-        if families > 1 { throw ValidationError("give files (--pem, --pkcs12, --manifest, --classify), --testca or --provider, not several") }
+        let families = [usesFiles, testca != nil, provider != nil, pkcs11 != nil].filter { $0 }.count
+        if families > 1 { throw ValidationError("give files (--pem, --pkcs12, --manifest, --classify), --testca, --pkcs11 or --provider, not several") }
+        if pkcs11 == nil && (layout != nil || !objects.isEmpty || !pkcs11Modules.isEmpty) {
+            throw ValidationError("--layout, --object and --pkcs11-module go with --pkcs11")
+        }
         if !providerOptions.isEmpty && provider == nil && testca == nil {
             throw ValidationError("--option goes with --provider or --testca")
         }
@@ -60,6 +78,14 @@ struct SourceOptions: ParsableArguments {
             options["dir"] = [testca]
             return (try registry.provider(id: "testca"), options)
         }
+        if let pkcs11 {
+            options["uri"] = [pkcs11]
+            if let layout { options["layout"] = [layout] }
+            if !objects.isEmpty { options["tag"] = objects }
+            if !pkcs11Modules.isEmpty { options["module"] = pkcs11Modules }
+            if pin.allowFinalPinTry { options["allow-final-pin-try"] = ["true"] }
+            return (try registry.provider(id: "pkcs11"), options)
+        }
         if let provider {
             return (try ProviderDirectory.provider(provider, registry: registry), options)
         }
@@ -71,10 +97,12 @@ struct SourceOptions: ParsableArguments {
         return (try registry.provider(id: "pem"), options)
     }
 
-    /// Runs the source's provider.
+    /// Runs the source's provider. A token's PIN comes from the PIN options, anything else's
+    /// secret from `passphrase`.
     func provide(passphrase: any PassphraseSource) async throws -> ProvidedCredential {
         let (provider, options) = try resolve(ProviderDirectory.registry())
-        return try await provider.provide(ProviderRequest(options: options, passphrase: passphrase))
+        let secret = pkcs11 != nil ? try pin.policy().pin : passphrase
+        return try await provider.provide(ProviderRequest(options: options, passphrase: secret))
     }
 }
 
@@ -84,7 +112,7 @@ enum ProviderDirectory {
     static var searchPath: String? { ProcessInfo.processInfo.environment["DCPROVISION_PROVIDER_PATH"] }
 
     static func registry() -> ProviderRegistry {
-        var registry = ProviderRegistry([PEMFileProvider(), TestCAProvider()])
+        var registry = ProviderRegistry([PEMFileProvider(), TestCAProvider(), PKCS11Provider()])
         for found in ExecProvider.discover(searchPath: searchPath) where (try? registry.provider(id: found.name)) == nil {
             registry.register(ExecProvider(path: found.path, id: found.name))
         }

@@ -17,6 +17,9 @@ public final class SoftHSM: Sendable {
     /// and sensitive private keys written by pkcs11-tool.
     public let pivCard = "PIV Card"
     public let pivPairs: [(id: String, label: String, pair: IssuedPair)]
+    /// A token whose keys may leave it: id 01 not sensitive (P-256), id 02 sensitive but
+    /// extractable (P-384), with their certificates.
+    public let exportCard = "Export Card"
 
     init() throws {
         directory = try TemporaryDirectory("softhsm")
@@ -34,6 +37,12 @@ public final class SoftHSM: Sendable {
             let der = try directory.write("cert-\(id).der", try HostileInput.der(of: pair.certificate))
             try Self.pkcs11Tool(["--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", id, "--label", label])
             try Self.pkcs11Tool(["--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", pair.key, "--type", "privkey", "--id", id, "--label", "Private key \(id)"])
+        }
+        try runChecked("softhsm2-util", ["--init-token", "--free", "--label", exportCard, "--so-pin", "12345678", "--pin", Self.userPIN])
+        for (id, pair, sensitive) in [(UInt8(1), f.authentication, false), (UInt8(2), f.signing, true)] {
+            let der = try directory.write("export-\(id).der", try HostileInput.der(of: pair.certificate))
+            try Self.pkcs11Tool(["--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", String(format: "%02x", id), "--label", "Certificate \(id)"])
+            try SoftHSMKeys.createECKey(token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: sensitive)
         }
     }
 

@@ -4,11 +4,11 @@ import Testing
 
 @Suite("dcprovision tokens and objects")
 struct TokenCommandTests {
-    private func dcprovision(_ arguments: [String]) throws -> ProcessResult {
+    private func dcprovision(_ arguments: [String], stdin: [UInt8]? = nil) throws -> ProcessResult {
         let hsm = SoftHSM.shared
         var environment = ProcessInfo.processInfo.environment
         environment["SOFTHSM2_CONF"] = hsm.configuration
-        return try run(Binaries.dcprovision, arguments, environment: environment, timeout: 60)
+        return try run(Binaries.dcprovision, arguments, stdin: stdin, environment: environment, timeout: 60)
     }
 
     @Test("tokens lists the card with its PIN state; --json parses")
@@ -21,6 +21,24 @@ struct TokenCommandTests {
         let json = try dcprovision(["tokens", "--module", "softhsm2", "--json"])
         let tokens = try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [[String: Any]]
         #expect(tokens?.contains { $0["label"] as? String == "PIV Card" && $0["loginRequired"] as? Bool == true } == true)
+    }
+
+    @Test("inspect --pkcs11: exported keys validate; a PIV card's keys give exit 65 pointing at derivation")
+    func inspectToken() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
+        let exported = try dcprovision([
+            "inspect", "--pkcs11", "pkcs11:token=Export%20Card", "--object", "authentication=01", "--object", "signing=02",
+            "--pkcs11-module", "softhsm2", "--pin-file", pin,
+        ])
+        #expect(exported.status == 0, "\(exported.stderrText)")
+        #expect(exported.stdoutText.contains("valid: 0 error(s)"))
+        let piv = try dcprovision(["inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--pkcs11-module", "softhsm2", "--pin-file", pin])
+        #expect(piv.status == 65)
+        #expect(piv.stderrText.contains("pkcs11:token=PIV%20Card;id=%01: the private key cannot leave the card"))
+        let noPIN = try dcprovision(["inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--pkcs11-module", "softhsm2"], stdin: [])
+        #expect(noPIN.status == 77)
     }
 
     @Test("objects lists certificates by URI; no match is exit 66; a PIN in the URI is exit 64")

@@ -175,6 +175,8 @@ extension DCError.Code {
     public static let noSuchObject = Self("noSuchObject", .inputMissing)
     /// A PKCS#11 URI matched more than one object where one is needed.
     public static let multipleObjects = Self("multipleObjects", .usage)
+    /// The private key cannot leave the token (CKA_EXTRACTABLE false): derive new keys instead.
+    public static let keyNotExtractable = Self("keyNotExtractable", .dataError)
     /// The token refused the PIN (never retried automatically).
     public static let wrongPIN = Self("wrongPIN", .refused)
     /// The token's user PIN is locked.

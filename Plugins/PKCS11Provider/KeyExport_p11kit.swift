@@ -1,0 +1,82 @@
+internal import CP11Kit
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+extension Session {
+    /// The private key `handle` as PKCS#8, where the token allows it:
+    /// - not sensitive: its components are read and rebuilt (checked against `certificate`);
+    /// - sensitive but extractable: wrapped under a session AES key we generated
+    ///   (`CKM_AES_KEY_WRAP_PAD`) and unwrapped with OpenSSL;
+    /// - not extractable: refused, naming the object and pointing at derivation.
+    func exportPrivateKey(_ handle: CK_OBJECT_HANDLE, certificate: Certificate, name: String) throws -> PrivateKey {
+        let flags = try attributes(handle, [CKA_SENSITIVE, CKA_EXTRACTABLE, CKA_KEY_TYPE].map { CK_ATTRIBUTE_TYPE($0) })
+        let sensitive = bool(flags[CK_ATTRIBUTE_TYPE(CKA_SENSITIVE)]) ?? true
+        let extractable = bool(flags[CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE)]) ?? false
+        let keyType = ulong(flags[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)])
+        if !sensitive {
+            if keyType == CK_ULONG(CKK_EC) {
+                guard let scalar = try attributes(handle, [CK_ATTRIBUTE_TYPE(CKA_VALUE)])[CK_ATTRIBUTE_TYPE(CKA_VALUE)] else {
+                    throw DCError(.keyNotExtractable, "the token does not give out the key's value", subject: name)
+                }
+                var bytes = scalar
+                return try KeyImport.ecPrivateKey(scalar: SecretBytes(consuming: &bytes), certificate: certificate)
+            }
+            if keyType == CK_ULONG(CKK_RSA) {
+                let types = [CKA_MODULUS, CKA_PUBLIC_EXPONENT, CKA_PRIVATE_EXPONENT, CKA_PRIME_1, CKA_PRIME_2, CKA_EXPONENT_1, CKA_EXPONENT_2, CKA_COEFFICIENT].map { CK_ATTRIBUTE_TYPE($0) }
+                var values = try attributes(handle, types)
+                defer { for key in values.keys { values[key]!.withUnsafeMutableBytes { SecretBytes.wipe($0) } } }
+                guard types.allSatisfy({ values[$0] != nil }) else {
+                    throw DCError(.keyNotExtractable, "the token does not give out the RSA key's components", subject: name)
+                }
+                let secret = { (type: Int) in SecretBytes(values[CK_ATTRIBUTE_TYPE(type)]!) }
+                return try KeyImport.rsaPrivateKey(
+                    modulus: values[types[0]]!, publicExponent: values[types[1]]!, privateExponent: secret(Int(CKA_PRIVATE_EXPONENT)),
+                    prime1: secret(Int(CKA_PRIME_1)), prime2: secret(Int(CKA_PRIME_2)), exponent1: secret(Int(CKA_EXPONENT_1)),
+                    exponent2: secret(Int(CKA_EXPONENT_2)), coefficient: secret(Int(CKA_COEFFICIENT)), certificate: certificate)
+            }
+            throw DCError(.unsupportedAlgorithm, "the key on the token is neither RSA nor EC", subject: name)
+        }
+        guard extractable else {
+            throw DCError(
+                .keyNotExtractable, "the private key cannot leave the card (CKA_EXTRACTABLE is false)", subject: name,
+                hint: "this is normal for PIV cards: derive new keys instead (SP 800-157, --derive)")
+        }
+        return try wrapOut(handle, certificate: certificate, name: name)
+    }
+
+    /// C_WrapKey under a fresh session AES-256 key whose value we chose, then unwrap here.
+    private func wrapOut(_ handle: CK_OBJECT_HANDLE, certificate: Certificate, name: String) throws -> PrivateKey {
+        let wrappingKey = try Digests.random(32)
+        var keyClass = CK_OBJECT_CLASS(CKO_SECRET_KEY)
+        var keyType = CK_KEY_TYPE(CKK_AES)
+        var yes = CK_BBOOL(CK_TRUE)
+        var no = CK_BBOOL(CK_FALSE)
+        var aes: CK_OBJECT_HANDLE = 0
+        try wrappingKey.withUnsafeBytes { value in
+            var template = [
+                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: &keyClass, ulValueLen: CK_ULONG(MemoryLayout<CK_OBJECT_CLASS>.size)),
+                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), pValue: &keyType, ulValueLen: CK_ULONG(MemoryLayout<CK_KEY_TYPE>.size)),
+                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_TOKEN), pValue: &no, ulValueLen: 1),
+                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_WRAP), pValue: &yes, ulValueLen: 1),
+                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_VALUE), pValue: UnsafeMutableRawPointer(mutating: value.baseAddress), ulValueLen: CK_ULONG(value.count)),
+            ]
+            try module.call("C_CreateObject") { $0.C_CreateObject(self.handle, &template, CK_ULONG(template.count), &aes) }
+        }
+        defer { _ = module.functions.pointee.C_DestroyObject(self.handle, aes) }
+        var mechanism = CK_MECHANISM(mechanism: CK_MECHANISM_TYPE(CKM_AES_KEY_WRAP_PAD), pParameter: nil, ulParameterLen: 0)
+        var length: CK_ULONG = 0
+        let sized = module.functions.pointee.C_WrapKey(self.handle, &mechanism, aes, handle, nil, &length)
+        if sized == CKR_KEY_UNEXTRACTABLE {
+            throw DCError(.keyNotExtractable, "the private key cannot leave the card", subject: name, hint: "derive new keys instead (SP 800-157, --derive)")
+        }
+        guard sized == CKR_OK else {
+            throw DCError(.pkcs11Failure, "the token refused to wrap the key", subject: name, underlying: PKCS11Error(function: "C_WrapKey", returnValue: UInt(sized)))
+        }
+        var wrapped = [UInt8](repeating: 0, count: Int(length))
+        try module.call("C_WrapKey") { $0.C_WrapKey(self.handle, &mechanism, aes, handle, &wrapped, &length) }
+        let pkcs8 = try KeyImport.unwrapAESKeyWrapPad(Array(wrapped.prefix(Int(length))), key: wrappingKey)
+        let key = try pkcs8.withUnsafeBytes { try CredentialReader().privateKey(pkcs8: Array($0), source: name) }
+        return try KeyImport.canonical(key, certificate: certificate)
+    }
+}

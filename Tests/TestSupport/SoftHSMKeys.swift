@@ -1,0 +1,80 @@
+import COpenSSL
+import CP11Kit
+import Foundation
+
+/// Keys that softhsm2-util and pkcs11-tool cannot make (they make every key sensitive, and
+/// non-extractable): created with C_CreateObject, which is the only way to get a non-sensitive
+/// extractable key, or a sensitive but extractable one, into SoftHSM2.
+public enum SoftHSMKeys {
+    public struct Failure: Error, CustomStringConvertible { public var description: String }
+
+    /// Creates an EC private key object from `keyFile` (PEM, P-256 or P-384) on the token.
+    public static func createECKey(token: String, pin: String, id: UInt8, keyFile: String, sensitive: Bool) throws {
+        let scalar = try privateScalar(keyFile)
+        let curveOID: [UInt8] = scalar.count == 32 ? [0x06, 0x08, 0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07] : [0x06, 0x05, 0x2B, 0x81, 0x04, 0x00, 0x22]
+        guard let module = p11_kit_module_load(SoftHSM.module, 0) else { throw Failure(description: "cannot load SoftHSM") }
+        let initialized = p11_kit_module_initialize(module)
+        guard initialized == CKR_OK || initialized == CKR_CRYPTOKI_ALREADY_INITIALIZED else { throw Failure(description: "C_Initialize \(initialized)") }
+        let functions = module.pointee
+        var count: CK_ULONG = 0
+        _ = functions.C_GetSlotList(CK_BBOOL(CK_TRUE), nil, &count)
+        var slots = [CK_SLOT_ID](repeating: 0, count: Int(count))
+        _ = functions.C_GetSlotList(CK_BBOOL(CK_TRUE), &slots, &count)
+        guard let slot = slots.first(where: { slot in
+            var info = CK_TOKEN_INFO()
+            _ = functions.C_GetTokenInfo(slot, &info)
+            return withUnsafeBytes(of: info.label) { String(decoding: $0, as: UTF8.self) }.trimmingCharacters(in: .whitespaces) == token
+        }) else { throw Failure(description: "no token \(token)") }
+        var session: CK_SESSION_HANDLE = 0
+        guard functions.C_OpenSession(slot, CK_FLAGS(CKF_SERIAL_SESSION | CKF_RW_SESSION), nil, nil, &session) == CKR_OK else {
+            throw Failure(description: "C_OpenSession")
+        }
+        defer { _ = functions.C_CloseSession(session) }
+        var pinBytes = Array(pin.utf8)
+        let login = functions.C_Login(session, CK_USER_TYPE(CKU_USER), &pinBytes, CK_ULONG(pinBytes.count))
+        guard login == CKR_OK || login == CKR_USER_ALREADY_LOGGED_IN else { throw Failure(description: "C_Login \(login)") }
+        defer { _ = functions.C_Logout(session) }
+        var objectClass = CK_OBJECT_CLASS(CKO_PRIVATE_KEY)
+        var keyType = CK_KEY_TYPE(CKK_EC)
+        var yes = CK_BBOOL(CK_TRUE)
+        var isSensitive = CK_BBOOL(sensitive ? CK_TRUE : CK_FALSE)
+        var identifier = id
+        var params = curveOID
+        var value = scalar
+        var label = Array("Key \(id)".utf8)
+        var template = [
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: &objectClass, ulValueLen: CK_ULONG(MemoryLayout<CK_OBJECT_CLASS>.size)),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), pValue: &keyType, ulValueLen: CK_ULONG(MemoryLayout<CK_KEY_TYPE>.size)),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_TOKEN), pValue: &yes, ulValueLen: 1),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_PRIVATE), pValue: &yes, ulValueLen: 1),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_SIGN), pValue: &yes, ulValueLen: 1),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE), pValue: &yes, ulValueLen: 1),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_SENSITIVE), pValue: &isSensitive, ulValueLen: 1),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_ID), pValue: &identifier, ulValueLen: 1),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_LABEL), pValue: &label, ulValueLen: CK_ULONG(label.count)),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_EC_PARAMS), pValue: &params, ulValueLen: CK_ULONG(params.count)),
+            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_VALUE), pValue: &value, ulValueLen: CK_ULONG(value.count)),
+        ]
+        var object: CK_OBJECT_HANDLE = 0
+        let created = functions.C_CreateObject(session, &template, CK_ULONG(template.count), &object)
+        guard created == CKR_OK else { throw Failure(description: "C_CreateObject \(created)") }
+    }
+
+    /// The EC private scalar of a PEM key, padded to the curve's size.
+    static func privateScalar(_ keyFile: String) throws -> [UInt8] {
+        let text = try [UInt8](Data(contentsOf: URL(fileURLWithPath: keyFile)))
+        return try text.withUnsafeBytes { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)),
+                let key = PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+            else { throw Failure(description: "cannot read \(keyFile)") }
+            defer { BIO_free(bio); EVP_PKEY_free(key) }
+            var number: OpaquePointer?
+            guard EVP_PKEY_get_bn_param(key, "priv", &number) == 1, let number else { throw Failure(description: "no EC scalar") }
+            defer { BN_free(number) }
+            let size = Int(EVP_PKEY_get_bits(key) + 7) / 8
+            var out = [UInt8](repeating: 0, count: size)
+            guard BN_bn2binpad(number, &out, Int32(size)) == Int32(size) else { throw Failure(description: "BN_bn2binpad") }
+            return out
+        }
+    }
+}

@@ -17,11 +17,13 @@ private func request(_ options: [String: [String]], pin: String? = SoftHSM.userP
 
 @Suite("PKCS#11 provider: keys to PKCS#8 where the token allows it")
 struct PKCS11ProviderTests {
-    @Test("A non-sensitive key is rebuilt and a sensitive extractable one is wrapped: both byte-identical to openssl's PKCS#8")
+    @Test("Non-sensitive EC and RSA keys are rebuilt, a sensitive extractable one is wrapped: all byte-identical to openssl's PKCS#8")
     func export() async throws {
         let provided = try await PKCS11Provider().provide(
-            request(["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02"]]))
-        #expect(provided.entries.map(\.tag) == [.authentication, .signing])
+            request(["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02", "encryption=03"]]))
+        #expect(provided.entries.map(\.tag) == [.authentication, .signing, .encryption])
+        // RSA, rebuilt from its CRT components.
+        #expect(provided.entries[2].privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.encryption.key)))
         #expect(provided.entries[0].privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.authentication.key)))
         #expect(provided.entries[1].privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.signing.key)))
         #expect(provided.entries[1].certificate.derBytes == (try HostileInput.der(of: f.signing.certificate)))

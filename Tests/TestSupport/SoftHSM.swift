@@ -18,7 +18,7 @@ public final class SoftHSM: Sendable {
     public let pivCard = "PIV Card"
     public let pivPairs: [(id: String, label: String, pair: IssuedPair)]
     /// A token whose keys may leave it: id 01 not sensitive (P-256), id 02 sensitive but
-    /// extractable (P-384), with their certificates.
+    /// extractable (P-384), id 03 not sensitive (RSA 2048), with their certificates.
     public let exportCard = "Export Card"
 
     init() throws {
@@ -44,6 +44,9 @@ public final class SoftHSM: Sendable {
             try Self.pkcs11Tool(["--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", String(format: "%02x", id), "--label", "Certificate \(id)"])
             try SoftHSMKeys.createECKey(token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: sensitive)
         }
+        let rsaCertificate = try directory.write("export-3.der", try HostileInput.der(of: f.encryption.certificate))
+        try Self.pkcs11Tool(["--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", rsaCertificate, "--type", "cert", "--id", "03", "--label", "Certificate 3"])
+        try SoftHSMKeys.createRSAKey(token: exportCard, pin: Self.userPIN, id: 3, keyFile: f.encryption.key, sensitive: false)
     }
 
     @discardableResult

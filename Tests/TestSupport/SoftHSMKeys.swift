@@ -12,6 +12,23 @@ public enum SoftHSMKeys {
     public static func createECKey(token: String, pin: String, id: UInt8, keyFile: String, sensitive: Bool) throws {
         let scalar = try privateScalar(keyFile)
         let curveOID: [UInt8] = scalar.count == 32 ? [0x06, 0x08, 0x2A, 0x86, 0x48, 0xCE, 0x3D, 0x03, 0x01, 0x07] : [0x06, 0x05, 0x2B, 0x81, 0x04, 0x00, 0x22]
+        try create(token: token, pin: pin, id: id, keyType: CK_KEY_TYPE(CKK_EC), sensitive: sensitive, values: [
+            (CK_ATTRIBUTE_TYPE(CKA_EC_PARAMS), curveOID), (CK_ATTRIBUTE_TYPE(CKA_VALUE), scalar),
+        ])
+    }
+
+    /// Creates an RSA private key object from `keyFile` (PEM) on the token, from its CRT components.
+    public static func createRSAKey(token: String, pin: String, id: UInt8, keyFile: String, sensitive: Bool) throws {
+        let names: [(String, Int)] = [
+            ("n", Int(CKA_MODULUS)), ("e", Int(CKA_PUBLIC_EXPONENT)), ("d", Int(CKA_PRIVATE_EXPONENT)), ("rsa-factor1", Int(CKA_PRIME_1)),
+            ("rsa-factor2", Int(CKA_PRIME_2)), ("rsa-exponent1", Int(CKA_EXPONENT_1)), ("rsa-exponent2", Int(CKA_EXPONENT_2)),
+            ("rsa-coefficient1", Int(CKA_COEFFICIENT)),
+        ]
+        let components = try names.map { (CK_ATTRIBUTE_TYPE($0.1), try bigNumber(keyFile, $0.0)) }
+        try create(token: token, pin: pin, id: id, keyType: CK_KEY_TYPE(CKK_RSA), sensitive: sensitive, values: components)
+    }
+
+    static func create(token: String, pin: String, id: UInt8, keyType keyTypeValue: CK_KEY_TYPE, sensitive: Bool, values: [(CK_ATTRIBUTE_TYPE, [UInt8])]) throws {
         guard let module = p11_kit_module_load(SoftHSM.module, 0) else { throw Failure(description: "cannot load SoftHSM") }
         let initialized = p11_kit_module_initialize(module)
         guard initialized == CKR_OK || initialized == CKR_CRYPTOKI_ALREADY_INITIALIZED else { throw Failure(description: "C_Initialize \(initialized)") }
@@ -35,13 +52,12 @@ public enum SoftHSMKeys {
         guard login == CKR_OK || login == CKR_USER_ALREADY_LOGGED_IN else { throw Failure(description: "C_Login \(login)") }
         defer { _ = functions.C_Logout(session) }
         var objectClass = CK_OBJECT_CLASS(CKO_PRIVATE_KEY)
-        var keyType = CK_KEY_TYPE(CKK_EC)
+        var keyType = keyTypeValue
         var yes = CK_BBOOL(CK_TRUE)
         var isSensitive = CK_BBOOL(sensitive ? CK_TRUE : CK_FALSE)
         var identifier = id
-        var params = curveOID
-        var value = scalar
         var label = Array("Key \(id)".utf8)
+        var storage = values.map(\.1)
         var template = [
             CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: &objectClass, ulValueLen: CK_ULONG(MemoryLayout<CK_OBJECT_CLASS>.size)),
             CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), pValue: &keyType, ulValueLen: CK_ULONG(MemoryLayout<CK_KEY_TYPE>.size)),
@@ -52,12 +68,33 @@ public enum SoftHSMKeys {
             CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_SENSITIVE), pValue: &isSensitive, ulValueLen: 1),
             CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_ID), pValue: &identifier, ulValueLen: 1),
             CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_LABEL), pValue: &label, ulValueLen: CK_ULONG(label.count)),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_EC_PARAMS), pValue: &params, ulValueLen: CK_ULONG(params.count)),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_VALUE), pValue: &value, ulValueLen: CK_ULONG(value.count)),
         ]
         var object: CK_OBJECT_HANDLE = 0
-        let created = functions.C_CreateObject(session, &template, CK_ULONG(template.count), &object)
+        let created = storage.withUnsafeMutableBufferPointer { buffers -> CK_RV in
+            for index in values.indices {
+                template.append(
+                    CK_ATTRIBUTE(type: values[index].0, pValue: buffers[index].withUnsafeMutableBytes { $0.baseAddress }, ulValueLen: CK_ULONG(buffers[index].count)))
+            }
+            return functions.C_CreateObject(session, &template, CK_ULONG(template.count), &object)
+        }
         guard created == CKR_OK else { throw Failure(description: "C_CreateObject \(created)") }
+    }
+
+    /// A big-number parameter of a PEM key (RSA components), big-endian, unpadded.
+    static func bigNumber(_ keyFile: String, _ name: String) throws -> [UInt8] {
+        let text = try [UInt8](Data(contentsOf: URL(fileURLWithPath: keyFile)))
+        return try text.withUnsafeBytes { buffer in
+            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)),
+                let key = PEM_read_bio_PrivateKey(bio, nil, nil, nil)
+            else { throw Failure(description: "cannot read \(keyFile)") }
+            defer { BIO_free(bio); EVP_PKEY_free(key) }
+            var number: OpaquePointer?
+            guard EVP_PKEY_get_bn_param(key, name, &number) == 1, let number else { throw Failure(description: "no \(name)") }
+            defer { BN_free(number) }
+            var out = [UInt8](repeating: 0, count: Int((BN_num_bits(number) + 7) / 8))
+            BN_bn2bin(number, &out)
+            return out
+        }
     }
 
     /// The EC private scalar of a PEM key, padded to the curve's size.

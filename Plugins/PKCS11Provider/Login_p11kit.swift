@@ -66,14 +66,58 @@ extension Session {
         }
     }
 
-    func logout() { _ = module.functions.pointee.C_Logout(handle) }
+    /// Refuses, as a first login would, when there is no PIN and no PIN pad.
+    func requireLoginMeans(slot: CK_SLOT_ID, policy: LoginPolicy) throws {
+        var info = CK_TOKEN_INFO()
+        try module.call("C_GetTokenInfo") { $0.C_GetTokenInfo(slot, &info) }
+        guard info.flags & CK_FLAGS(CKF_PROTECTED_AUTHENTICATION_PATH) == 0 else { return }
+        guard try policy.pin.passphrase(for: fixedString(info.label)) != nil else {
+            throw DCError(
+                .passphraseRequired, "the token needs a PIN and none was given", subject: fixedString(info.label),
+                hint: "pass --pin-file FILE, --pin-fd N or --pin-env NAME")
+        }
+    }
 
     /// Opens a session, logs in, runs `body`, then logs out and closes the session — in that order.
+    ///
+    /// PKCS#11 login state belongs to the application, not the session: a `C_Logout` ends every
+    /// session's login on that token. So logins are counted per token in this process: the first
+    /// user logs in (one attempt, under a lock), the last one logs out.
     static func withLoggedInSession<R>(_ module: LoadedModule, slot: CK_SLOT_ID, policy: LoginPolicy, _ body: (Session) throws -> R) throws -> R {
         try withSession(module, slot: slot) { session in
-            try session.login(slot: slot, policy: policy)
-            defer { session.logout() }
+            try LoginCounter.shared.enter(
+                module: module, slot: slot, canLogIn: { try session.requireLoginMeans(slot: slot, policy: policy) },
+                login: { try session.login(slot: slot, policy: policy) })
+            defer { LoginCounter.shared.leave(module: module, slot: slot) { _ = module.functions.pointee.C_Logout(session.handle) } }
             return try body(session)
+        }
+    }
+}
+
+/// Per-token login reference counts for this process.
+final class LoginCounter: @unchecked Sendable {
+    static let shared = LoginCounter()
+    // `counts` is only touched under `lock`, which is also held across C_Login and C_Logout so
+    // that two users never log in or out at the same time.
+    private let lock = NSLock()
+    private var counts: [String: Int] = [:]
+
+    /// `login` runs for the first user; a later user joins the existing login but must still be
+    /// able to log in itself (`canLogIn`), so that whether a request without a PIN succeeds does
+    /// not depend on what else happens to be running.
+    func enter(module: LoadedModule, slot: CK_SLOT_ID, canLogIn: () throws -> Void, login: () throws -> Void) throws {
+        let key = "\(module.name)#\(slot)"
+        try lock.withLock {
+            if counts[key, default: 0] == 0 { try login() } else { try canLogIn() }
+            counts[key, default: 0] += 1
+        }
+    }
+
+    func leave(module: LoadedModule, slot: CK_SLOT_ID, logout: () -> Void) {
+        let key = "\(module.name)#\(slot)"
+        lock.withLock {
+            counts[key, default: 1] -= 1
+            if counts[key] == 0 { logout() }
         }
     }
 }

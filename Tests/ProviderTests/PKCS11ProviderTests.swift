@@ -29,6 +29,15 @@ struct PKCS11ProviderTests {
         #expect(provided.entries[1].certificate.derBytes == (try HostileInput.der(of: f.signing.certificate)))
     }
 
+    @Test("Concurrent reads of one token all succeed: one call's logout does not end another's login")
+    func concurrent() async throws {
+        let options = ["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02", "encryption=03"]]
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            for _ in 0..<8 { group.addTask { try await PKCS11Provider().provide(request(options)).entries.count } }
+            for try await count in group { #expect(count == 3) }
+        }
+    }
+
     @Test("The conformance kit passes for the export card")
     func conformance() async {
         let report = await ProviderConformance.check(

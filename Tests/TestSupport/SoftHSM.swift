@@ -17,6 +17,9 @@ public final class SoftHSM: Sendable {
     /// and sensitive private keys written by pkcs11-tool.
     public let pivCard = "PIV Card"
     public let pivPairs: [(id: String, label: String, pair: IssuedPair)]
+    /// A token only the PIN-safety tests use: wrong PINs make SoftHSM rewrite a token's files, which
+    /// other processes reading the same token at that moment may not see whole.
+    public let pinCard = "PIN Card"
     /// A token whose keys may leave it: id 01 not sensitive (P-256), id 02 sensitive but
     /// extractable (P-384), id 03 not sensitive (RSA 2048), with their certificates.
     public let exportCard = "Export Card"
@@ -38,6 +41,8 @@ public final class SoftHSM: Sendable {
             try Self.pkcs11Tool(["--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", id, "--label", label])
             try Self.pkcs11Tool(["--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", pair.key, "--type", "privkey", "--id", id, "--label", "Private key \(id)"])
         }
+        try runChecked("softhsm2-util", ["--init-token", "--free", "--label", pinCard, "--so-pin", "12345678", "--pin", Self.userPIN])
+        try Self.pkcs11Tool(["--token-label", pinCard, "--login", "--pin", Self.userPIN, "--write-object", f.authentication.key, "--type", "privkey", "--id", "01", "--label", "PIN card key"])
         try runChecked("softhsm2-util", ["--init-token", "--free", "--label", exportCard, "--so-pin", "12345678", "--pin", Self.userPIN])
         for (id, pair, sensitive) in [(UInt8(1), f.authentication, false), (UInt8(2), f.signing, true)] {
             let der = try directory.write("export-\(id).der", try HostileInput.der(of: pair.certificate))

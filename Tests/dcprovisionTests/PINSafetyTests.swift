@@ -5,10 +5,10 @@ import Testing
 /// PIN safety through the real CLI and a real module path: SoftHSM2 wrapped by the test-only
 /// fault-injecting module (SoftHSM never reports FINAL_TRY or LOCKED, and has no PIN pad). Every
 /// case counts the C_Login calls the token saw.
-@Suite("PIN safety: flags read before C_Login, never a retry")
+@Suite("PIN safety: flags read before C_Login, never a retry", .serialized)
 struct PINSafetyTests {
     static let faultModule = Binaries.directory + "/libDCFaultPKCS11.so"
-    static let uri = "pkcs11:token=PIV%20Card;type=private"
+    static let uri = "pkcs11:token=PIN%20Card;type=private"
 
     struct Outcome {
         var result: ProcessResult
@@ -73,7 +73,7 @@ struct PINSafetyTests {
     func countLow() throws {
         let outcome = try objects(fault: "count-low", pin: SoftHSM.userPIN)
         #expect(outcome.result.status == 0)
-        #expect(outcome.result.stderrText.contains("warning: PIV Card: an incorrect PIN was entered recently"))
+        #expect(outcome.result.stderrText.contains("warning: PIN Card: an incorrect PIN was entered recently"))
         #expect(outcome.logins == ["C_Login"])
     }
 

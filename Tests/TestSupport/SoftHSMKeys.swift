@@ -80,8 +80,9 @@ public enum SoftHSMKeys {
         guard created == CKR_OK else { throw Failure(description: "C_CreateObject \(created)") }
     }
 
-    /// A big-number parameter of a PEM key (RSA components), big-endian, unpadded.
-    static func bigNumber(_ keyFile: String, _ name: String) throws -> [UInt8] {
+    /// A big-number parameter of a PEM key (RSA components, the EC scalar `priv`), big-endian,
+    /// left-padded with zeros to `size` bytes when given.
+    static func bigNumber(_ keyFile: String, _ name: String, size: Int? = nil) throws -> [UInt8] {
         let text = try [UInt8](Data(contentsOf: URL(fileURLWithPath: keyFile)))
         return try text.withUnsafeBytes { buffer in
             guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)),
@@ -91,27 +92,16 @@ public enum SoftHSMKeys {
             var number: OpaquePointer?
             guard EVP_PKEY_get_bn_param(key, name, &number) == 1, let number else { throw Failure(description: "no \(name)") }
             defer { BN_free(number) }
-            var out = [UInt8](repeating: 0, count: Int((BN_num_bits(number) + 7) / 8))
-            BN_bn2bin(number, &out)
+            let length = size ?? Int((BN_num_bits(number) + 7) / 8)
+            var out = [UInt8](repeating: 0, count: length)
+            guard BN_bn2binpad(number, &out, Int32(length)) == Int32(length) else { throw Failure(description: "BN_bn2binpad") }
             return out
         }
     }
 
-    /// The EC private scalar of a PEM key, padded to the curve's size.
+    /// The EC private scalar of a PEM key, padded to the curve's size (P-256: 32, P-384: 48).
     static func privateScalar(_ keyFile: String) throws -> [UInt8] {
-        let text = try [UInt8](Data(contentsOf: URL(fileURLWithPath: keyFile)))
-        return try text.withUnsafeBytes { buffer in
-            guard let bio = BIO_new_mem_buf(buffer.baseAddress, Int32(buffer.count)),
-                let key = PEM_read_bio_PrivateKey(bio, nil, nil, nil)
-            else { throw Failure(description: "cannot read \(keyFile)") }
-            defer { BIO_free(bio); EVP_PKEY_free(key) }
-            var number: OpaquePointer?
-            guard EVP_PKEY_get_bn_param(key, "priv", &number) == 1, let number else { throw Failure(description: "no EC scalar") }
-            defer { BN_free(number) }
-            let size = Int(EVP_PKEY_get_bits(key) + 7) / 8
-            var out = [UInt8](repeating: 0, count: size)
-            guard BN_bn2binpad(number, &out, Int32(size)) == Int32(size) else { throw Failure(description: "BN_bn2binpad") }
-            return out
-        }
+        let bits = try bigNumber(keyFile, "priv").count * 8
+        return try bigNumber(keyFile, "priv", size: bits <= 256 ? 32 : 48)
     }
 }

@@ -48,20 +48,23 @@ extension Session {
     /// C_WrapKey under a fresh session AES-256 key whose value we chose, then unwrap here.
     private func wrapOut(_ handle: CK_OBJECT_HANDLE, certificate: Certificate, name: String) throws -> PrivateKey {
         let wrappingKey = try Digests.random(32)
-        var keyClass = CK_OBJECT_CLASS(CKO_SECRET_KEY)
-        var keyType = CK_KEY_TYPE(CKK_AES)
-        var yes = CK_BBOOL(CK_TRUE)
-        var no = CK_BBOOL(CK_FALSE)
         var aes: CK_OBJECT_HANDLE = 0
-        try wrappingKey.withUnsafeBytes { value in
-            var template = [
-                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: &keyClass, ulValueLen: CK_ULONG(MemoryLayout<CK_OBJECT_CLASS>.size)),
-                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), pValue: &keyType, ulValueLen: CK_ULONG(MemoryLayout<CK_KEY_TYPE>.size)),
-                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_TOKEN), pValue: &no, ulValueLen: 1),
-                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_WRAP), pValue: &yes, ulValueLen: 1),
-                CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_VALUE), pValue: UnsafeMutableRawPointer(mutating: value.baseAddress), ulValueLen: CK_ULONG(value.count)),
-            ]
-            try module.call("C_CreateObject") { $0.C_CreateObject(self.handle, &template, CK_ULONG(template.count), &aes) }
+        // CKA_CLASS, CKA_KEY_TYPE, then the booleans CKA_TOKEN false and CKA_WRAP true, in one buffer
+        // that outlives the call.
+        var fixed = ulongBytes(CK_ULONG(CKO_SECRET_KEY)) + ulongBytes(CK_ULONG(CKK_AES)) + [CK_BBOOL(CK_FALSE), CK_BBOOL(CK_TRUE)]
+        let width = MemoryLayout<CK_ULONG>.size
+        try fixed.withUnsafeMutableBytes { fixed in
+            try wrappingKey.withUnsafeBytes { value in
+                let base = fixed.baseAddress!
+                var template = [
+                    CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: base, ulValueLen: CK_ULONG(width)),
+                    CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), pValue: base + width, ulValueLen: CK_ULONG(width)),
+                    CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_TOKEN), pValue: base + 2 * width, ulValueLen: 1),
+                    CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_WRAP), pValue: base + 2 * width + 1, ulValueLen: 1),
+                    CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_VALUE), pValue: UnsafeMutableRawPointer(mutating: value.baseAddress), ulValueLen: CK_ULONG(value.count)),
+                ]
+                try module.call("C_CreateObject") { $0.C_CreateObject(self.handle, &template, CK_ULONG(template.count), &aes) }
+            }
         }
         defer { _ = module.functions.pointee.C_DestroyObject(self.handle, aes) }
         var mechanism = CK_MECHANISM(mechanism: CK_MECHANISM_TYPE(CKM_AES_KEY_WRAP_PAD), pParameter: nil, ulParameterLen: 0)
@@ -71,7 +74,7 @@ extension Session {
             throw DCError(.keyNotExtractable, "the private key cannot leave the card", subject: name, hint: "derive new keys instead (SP 800-157, --derive)")
         }
         guard sized == CKR_OK else {
-            throw DCError(.pkcs11Failure, "the token refused to wrap the key", subject: name, underlying: PKCS11Error(function: "C_WrapKey", returnValue: UInt(sized)))
+            throw module.failure("C_WrapKey", sized, subject: name)
         }
         var wrapped = [UInt8](repeating: 0, count: Int(length))
         try module.call("C_WrapKey") { $0.C_WrapKey(self.handle, &mechanism, aes, handle, &wrapped, &length) }

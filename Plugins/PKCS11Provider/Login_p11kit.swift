@@ -62,7 +62,7 @@ extension Session {
         case CK_RV(CKR_PIN_LOCKED):
             throw DCError(.pinLocked, "the token's user PIN is locked", subject: label)
         default:
-            throw DCError(.pkcs11Failure, "the token refused the login", subject: label, underlying: PKCS11Error(function: "C_Login", returnValue: UInt(result)))
+            throw module.failure("C_Login", result, subject: label)
         }
     }
 

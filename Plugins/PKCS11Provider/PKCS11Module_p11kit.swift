@@ -15,7 +15,7 @@ public struct PKCS11Error: Error, Sendable, CustomStringConvertible {
             0x07: "CKR_ARGUMENTS_BAD", 0x11: "CKR_ATTRIBUTE_SENSITIVE", 0x12: "CKR_ATTRIBUTE_TYPE_INVALID",
             0x30: "CKR_DEVICE_ERROR", 0x31: "CKR_DEVICE_MEMORY", 0x32: "CKR_DEVICE_REMOVED", 0x6A: "CKR_KEY_UNEXTRACTABLE",
             0xA0: "CKR_PIN_INCORRECT", 0xA4: "CKR_PIN_LOCKED", 0xB3: "CKR_SESSION_HANDLE_INVALID",
-            0xE0: "CKR_TOKEN_NOT_PRESENT", 0x100: "CKR_USER_ALREADY_LOGGED_IN", 0x101: "CKR_USER_NOT_LOGGED_IN",
+            0xE0: "CKR_TOKEN_NOT_PRESENT", 0xB0: "CKR_SESSION_CLOSED", 0x150: "CKR_BUFFER_TOO_SMALL", 0x100: "CKR_USER_ALREADY_LOGGED_IN", 0x101: "CKR_USER_NOT_LOGGED_IN",
             0x190: "CKR_CRYPTOKI_NOT_INITIALIZED", 0x191: "CKR_CRYPTOKI_ALREADY_INITIALIZED",
         ]
         return names[value] ?? String(format: "CKR_0x%lX", value)
@@ -38,10 +38,22 @@ final class LoadedModule: @unchecked Sendable {
 
     func call(_ function: String, _ body: (CK_FUNCTION_LIST) -> CK_RV) throws {
         let result = body(functions.pointee)
-        guard result == CKR_OK else {
-            throw DCError(
-                .pkcs11Failure, "the token refused \(function)", subject: name,
-                underlying: PKCS11Error(function: function, returnValue: UInt(result)))
+        guard result == CKR_OK else { throw failure(function, result) }
+    }
+
+    /// The error for a failed call. A card pulled out and a session closed under us (the card
+    /// reset, or another program closed every session) say so, since the user can act on them.
+    func failure(_ function: String, _ result: CK_RV, subject: String? = nil) -> DCError {
+        let underlying = PKCS11Error(function: function, returnValue: UInt(result))
+        switch result {
+        case CK_RV(CKR_DEVICE_REMOVED), CK_RV(CKR_TOKEN_NOT_PRESENT):
+            return DCError(.pkcs11Failure, "the card was removed during \(function)", subject: subject ?? name, hint: "insert it and run the command again; nothing was written", underlying: underlying)
+        case CK_RV(CKR_SESSION_HANDLE_INVALID), CK_RV(CKR_SESSION_CLOSED):
+            return DCError(
+                .pkcs11Failure, "the token ended the session during \(function) (card reset or reinserted, or another program closed it)",
+                subject: subject ?? name, hint: "run the command again; nothing was written", underlying: underlying)
+        default:
+            return DCError(.pkcs11Failure, "the token refused \(function)", subject: subject ?? name, underlying: underlying)
         }
     }
 }
@@ -148,7 +160,7 @@ struct Session {
         // those with CK_UNAVAILABLE_INFORMATION.
         let sized = module.functions.pointee.C_GetAttributeValue(handle, object, &template, CK_ULONG(template.count))
         guard sized == CKR_OK || sized == CKR_ATTRIBUTE_SENSITIVE || sized == CKR_ATTRIBUTE_TYPE_INVALID else {
-            throw DCError(.pkcs11Failure, "the token refused C_GetAttributeValue", subject: module.name, underlying: PKCS11Error(function: "C_GetAttributeValue", returnValue: UInt(sized)))
+            throw module.failure("C_GetAttributeValue", sized)
         }
         let available = template.filter { $0.ulValueLen != CK_ULONG.max }
         guard !available.isEmpty else { return [:] }
@@ -160,9 +172,7 @@ struct Session {
             }
             return module.functions.pointee.C_GetAttributeValue(handle, object, &request, CK_ULONG(request.count))
         }
-        guard read == CKR_OK else {
-            throw DCError(.pkcs11Failure, "the token refused C_GetAttributeValue", subject: module.name, underlying: PKCS11Error(function: "C_GetAttributeValue", returnValue: UInt(read)))
-        }
+        guard read == CKR_OK else { throw module.failure("C_GetAttributeValue", read) }
         var result: [CK_ATTRIBUTE_TYPE: [UInt8]] = [:]
         for (index, attribute) in request.enumerated() where attribute.ulValueLen != CK_ULONG.max {
             result[attribute.type] = Array(buffers[index].prefix(Int(attribute.ulValueLen)))

@@ -6,11 +6,16 @@ import Foundation
 /// Certificates and keys from a PKCS#11 token (id `pkcs11`): a smart card through OpenSC, or
 /// SoftHSM2 in tests, loaded through p11-kit. The PIN comes from the request's passphrase source.
 ///
-/// Objects are chosen by tag: `tag` options `TAG=ID` (CKA_ID in hex), or `layout=piv` for the PIV
-/// layout (OpenSC ids 01 authentication, 02 signing, 03 key management → encryption). A key is
-/// exported as PKCS#8 only where the token allows it (see `exportPrivateKey`); a PIV card's keys
-/// normally cannot leave it, which is an error naming the object.
-public struct PKCS11Provider: CredentialProvider {
+/// Certificates are chosen by tag: `tag` options `TAG=ID` (CKA_ID in hex) or `TAG=pkcs11:…` (an
+/// RFC 7512 object URI, e.g. `pkcs11:object=Certificate%20for%20PIV%20Authentication`), or
+/// `layout=piv` for the PIV layout (OpenSC ids 01 authentication, 02 signing, 03 key management →
+/// encryption, retired key management 05–18 → escrow and its key history). Each certificate's key
+/// is the private key with the same CKA_ID.
+///
+/// A key is exported as PKCS#8 only where the token allows it (see `exportPrivateKey`); a PIV
+/// card's keys normally cannot leave it — then ``prove(_:challenge:)`` lets a CA derive a
+/// credential instead (SP 800-157, the `derive` provider).
+public struct PKCS11Provider: PossessionProvider {
     public init() {}
 
     public let descriptor = ProviderDescriptor(
@@ -18,57 +23,47 @@ public struct PKCS11Provider: CredentialProvider {
         options: [
             ProviderOption(name: "uri", summary: "the token, as an RFC 7512 URI (pkcs11:token=…)", required: true),
             ProviderOption(name: "module", summary: "a module by p11-kit name or absolute path (default: all registered)", repeatable: true),
-            ProviderOption(name: "layout", summary: "piv: 01 authentication, 02 signing, 03 encryption"),
-            ProviderOption(name: "tag", summary: "TAG=ID: the object id (hex) for a tag", repeatable: true),
+            ProviderOption(name: "layout", summary: "piv: 01 authentication, 02 signing, 03 encryption, 05-18 escrow"),
+            ProviderOption(name: "tag", summary: "TAG=ID (hex) or TAG=pkcs11:URI: the certificate for a tag", repeatable: true),
             ProviderOption(name: "allow-final-pin-try", summary: "true: try the PIN even when one more wrong PIN would lock the token"),
         ])
 
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()
-        var ids: [(CredentialTag, [UInt8])] = []
-        if let layout = try request.value("layout") {
-            guard layout == "piv" else { throw DCError(.usage, "unknown layout '\(layout)'", hint: "the layout is piv") }
-            ids = [(.authentication, [0x01]), (.signing, [0x02]), (.encryption, [0x03])]
-        }
-        for argument in request.values("tag") {
-            let parts = argument.split(separator: "=", maxSplits: 1).map(String.init)
-            guard parts.count == 2, let tag = CredentialTag(wireName: parts[0]), let id = Self.hex(parts[1]) else {
-                throw DCError(.usage, "expected TAG=ID (hex)", subject: argument)
-            }
-            ids.removeAll { $0.0 == tag }
-            ids.append((tag, id))
-        }
-        guard !ids.isEmpty else { throw DCError(.usage, "say which objects to use: layout=piv or tag=TAG=ID") }
-        let uriText = try request.value("uri")!
-        let uri = try PKCS11URI(uriText)
-        let policy = LoginPolicy(pin: request.passphrase, allowFinalPINTry: try request.value("allow-final-pin-try") == "true") {
-            FileHandle.standardError.write(Data("warning: \($0)\n".utf8))
-        }
-        let modules = request.values("module").isEmpty ? nil : request.values("module")
-        let tokens = try PKCS11Discovery.slots(modules ?? uri.modules).filter { uri.matches($0.2) }
-        guard let (module, slot, _) = tokens.first else {
-            throw DCError(.noSuchObject, "no token matches the URI", subject: uriText.escapingControlCharacters, hint: "see dcprovision tokens")
-        }
-        guard tokens.count == 1 else {
-            throw DCError(.multipleObjects, "\(tokens.count) tokens match the URI", subject: uriText.escapingControlCharacters, hint: "add token= or serial=")
-        }
-        let entries = try Session.withLoggedInSession(module, slot: slot, policy: policy) { session in
-            try ids.map { tag, id -> CredentialEntry in
-                let name = "\(uriText);id=%" + id.map { String(format: "%02x", $0) }.joined(separator: "%")
-                let certificateHandle = try session.exactlyOne(.certificate, id: id, name: name)
-                guard let der = try session.attributes(certificateHandle, [CK_ATTRIBUTE_TYPE(CKA_VALUE)])[CK_ATTRIBUTE_TYPE(CKA_VALUE)] else {
-                    throw DCError(.malformedInput, "the certificate has no value", subject: name)
+        let entries = try TokenReading(request).withSelectedCertificates { session, found in
+            try CredentialTag.allCases.compactMap { tag -> CredentialEntry? in
+                let group = found.filter { $0.tag == tag }
+                guard let current = group.first else { return nil }
+                let pairs = try group.map { item in
+                    CertifiedKey(
+                        certificate: item.certificate,
+                        privateKey: try session.exportPrivateKey(try session.privateKey(id: item.id, name: item.name), certificate: item.certificate, name: item.name))
                 }
-                let certificate = try CredentialReader().certificate(der: der, source: name)
-                let key = try session.exportPrivateKey(try session.exactlyOne(.privateKey, id: id, name: name), certificate: certificate, name: name)
-                return try CredentialEntry(tag: tag, certificate: certificate, privateKey: key)
+                return try CredentialEntry(tag: tag, certificate: current.certificate, privateKey: pairs[0].privateKey, keyHistory: Array(pairs.dropFirst()))
             }
         }
-        let authentication = try entries.first.map { try CertificateDetails($0.certificate) }
+        let details = try entries.map { try CertificateDetails($0.certificate) }
         return ProvidedCredential(
-            entries: entries, suggestedName: authentication?.commonName, suggestedSerialNumber: authentication?.serialNumber,
-            suggestedExpirationDate: try entries.compactMap { try CertificateDetails($0.certificate).notAfter }.min())
+            entries: entries, suggestedName: details.first?.commonName, suggestedSerialNumber: details.first?.serialNumber,
+            suggestedExpirationDate: zip(entries, details).filter { $0.0.tag != .escrow }.compactMap { $0.1.notAfter }.min())
+    }
+
+    /// Signs `challenge` on the token with the authentication key (one `C_Sign`) and returns the
+    /// selected certificates (escrow: the newest) with the proof. Nothing is exported.
+    public func prove(_ request: ProviderRequest, challenge: [UInt8]) async throws -> (certificates: [CredentialTag: Certificate], proof: PossessionProof) {
+        try request.check(against: descriptor)
+        try Task.checkCancellation()
+        return try TokenReading(request).withSelectedCertificates { session, found in
+            guard let authentication = found.first(where: { $0.tag == .authentication }) else {
+                throw DCError(.usage, "proving possession needs the authentication certificate", hint: "use layout=piv or tag=authentication=ID")
+            }
+            let key = try session.privateKey(id: authentication.id, name: authentication.name)
+            let signature = try session.signSHA256(key, message: challenge, name: authentication.name)
+            var certificates: [CredentialTag: Certificate] = [:]
+            for item in found where certificates[item.tag] == nil { certificates[item.tag] = item.certificate }
+            return (certificates, PossessionProof(certificate: authentication.certificate, challenge: challenge, signature: signature))
+        }
     }
 
     static func hex(_ text: String) -> [UInt8]? {
@@ -81,16 +76,160 @@ public struct PKCS11Provider: CredentialProvider {
     }
 }
 
-extension Session {
-    enum ObjectKind { case certificate, privateKey }
+/// One read of a token: the token the URI names, logged in once, and the certificates the tag
+/// selectors choose, found with one object search.
+struct TokenReading {
+    /// How a tag's certificate is chosen.
+    struct Selector {
+        enum Match {
+            case id([UInt8])
+            case uri(PKCS11URI)
+        }
+        var tag: CredentialTag
+        var match: Match
+        var name: String
+        /// Layout slots may be empty; a certificate asked for by name must be there.
+        var required: Bool
+    }
 
-    /// The one object of `kind` with CKA_ID `id`: none and several are distinct errors naming it.
-    func exactlyOne(_ kind: ObjectKind, id: [UInt8], name: String) throws -> CK_OBJECT_HANDLE {
-        let objectClass = kind == .certificate ? CK_OBJECT_CLASS(CKO_CERTIFICATE) : CK_OBJECT_CLASS(CKO_PRIVATE_KEY)
-        let found = try find([(CK_ATTRIBUTE_TYPE(CKA_CLASS), ulongBytes(objectClass)), (CK_ATTRIBUTE_TYPE(CKA_ID), id)])
-        let what = kind == .certificate ? "certificate" : "private key"
-        guard let first = found.first else { throw DCError(.noSuchObject, "no \(what) with this id on the token", subject: name) }
-        guard found.count == 1 else { throw DCError(.multipleObjects, "\(found.count) \(what)s have this id", subject: name) }
+    /// A chosen certificate. Escrow may have several, newest first.
+    struct Found {
+        var tag: CredentialTag
+        var id: [UInt8]
+        var certificate: Certificate
+        var name: String
+    }
+
+    let uri: PKCS11URI
+    let modules: [String]?
+    let policy: LoginPolicy
+    let selectors: [Selector]
+
+    init(_ request: ProviderRequest) throws {
+        let uriText = try request.value("uri")!
+        uri = try PKCS11URI(uriText)
+        let idName = { (id: [UInt8]) in "\(uriText);id=%" + id.map { String(format: "%02x", $0) }.joined(separator: "%") }
+        var selectors: [Selector] = []
+        if let layout = try request.value("layout") {
+            guard layout == "piv" else { throw DCError(.usage, "unknown layout '\(layout)'", hint: "the layout is piv") }
+            // SP 800-73 slots as OpenSC numbers them: 9A → 01, 9C → 02, 9D → 03, retired 82–95 → 05–18.
+            let slots: [(CredentialTag, UInt8)] = [(.authentication, 0x01), (.signing, 0x02), (.encryption, 0x03)] + (0x05...0x18).map { (.escrow, $0) }
+            selectors = slots.map { Selector(tag: $0.0, match: .id([$0.1]), name: idName([$0.1]), required: $0.0 == .authentication) }
+        }
+        var explicit: Set<CredentialTag> = []
+        for argument in request.values("tag") {
+            let parts = argument.split(separator: "=", maxSplits: 1).map(String.init)
+            guard parts.count == 2, let tag = CredentialTag(wireName: parts[0]) else {
+                throw DCError(.usage, "expected TAG=ID (hex) or TAG=pkcs11:URI", subject: argument.escapingControlCharacters)
+            }
+            if explicit.contains(tag) && tag != .escrow {
+                throw DCError(.usage, "tag '\(tag)' is given more than once", hint: "only escrow takes several (its key history)")
+            }
+            if !explicit.contains(tag) { selectors.removeAll { $0.tag == tag } }
+            explicit.insert(tag)
+            if parts[1].hasPrefix("pkcs11:") {
+                selectors.append(Selector(tag: tag, match: .uri(try PKCS11URI(parts[1])), name: parts[1], required: true))
+            } else if let id = PKCS11Provider.hex(parts[1]) {
+                selectors.append(Selector(tag: tag, match: .id(id), name: idName(id), required: true))
+            } else {
+                throw DCError(.usage, "expected TAG=ID (hex) or TAG=pkcs11:URI", subject: argument.escapingControlCharacters)
+            }
+        }
+        guard !selectors.isEmpty else { throw DCError(.usage, "say which certificates to use: layout=piv or tag=TAG=ID") }
+        self.selectors = selectors
+        modules = request.values("module").isEmpty ? nil : request.values("module")
+        policy = LoginPolicy(pin: request.passphrase, allowFinalPINTry: try request.value("allow-final-pin-try") == "true") {
+            FileHandle.standardError.write(Data("warning: \($0)\n".utf8))
+        }
+    }
+
+    /// Finds the one token the URI names, logs in, chooses the certificates and runs `body`.
+    func withSelectedCertificates<R>(_ body: (Session, [Found]) throws -> R) throws -> R {
+        let tokens = try PKCS11Discovery.slots(modules ?? uri.modules).filter { uri.matches($0.2) }
+        guard let (module, slot, token) = tokens.first else {
+            throw DCError(.noSuchObject, "no token matches the URI", subject: uri.text.escapingControlCharacters, hint: "see dcprovision tokens")
+        }
+        guard tokens.count == 1 else {
+            throw DCError(.multipleObjects, "\(tokens.count) tokens match the URI", subject: uri.text.escapingControlCharacters, hint: "add token= or serial=")
+        }
+        for selector in selectors {
+            if case .uri(let objectURI) = selector.match, !objectURI.matches(token) {
+                throw DCError(.noSuchObject, "the object URI names another token than --pkcs11", subject: selector.name.escapingControlCharacters)
+            }
+        }
+        return try Session.withLoggedInSession(module, slot: slot, policy: policy) { session in
+            let certificates = try session.certificates()
+            var found: [Found] = []
+            for selector in selectors {
+                let matches = certificates.filter { selector.matches($0.attributes) }
+                guard let match = matches.first else {
+                    if selector.required { throw DCError(.noSuchObject, "no certificate on the token matches", subject: selector.name.escapingControlCharacters) }
+                    continue
+                }
+                guard matches.count == 1 else {
+                    throw DCError(.multipleObjects, "\(matches.count) certificates match", subject: selector.name.escapingControlCharacters, hint: "add id= or object= to the URI")
+                }
+                let id = match.attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
+                let certificate = try CredentialReader().certificate(der: match.value, source: selector.name)
+                found.append(Found(tag: selector.tag, id: id, certificate: certificate, name: selector.name))
+            }
+            // Escrow's history is ordered by validity, newest first (as for files).
+            let details = try Dictionary(found.map { ($0.name, try CertificateDetails($0.certificate)) }) { a, _ in a }
+            // Ties keep the selectors' order.
+            let escrow = found.enumerated().filter { $0.element.tag == .escrow }.sorted { a, b in
+                let (x, y) = (details[a.element.name]!, details[b.element.name]!)
+                let (p, q) = ((x.notBefore ?? .distantPast, x.notAfter ?? .distantPast), (y.notBefore ?? .distantPast, y.notAfter ?? .distantPast))
+                return p != q ? p > q : a.offset < b.offset
+            }
+            return try body(session, found.filter { $0.tag != .escrow } + escrow.map(\.element))
+        }
+    }
+}
+
+extension TokenReading.Selector {
+    func matches(_ attributes: [CK_ATTRIBUTE_TYPE: [UInt8]]) -> Bool {
+        switch match {
+        case .id(let id): return attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] == id
+        case .uri(let uri):
+            var storage = attributes
+            return storage.withCKAttributes { uri.matches(&$0) }
+        }
+    }
+}
+
+extension Dictionary where Key == CK_ATTRIBUTE_TYPE, Value == [UInt8] {
+    /// The values as a CK_ATTRIBUTE array, valid inside `body`.
+    mutating func withCKAttributes<R>(_ body: (inout [CK_ATTRIBUTE]) -> R) -> R {
+        let keys = Array(self.keys)
+        var values = keys.map { self[$0]! }
+        return values.withUnsafeMutableBufferPointer { buffers in
+            var attributes = keys.indices.map { index in
+                CK_ATTRIBUTE(
+                    type: keys[index], pValue: buffers[index].withUnsafeMutableBytes { $0.baseAddress },
+                    ulValueLen: CK_ULONG(buffers[index].count))
+            }
+            return body(&attributes)
+        }
+    }
+}
+
+extension Session {
+    /// Every certificate on the token with its CKA_CLASS, CKA_ID, CKA_LABEL and DER: one search,
+    /// then one batched attribute read per certificate.
+    func certificates() throws -> [(attributes: [CK_ATTRIBUTE_TYPE: [UInt8]], value: [UInt8])] {
+        let types = [CKA_CLASS, CKA_ID, CKA_LABEL, CKA_VALUE].map { CK_ATTRIBUTE_TYPE($0) }
+        return try find([(CK_ATTRIBUTE_TYPE(CKA_CLASS), ulongBytes(CK_OBJECT_CLASS(CKO_CERTIFICATE)))]).compactMap { handle in
+            var attributes = try self.attributes(handle, types)
+            guard let value = attributes.removeValue(forKey: CK_ATTRIBUTE_TYPE(CKA_VALUE)) else { return nil }
+            return (attributes, value)
+        }
+    }
+
+    /// The one private key with CKA_ID `id`: none and several are distinct errors naming it.
+    func privateKey(id: [UInt8], name: String) throws -> CK_OBJECT_HANDLE {
+        let found = try find([(CK_ATTRIBUTE_TYPE(CKA_CLASS), ulongBytes(CK_OBJECT_CLASS(CKO_PRIVATE_KEY))), (CK_ATTRIBUTE_TYPE(CKA_ID), id)])
+        guard let first = found.first else { throw DCError(.noSuchObject, "no private key with the certificate's id on the token", subject: name) }
+        guard found.count == 1 else { throw DCError(.multipleObjects, "\(found.count) private keys have the certificate's id", subject: name) }
         return first
     }
 }

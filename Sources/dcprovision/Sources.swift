@@ -16,7 +16,9 @@ struct SourceOptions: ParsableArguments {
     @Option(name: .customLong("pkcs12"), help: ArgumentHelp("A PKCS#12 file, with --tag or as TAG=FILE.", valueName: "file"))
     var pkcs12: [String] = []
 
-    @Option(name: .customLong("tag"), help: ArgumentHelp("The tag of each --pkcs12 FILE, in order.", valueName: "tag"))
+    @Option(
+        name: .customLong("tag"),
+        help: ArgumentHelp("The tag of each --pkcs12 FILE, in order; with --pkcs11, TAG=ID or TAG=pkcs11:URI.", valueName: "tag"))
     var tags: [String] = []
 
     @Option(help: ArgumentHelp("A JSON manifest of tagged files.", valueName: "file"))
@@ -31,11 +33,17 @@ struct SourceOptions: ParsableArguments {
     @Option(help: ArgumentHelp("A PKCS#11 token (smart card), as an RFC 7512 URI.", valueName: "uri"))
     var pkcs11: String?
 
-    @Option(help: ArgumentHelp("With --pkcs11: piv (ids 01 authentication, 02 signing, 03 encryption).", valueName: "layout"))
+    @Option(help: ArgumentHelp("With --pkcs11: piv (ids 01 authentication, 02 signing, 03 encryption, 05-18 escrow).", valueName: "layout"))
     var layout: String?
 
-    @Option(name: .customLong("object"), help: ArgumentHelp("With --pkcs11: the object id (hex) for a tag.", valueName: "TAG=ID"))
-    var objects: [String] = []
+    @Flag(help: "With --pkcs11: derive new keys (SP 800-157), certified by --testca DIR or --provider CA.")
+    var derive = false
+
+    @Option(name: .customLong("card-trust-anchor"), help: ArgumentHelp("With --derive: CA certificates the card's certificate must chain to.", valueName: "file"))
+    var cardTrustAnchors: [String] = []
+
+    @Option(name: .customLong("key-algorithm"), help: ArgumentHelp("With --derive: p256, p384, rsa2048, rsa3072 (default: as the card's).", valueName: "algorithm"))
+    var keyAlgorithm: String?
 
     @Option(name: .customLong("pkcs11-module"), help: ArgumentHelp("With --pkcs11: a module by p11-kit name or path.", valueName: "module"))
     var pkcs11Modules: [String] = []
@@ -52,15 +60,27 @@ struct SourceOptions: ParsableArguments {
     var isEmpty: Bool { !usesFiles && testca == nil && provider == nil && pkcs11 == nil }
 
     func validate() throws {
-        let families = [usesFiles, testca != nil, provider != nil, pkcs11 != nil].filter { $0 }.count
+        // With --derive, --testca or --provider names the CA rather than a second source.
+        let issuer = derive ? 0 : [testca != nil, provider != nil].filter { $0 }.count
+        let families = [usesFiles, pkcs11 != nil].filter { $0 }.count + issuer
         if families > 1 { throw ValidationError("give files (--pem, --pkcs12, --manifest, --classify), --testca, --pkcs11 or --provider, not several") }
-        if pkcs11 == nil && (layout != nil || !objects.isEmpty || !pkcs11Modules.isEmpty) {
-            throw ValidationError("--layout, --object and --pkcs11-module go with --pkcs11")
+        if pkcs11 == nil && (layout != nil || !pkcs11Modules.isEmpty || derive) {
+            throw ValidationError("--layout, --derive and --pkcs11-module go with --pkcs11")
+        }
+        if derive && (testca == nil) == (provider == nil) {
+            throw ValidationError("--derive needs the CA that certifies the new keys: --testca DIR or --provider ID")
+        }
+        if !derive && (!cardTrustAnchors.isEmpty || keyAlgorithm != nil) {
+            throw ValidationError("--card-trust-anchor and --key-algorithm go with --derive")
         }
         if !providerOptions.isEmpty && provider == nil && testca == nil {
             throw ValidationError("--option goes with --provider or --testca")
         }
-        if pkcs12.filter({ !$0.contains("=") }).count != tags.count {
+        if pkcs11 != nil {
+            if let bare = tags.first(where: { !$0.contains("=") }) {
+                throw ValidationError("with --pkcs11, --tag is TAG=ID or TAG=pkcs11:URI, not '\(bare)'")
+            }
+        } else if pkcs12.filter({ !$0.contains("=") }).count != tags.count {
             throw ValidationError("give one --tag for each --pkcs12 FILE (or write --pkcs12 TAG=FILE)")
         }
     }
@@ -74,17 +94,23 @@ struct SourceOptions: ParsableArguments {
             }
             options[String(argument[..<equals]), default: []].append(String(argument[argument.index(after: equals)...]))
         }
+        if let pkcs11 {
+            var card: [String: [String]] = ["uri": [pkcs11]]
+            if let layout { card["layout"] = [layout] }
+            if !tags.isEmpty { card["tag"] = tags }
+            if !pkcs11Modules.isEmpty { card["module"] = pkcs11Modules }
+            if pin.allowFinalPinTry { card["allow-final-pin-try"] = ["true"] }
+            guard derive else { return (try registry.provider(id: "pkcs11"), card) }
+            // The CA's own options travel as ca-option KEY=VALUE.
+            card["ca"] = [testca != nil ? "testca" : provider!]
+            card["ca-option"] = providerOptions + (testca.map { ["dir=\($0)"] } ?? [])
+            if !cardTrustAnchors.isEmpty { card["trust-anchor"] = cardTrustAnchors }
+            if let keyAlgorithm { card["algorithm"] = [keyAlgorithm] }
+            return (try registry.provider(id: "derive"), card.filter { !$0.value.isEmpty })
+        }
         if let testca {
             options["dir"] = [testca]
             return (try registry.provider(id: "testca"), options)
-        }
-        if let pkcs11 {
-            options["uri"] = [pkcs11]
-            if let layout { options["layout"] = [layout] }
-            if !objects.isEmpty { options["tag"] = objects }
-            if !pkcs11Modules.isEmpty { options["module"] = pkcs11Modules }
-            if pin.allowFinalPinTry { options["allow-final-pin-try"] = ["true"] }
-            return (try registry.provider(id: "pkcs11"), options)
         }
         if let provider {
             return (try ProviderDirectory.provider(provider, registry: registry), options)
@@ -116,6 +142,7 @@ enum ProviderDirectory {
         for found in ExecProvider.discover(searchPath: searchPath) where (try? registry.provider(id: found.name)) == nil {
             registry.register(ExecProvider(path: found.path, id: found.name))
         }
+        registry.register(DerivationProvider(registry: registry))
         return registry
     }
 

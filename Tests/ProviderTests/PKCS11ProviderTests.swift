@@ -62,3 +62,57 @@ struct PKCS11ProviderTests {
         }
     }
 }
+
+@Suite("PKCS#11 provider: choosing certificates (PIV layout, ids, object URIs)")
+struct PKCS11SelectionTests {
+    @Test("The PIV layout gives four tags; the retired slots become escrow's history, newest first by validity")
+    func pivLayout() async throws {
+        let provided = try await PKCS11Provider().provide(request(["uri": ["pkcs11:token=Export%20Card"], "layout": ["piv"]]))
+        #expect(provided.entries.map(\.tag) == [.authentication, .signing, .encryption, .escrow])
+        let escrow = try #require(provided.entries.last)
+        // id 06 holds the newer pair, 05 the older: the validity orders them, not the slot.
+        #expect(escrow.certificate.derBytes == (try HostileInput.der(of: f.escrowHistory[0].certificate)))
+        #expect(escrow.privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.escrowHistory[0].key)))
+        #expect(escrow.keyHistory.map(\.certificate.derBytes) == [try HostileInput.der(of: f.escrowHistory[1].certificate)])
+        #expect(escrow.keyHistory.map { $0.privateKey.withPKCS8DER { Array($0) } } == [try HostileInput.pkcs8(of: f.escrowHistory[1].key)])
+        // The escrow history does not shorten the credential's life.
+        #expect(provided.suggestedExpirationDate == (try provided.entries.dropLast().compactMap { try CertificateDetails($0.certificate).notAfter }.min()))
+        _ = try provided.credential()
+    }
+
+    @Test("A tag may name its certificate by an object URI; its key is the private key with the same id")
+    func objectURI() async throws {
+        let byURI = try await PKCS11Provider().provide(
+            request(["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=pkcs11:object=Certificate%201;type=cert", "escrow=05", "escrow=06"]]))
+        #expect(byURI.entries.map(\.tag) == [.authentication, .escrow])
+        #expect(byURI.entries[0].certificate.derBytes == (try HostileInput.der(of: f.authentication.certificate)))
+        #expect(byURI.entries[1].keyHistory.count == 1)
+        // An explicit tag replaces the layout's choice for that tag.
+        let replaced = try await PKCS11Provider().provide(
+            request(["uri": ["pkcs11:token=Export%20Card"], "layout": ["piv"], "tag": ["signing=01"]]))
+        #expect(replaced.entries[1].certificate == replaced.entries[0].certificate)
+    }
+
+    @Test("Bad selections are distinct errors naming the URI: none, several, another token, a repeated tag")
+    func badSelections() async throws {
+        let cases: [([String], DCError.Code, String)] = [
+            (["authentication=pkcs11:object=Nothing"], .noSuchObject, "pkcs11:object=Nothing"),
+            (["authentication=pkcs11:type=cert"], .multipleObjects, "pkcs11:type=cert"),
+            (["authentication=pkcs11:token=PIV%20Card;id=%01"], .noSuchObject, "pkcs11:token=PIV%20Card;id=%01"),
+            (["authentication=pkcs11:object=Key%201;type=private"], .noSuchObject, "pkcs11:object=Key%201;type=private"),
+            (["signing=01", "signing=02"], .usage, ""),
+            (["signing=0"], .usage, "signing=0"),
+            (["authentication=pkcs11:id=%01;pin-value=123456"], .usage, ""),
+        ]
+        for (tags, code, subject) in cases {
+            do {
+                _ = try await PKCS11Provider().provide(request(["uri": ["pkcs11:token=Export%20Card"], "tag": tags]))
+                Issue.record("accepted \(tags)")
+            } catch let error as DCError {
+                #expect(error.code == code, "\(tags): \(error)")
+                if !subject.isEmpty { #expect(error.subject == subject, "\(tags): \(error)") }
+                #expect(!error.description.contains("123456"))
+            }
+        }
+    }
+}

@@ -60,7 +60,12 @@ public final class OpenSSLFixtures: Sendable {
         signing = try issue("signing", .p384, "critical,digitalSignature,nonRepudiation", "emailProtection")
         encryption = try issue("encryption", .rsa2048, "critical,keyEncipherment", "emailProtection")
         escrow = try issue("escrow", .p256, "critical,keyAgreement", "emailProtection")
-        escrowHistory = try (1...2).map { try issue("escrow-old\($0)", .p256, "critical,keyAgreement", "emailProtection") }
+        // Retired pairs, newest first: the same notBefore, so the validity ends order them.
+        escrowHistory = try [(1, 300), (2, 200)].map { index, days in
+            try Self.issue(
+                name: "escrow-old\(index)", key: .p256, by: caPair, keyUsage: "critical,keyAgreement", extendedKeyUsage: "emailProtection",
+                days: days, in: directory)
+        }
     }
 
     /// Makes a self-signed CA.

@@ -13,15 +13,16 @@ public final class SoftHSM: Sendable {
     public static let userPIN = "123456"
     public let directory: TemporaryDirectory
     public let configuration: String
-    /// A PIV-like card: ids 01 (authentication), 02 (signing), 03 (key management), certificates
-    /// and sensitive private keys written by pkcs11-tool.
+    /// A PIV-like card: ids 01 (authentication), 02 (signing), 03 (key management), 05 (retired key
+    /// management), certificates and sensitive, non-extractable private keys written by pkcs11-tool.
     public let pivCard = "PIV Card"
     public let pivPairs: [(id: String, label: String, pair: IssuedPair)]
     /// A token only the PIN-safety tests use: wrong PINs make SoftHSM rewrite a token's files, which
     /// other processes reading the same token at that moment may not see whole.
     public let pinCard = "PIN Card"
     /// A token whose keys may leave it: id 01 not sensitive (P-256), id 02 sensitive but
-    /// extractable (P-384), id 03 not sensitive (RSA 2048), with their certificates.
+    /// extractable (P-384), id 03 not sensitive (RSA 2048), ids 05 and 06 retired key management
+    /// (P-256, not sensitive; 06 the newer), with their certificates.
     public let exportCard = "Export Card"
 
     init() throws {
@@ -33,7 +34,7 @@ public final class SoftHSM: Sendable {
         let f = OpenSSLFixtures.shared
         pivPairs = [
             ("01", "Certificate for PIV Authentication", f.authentication), ("02", "Certificate for Digital Signature", f.signing),
-            ("03", "Certificate for Key Management", f.escrow),
+            ("03", "Certificate for Key Management", f.escrow), ("05", "Retired Certificate for Key Management 1", f.escrowHistory[0]),
         ]
         try runChecked("softhsm2-util", ["--init-token", "--free", "--label", pivCard, "--so-pin", "12345678", "--pin", Self.userPIN])
         for (id, label, pair) in pivPairs {
@@ -52,6 +53,13 @@ public final class SoftHSM: Sendable {
         let rsaCertificate = try directory.write("export-3.der", try HostileInput.der(of: f.encryption.certificate))
         try Self.pkcs11Tool(["--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", rsaCertificate, "--type", "cert", "--id", "03", "--label", "Certificate 3"])
         try SoftHSMKeys.createRSAKey(token: exportCard, pin: Self.userPIN, id: 3, keyFile: f.encryption.key, sensitive: false)
+        // Retired key management (PIV 82, 83 → OpenSC 05, 06): the older pair in the lower slot, so
+        // that only the validity can order the escrow history.
+        for (id, pair) in [(UInt8(5), f.escrowHistory[1]), (UInt8(6), f.escrowHistory[0])] {
+            let der = try directory.write("export-\(id).der", try HostileInput.der(of: pair.certificate))
+            try Self.pkcs11Tool(["--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", String(format: "%02x", id), "--label", "Retired \(id)"])
+            try SoftHSMKeys.createECKey(token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: false)
+        }
     }
 
     @discardableResult

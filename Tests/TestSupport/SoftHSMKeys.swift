@@ -51,29 +51,22 @@ public enum SoftHSMKeys {
         let login = functions.C_Login(session, CK_USER_TYPE(CKU_USER), &pinBytes, CK_ULONG(pinBytes.count))
         guard login == CKR_OK || login == CKR_USER_ALREADY_LOGGED_IN else { throw Failure(description: "C_Login \(login)") }
         defer { _ = functions.C_Logout(session) }
-        var objectClass = CK_OBJECT_CLASS(CKO_PRIVATE_KEY)
-        var keyType = keyTypeValue
-        var yes = CK_BBOOL(CK_TRUE)
-        var isSensitive = CK_BBOOL(sensitive ? CK_TRUE : CK_FALSE)
-        var identifier = id
-        var label = Array("Key \(id)".utf8)
-        var storage = values.map(\.1)
-        var template = [
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: &objectClass, ulValueLen: CK_ULONG(MemoryLayout<CK_OBJECT_CLASS>.size)),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), pValue: &keyType, ulValueLen: CK_ULONG(MemoryLayout<CK_KEY_TYPE>.size)),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_TOKEN), pValue: &yes, ulValueLen: 1),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_PRIVATE), pValue: &yes, ulValueLen: 1),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_SIGN), pValue: &yes, ulValueLen: 1),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE), pValue: &yes, ulValueLen: 1),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_SENSITIVE), pValue: &isSensitive, ulValueLen: 1),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_ID), pValue: &identifier, ulValueLen: 1),
-            CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_LABEL), pValue: &label, ulValueLen: CK_ULONG(label.count)),
-        ]
+        let word = { (value: CK_ULONG) in withUnsafeBytes(of: value) { Array($0) } }
+        let yes = [UInt8(CK_TRUE)]
+        // Every value lives in `storage` for the whole C_CreateObject call.
+        let attributes: [(CK_ATTRIBUTE_TYPE, [UInt8])] = [
+            (CK_ATTRIBUTE_TYPE(CKA_CLASS), word(CK_ULONG(CKO_PRIVATE_KEY))), (CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), word(keyTypeValue)),
+            (CK_ATTRIBUTE_TYPE(CKA_TOKEN), yes), (CK_ATTRIBUTE_TYPE(CKA_PRIVATE), yes), (CK_ATTRIBUTE_TYPE(CKA_SIGN), yes),
+            (CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE), yes), (CK_ATTRIBUTE_TYPE(CKA_SENSITIVE), [UInt8(sensitive ? CK_TRUE : CK_FALSE)]),
+            (CK_ATTRIBUTE_TYPE(CKA_ID), [id]), (CK_ATTRIBUTE_TYPE(CKA_LABEL), Array("Key \(id)".utf8)),
+        ] + values
+        var storage = attributes.map(\.1)
+        var template: [CK_ATTRIBUTE] = []
         var object: CK_OBJECT_HANDLE = 0
         let created = storage.withUnsafeMutableBufferPointer { buffers -> CK_RV in
-            for index in values.indices {
+            for index in attributes.indices {
                 template.append(
-                    CK_ATTRIBUTE(type: values[index].0, pValue: buffers[index].withUnsafeMutableBytes { $0.baseAddress }, ulValueLen: CK_ULONG(buffers[index].count)))
+                    CK_ATTRIBUTE(type: attributes[index].0, pValue: buffers[index].withUnsafeMutableBytes { $0.baseAddress }, ulValueLen: CK_ULONG(buffers[index].count)))
             }
             return functions.C_CreateObject(session, &template, CK_ULONG(template.count), &object)
         }

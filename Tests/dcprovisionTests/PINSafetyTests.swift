@@ -21,7 +21,7 @@ struct PINSafetyTests {
         defer { dir.remove() }
         var environment = ProcessInfo.processInfo.environment
         environment["SOFTHSM2_CONF"] = hsm.configuration
-        environment["DC_FAULT_PIN"] = fault
+        environment["DC_FAULT"] = fault
         environment["DC_FAULT_LOGIN_LOG"] = dir.file("logins")
         environment["DC_FAULT_PINPAD_PIN"] = SoftHSM.userPIN
         for (key, value) in extraEnvironment { environment[key] = value }
@@ -108,5 +108,33 @@ struct PINSafetyTests {
         #expect(outcome.result.stderrText.contains("CKR_DEVICE_REMOVED"))
         // One error line (a COUNT_LOW warning may precede it: the wrong-PIN test really sets it on SoftHSM).
         #expect(outcome.result.stderrText.split(separator: "\n").filter { !$0.contains("warning:") }.count == 1)
+    }
+}
+
+/// Card faults other than PIN state, through the fault-injecting module: the error says what
+/// happened and nothing is written.
+@Suite("Card faults: a clean error and no partial output")
+struct CardFaultTests {
+    @Test("A session closed under us mid-read (card reset) is exit 69 naming CKR_SESSION_HANDLE_INVALID; the output directory stays empty", arguments: ["session-closed", "removed"])
+    func sessionClosed(_ fault: String) throws {
+        let dir = try TemporaryDirectory("fault")
+        defer { dir.remove() }
+        var environment = ProcessInfo.processInfo.environment
+        environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
+        environment["DC_FAULT"] = fault
+        environment["DC_FAULT_LOGIN_LOG"] = dir.file("logins")
+        let out = dir.file("out")
+        let result = try run(
+            Binaries.dcprovision,
+            ["convert", "--pkcs11", "pkcs11:token=Export%20Card", "--layout", "piv", "--pkcs11-module", PINSafetyTests.faultModule,
+             "--pin-file", try dir.write("pin", SoftHSM.userPIN + "\n"), "--out-dir", out],
+            environment: environment, timeout: 60)
+        #expect(result.status == 69, "\(result.stderrText)")
+        let expected = fault == "removed" ? "CKR_DEVICE_REMOVED" : "CKR_SESSION_HANDLE_INVALID"
+        #expect(result.stderrText.contains(expected), "\(result.stderrText)")
+        #expect(result.stderrText.contains(fault == "removed" ? "the card was removed" : "ended the session"), "\(result.stderrText)")
+        #expect(result.stderrText.split(separator: "\n").count == 1, "\(result.stderrText)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: out)) ?? []).isEmpty)
+        #expect((try readText(dir.file("logins"))).split(separator: "\n").count == 1)
     }
 }

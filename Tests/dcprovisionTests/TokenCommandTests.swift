@@ -29,7 +29,7 @@ struct TokenCommandTests {
         defer { dir.remove() }
         let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
         let exported = try dcprovision([
-            "inspect", "--pkcs11", "pkcs11:token=Export%20Card", "--object", "authentication=01", "--object", "signing=02",
+            "inspect", "--pkcs11", "pkcs11:token=Export%20Card", "--tag", "authentication=01", "--tag", "signing=pkcs11:object=Certificate%202",
             "--pkcs11-module", "softhsm2", "--pin-file", pin,
         ])
         #expect(exported.status == 0, "\(exported.stderrText)")
@@ -54,5 +54,33 @@ struct TokenCommandTests {
         let pin = try dcprovision(["objects", "pkcs11:token=PIV%20Card;pin-value=123456", "--module", "softhsm2"])
         #expect(pin.status == 64)
         #expect(!pin.stderrText.contains("123456"))
+    }
+
+    @Test("inspect --derive: one login and one signature on the card (calls counted by the fault module, which injects nothing here)")
+    func deriveCallCounts() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
+        #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
+        var environment = ProcessInfo.processInfo.environment
+        environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
+        environment["DC_FAULT_CALL_LOG"] = dir.file("calls")
+        let result = try run(
+            Binaries.dcprovision,
+            ["inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--derive", "--testca", dir.file("ca"),
+             "--pkcs11-module", Binaries.directory + "/libDCFaultPKCS11.so", "--pin-file", pin, "--trust-anchor", dir.file("ca/root.pem"),
+             "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate],
+            environment: environment, timeout: 60)
+        #expect(result.status == 0, "\(result.stderrText)")
+        #expect(result.stdoutText.contains("valid: 0 error(s)"), "\(result.stdoutText)")
+        let calls = Dictionary(uniqueKeysWithValues: try readText(dir.file("calls")).split(separator: "\n").map {
+            let parts = $0.split(separator: " ")
+            return (String(parts[0]), Int(parts[1])!)
+        })
+        #expect(calls["C_Login"] == 1)
+        #expect(calls["C_SignInit"] == 1)
+        #expect(calls["C_Sign"] == 1)
+        // One search for the certificates, one for the authentication key.
+        #expect(calls["C_FindObjectsInit"] == 2)
     }
 }

@@ -70,6 +70,11 @@ public struct CertificateSigner: Sendable {
             profile, subjectKey: try Self.decode(subjectKey, "the subject key"), issuer: parsed.issuer, signer: parsed.key)
     }
 
+    /// Issues a certificate for a decoded public (or private) key.
+    func issue(_ profile: CertificateProfile, for subjectKey: PKey) throws -> Certificate {
+        try CertificateBuilding.build(profile, subjectKey: subjectKey, issuer: parsed.issuer, signer: parsed.key)
+    }
+
     /// Generates a key with `algorithm` and issues a certificate for it: the way to mint new
     /// credentials (the key is encoded once, for the result, and never parsed back).
     public func issueWithNewKey(_ profile: CertificateProfile, algorithm: KeyAlgorithm) throws -> CertifiedKey {

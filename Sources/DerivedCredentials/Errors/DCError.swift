@@ -183,6 +183,11 @@ extension DCError.Code {
     public static let pinLocked = Self("pinLocked", .refused)
     /// One more wrong PIN would lock the token, and the user did not allow the final try.
     public static let pinFinalTry = Self("pinFinalTry", .refused)
+    /// A possession proof failed: the card's signature over the challenge does not verify.
+    public static let possessionNotProven = Self("possessionNotProven", .refused)
+    /// A certificate that must be trusted is expired, not yet valid, unfit for its use, or does
+    /// not chain to the trust anchors.
+    public static let untrustedCertificate = Self("untrustedCertificate", .refused)
 
     // MARK: Files and the command line.
     public static let usage = Self("usage", .usage)

@@ -1,0 +1,82 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// The operator's whole path with a SoftHSM token standing in for the card: `tokens`, then `send`
+/// to a real managed client through real scheme handlers — once exporting the keys, once deriving
+/// new ones (SP 800-157) — with the PIN in a file and in no output.
+@Suite("From dcprovision tokens to a credential installed in the managed client")
+struct CardToClientTests {
+    final class Sandbox {
+        let directory: TemporaryDirectory
+        let environment: [String: String]
+        let pin: String
+
+        init() throws {
+            directory = try TemporaryDirectory("card-to-client")
+            let root = directory.path
+            var environment = [
+                "HOME": root + "/home", "XDG_CONFIG_HOME": root + "/home/.config", "XDG_DATA_HOME": root + "/home/.local/share",
+                "XDG_STATE_HOME": root + "/home/.local/state", "XDG_CONFIG_DIRS": root + "/etc/xdg", "XDG_DATA_DIRS": root + "/usr/share",
+                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+            ]
+            environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
+            self.environment = environment
+            pin = try directory.write("pin", SoftHSM.userPIN + "\n")
+            let passphrase = try directory.write("client-passphrase", "client passphrase\n")
+            try check(run("dcprovision", ["testca", "init", directory.file("ca")]))
+            try check(run("dcclient", ["init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision", "--passphrase-file", passphrase]))
+            try check(run("dcclient", ["register"]))
+            try check(run("dcprovision", ["register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--testca", directory.file("ca")]))
+        }
+
+        deinit { directory.remove() }
+
+        func run(_ tool: String, _ arguments: [String]) throws -> ProcessResult {
+            try TestSupport.run(Binaries.directory + "/" + tool, arguments, environment: environment, timeout: 120)
+        }
+
+        func check(_ result: ProcessResult, _ location: SourceLocation = #_sourceLocation) throws {
+            #expect(result.status == 0, "\(result.stdoutText)\(result.stderrText)", sourceLocation: location)
+        }
+
+        func send(_ source: [String]) throws -> ProcessResult {
+            try run(
+                "dcprovision",
+                ["send"] + source + ["--pkcs11-module", "softhsm2", "--pin-file", pin, "--brand", "Card Provider",
+                    "--callback-scheme", "org.example.dcprovision", "--client-scheme", "org.example.dcclient"])
+        }
+    }
+
+    @Test("tokens → send --derive: the PIV card's subject, new keys, installed; then the export path from an exportable card")
+    func cardToClient() throws {
+        let sandbox = try Sandbox()
+        let tokens = try sandbox.run("dcprovision", ["tokens", "--module", "softhsm2", "--json"])
+        try sandbox.check(tokens)
+        let listed = try JSONSerialization.jsonObject(with: Data(tokens.stdout)) as? [[String: Any]] ?? []
+        let card = try #require(listed.first { $0["label"] as? String == "PIV Card" }?["uri"] as? String)
+
+        let derived = try sandbox.send(["--pkcs11", card, "--layout", "piv", "--derive", "--testca", sandbox.directory.file("ca")])
+        try sandbox.check(derived)
+        let afterDerive = try sandbox.run("dcclient", ["list"])
+        try sandbox.check(afterDerive)
+        #expect(afterDerive.stdoutText.contains("Alice authentication (derived)"), "\(afterDerive.stdoutText)")
+        // The card's subject on every new certificate; no escrow (new keys cannot open old mail).
+        for line in ["authentication  EC P-256  CN=Alice authentication,", "signing         EC P-384  CN=Alice authentication,", "encryption      EC P-256  CN=Alice authentication,"] {
+            #expect(afterDerive.stdoutText.contains(line), "\(afterDerive.stdoutText)")
+        }
+        #expect(!afterDerive.stdoutText.contains("escrow"))
+
+        let exported = try sandbox.send(["--pkcs11", "pkcs11:token=Export%20Card", "--layout", "piv", "--name", "Exported from the card"])
+        try sandbox.check(exported)
+        let afterExport = try sandbox.run("dcclient", ["list"])
+        #expect(afterExport.stdoutText.contains("Exported from the card"), "\(afterExport.stdoutText)")
+        for line in ["signing         EC P-384  CN=Alice signing,", "encryption      RSA 2048  CN=Alice encryption,", "escrow          EC P-256  CN=Alice escrow-old1,O=Derived Credentials Test  (+1 retired)"] {
+            #expect(afterExport.stdoutText.contains(line), "\(afterExport.stdoutText)")
+        }
+
+        for result in [tokens, derived, afterDerive, exported, afterExport] {
+            #expect(!(result.stdoutText + result.stderrText).contains(SoftHSM.userPIN))
+        }
+    }
+}

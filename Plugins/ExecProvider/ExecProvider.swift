@@ -62,8 +62,10 @@ public struct ExecProvider: CredentialProvider {
 
     // MARK: - Exchange
 
-    func exchange(operation: String, options: [String: [String]], passphrase: SecretBytes?) async throws -> Wire.Response {
-        let input = try Wire.request(operation: operation, options: options, passphrase: passphrase)
+    func exchange(operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: Wire.CertifyFields? = nil) async throws
+        -> Wire.Response
+    {
+        let input = try Wire.request(operation: operation, options: options, passphrase: passphrase, certify: certify)
         let outcome = try await ChildProcess.run(path, arguments: [], stdin: input, limits: limits)
         forward(outcome.stderr, truncated: outcome.stderrTruncated)
         if outcome.timedOut {
@@ -189,6 +191,8 @@ public struct ExecProvider: CredentialProvider {
         return try material.certifiedKey()
     }
 
+    // MARK: - Certification
+
     // MARK: - Discovery
 
     /// Executables named `dcprovider-NAME` in the directories of `searchPath` (colon-separated,
@@ -212,5 +216,38 @@ public struct ExecProvider: CredentialProvider {
             }
         }
         return found
+    }
+}
+
+extension ExecProvider: CertifyingProvider {
+    /// The `certify` operation: a vendor's CA as an executable. The answer's certificates go
+    /// through the strict reader; whether each is for the right key and subject is checked by the
+    /// caller (the derive provider), which trusts no CA's word for it.
+    public func certify(_ request: CertificationRequest) async throws -> Certification {
+        try Task.checkCancellation()
+        let base64 = { (bytes: [UInt8]) in Data(bytes).base64EncodedString() }
+        let fields = Wire.CertifyFields(
+            subject: base64(request.subject),
+            publicKeys: Dictionary(uniqueKeysWithValues: request.publicKeys.map { ($0.key.rawValue, base64($0.value)) }),
+            proof: .init(
+                certificate: base64(request.proof.certificate.derBytes), challenge: base64(request.proof.challenge),
+                signature: base64(request.proof.signature)))
+        let passphrase = try request.request.passphrase.passphrase(for: descriptor.id)
+        let response = try await exchange(operation: "certify", options: request.request.options, passphrase: passphrase, certify: fields)
+        guard let answer = response.certification else { throw protocolError("the certify answer has no certification") }
+        let reader = CredentialReader()
+        let read = { (text: String, place: String) throws -> Certificate in
+            guard let der = Data(base64Encoded: text) else { throw protocolError("\(place): the certificate is not base64") }
+            return try reader.certificate(der: Array(der), source: "\(path) (\(place))")
+        }
+        var certificates: [CredentialTag: Certificate] = [:]
+        for (name, text) in answer.certificates.sorted(by: { $0.key < $1.key }) {
+            guard let tag = CredentialTag(rawValue: name) else {
+                throw protocolError("the certification has an unknown tag '\(name.escapingControlCharacters)'")
+            }
+            certificates[tag] = try read(text, name)
+        }
+        let chain = try (answer.chain ?? []).enumerated().map { try read($0.element, "chain \($0.offset)") }
+        return Certification(certificates: certificates, chain: chain)
     }
 }

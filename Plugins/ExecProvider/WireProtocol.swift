@@ -43,23 +43,48 @@ enum Wire {
         var message: String
     }
 
+    /// The answer to `certify`: base64 DER certificates by tag, and the chain above them.
+    struct Certification: Decodable {
+        var certificates: [String: String]
+        var chain: [String]?
+    }
+
     struct Response: Decodable {
         var `protocol`: Int
         var descriptor: Descriptor?
         var credential: Credential?
+        var certification: Certification?
         var error: Failure?
     }
 
+    /// The `certify` request's extra fields (all base64 DER; the challenge raw bytes).
+    struct CertifyFields: Encodable {
+        struct Proof: Encodable {
+            var certificate: String
+            var challenge: String
+            var signature: String
+        }
+        var subject: String
+        var publicKeys: [String: String]
+        var proof: Proof
+    }
+
     /// The request, built as bytes so that the passphrase can be wiped afterwards.
-    static func request(operation: String, options: [String: [String]], passphrase: SecretBytes?) throws -> SecretBytes {
+    static func request(operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: CertifyFields? = nil) throws -> SecretBytes {
         struct Head: Encodable {
             var `protocol`: Int
             var operation: String
             var options: [String: [String]]
+            var subject: String?
+            var publicKeys: [String: String]?
+            var proof: CertifyFields.Proof?
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        var bytes = Array(try encoder.encode(Head(protocol: version, operation: operation, options: options)))
+        let head = Head(
+            protocol: version, operation: operation, options: options, subject: certify?.subject, publicKeys: certify?.publicKeys,
+            proof: certify?.proof)
+        var bytes = Array(try encoder.encode(head))
         if let passphrase {
             bytes.removeLast()  // the closing brace
             bytes += Array(#","passphrase":""#.utf8)

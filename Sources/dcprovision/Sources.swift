@@ -70,6 +70,9 @@ struct SourceOptions: ParsableArguments {
         if derive && (testca == nil) == (provider == nil) {
             throw ValidationError("--derive needs the CA that certifies the new keys: --testca DIR or --provider ID")
         }
+        if derive, let provider, provider.hasPrefix("exec:") {
+            throw ValidationError("with --derive, name the CA plug-in as NAME (dcprovider-NAME on DCPROVISION_PROVIDER_PATH), not exec:PATH")
+        }
         if !derive && (!cardTrustAnchors.isEmpty || keyAlgorithm != nil) {
             throw ValidationError("--card-trust-anchor and --key-algorithm go with --derive")
         }

@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import DerivedCredentialsTesting
+import ExecProvider
 import Foundation
 import PKCS11Provider
 import TestCAProvider
@@ -186,5 +187,36 @@ struct DerivationTests {
             ],
             trustAnchors: [try TestCA(directory: caDirectory.file("ca")).rootCertificate])
         #expect(report.isConforming, "\(report)")
+    }
+
+    @Test("A vendor's CA as an exec plug-in (the sample, openssl inside) certifies derived keys; a lying one is refused")
+    func execCA() async throws {
+        let sample = URL(fileURLWithPath: sampleExecProvider).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("exec-ca/dcprovider-sample-ca").path
+        let options = deriveOptions(["ca": ["sample-ca"]])
+        let provided = try await derive(options, ca: ExecProvider(path: sample, id: "sample-ca"))
+        #expect(provided.entries.map(\.tag) == [.authentication, .signing, .encryption])
+        let root = try TestCA(directory: caDirectory.file("ca")).rootCertificate
+        let verdict = CredentialValidator(trustAnchors: [root], intermediates: provided.chain).validate(try provided.credential())
+        #expect(verdict.errors.isEmpty, "\(verdict.findings)")
+
+        // A plug-in that answers with the card's own certificate for the new key: refused.
+        let dir = try TemporaryDirectory("lying-ca")
+        defer { dir.remove() }
+        let liar = try dir.write(
+            "dcprovider-liar",
+            """
+            #!/usr/bin/env python3
+            import json, sys
+            request = json.loads(sys.stdin.read())
+            print(json.dumps({"protocol": 1, "certification": {"certificates": {"authentication": request["proof"]["certificate"]}}}))
+            """)
+        chmod(liar, 0o755)
+        do {
+            _ = try await derive(deriveOptions(["ca": ["liar"]]), ca: ExecProvider(path: liar, id: "liar"))
+            Issue.record("a lying CA plug-in was believed")
+        } catch let error as DCError {
+            #expect(error.code == .providerProtocol, "\(error)")
+        }
     }
 }

@@ -10,28 +10,28 @@ extension Session {
     ///   (`CKM_AES_KEY_WRAP_PAD`) and unwrapped with OpenSSL;
     /// - not extractable: refused, naming the object and pointing at derivation.
     func exportPrivateKey(_ handle: CK_OBJECT_HANDLE, certificate: Certificate, name: String) throws -> PrivateKey {
-        let flags = try attributes(handle, [CKA_SENSITIVE, CKA_EXTRACTABLE, CKA_KEY_TYPE].map { CK_ATTRIBUTE_TYPE($0) })
-        let sensitive = bool(flags[CK_ATTRIBUTE_TYPE(CKA_SENSITIVE)]) ?? true
-        let extractable = bool(flags[CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE)]) ?? false
-        let keyType = ulong(flags[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)])
+        // One call for the flags and whatever values the token will give (an EC scalar, RSA
+        // components): a sensitive key's values come back unavailable, the other type's invalid.
+        let rsaTypes = [CKA_MODULUS, CKA_PUBLIC_EXPONENT, CKA_PRIVATE_EXPONENT, CKA_PRIME_1, CKA_PRIME_2, CKA_EXPONENT_1, CKA_EXPONENT_2, CKA_COEFFICIENT].map { CK_ATTRIBUTE_TYPE($0) }
+        var values = try attributes(handle, [CKA_SENSITIVE, CKA_EXTRACTABLE, CKA_KEY_TYPE, CKA_VALUE].map { CK_ATTRIBUTE_TYPE($0) } + rsaTypes)
+        defer { for key in values.keys { values[key]!.withUnsafeMutableBytes { SecretBytes.wipe($0) } } }
+        let sensitive = bool(values[CK_ATTRIBUTE_TYPE(CKA_SENSITIVE)]) ?? true
+        let extractable = bool(values[CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE)]) ?? false
+        let keyType = ulong(values[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)])
         if !sensitive {
             if keyType == CK_ULONG(CKK_EC) {
-                guard let scalar = try attributes(handle, [CK_ATTRIBUTE_TYPE(CKA_VALUE)])[CK_ATTRIBUTE_TYPE(CKA_VALUE)] else {
+                guard var scalar = values[CK_ATTRIBUTE_TYPE(CKA_VALUE)] else {
                     throw DCError(.keyNotExtractable, "the token does not give out the key's value", subject: name)
                 }
-                var bytes = scalar
-                return try KeyImport.ecPrivateKey(scalar: SecretBytes(consuming: &bytes), certificate: certificate)
+                return try KeyImport.ecPrivateKey(scalar: SecretBytes(consuming: &scalar), certificate: certificate)
             }
             if keyType == CK_ULONG(CKK_RSA) {
-                let types = [CKA_MODULUS, CKA_PUBLIC_EXPONENT, CKA_PRIVATE_EXPONENT, CKA_PRIME_1, CKA_PRIME_2, CKA_EXPONENT_1, CKA_EXPONENT_2, CKA_COEFFICIENT].map { CK_ATTRIBUTE_TYPE($0) }
-                var values = try attributes(handle, types)
-                defer { for key in values.keys { values[key]!.withUnsafeMutableBytes { SecretBytes.wipe($0) } } }
-                guard types.allSatisfy({ values[$0] != nil }) else {
+                guard rsaTypes.allSatisfy({ values[$0] != nil }) else {
                     throw DCError(.keyNotExtractable, "the token does not give out the RSA key's components", subject: name)
                 }
                 let secret = { (type: Int) in SecretBytes(values[CK_ATTRIBUTE_TYPE(type)]!) }
                 return try KeyImport.rsaPrivateKey(
-                    modulus: values[types[0]]!, publicExponent: values[types[1]]!, privateExponent: secret(Int(CKA_PRIVATE_EXPONENT)),
+                    modulus: values[rsaTypes[0]]!, publicExponent: values[rsaTypes[1]]!, privateExponent: secret(Int(CKA_PRIVATE_EXPONENT)),
                     prime1: secret(Int(CKA_PRIME_1)), prime2: secret(Int(CKA_PRIME_2)), exponent1: secret(Int(CKA_EXPONENT_1)),
                     exponent2: secret(Int(CKA_EXPONENT_2)), coefficient: secret(Int(CKA_COEFFICIENT)), certificate: certificate)
             }

@@ -152,32 +152,58 @@ struct Session {
     }
 
     /// Attribute values (absent where the token has none or will not say, e.g. sensitive values),
-    /// in two calls whatever their number: the lengths, then the values. A real card costs
-    /// milliseconds per call.
+    /// usually in one call whatever their number: buffers sized by a guess are offered first, and
+    /// only when one is too small are the lengths asked for and the values read again. A real card
+    /// costs milliseconds per call. Every buffer is wiped after its value is copied out (some of
+    /// them hold private key components).
     func attributes(_ object: CK_OBJECT_HANDLE, _ types: [CK_ATTRIBUTE_TYPE]) throws -> [CK_ATTRIBUTE_TYPE: [UInt8]] {
+        let guessed = types.map { CK_ATTRIBUTE(type: $0, pValue: nil, ulValueLen: CK_ULONG(Self.guessedLength($0))) }
+        let first = try read(object, guessed)
+        if let values = first { return values }
+        // A guess was too small: ask for the lengths (CKR_ATTRIBUTE_SENSITIVE / _TYPE_INVALID still
+        // fill in the others, marking those with CK_UNAVAILABLE_INFORMATION), then read exactly.
         var template = types.map { CK_ATTRIBUTE(type: $0, pValue: nil, ulValueLen: 0) }
-        // The lengths. CKR_ATTRIBUTE_SENSITIVE / _TYPE_INVALID still fill in the others, marking
-        // those with CK_UNAVAILABLE_INFORMATION.
         let sized = module.functions.pointee.C_GetAttributeValue(handle, object, &template, CK_ULONG(template.count))
         guard sized == CKR_OK || sized == CKR_ATTRIBUTE_SENSITIVE || sized == CKR_ATTRIBUTE_TYPE_INVALID else {
             throw module.failure("C_GetAttributeValue", sized)
         }
         let available = template.filter { $0.ulValueLen != CK_ULONG.max }
         guard !available.isEmpty else { return [:] }
-        var buffers = available.map { [UInt8](repeating: 0, count: Int($0.ulValueLen)) }
-        var request = available
-        let read = buffers.withUnsafeMutableBufferPointer { storage -> CK_RV in
+        guard let values = try read(object, available) else { throw module.failure("C_GetAttributeValue", CK_RV(CKR_BUFFER_TOO_SMALL)) }
+        return values
+    }
+
+    /// One C_GetAttributeValue into buffers of the template's lengths; nil when one was too small.
+    private func read(_ object: CK_OBJECT_HANDLE, _ template: [CK_ATTRIBUTE]) throws -> [CK_ATTRIBUTE_TYPE: [UInt8]]? {
+        var buffers = template.map { [UInt8](repeating: 0, count: Int($0.ulValueLen)) }
+        defer { for index in buffers.indices { buffers[index].withUnsafeMutableBytes { SecretBytes.wipe($0) } } }
+        var request = template
+        let result = buffers.withUnsafeMutableBufferPointer { storage -> CK_RV in
             for index in request.indices {
                 request[index].pValue = storage[index].withUnsafeMutableBytes { $0.baseAddress }
             }
             return module.functions.pointee.C_GetAttributeValue(handle, object, &request, CK_ULONG(request.count))
         }
-        guard read == CKR_OK else { throw module.failure("C_GetAttributeValue", read) }
-        var result: [CK_ATTRIBUTE_TYPE: [UInt8]] = [:]
-        for (index, attribute) in request.enumerated() where attribute.ulValueLen != CK_ULONG.max {
-            result[attribute.type] = Array(buffers[index].prefix(Int(attribute.ulValueLen)))
+        if result == CKR_BUFFER_TOO_SMALL { return nil }
+        guard result == CKR_OK || result == CKR_ATTRIBUTE_SENSITIVE || result == CKR_ATTRIBUTE_TYPE_INVALID else {
+            throw module.failure("C_GetAttributeValue", result)
         }
-        return result
+        var values: [CK_ATTRIBUTE_TYPE: [UInt8]] = [:]
+        for (index, attribute) in request.enumerated() where attribute.ulValueLen != CK_ULONG.max {
+            values[attribute.type] = Array(buffers[index].prefix(Int(attribute.ulValueLen)))
+        }
+        return values
+    }
+
+    /// A first guess at an attribute's length: enough for a typical certificate, a 4096-bit RSA
+    /// component, an EC point or a label.
+    static func guessedLength(_ type: CK_ATTRIBUTE_TYPE) -> Int {
+        switch Int(type) {
+        case Int(CKA_VALUE): 4096
+        case Int(CKA_CLASS), Int(CKA_KEY_TYPE), Int(CKA_MODULUS_BITS), Int(CKA_CERTIFICATE_TYPE): MemoryLayout<CK_ULONG>.size
+        case Int(CKA_SENSITIVE), Int(CKA_EXTRACTABLE), Int(CKA_TOKEN), Int(CKA_PRIVATE): 1
+        default: 512
+        }
     }
 }
 

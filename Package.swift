@@ -98,8 +98,11 @@ let package = Package(
         .plugin(
             name: "DCTestCredentials",
             capability: .command(
-                intent: .custom(verb: "dc-test-credentials", description: "Mint a test credential from a test CA into a folder"),
-                permissions: [.writeToPackageDirectory(reason: "writes the test credential into the folder given by --output")]
+                intent: .custom(
+                    verb: "dc-test-credentials", description: "Mint a test credential from a test CA into a folder"),
+                permissions: [
+                    .writeToPackageDirectory(reason: "writes the test credential into the folder given by --output")
+                ]
             ),
             dependencies: ["dcprovision"],
             path: "Plugins/DCTestCredentials"
@@ -122,10 +125,13 @@ let package = Package(
             ]
         ),
 
-        .target(name: "DCFaultPKCS11", dependencies: ["CP11Kit"], path: "Tests/DCFaultPKCS11", linkerSettings: [.linkedLibrary("dl")]),
+        .target(
+            name: "DCFaultPKCS11", dependencies: ["CP11Kit"], path: "Tests/DCFaultPKCS11",
+            linkerSettings: [.linkedLibrary("dl")]),
 
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
-        .target(name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL", "CP11Kit"], path: "Tests/TestSupport"),
+        .target(
+            name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL", "CP11Kit"], path: "Tests/TestSupport"),
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
             name: "dcbench",
@@ -158,7 +164,8 @@ let package = Package(
         .testTarget(
             name: "dcprovisionTests",
             dependencies: [
-                "dcprovision", "dcclient", "TestSupport", "DerivedCredentials", "CredentialCoding", "CredentialDelivery",
+                "dcprovision", "dcclient", "TestSupport", "DerivedCredentials", "CredentialCoding",
+                "CredentialDelivery",
                 "ManagedClient", "TestCAProvider",
             ]
         ),

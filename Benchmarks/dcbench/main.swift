@@ -17,4 +17,7 @@ let started = clock.now
 for _ in 0..<count { _ = try ca.issue(TestCAIssueRequest()) }
 let elapsed = clock.now - started
 let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-print(String(format: "issued %d four-tag credentials in %.3f s: %.1f credentials/s", count, seconds, Double(count) / seconds))
+print(
+    String(
+        format: "issued %d four-tag credentials in %.3f s: %.1f credentials/s", count, seconds, Double(count) / seconds)
+)

@@ -26,7 +26,8 @@ struct DCTestCredentials: CommandPlugin {
 
         let tool = try context.tool(named: "dcprovision").url
         let packageDirectory = context.package.directoryURL
-        let outputURL = output.hasPrefix("/") ? URL(fileURLWithPath: output) : packageDirectory.appendingPathComponent(output)
+        let outputURL =
+            output.hasPrefix("/") ? URL(fileURLWithPath: output) : packageDirectory.appendingPathComponent(output)
         let caURL =
             caOption.map { $0.hasPrefix("/") ? URL(fileURLWithPath: $0) : packageDirectory.appendingPathComponent($0) }
             ?? context.pluginWorkDirectoryURL.appendingPathComponent("testca")
@@ -36,7 +37,9 @@ struct DCTestCredentials: CommandPlugin {
             if let algorithm { initArguments += ["--algorithm", algorithm] }
             try run(tool, initArguments)
         }
-        var issueArguments = ["testca", "issue", caURL.path, "--out-dir", outputURL.path, "--format", format, "--force"]
+        var issueArguments = [
+            "testca", "issue", caURL.path, "--out-dir", outputURL.path, "--format", format, "--force",
+        ]
         if let algorithm { issueArguments += ["--algorithm", algorithm] }
         if let commonName { issueArguments += ["--common-name", commonName] }
         if let escrowHistory { issueArguments += ["--escrow-history", escrowHistory] }
@@ -51,7 +54,9 @@ struct DCTestCredentials: CommandPlugin {
         try process.run()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw PluginError("dcprovision \(arguments.prefix(2).joined(separator: " ")) exited with status \(process.terminationStatus)")
+            throw PluginError(
+                "dcprovision \(arguments.prefix(2).joined(separator: " ")) exited with status \(process.terminationStatus)"
+            )
         }
     }
 }

@@ -46,7 +46,9 @@ public struct ExecProvider: CredentialProvider {
         return ProviderDescriptor(
             id: wire.id, displayName: wire.displayName, version: wire.version,
             options: (wire.options ?? []).map {
-                ProviderOption(name: $0.name, summary: $0.summary, repeatable: $0.repeatable ?? false, required: $0.required ?? false)
+                ProviderOption(
+                    name: $0.name, summary: $0.summary, repeatable: $0.repeatable ?? false,
+                    required: $0.required ?? false)
             })
     }
 
@@ -62,7 +64,9 @@ public struct ExecProvider: CredentialProvider {
 
     // MARK: - Exchange
 
-    func exchange(operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: Wire.CertifyFields? = nil) async throws
+    func exchange(
+        operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: Wire.CertifyFields? = nil
+    ) async throws
         -> Wire.Response
     {
         let input = try Wire.request(operation: operation, options: options, passphrase: passphrase, certify: certify)
@@ -70,7 +74,8 @@ public struct ExecProvider: CredentialProvider {
         forward(outcome.stderr, truncated: outcome.stderrTruncated)
         if outcome.timedOut {
             throw DCError(
-                .providerTimedOut, "the provider did not answer within \(limits.timeout) and was stopped", subject: path)
+                .providerTimedOut, "the provider did not answer within \(limits.timeout) and was stopped", subject: path
+            )
         }
         if outcome.stdoutOverflowed {
             throw protocolError("the provider wrote more than \(limits.stdoutLimit) bytes")
@@ -106,11 +111,13 @@ public struct ExecProvider: CredentialProvider {
         do {
             response = try JSONDecoder().decode(Wire.Response.self, from: Data(bytes))
         } catch {
-            throw DCError(.providerProtocol, "the provider's answer is not valid protocol JSON (truncated or malformed)")
+            throw DCError(
+                .providerProtocol, "the provider's answer is not valid protocol JSON (truncated or malformed)")
         }
         guard response.protocol == Wire.version else {
             throw DCError(
-                .providerProtocol, "the provider speaks protocol version \(response.protocol); this tool speaks \(Wire.version)")
+                .providerProtocol,
+                "the provider speaks protocol version \(response.protocol); this tool speaks \(Wire.version)")
         }
         return response
     }
@@ -152,12 +159,14 @@ public struct ExecProvider: CredentialProvider {
             }
             let current = try pair(entry.certificate, entry.privateKey, place: "\(tag)", reader: reader)
             let history = try (entry.keyHistory ?? []).enumerated().map {
-                try pair($0.element.certificate, $0.element.privateKey, place: "\(tag) history \($0.offset)", reader: reader)
+                try pair(
+                    $0.element.certificate, $0.element.privateKey, place: "\(tag) history \($0.offset)", reader: reader)
             }
             do {
                 entries.append(
                     try CredentialEntry(
-                        tag: tag, certificate: current.certificate, privateKey: current.privateKey, keyHistory: history))
+                        tag: tag, certificate: current.certificate, privateKey: current.privateKey, keyHistory: history)
+                )
             } catch var error as DCError {
                 error.subject = path
                 throw error
@@ -210,7 +219,9 @@ public struct ExecProvider: CredentialProvider {
                 else { continue }
                 let path = (directory as NSString).appendingPathComponent(file)
                 var info = stat()
-                guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, access(path, X_OK) == 0 else { continue }
+                guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, access(path, X_OK) == 0 else {
+                    continue
+                }
                 names.insert(name)
                 found.append((name, path))
             }
@@ -228,16 +239,22 @@ extension ExecProvider: CertifyingProvider {
         let base64 = { (bytes: [UInt8]) in Data(bytes).base64EncodedString() }
         let fields = Wire.CertifyFields(
             subject: base64(request.subject),
-            publicKeys: Dictionary(uniqueKeysWithValues: request.publicKeys.map { ($0.key.rawValue, base64($0.value)) }),
+            publicKeys: Dictionary(
+                uniqueKeysWithValues: request.publicKeys.map { ($0.key.rawValue, base64($0.value)) }),
             proof: .init(
                 certificate: base64(request.proof.certificate.derBytes), challenge: base64(request.proof.challenge),
                 signature: base64(request.proof.signature)))
         let passphrase = try request.request.passphrase.passphrase(for: descriptor.id)
-        let response = try await exchange(operation: "certify", options: request.request.options, passphrase: passphrase, certify: fields)
-        guard let answer = response.certification else { throw protocolError("the certify answer has no certification") }
+        let response = try await exchange(
+            operation: "certify", options: request.request.options, passphrase: passphrase, certify: fields)
+        guard let answer = response.certification else {
+            throw protocolError("the certify answer has no certification")
+        }
         let reader = CredentialReader()
         let read = { (text: String, place: String) throws -> Certificate in
-            guard let der = Data(base64Encoded: text) else { throw protocolError("\(place): the certificate is not base64") }
+            guard let der = Data(base64Encoded: text) else {
+                throw protocolError("\(place): the certificate is not base64")
+            }
             return try reader.certificate(der: Array(der), source: "\(path) (\(place))")
         }
         var certificates: [CredentialTag: Certificate] = [:]

@@ -70,7 +70,9 @@ enum Wire {
     }
 
     /// The request, built as bytes so that the passphrase can be wiped afterwards.
-    static func request(operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: CertifyFields? = nil) throws -> SecretBytes {
+    static func request(
+        operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: CertifyFields? = nil
+    ) throws -> SecretBytes {
         struct Head: Encodable {
             var `protocol`: Int
             var operation: String
@@ -82,7 +84,8 @@ enum Wire {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let head = Head(
-            protocol: version, operation: operation, options: options, subject: certify?.subject, publicKeys: certify?.publicKeys,
+            protocol: version, operation: operation, options: options, subject: certify?.subject,
+            publicKeys: certify?.publicKeys,
             proof: certify?.proof)
         var bytes = Array(try encoder.encode(head))
         if let passphrase {

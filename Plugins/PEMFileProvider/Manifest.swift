@@ -33,7 +33,8 @@ public struct Manifest: Sendable, Decodable {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             if let name = try container.decodeIfPresent(String.self, forKey: .tag) {
                 guard let tag = CredentialTag(wireName: name) else {
-                    throw DecodingError.dataCorruptedError(forKey: .tag, in: container, debugDescription: "unknown tag '\(name)'")
+                    throw DecodingError.dataCorruptedError(
+                        forKey: .tag, in: container, debugDescription: "unknown tag '\(name)'")
                 }
                 self.tag = tag
             }
@@ -81,7 +82,9 @@ public struct Manifest: Sendable, Decodable {
         } catch {
             throw DCError(.fileNotFound, "cannot read the manifest", subject: path)
         }
-        guard data.count <= 1 << 20 else { throw DCError(.inputTooLarge, "the manifest is larger than 1 MiB", subject: path) }
+        guard data.count <= 1 << 20 else {
+            throw DCError(.inputTooLarge, "the manifest is larger than 1 MiB", subject: path)
+        }
         let manifest: Manifest
         do {
             manifest = try JSONDecoder().decode(Manifest.self, from: data)
@@ -91,7 +94,8 @@ public struct Manifest: Sendable, Decodable {
             throw DCError(.malformedInput, "invalid manifest JSON", subject: path)
         }
         guard manifest.version == 1 else {
-            throw DCError(.unsupportedFormat, "manifest version \(manifest.version) is not supported (expected 1)", subject: path)
+            throw DCError(
+                .unsupportedFormat, "manifest version \(manifest.version) is not supported (expected 1)", subject: path)
         }
         let base = (path as NSString).deletingLastPathComponent
         let resolve = { (file: String) in file.hasPrefix("/") ? file : (base as NSString).appendingPathComponent(file) }

@@ -15,9 +15,12 @@ public struct PEMFileProvider: CredentialProvider {
     public let descriptor = ProviderDescriptor(
         id: "pem", displayName: "PEM, DER and PKCS#12 files", version: "1",
         options: [
-            ProviderOption(name: "pem", summary: "TAG=CERT[,KEY]: a tagged certificate (PEM, DER or PKCS#12) and key", repeatable: true),
+            ProviderOption(
+                name: "pem", summary: "TAG=CERT[,KEY]: a tagged certificate (PEM, DER or PKCS#12) and key",
+                repeatable: true),
             ProviderOption(name: "manifest", summary: "a JSON manifest of tagged files (docs/MANIFEST.md)"),
-            ProviderOption(name: "classify", summary: "CERT[,KEY]: a file whose tag is read from its key usage", repeatable: true),
+            ProviderOption(
+                name: "classify", summary: "CERT[,KEY]: a file whose tag is read from its key usage", repeatable: true),
         ])
 
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
@@ -34,7 +37,8 @@ public struct PEMFileProvider: CredentialProvider {
             FileSource(tag: $0.tag, certificate: request.resolve($0.certificate), key: $0.key.map(request.resolve))
         }
         guard !sources.isEmpty else {
-            throw DCError(.usage, "no files given", hint: "use --pem TAG=CERT[,KEY], --manifest FILE or --classify CERT[,KEY]")
+            throw DCError(
+                .usage, "no files given", hint: "use --pem TAG=CERT[,KEY], --manifest FILE or --classify CERT[,KEY]")
         }
 
         let reader = CredentialReader(passphrase: request.passphrase)
@@ -45,7 +49,10 @@ public struct PEMFileProvider: CredentialProvider {
             let pair = try material.certifiedKey()
             let details = try CertificateDetails(pair.certificate)
             let tag = try source.tag ?? Classification.tag(details, source: source.name)
-            loaded.append(Loaded(source: source, tag: tag, classified: source.tag == nil, pair: pair, details: details, material: material))
+            loaded.append(
+                Loaded(
+                    source: source, tag: tag, classified: source.tag == nil, pair: pair, details: details,
+                    material: material))
         }
         return try Self.assemble(loaded, manifest: manifest)
     }

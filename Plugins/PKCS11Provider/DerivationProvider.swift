@@ -24,12 +24,21 @@ public struct DerivationProvider: CredentialProvider {
         self.card = card
         self.registry = registry
         descriptor = ProviderDescriptor(
-            id: "derive", displayName: "Derived credential (SP 800-157) from a \(card.descriptor.displayName)", version: "1",
+            id: "derive", displayName: "Derived credential (SP 800-157) from a \(card.descriptor.displayName)",
+            version: "1",
             options: card.descriptor.options + [
-                ProviderOption(name: "ca", summary: "the CA provider that certifies the new keys (testca, or a vendor's)", required: true),
-                ProviderOption(name: "ca-option", summary: "KEY=VALUE for the CA provider (dir=DIR for the test CA)", repeatable: true),
-                ProviderOption(name: "trust-anchor", summary: "a file of CA certificates the card's certificate must chain to", repeatable: true),
-                ProviderOption(name: "algorithm", summary: "the new keys' algorithm: p256, p384, rsa2048, rsa3072 (default: as the card's)"),
+                ProviderOption(
+                    name: "ca", summary: "the CA provider that certifies the new keys (testca, or a vendor's)",
+                    required: true),
+                ProviderOption(
+                    name: "ca-option", summary: "KEY=VALUE for the CA provider (dir=DIR for the test CA)",
+                    repeatable: true),
+                ProviderOption(
+                    name: "trust-anchor", summary: "a file of CA certificates the card's certificate must chain to",
+                    repeatable: true),
+                ProviderOption(
+                    name: "algorithm",
+                    summary: "the new keys' algorithm: p256, p384, rsa2048, rsa3072 (default: as the card's)"),
             ])
     }
 
@@ -46,19 +55,25 @@ public struct DerivationProvider: CredentialProvider {
             guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex else {
                 throw DCError(.usage, "expected ca-option KEY=VALUE", subject: argument.escapingControlCharacters)
             }
-            caOptions[String(argument[..<equals]), default: []].append(String(argument[argument.index(after: equals)...]))
+            caOptions[String(argument[..<equals]), default: []].append(
+                String(argument[argument.index(after: equals)...]))
         }
         let caID = try request.value("ca")!
         guard let ca = try registry.provider(id: caID) as? any CertifyingProvider else {
-            throw DCError(.usage, "provider '\(caID)' cannot certify derived keys", hint: "use a CA provider such as testca")
+            throw DCError(
+                .usage, "provider '\(caID)' cannot certify derived keys", hint: "use a CA provider such as testca")
         }
         let algorithm = try request.value("algorithm").map { name in
             guard let algorithm = KeyAlgorithm(rawValue: name) else {
-                throw DCError(.usage, "unknown algorithm '\(name)'", hint: "use \(KeyAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
+                throw DCError(
+                    .usage, "unknown algorithm '\(name)'",
+                    hint: "use \(KeyAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             return algorithm
         }
-        let anchors = try request.values("trust-anchor").flatMap { try CredentialReader().read(file: request.resolve($0)).certificates }
+        let anchors = try request.values("trust-anchor").flatMap {
+            try CredentialReader().read(file: request.resolve($0)).certificates
+        }
 
         // 1. Possession, checked here before anything is generated or sent to the CA.
         let challenge = try PossessionCheck.newChallenge()
@@ -71,7 +86,9 @@ public struct DerivationProvider: CredentialProvider {
         for (tag, certificate) in cardCertificates where tag != .escrow {
             try Task.checkCancellation()
             guard let chosen = try algorithm ?? KeyAlgorithm(publicKeyInfo: certificate.subjectPublicKeyInfo()) else {
-                throw DCError(.unsupportedAlgorithm, "the card's \(tag) key is not P-256, P-384, RSA 2048 or RSA 3072", hint: "choose one with algorithm=")
+                throw DCError(
+                    .unsupportedAlgorithm, "the card's \(tag) key is not P-256, P-384, RSA 2048 or RSA 3072",
+                    hint: "choose one with algorithm=")
             }
             let key = try KeyGeneration.generate(chosen)
             keys[tag] = key
@@ -82,7 +99,8 @@ public struct DerivationProvider: CredentialProvider {
         let subject = try CertificateDetails.subjectDER(of: proof.certificate)
         let certification = try await ca.certify(
             CertificationRequest(
-                request: ProviderRequest(options: caOptions, workingDirectory: request.workingDirectory), subject: subject,
+                request: ProviderRequest(options: caOptions, workingDirectory: request.workingDirectory),
+                subject: subject,
                 publicKeys: publicKeys, proof: proof))
         var entries: [CredentialEntry] = []
         for tag in CredentialTag.allCases {
@@ -90,19 +108,27 @@ public struct DerivationProvider: CredentialProvider {
             guard let certificate = certification.certificates[tag] else {
                 throw DCError(.providerProtocol, "the CA did not certify the \(tag) key", subject: caID)
             }
-            let parsed = try CredentialReader().certificate(der: certificate.derBytes, source: "the CA's \(tag) certificate")
-            guard try parsed.subjectPublicKeyInfo() == publicKeys[tag], try CertificateDetails.subjectDER(of: parsed) == subject else {
-                throw DCError(.providerProtocol, "the CA's \(tag) certificate is not for the key and subject it was asked to certify", subject: caID)
+            let parsed = try CredentialReader().certificate(
+                der: certificate.derBytes, source: "the CA's \(tag) certificate")
+            guard try parsed.subjectPublicKeyInfo() == publicKeys[tag],
+                try CertificateDetails.subjectDER(of: parsed) == subject
+            else {
+                throw DCError(
+                    .providerProtocol,
+                    "the CA's \(tag) certificate is not for the key and subject it was asked to certify", subject: caID)
             }
             entries.append(try CredentialEntry(tag: tag, certificate: parsed, privateKey: key))
         }
         if let extra = certification.certificates.keys.first(where: { keys[$0] == nil }) {
-            throw DCError(.providerProtocol, "the CA returned a certificate for \(extra), which it was not asked for", subject: caID)
+            throw DCError(
+                .providerProtocol, "the CA returned a certificate for \(extra), which it was not asked for",
+                subject: caID)
         }
         let card = try CertificateDetails(proof.certificate)
         let details = try entries.map { try CertificateDetails($0.certificate) }
         return ProvidedCredential(
             entries: entries, chain: certification.chain, suggestedName: card.commonName.map { "\($0) (derived)" },
-            suggestedSerialNumber: details.first?.serialNumber, suggestedExpirationDate: details.compactMap(\.notAfter).min())
+            suggestedSerialNumber: details.first?.serialNumber,
+            suggestedExpirationDate: details.compactMap(\.notAfter).min())
     }
 }

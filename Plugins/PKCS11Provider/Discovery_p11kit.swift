@@ -52,7 +52,9 @@ final class PKCS11URI {
         guard result == P11_KIT_URI_OK.rawValue else {
             p11_kit_uri_free(uri)
             let reason = p11_kit_uri_message(result).map { String(cString: $0) } ?? "invalid"
-            throw DCError(.usage, "not a PKCS#11 URI: \(reason)", subject: text.escapingControlCharacters, hint: "see RFC 7512, e.g. pkcs11:token=Card;id=%01")
+            throw DCError(
+                .usage, "not a PKCS#11 URI: \(reason)", subject: text.escapingControlCharacters,
+                hint: "see RFC 7512, e.g. pkcs11:token=Card;id=%01")
         }
         pointer = uri
         self.text = text
@@ -62,7 +64,9 @@ final class PKCS11URI {
                 hint: "give the PIN with --pin-file, --pin-fd, --pin-env or at the prompt")
         }
         if p11_kit_uri_any_unrecognized(uri) != 0 {
-            throw DCError(.usage, "the URI has attributes this toolkit does not understand", subject: text.escapingControlCharacters)
+            throw DCError(
+                .usage, "the URI has attributes this toolkit does not understand",
+                subject: text.escapingControlCharacters)
         }
     }
 
@@ -86,7 +90,9 @@ final class PKCS11URI {
         guard let attributes = p11_kit_uri_get_attributes(pointer, &count) else { return [] }
         return (0..<Int(count)).map { index in
             let attribute = attributes[index]
-            let bytes = attribute.pValue.map { Array(UnsafeRawBufferPointer(start: $0, count: Int(attribute.ulValueLen))) } ?? []
+            let bytes =
+                attribute.pValue.map { Array(UnsafeRawBufferPointer(start: $0, count: Int(attribute.ulValueLen))) }
+                ?? []
             return (attribute.type, bytes)
         }
     }
@@ -103,7 +109,8 @@ final class PKCS11URI {
         var storage = object.map(\.1)
         for index in object.indices {
             storage[index].withUnsafeMutableBytes { buffer in
-                var attribute = CK_ATTRIBUTE(type: object[index].0, pValue: buffer.baseAddress, ulValueLen: CK_ULONG(buffer.count))
+                var attribute = CK_ATTRIBUTE(
+                    type: object[index].0, pValue: buffer.baseAddress, ulValueLen: CK_ULONG(buffer.count))
                 _ = p11_kit_uri_set_attribute(uri, &attribute)
             }
         }
@@ -123,10 +130,13 @@ public enum PKCS11Discovery {
             let flags = info.flags
             func has<T: BinaryInteger>(_ flag: T) -> Bool { flags & CK_FLAGS(flag) != 0 }
             return TokenInfo(
-                module: module.name, slot: UInt(slot), label: fixedString(info.label), manufacturer: fixedString(info.manufacturerID),
-                model: fixedString(info.model), serialNumber: fixedString(info.serialNumber), initialized: has(CKF_TOKEN_INITIALIZED),
+                module: module.name, slot: UInt(slot), label: fixedString(info.label),
+                manufacturer: fixedString(info.manufacturerID),
+                model: fixedString(info.model), serialNumber: fixedString(info.serialNumber),
+                initialized: has(CKF_TOKEN_INITIALIZED),
                 loginRequired: has(CKF_LOGIN_REQUIRED),
-                protectedAuthenticationPath: has(CKF_PROTECTED_AUTHENTICATION_PATH), userPINCountLow: has(CKF_USER_PIN_COUNT_LOW),
+                protectedAuthenticationPath: has(CKF_PROTECTED_AUTHENTICATION_PATH),
+                userPINCountLow: has(CKF_USER_PIN_COUNT_LOW),
                 userPINFinalTry: has(CKF_USER_PIN_FINAL_TRY), userPINLocked: has(CKF_USER_PIN_LOCKED),
                 uri: PKCS11URI.format(token: info))
         }
@@ -134,12 +144,16 @@ public enum PKCS11Discovery {
 
     /// The objects matching `uri`: the public ones, or with `login` all the user may see
     /// (private keys too — their values are never read here).
-    public static func objects(matching uri: String, modules: [String]? = nil, login: LoginPolicy? = nil) throws -> [TokenObject] {
+    public static func objects(matching uri: String, modules: [String]? = nil, login: LoginPolicy? = nil) throws
+        -> [TokenObject]
+    {
         try matchingObjects(uri, modules: modules, login: login).map(\.object)
     }
 
     /// The certificates matching `uri`, with their DER.
-    public static func certificates(matching uri: String, modules: [String]? = nil) throws -> [(object: TokenObject, certificate: Certificate)] {
+    public static func certificates(matching uri: String, modules: [String]? = nil) throws -> [(
+        object: TokenObject, certificate: Certificate
+    )] {
         try matchingObjects(uri, modules: modules).compactMap { item in item.value.map { (item.object, $0) } }
     }
 
@@ -160,12 +174,18 @@ public enum PKCS11Discovery {
         return found
     }
 
-    static func matchingObjects(_ text: String, modules: [String]?, login: LoginPolicy? = nil) throws -> [(object: TokenObject, value: Certificate?)] {
+    static func matchingObjects(_ text: String, modules: [String]?, login: LoginPolicy? = nil) throws -> [(
+        object: TokenObject, value: Certificate?
+    )] {
         let uri = try PKCS11URI(text)
         var results: [(TokenObject, Certificate?)] = []
         for (module, slot, token) in try slots(modules ?? uri.modules) where uri.matches(token) {
             let scope: (LoadedModule, CK_SLOT_ID, (Session) throws -> Void) throws -> Void = { module, slot, body in
-                if let login { try Session.withLoggedInSession(module, slot: slot, policy: login, body) } else { try Session.withSession(module, slot: slot, body) }
+                if let login {
+                    try Session.withLoggedInSession(module, slot: slot, policy: login, body)
+                } else {
+                    try Session.withSession(module, slot: slot, body)
+                }
             }
             try scope(module, slot) { session in
                 for handle in try session.find(uri.template) {
@@ -197,7 +217,8 @@ public enum PKCS11Discovery {
             uri: PKCS11URI.format(
                 token: token,
                 object: [
-                    (CK_ATTRIBUTE_TYPE(CKA_CLASS), values[CK_ATTRIBUTE_TYPE(CKA_CLASS)] ?? []), (CK_ATTRIBUTE_TYPE(CKA_ID), id),
+                    (CK_ATTRIBUTE_TYPE(CKA_CLASS), values[CK_ATTRIBUTE_TYPE(CKA_CLASS)] ?? []),
+                    (CK_ATTRIBUTE_TYPE(CKA_ID), id),
                     (CK_ATTRIBUTE_TYPE(CKA_LABEL), values[CK_ATTRIBUTE_TYPE(CKA_LABEL)] ?? []),
                 ]))
         var certificate: Certificate?

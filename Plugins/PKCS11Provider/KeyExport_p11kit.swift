@@ -12,8 +12,12 @@ extension Session {
     func exportPrivateKey(_ handle: CK_OBJECT_HANDLE, certificate: Certificate, name: String) throws -> PrivateKey {
         // One call for the flags and whatever values the token will give (an EC scalar, RSA
         // components): a sensitive key's values come back unavailable, the other type's invalid.
-        let rsaTypes = [CKA_MODULUS, CKA_PUBLIC_EXPONENT, CKA_PRIVATE_EXPONENT, CKA_PRIME_1, CKA_PRIME_2, CKA_EXPONENT_1, CKA_EXPONENT_2, CKA_COEFFICIENT].map { CK_ATTRIBUTE_TYPE($0) }
-        var values = try attributes(handle, [CKA_SENSITIVE, CKA_EXTRACTABLE, CKA_KEY_TYPE, CKA_VALUE].map { CK_ATTRIBUTE_TYPE($0) } + rsaTypes)
+        let rsaTypes = [
+            CKA_MODULUS, CKA_PUBLIC_EXPONENT, CKA_PRIVATE_EXPONENT, CKA_PRIME_1, CKA_PRIME_2, CKA_EXPONENT_1,
+            CKA_EXPONENT_2, CKA_COEFFICIENT,
+        ].map { CK_ATTRIBUTE_TYPE($0) }
+        var values = try attributes(
+            handle, [CKA_SENSITIVE, CKA_EXTRACTABLE, CKA_KEY_TYPE, CKA_VALUE].map { CK_ATTRIBUTE_TYPE($0) } + rsaTypes)
         defer { for key in values.keys { values[key]!.withUnsafeMutableBytes { SecretBytes.wipe($0) } } }
         let sensitive = bool(values[CK_ATTRIBUTE_TYPE(CKA_SENSITIVE)]) ?? true
         let extractable = bool(values[CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE)]) ?? false
@@ -27,13 +31,17 @@ extension Session {
             }
             if keyType == CK_ULONG(CKK_RSA) {
                 guard rsaTypes.allSatisfy({ values[$0] != nil }) else {
-                    throw DCError(.keyNotExtractable, "the token does not give out the RSA key's components", subject: name)
+                    throw DCError(
+                        .keyNotExtractable, "the token does not give out the RSA key's components", subject: name)
                 }
                 let secret = { (type: Int) in SecretBytes(values[CK_ATTRIBUTE_TYPE(type)]!) }
                 return try KeyImport.rsaPrivateKey(
-                    modulus: values[rsaTypes[0]]!, publicExponent: values[rsaTypes[1]]!, privateExponent: secret(Int(CKA_PRIVATE_EXPONENT)),
-                    prime1: secret(Int(CKA_PRIME_1)), prime2: secret(Int(CKA_PRIME_2)), exponent1: secret(Int(CKA_EXPONENT_1)),
-                    exponent2: secret(Int(CKA_EXPONENT_2)), coefficient: secret(Int(CKA_COEFFICIENT)), certificate: certificate)
+                    modulus: values[rsaTypes[0]]!, publicExponent: values[rsaTypes[1]]!,
+                    privateExponent: secret(Int(CKA_PRIVATE_EXPONENT)),
+                    prime1: secret(Int(CKA_PRIME_1)), prime2: secret(Int(CKA_PRIME_2)),
+                    exponent1: secret(Int(CKA_EXPONENT_1)),
+                    exponent2: secret(Int(CKA_EXPONENT_2)), coefficient: secret(Int(CKA_COEFFICIENT)),
+                    certificate: certificate)
             }
             throw DCError(.unsupportedAlgorithm, "the key on the token is neither RSA nor EC", subject: name)
         }
@@ -51,27 +59,38 @@ extension Session {
         var aes: CK_OBJECT_HANDLE = 0
         // CKA_CLASS, CKA_KEY_TYPE, then the booleans CKA_TOKEN false and CKA_WRAP true, in one buffer
         // that outlives the call.
-        var fixed = ulongBytes(CK_ULONG(CKO_SECRET_KEY)) + ulongBytes(CK_ULONG(CKK_AES)) + [CK_BBOOL(CK_FALSE), CK_BBOOL(CK_TRUE)]
+        var fixed =
+            ulongBytes(CK_ULONG(CKO_SECRET_KEY)) + ulongBytes(CK_ULONG(CKK_AES)) + [
+                CK_BBOOL(CK_FALSE), CK_BBOOL(CK_TRUE),
+            ]
         let width = MemoryLayout<CK_ULONG>.size
         try fixed.withUnsafeMutableBytes { fixed in
             try wrappingKey.withUnsafeBytes { value in
                 let base = fixed.baseAddress!
                 var template = [
                     CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: base, ulValueLen: CK_ULONG(width)),
-                    CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), pValue: base + width, ulValueLen: CK_ULONG(width)),
+                    CK_ATTRIBUTE(
+                        type: CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE), pValue: base + width, ulValueLen: CK_ULONG(width)),
                     CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_TOKEN), pValue: base + 2 * width, ulValueLen: 1),
                     CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_WRAP), pValue: base + 2 * width + 1, ulValueLen: 1),
-                    CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_VALUE), pValue: UnsafeMutableRawPointer(mutating: value.baseAddress), ulValueLen: CK_ULONG(value.count)),
+                    CK_ATTRIBUTE(
+                        type: CK_ATTRIBUTE_TYPE(CKA_VALUE),
+                        pValue: UnsafeMutableRawPointer(mutating: value.baseAddress), ulValueLen: CK_ULONG(value.count)),
                 ]
-                try module.call("C_CreateObject") { $0.C_CreateObject(self.handle, &template, CK_ULONG(template.count), &aes) }
+                try module.call("C_CreateObject") {
+                    $0.C_CreateObject(self.handle, &template, CK_ULONG(template.count), &aes)
+                }
             }
         }
         defer { _ = module.functions.pointee.C_DestroyObject(self.handle, aes) }
-        var mechanism = CK_MECHANISM(mechanism: CK_MECHANISM_TYPE(CKM_AES_KEY_WRAP_PAD), pParameter: nil, ulParameterLen: 0)
+        var mechanism = CK_MECHANISM(
+            mechanism: CK_MECHANISM_TYPE(CKM_AES_KEY_WRAP_PAD), pParameter: nil, ulParameterLen: 0)
         var length: CK_ULONG = 0
         let sized = module.functions.pointee.C_WrapKey(self.handle, &mechanism, aes, handle, nil, &length)
         if sized == CKR_KEY_UNEXTRACTABLE {
-            throw DCError(.keyNotExtractable, "the private key cannot leave the card", subject: name, hint: "derive new keys instead (SP 800-157, --derive)")
+            throw DCError(
+                .keyNotExtractable, "the private key cannot leave the card", subject: name,
+                hint: "derive new keys instead (SP 800-157, --derive)")
         }
         guard sized == CKR_OK else {
             throw module.failure("C_WrapKey", sized, subject: name)

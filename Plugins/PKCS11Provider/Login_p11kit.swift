@@ -11,7 +11,9 @@ public struct LoginPolicy: Sendable {
     /// Receives warnings (a low PIN count) for the user.
     public var warn: @Sendable (String) -> Void
 
-    public init(pin: any PassphraseSource, allowFinalPINTry: Bool = false, warn: @escaping @Sendable (String) -> Void = { _ in }) {
+    public init(
+        pin: any PassphraseSource, allowFinalPINTry: Bool = false, warn: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
         self.pin = pin
         self.allowFinalPINTry = allowFinalPINTry
         self.warn = warn
@@ -28,7 +30,9 @@ extension Session {
         if has(CKF_USER_PIN_LOCKED) {
             throw DCError(
                 .pinLocked, "the token's user PIN is locked", subject: label,
-                hint: "unlock it with the security officer PIN (e.g. pkcs11-tool --init-pin --login --login-type so) or the card issuer's tool")
+                hint:
+                    "unlock it with the security officer PIN (e.g. pkcs11-tool --init-pin --login --login-type so) or the card issuer's tool"
+            )
         }
         if has(CKF_USER_PIN_FINAL_TRY) && !policy.allowFinalPINTry {
             throw DCError(
@@ -52,13 +56,16 @@ extension Session {
             result = pin.withUnsafeBytes { bytes in
                 module.functions.pointee.C_Login(
                     handle, CK_USER_TYPE(CKU_USER),
-                    UnsafeMutablePointer(mutating: bytes.baseAddress?.assumingMemoryBound(to: CK_UTF8CHAR.self)), CK_ULONG(bytes.count))
+                    UnsafeMutablePointer(mutating: bytes.baseAddress?.assumingMemoryBound(to: CK_UTF8CHAR.self)),
+                    CK_ULONG(bytes.count))
             }
         }
         switch result {
         case CK_RV(CKR_OK), CK_RV(CKR_USER_ALREADY_LOGGED_IN): return
         case CK_RV(CKR_PIN_INCORRECT):
-            throw DCError(.wrongPIN, "the token refused the PIN (not retried)", subject: label, hint: "check the PIN; each wrong try counts against the card")
+            throw DCError(
+                .wrongPIN, "the token refused the PIN (not retried)", subject: label,
+                hint: "check the PIN; each wrong try counts against the card")
         case CK_RV(CKR_PIN_LOCKED):
             throw DCError(.pinLocked, "the token's user PIN is locked", subject: label)
         default:
@@ -83,12 +90,18 @@ extension Session {
     /// PKCS#11 login state belongs to the application, not the session: a `C_Logout` ends every
     /// session's login on that token. So logins are counted per token in this process: the first
     /// user logs in (one attempt, under a lock), the last one logs out.
-    static func withLoggedInSession<R>(_ module: LoadedModule, slot: CK_SLOT_ID, policy: LoginPolicy, _ body: (Session) throws -> R) throws -> R {
+    static func withLoggedInSession<R>(
+        _ module: LoadedModule, slot: CK_SLOT_ID, policy: LoginPolicy, _ body: (Session) throws -> R
+    ) throws -> R {
         try withSession(module, slot: slot) { session in
             try LoginCounter.shared.enter(
                 module: module, slot: slot, canLogIn: { try session.requireLoginMeans(slot: slot, policy: policy) },
                 login: { try session.login(slot: slot, policy: policy) })
-            defer { LoginCounter.shared.leave(module: module, slot: slot) { _ = module.functions.pointee.C_Logout(session.handle) } }
+            defer {
+                LoginCounter.shared.leave(module: module, slot: slot) {
+                    _ = module.functions.pointee.C_Logout(session.handle)
+                }
+            }
             return try body(session)
         }
     }

@@ -13,9 +13,11 @@ public struct PKCS11Error: Error, Sendable, CustomStringConvertible {
         let names: [UInt: String] = [
             0x00: "CKR_OK", 0x03: "CKR_SLOT_ID_INVALID", 0x05: "CKR_GENERAL_ERROR", 0x06: "CKR_FUNCTION_FAILED",
             0x07: "CKR_ARGUMENTS_BAD", 0x11: "CKR_ATTRIBUTE_SENSITIVE", 0x12: "CKR_ATTRIBUTE_TYPE_INVALID",
-            0x30: "CKR_DEVICE_ERROR", 0x31: "CKR_DEVICE_MEMORY", 0x32: "CKR_DEVICE_REMOVED", 0x6A: "CKR_KEY_UNEXTRACTABLE",
+            0x30: "CKR_DEVICE_ERROR", 0x31: "CKR_DEVICE_MEMORY", 0x32: "CKR_DEVICE_REMOVED",
+            0x6A: "CKR_KEY_UNEXTRACTABLE",
             0xA0: "CKR_PIN_INCORRECT", 0xA4: "CKR_PIN_LOCKED", 0xB3: "CKR_SESSION_HANDLE_INVALID",
-            0xE0: "CKR_TOKEN_NOT_PRESENT", 0xB0: "CKR_SESSION_CLOSED", 0x150: "CKR_BUFFER_TOO_SMALL", 0x100: "CKR_USER_ALREADY_LOGGED_IN", 0x101: "CKR_USER_NOT_LOGGED_IN",
+            0xE0: "CKR_TOKEN_NOT_PRESENT", 0xB0: "CKR_SESSION_CLOSED", 0x150: "CKR_BUFFER_TOO_SMALL",
+            0x100: "CKR_USER_ALREADY_LOGGED_IN", 0x101: "CKR_USER_NOT_LOGGED_IN",
             0x190: "CKR_CRYPTOKI_NOT_INITIALIZED", 0x191: "CKR_CRYPTOKI_ALREADY_INITIALIZED",
         ]
         return names[value] ?? String(format: "CKR_0x%lX", value)
@@ -47,13 +49,17 @@ final class LoadedModule: @unchecked Sendable {
         let underlying = PKCS11Error(function: function, returnValue: UInt(result))
         switch result {
         case CK_RV(CKR_DEVICE_REMOVED), CK_RV(CKR_TOKEN_NOT_PRESENT):
-            return DCError(.pkcs11Failure, "the card was removed during \(function)", subject: subject ?? name, hint: "insert it and run the command again; nothing was written", underlying: underlying)
+            return DCError(
+                .pkcs11Failure, "the card was removed during \(function)", subject: subject ?? name,
+                hint: "insert it and run the command again; nothing was written", underlying: underlying)
         case CK_RV(CKR_SESSION_HANDLE_INVALID), CK_RV(CKR_SESSION_CLOSED):
             return DCError(
-                .pkcs11Failure, "the token ended the session during \(function) (card reset or reinserted, or another program closed it)",
+                .pkcs11Failure,
+                "the token ended the session during \(function) (card reset or reinserted, or another program closed it)",
                 subject: subject ?? name, hint: "run the command again; nothing was written", underlying: underlying)
         default:
-            return DCError(.pkcs11Failure, "the token refused \(function)", subject: subject ?? name, underlying: underlying)
+            return DCError(
+                .pkcs11Failure, "the token refused \(function)", subject: subject ?? name, underlying: underlying)
         }
     }
 }
@@ -134,10 +140,14 @@ struct Session {
         return try storage.withUnsafeMutableBufferPointer { values in
             for index in template.indices {
                 attributes[index].type = template[index].0
-                attributes[index].pValue = values[index].withUnsafeMutableBytes { UnsafeMutableRawPointer($0.baseAddress) }
+                attributes[index].pValue = values[index].withUnsafeMutableBytes {
+                    UnsafeMutableRawPointer($0.baseAddress)
+                }
                 attributes[index].ulValueLen = CK_ULONG(values[index].count)
             }
-            try module.call("C_FindObjectsInit") { $0.C_FindObjectsInit(handle, &attributes, CK_ULONG(attributes.count)) }
+            try module.call("C_FindObjectsInit") {
+                $0.C_FindObjectsInit(handle, &attributes, CK_ULONG(attributes.count))
+            }
             defer { _ = module.functions.pointee.C_FindObjectsFinal(handle) }
             var found: [CK_OBJECT_HANDLE] = []
             var batch = [CK_OBJECT_HANDLE](repeating: 0, count: 64)
@@ -169,7 +179,9 @@ struct Session {
         }
         let available = template.filter { $0.ulValueLen != CK_ULONG.max }
         guard !available.isEmpty else { return [:] }
-        guard let values = try read(object, available) else { throw module.failure("C_GetAttributeValue", CK_RV(CKR_BUFFER_TOO_SMALL)) }
+        guard let values = try read(object, available) else {
+            throw module.failure("C_GetAttributeValue", CK_RV(CKR_BUFFER_TOO_SMALL))
+        }
         return values
     }
 
@@ -200,7 +212,8 @@ struct Session {
     static func guessedLength(_ type: CK_ATTRIBUTE_TYPE) -> Int {
         switch Int(type) {
         case Int(CKA_VALUE): 4096
-        case Int(CKA_CLASS), Int(CKA_KEY_TYPE), Int(CKA_MODULUS_BITS), Int(CKA_CERTIFICATE_TYPE): MemoryLayout<CK_ULONG>.size
+        case Int(CKA_CLASS), Int(CKA_KEY_TYPE), Int(CKA_MODULUS_BITS), Int(CKA_CERTIFICATE_TYPE):
+            MemoryLayout<CK_ULONG>.size
         case Int(CKA_SENSITIVE), Int(CKA_EXTRACTABLE), Int(CKA_TOKEN), Int(CKA_PRIVATE): 1
         default: 512
         }
@@ -215,5 +228,6 @@ func ulong(_ bytes: [UInt8]?) -> CK_ULONG? {
 }
 func bool(_ bytes: [UInt8]?) -> Bool? { bytes.flatMap { $0.count == 1 ? $0[0] != 0 : nil } }
 func fixedString<T>(_ field: T) -> String {
-    withUnsafeBytes(of: field) { String(decoding: $0, as: UTF8.self) }.trimmingCharacters(in: .whitespaces.union(.controlCharacters))
+    withUnsafeBytes(of: field) { String(decoding: $0, as: UTF8.self) }.trimmingCharacters(
+        in: .whitespaces.union(.controlCharacters))
 }

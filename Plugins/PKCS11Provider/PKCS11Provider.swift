@@ -22,10 +22,15 @@ public struct PKCS11Provider: PossessionProvider {
         id: "pkcs11", displayName: "PKCS#11 token (smart card) through p11-kit", version: "1",
         options: [
             ProviderOption(name: "uri", summary: "the token, as an RFC 7512 URI (pkcs11:token=…)", required: true),
-            ProviderOption(name: "module", summary: "a module by p11-kit name or absolute path (default: all registered)", repeatable: true),
+            ProviderOption(
+                name: "module", summary: "a module by p11-kit name or absolute path (default: all registered)",
+                repeatable: true),
             ProviderOption(name: "layout", summary: "piv: 01 authentication, 02 signing, 03 encryption, 05-18 escrow"),
-            ProviderOption(name: "tag", summary: "TAG=ID (hex) or TAG=pkcs11:URI: the certificate for a tag", repeatable: true),
-            ProviderOption(name: "allow-final-pin-try", summary: "true: try the PIN even when one more wrong PIN would lock the token"),
+            ProviderOption(
+                name: "tag", summary: "TAG=ID (hex) or TAG=pkcs11:URI: the certificate for a tag", repeatable: true),
+            ProviderOption(
+                name: "allow-final-pin-try",
+                summary: "true: try the PIN even when one more wrong PIN would lock the token"),
         ])
 
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
@@ -38,39 +43,57 @@ public struct PKCS11Provider: PossessionProvider {
                 let pairs = try group.map { item in
                     CertifiedKey(
                         certificate: item.certificate,
-                        privateKey: try session.exportPrivateKey(try session.privateKey(id: item.id, name: item.name), certificate: item.certificate, name: item.name))
+                        privateKey: try session.exportPrivateKey(
+                            try session.privateKey(id: item.id, name: item.name), certificate: item.certificate,
+                            name: item.name))
                 }
-                return try CredentialEntry(tag: tag, certificate: current.certificate, privateKey: pairs[0].privateKey, keyHistory: Array(pairs.dropFirst()))
+                return try CredentialEntry(
+                    tag: tag, certificate: current.certificate, privateKey: pairs[0].privateKey,
+                    keyHistory: Array(pairs.dropFirst()))
             }
         }
         let details = try entries.map { try CertificateDetails($0.certificate) }
         return ProvidedCredential(
-            entries: entries, suggestedName: details.first?.commonName, suggestedSerialNumber: details.first?.serialNumber,
-            suggestedExpirationDate: zip(entries, details).filter { $0.0.tag != .escrow }.compactMap { $0.1.notAfter }.min())
+            entries: entries, suggestedName: details.first?.commonName,
+            suggestedSerialNumber: details.first?.serialNumber,
+            suggestedExpirationDate: zip(entries, details).filter { $0.0.tag != .escrow }.compactMap { $0.1.notAfter }
+                .min())
     }
 
     /// Signs `challenge` on the token with the authentication key (one `C_Sign`) and returns the
     /// selected certificates (escrow: the newest) with the proof. Nothing is exported.
-    public func prove(_ request: ProviderRequest, challenge: [UInt8]) async throws -> (certificates: [CredentialTag: Certificate], proof: PossessionProof) {
+    public func prove(_ request: ProviderRequest, challenge: [UInt8]) async throws -> (
+        certificates: [CredentialTag: Certificate], proof: PossessionProof
+    ) {
         try request.check(against: descriptor)
         try Task.checkCancellation()
         return try TokenReading(request).withSelectedCertificates { session, found in
             guard let authentication = found.first(where: { $0.tag == .authentication }) else {
-                throw DCError(.usage, "proving possession needs the authentication certificate", hint: "use layout=piv or tag=authentication=ID")
+                throw DCError(
+                    .usage, "proving possession needs the authentication certificate",
+                    hint: "use layout=piv or tag=authentication=ID")
             }
             let key = try session.privateKey(id: authentication.id, name: authentication.name)
             let signature = try session.signSHA256(key, message: challenge, name: authentication.name)
             var certificates: [CredentialTag: Certificate] = [:]
             for item in found where certificates[item.tag] == nil { certificates[item.tag] = item.certificate }
-            return (certificates, PossessionProof(certificate: authentication.certificate, challenge: challenge, signature: signature))
+            return (
+                certificates,
+                PossessionProof(certificate: authentication.certificate, challenge: challenge, signature: signature)
+            )
         }
     }
 
     static func hex(_ text: String) -> [UInt8]? {
         let digits = Array(text.lowercased())
         guard !digits.isEmpty, digits.count % 2 == 0 else { return nil }
-        return stride(from: 0, to: digits.count, by: 2).map { UInt8(String(digits[$0...$0 + 1]), radix: 16) }.reduce(into: [UInt8]?([])) {
-            guard let byte = $1 else { $0 = nil; return }
+        return stride(from: 0, to: digits.count, by: 2).map { UInt8(String(digits[$0...$0 + 1]), radix: 16) }.reduce(
+            into: [UInt8]?([])
+        ) {
+            guard let byte = $1 else {
+                $0 = nil
+                return
+            }
             $0?.append(byte)
         }
     }
@@ -108,37 +131,51 @@ struct TokenReading {
     init(_ request: ProviderRequest) throws {
         let uriText = try request.value("uri")!
         uri = try PKCS11URI(uriText)
-        let idName = { (id: [UInt8]) in "\(uriText);id=%" + id.map { String(format: "%02x", $0) }.joined(separator: "%") }
+        let idName = { (id: [UInt8]) in "\(uriText);id=%" + id.map { String(format: "%02x", $0) }.joined(separator: "%")
+        }
         var selectors: [Selector] = []
         if let layout = try request.value("layout") {
-            guard layout == "piv" else { throw DCError(.usage, "unknown layout '\(layout)'", hint: "the layout is piv") }
+            guard layout == "piv" else {
+                throw DCError(.usage, "unknown layout '\(layout)'", hint: "the layout is piv")
+            }
             // SP 800-73 slots as OpenSC numbers them: 9A → 01, 9C → 02, 9D → 03, retired 82–95 → 05–18.
-            let slots: [(CredentialTag, UInt8)] = [(.authentication, 0x01), (.signing, 0x02), (.encryption, 0x03)] + (0x05...0x18).map { (.escrow, $0) }
-            selectors = slots.map { Selector(tag: $0.0, match: .id([$0.1]), name: idName([$0.1]), required: $0.0 == .authentication) }
+            let slots: [(CredentialTag, UInt8)] =
+                [(.authentication, 0x01), (.signing, 0x02), (.encryption, 0x03)] + (0x05...0x18).map { (.escrow, $0) }
+            selectors = slots.map {
+                Selector(tag: $0.0, match: .id([$0.1]), name: idName([$0.1]), required: $0.0 == .authentication)
+            }
         }
         var explicit: Set<CredentialTag> = []
         for argument in request.values("tag") {
             let parts = argument.split(separator: "=", maxSplits: 1).map(String.init)
             guard parts.count == 2, let tag = CredentialTag(wireName: parts[0]) else {
-                throw DCError(.usage, "expected TAG=ID (hex) or TAG=pkcs11:URI", subject: argument.escapingControlCharacters)
+                throw DCError(
+                    .usage, "expected TAG=ID (hex) or TAG=pkcs11:URI", subject: argument.escapingControlCharacters)
             }
             if explicit.contains(tag) && tag != .escrow {
-                throw DCError(.usage, "tag '\(tag)' is given more than once", hint: "only escrow takes several (its key history)")
+                throw DCError(
+                    .usage, "tag '\(tag)' is given more than once", hint: "only escrow takes several (its key history)")
             }
             if !explicit.contains(tag) { selectors.removeAll { $0.tag == tag } }
             explicit.insert(tag)
             if parts[1].hasPrefix("pkcs11:") {
-                selectors.append(Selector(tag: tag, match: .uri(try PKCS11URI(parts[1])), name: parts[1], required: true))
+                selectors.append(
+                    Selector(tag: tag, match: .uri(try PKCS11URI(parts[1])), name: parts[1], required: true))
             } else if let id = PKCS11Provider.hex(parts[1]) {
                 selectors.append(Selector(tag: tag, match: .id(id), name: idName(id), required: true))
             } else {
-                throw DCError(.usage, "expected TAG=ID (hex) or TAG=pkcs11:URI", subject: argument.escapingControlCharacters)
+                throw DCError(
+                    .usage, "expected TAG=ID (hex) or TAG=pkcs11:URI", subject: argument.escapingControlCharacters)
             }
         }
-        guard !selectors.isEmpty else { throw DCError(.usage, "say which certificates to use: layout=piv or tag=TAG=ID") }
+        guard !selectors.isEmpty else {
+            throw DCError(.usage, "say which certificates to use: layout=piv or tag=TAG=ID")
+        }
         self.selectors = selectors
         modules = request.values("module").isEmpty ? nil : request.values("module")
-        policy = LoginPolicy(pin: request.passphrase, allowFinalPINTry: try request.value("allow-final-pin-try") == "true") {
+        policy = LoginPolicy(
+            pin: request.passphrase, allowFinalPINTry: try request.value("allow-final-pin-try") == "true"
+        ) {
             FileHandle.standardError.write(Data("warning: \($0)\n".utf8))
         }
     }
@@ -147,14 +184,20 @@ struct TokenReading {
     func withSelectedCertificates<R>(_ body: (Session, [Found]) throws -> R) throws -> R {
         let tokens = try PKCS11Discovery.slots(modules ?? uri.modules).filter { uri.matches($0.2) }
         guard let (module, slot, token) = tokens.first else {
-            throw DCError(.noSuchObject, "no token matches the URI", subject: uri.text.escapingControlCharacters, hint: "see dcprovision tokens")
+            throw DCError(
+                .noSuchObject, "no token matches the URI", subject: uri.text.escapingControlCharacters,
+                hint: "see dcprovision tokens")
         }
         guard tokens.count == 1 else {
-            throw DCError(.multipleObjects, "\(tokens.count) tokens match the URI", subject: uri.text.escapingControlCharacters, hint: "add token= or serial=")
+            throw DCError(
+                .multipleObjects, "\(tokens.count) tokens match the URI", subject: uri.text.escapingControlCharacters,
+                hint: "add token= or serial=")
         }
         for selector in selectors {
             if case .uri(let objectURI) = selector.match, !objectURI.matches(token) {
-                throw DCError(.noSuchObject, "the object URI names another token than --pkcs11", subject: selector.name.escapingControlCharacters)
+                throw DCError(
+                    .noSuchObject, "the object URI names another token than --pkcs11",
+                    subject: selector.name.escapingControlCharacters)
             }
         }
         return try Session.withLoggedInSession(module, slot: slot, policy: policy) { session in
@@ -163,11 +206,17 @@ struct TokenReading {
             for selector in selectors {
                 let matches = certificates.filter { selector.matches($0.attributes) }
                 guard let match = matches.first else {
-                    if selector.required { throw DCError(.noSuchObject, "no certificate on the token matches", subject: selector.name.escapingControlCharacters) }
+                    if selector.required {
+                        throw DCError(
+                            .noSuchObject, "no certificate on the token matches",
+                            subject: selector.name.escapingControlCharacters)
+                    }
                     continue
                 }
                 guard matches.count == 1 else {
-                    throw DCError(.multipleObjects, "\(matches.count) certificates match", subject: selector.name.escapingControlCharacters, hint: "add id= or object= to the URI")
+                    throw DCError(
+                        .multipleObjects, "\(matches.count) certificates match",
+                        subject: selector.name.escapingControlCharacters, hint: "add id= or object= to the URI")
                 }
                 let id = match.attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
                 let certificate = try CredentialReader().certificate(der: match.value, source: selector.name)
@@ -178,7 +227,10 @@ struct TokenReading {
             // Ties keep the selectors' order.
             let escrow = found.enumerated().filter { $0.element.tag == .escrow }.sorted { a, b in
                 let (x, y) = (details[a.element.name]!, details[b.element.name]!)
-                let (p, q) = ((x.notBefore ?? .distantPast, x.notAfter ?? .distantPast), (y.notBefore ?? .distantPast, y.notAfter ?? .distantPast))
+                let (p, q) = (
+                    (x.notBefore ?? .distantPast, x.notAfter ?? .distantPast),
+                    (y.notBefore ?? .distantPast, y.notAfter ?? .distantPast)
+                )
                 return p != q ? p > q : a.offset < b.offset
             }
             return try body(session, found.filter { $0.tag != .escrow } + escrow.map(\.element))
@@ -218,7 +270,8 @@ extension Session {
     /// then one batched attribute read per certificate.
     func certificates() throws -> [(attributes: [CK_ATTRIBUTE_TYPE: [UInt8]], value: [UInt8])] {
         let types = [CKA_CLASS, CKA_ID, CKA_LABEL, CKA_VALUE].map { CK_ATTRIBUTE_TYPE($0) }
-        return try find([(CK_ATTRIBUTE_TYPE(CKA_CLASS), ulongBytes(CK_OBJECT_CLASS(CKO_CERTIFICATE)))]).compactMap { handle in
+        return try find([(CK_ATTRIBUTE_TYPE(CKA_CLASS), ulongBytes(CK_OBJECT_CLASS(CKO_CERTIFICATE)))]).compactMap {
+            handle in
             var attributes = try self.attributes(handle, types)
             guard let value = attributes.removeValue(forKey: CK_ATTRIBUTE_TYPE(CKA_VALUE)) else { return nil }
             return (attributes, value)
@@ -227,9 +280,16 @@ extension Session {
 
     /// The one private key with CKA_ID `id`: none and several are distinct errors naming it.
     func privateKey(id: [UInt8], name: String) throws -> CK_OBJECT_HANDLE {
-        let found = try find([(CK_ATTRIBUTE_TYPE(CKA_CLASS), ulongBytes(CK_OBJECT_CLASS(CKO_PRIVATE_KEY))), (CK_ATTRIBUTE_TYPE(CKA_ID), id)])
-        guard let first = found.first else { throw DCError(.noSuchObject, "no private key with the certificate's id on the token", subject: name) }
-        guard found.count == 1 else { throw DCError(.multipleObjects, "\(found.count) private keys have the certificate's id", subject: name) }
+        let found = try find([
+            (CK_ATTRIBUTE_TYPE(CKA_CLASS), ulongBytes(CK_OBJECT_CLASS(CKO_PRIVATE_KEY))),
+            (CK_ATTRIBUTE_TYPE(CKA_ID), id),
+        ])
+        guard let first = found.first else {
+            throw DCError(.noSuchObject, "no private key with the certificate's id on the token", subject: name)
+        }
+        guard found.count == 1 else {
+            throw DCError(.multipleObjects, "\(found.count) private keys have the certificate's id", subject: name)
+        }
         return first
     }
 }

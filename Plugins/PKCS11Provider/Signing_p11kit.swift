@@ -31,7 +31,8 @@ extension Session {
         let result = module.functions.pointee.C_Sign(handle, &input, CK_ULONG(input.count), &signature, &length)
         if result == CKR_USER_NOT_LOGGED_IN {
             throw DCError(
-                .pkcs11Failure, "the key needs its own PIN entry for each signature (CKA_ALWAYS_AUTHENTICATE)", subject: name,
+                .pkcs11Failure, "the key needs its own PIN entry for each signature (CKA_ALWAYS_AUTHENTICATE)",
+                subject: name,
                 hint: "prove possession with the authentication key (PIV 9A, id 01)",
                 underlying: PKCS11Error(function: "C_Sign", returnValue: UInt(result)))
         }
@@ -42,6 +43,7 @@ extension Session {
 
     /// DigestInfo ::= SEQUENCE { AlgorithmIdentifier sha256 NULL, OCTET STRING (32) } up to the digest.
     static let sha256DigestInfoPrefix: [UInt8] = [
-        0x30, 0x31, 0x30, 0x0D, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04, 0x20,
+        0x30, 0x31, 0x30, 0x0D, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04,
+        0x20,
     ]
 }

@@ -7,7 +7,9 @@ extension TestCA {
     /// is checked here again (the signature, and that the subject asked for is the card
     /// certificate's), then each key gets its tag's profile with that subject, byte for byte.
     /// Escrow cannot be derived: new keys cannot decrypt what the card's old keys protected.
-    public func certify(_ request: CertificationRequest, validityDays: Int = 365, email: String? = nil, now: Date = Date()) throws
+    public func certify(
+        _ request: CertificationRequest, validityDays: Int = 365, email: String? = nil, now: Date = Date()
+    ) throws
         -> Certification
     {
         try PossessionCheck.verify(request.proof, now: now)
@@ -16,7 +18,8 @@ extension TestCA {
         }
         guard !request.publicKeys.isEmpty else { throw DCError(.usage, "no public keys to certify") }
         if request.publicKeys[.escrow] != nil {
-            throw DCError(.usage, "escrow keys cannot be derived", hint: "derive authentication, signing and encryption")
+            throw DCError(
+                .usage, "escrow keys cannot be derived", hint: "derive authentication, signing and encryption")
         }
         guard validityDays > 0 else { throw DCError(.usage, "validity must be at least one day") }
         let subject = DistinguishedName(der: request.subject)
@@ -32,8 +35,10 @@ extension TestCA {
                 throw DCError(.unsupportedAlgorithm, "the \(tag) key is not P-256, P-384, RSA 2048 or RSA 3072")
             }
             let profile = CertificateProfile(
-                subject: subject, notBefore: now.addingTimeInterval(-60), notAfter: notAfter, keyUsage: Self.keyUsage(tag, algorithm),
-                extendedKeyUsage: Self.extendedKeyUsage(tag), subjectAlternativeNames: names, policies: [Self.policies[tag]!])
+                subject: subject, notBefore: now.addingTimeInterval(-60), notAfter: notAfter,
+                keyUsage: Self.keyUsage(tag, algorithm),
+                extendedKeyUsage: Self.extendedKeyUsage(tag), subjectAlternativeNames: names,
+                policies: [Self.policies[tag]!])
             certificates[tag] = try issuer.issue(profile, publicKeyInfo: publicKey)
         }
         return Certification(certificates: certificates, chain: [issuingCertificate, rootCertificate])
@@ -46,7 +51,9 @@ extension TestCAProvider: CertifyingProvider {
         try request.request.check(against: descriptor)
         let allowed: Set = ["dir", "validity-days", "email"]
         if let other = request.request.options.keys.sorted().first(where: { !allowed.contains($0) }) {
-            throw DCError(.usage, "option '\(other)' does not apply to derived credentials", hint: "the test CA takes dir, validity-days and email here")
+            throw DCError(
+                .usage, "option '\(other)' does not apply to derived credentials",
+                hint: "the test CA takes dir, validity-days and email here")
         }
         try Task.checkCancellation()
         let ca = try TestCA(directory: request.request.resolve(try request.request.value("dir")!))

@@ -112,7 +112,8 @@ extension TestCA {
                 }
             }
             entries.append(
-                try CredentialEntry(tag: tag, certificate: issued.certificate, privateKey: entryKey, keyHistory: history))
+                try CredentialEntry(
+                    tag: tag, certificate: issued.certificate, privateKey: entryKey, keyHistory: history))
         }
         let serial = (0..<8).map { _ in String(format: "%02X", UInt8.random(in: 0...255)) }.joined()
         return ProvidedCredential(

@@ -70,7 +70,8 @@ public struct TestCA: Sendable {
             subject: DistinguishedName([.init("O", organization), .init("CN", "\(organization) Issuing CA")]),
             notBefore: start, notAfter: now.addingTimeInterval(10 * 365 * 86400),
             keyUsage: KeyUsage.keyCertSign | KeyUsage.cRLSign, isCA: true, pathLength: 0)
-        let issuing = try CertificateSigner(certificate: root, privateKey: rootKey).issue(issuingProfile, for: issuingKey)
+        let issuing = try CertificateSigner(certificate: root, privateKey: rootKey).issue(
+            issuingProfile, for: issuingKey)
 
         let metadata = Metadata(version: 1, algorithm: algorithm, organization: organization, created: now)
         let encoder = JSONEncoder()
@@ -98,12 +99,14 @@ public struct TestCA: Sendable {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         do {
-            metadata = try decoder.decode(Metadata.self, from: Data(contentsOf: URL(fileURLWithPath: path("testca.json"))))
+            metadata = try decoder.decode(
+                Metadata.self, from: Data(contentsOf: URL(fileURLWithPath: path("testca.json"))))
         } catch {
             throw DCError(.malformedInput, "testca.json cannot be read: \(error)", subject: directory)
         }
         guard metadata.version == 1 else {
-            throw DCError(.unsupportedFormat, "test CA format version \(metadata.version) is not supported", subject: directory)
+            throw DCError(
+                .unsupportedFormat, "test CA format version \(metadata.version) is not supported", subject: directory)
         }
         rootCertificate = try reader.read(file: path("root.pem")).certifiedCertificate()
         issuingCertificate = try reader.read(file: path("issuing.pem")).certifiedCertificate()

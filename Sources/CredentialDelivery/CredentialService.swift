@@ -18,11 +18,16 @@ public struct CredentialService: Sendable {
 
     /// Fails on an empty brand or an invalid scheme (RFC 3986; compared case-insensitively, kept
     /// lowercase), as AppConnect's service creation does.
-    public init(brand: String, callbackScheme: String, locations: DeliveryLocations = DeliveryLocations(), open: @escaping Opener) throws {
+    public init(
+        brand: String, callbackScheme: String, locations: DeliveryLocations = DeliveryLocations(),
+        open: @escaping Opener
+    ) throws {
         guard !brand.trimmingCharacters(in: .whitespaces).isEmpty else { throw DCError(.invalid, "the brand is empty") }
         let scheme = callbackScheme.lowercased()
         guard let first = scheme.unicodeScalars.first, ("a"..."z").contains(first),
-            scheme.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0) })
+            scheme.unicodeScalars.allSatisfy({
+                ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0)
+            })
         else { throw DCError(.invalid, "'\(callbackScheme.escapingControlCharacters)' is not a valid URL scheme") }
         self.brand = brand
         self.callbackScheme = scheme
@@ -33,7 +38,10 @@ public struct CredentialService: Sendable {
 
     /// present / oldClient / missingClient, from the client's registration.
     public func support(clientScheme: String) throws -> ClientSupport {
-        guard let registration = try Registrations.read(ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased())) else {
+        guard
+            let registration = try Registrations.read(
+                ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased()))
+        else {
             return .missingClient
         }
         return registration.protocolVersion < ClientRegistration.currentProtocol ? .oldClient : .present
@@ -46,8 +54,13 @@ public struct CredentialService: Sendable {
     }
 
     func registration(_ clientScheme: String) throws -> ClientRegistration {
-        guard let registration = try Registrations.read(ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased())) else {
-            throw DCError(.missingClient, "no managed client is registered for \(clientScheme):", hint: "install and register the client")
+        guard
+            let registration = try Registrations.read(
+                ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased()))
+        else {
+            throw DCError(
+                .missingClient, "no managed client is registered for \(clientScheme):",
+                hint: "install and register the client")
         }
         return registration
     }
@@ -74,18 +87,26 @@ public struct CredentialService: Sendable {
         }
         switch try support(clientScheme: clientScheme) {
         case .missingClient: throw DCError(.missingClient, "no managed client is registered for \(clientScheme):")
-        case .oldClient: throw DCError(.oldClient, "the managed client speaks an older delivery protocol", hint: "update the client")
+        case .oldClient:
+            throw DCError(.oldClient, "the managed client speaks an older delivery protocol", hint: "update the client")
         case .present: steps.append("client support: present (protocol \(ClientRegistration.currentProtocol))")
         }
         let registration = try registration(clientScheme)
         let available = registration.servicesAvailable
         guard available || queueIfUnavailable else {
-            throw DCError(.serviceUnavailable, "the client's secure services are locked", hint: "unlock the client (dcclient unlock) and send again, or send with --queue")
+            throw DCError(
+                .serviceUnavailable, "the client's secure services are locked",
+                hint: "unlock the client (dcclient unlock) and send again, or send with --queue")
         }
-        steps.append(available ? "can send: the client's secure services are available" : "can send: not now (the client is locked); the delivery will be queued")
+        steps.append(
+            available
+                ? "can send: the client's secure services are available"
+                : "can send: not now (the client is locked); the delivery will be queued")
         let verdict = validator.validate(credential)
         guard verdict.passes() else {
-            throw DCError(.invalid, "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))")
+            throw DCError(
+                .invalid,
+                "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))")
         }
         steps.append("validated: \(credential.entries.count) entries, \(verdict.warnings.count) warning(s)")
 
@@ -96,23 +117,30 @@ public struct CredentialService: Sendable {
                 request: request, clientScheme: registration.scheme, credentialName: credential.name, created: Date(),
                 resultKey: resultKey.withUnsafeBytes { Data($0).base64EncodedString() }))
         let payload = DeliveryPayload(
-            requestId: request, clientId: registration.clientId, issuedAt: Date(), resultKey: resultKey, credential: credential)
+            requestId: request, clientId: registration.clientId, issuedAt: Date(), resultKey: resultKey,
+            credential: credential)
         let sealed = try Sealing.seal(try payload.encode(), to: try registration.sealingCertificate())
-        steps.append("sealed: CMS AuthEnvelopedData (AES-256-GCM) to the client's key, \(sealed.count) bytes, bound to request \(request)")
+        steps.append(
+            "sealed: CMS AuthEnvelopedData (AES-256-GCM) to the client's key, \(sealed.count) bytes, bound to request \(request)"
+        )
         let digest = try Spool(directory: registration.spool).write(sealed, request: request)
         steps.append("spooled: \(Spool(directory: registration.spool).path(request: request)) (0600)")
-        let url = DeliveryMessage.deliver(client: registration.clientId, request: request, digest: digest).url(scheme: registration.scheme)
+        let url = DeliveryMessage.deliver(client: registration.clientId, request: request, digest: digest).url(
+            scheme: registration.scheme)
         if !available {
             var record = ledger.record(request)!
             record.queuedURL = url
             try ledger.write(record, replacing: true)
-            steps.append("queued: \(url) goes out when the client announces availability (within \(Int(ledger.timeLimit)) s)")
+            steps.append(
+                "queued: \(url) goes out when the client announces availability (within \(Int(ledger.timeLimit)) s)")
             return Receipt(request: request, steps: steps)
         }
         steps.append("opening \(url)")
         try await open(url, registration)
         guard let record = ledger.record(request), let outcome = record.outcome else {
-            throw DCError(.notReady, "the client did not confirm the delivery", subject: request, hint: "see dcclient's output; the request id stays valid for \(Int(ledger.timeLimit)) s")
+            throw DCError(
+                .notReady, "the client did not confirm the delivery", subject: request,
+                hint: "see dcclient's output; the request id stays valid for \(Int(ledger.timeLimit)) s")
         }
         guard outcome == "ok" else {
             throw DCError(.invalid, "the client rejected the credential: \(outcome)", subject: request)
@@ -123,7 +151,9 @@ public struct CredentialService: Sendable {
 
     /// Delivers what was queued for a client that announced availability; returns the requests sent.
     /// Expired entries are dropped (their spool files stay for the client to refuse and remove).
-    public func deliverQueued(clientId: String, progress: @Sendable (String) -> Void = { _ in }) async throws -> [String] {
+    public func deliverQueued(clientId: String, progress: @Sendable (String) -> Void = { _ in }) async throws
+        -> [String]
+    {
         var sent: [String] = []
         for record in ledger.recent(limit: 1000).reversed() where record.queuedURL != nil && record.outcome == nil {
             guard let registration = try? self.registration(record.clientScheme), registration.clientId == clientId,
@@ -143,7 +173,8 @@ public struct CredentialService: Sendable {
 
     /// Handles the client's result URL: authenticates it and records the outcome once.
     public func handleResult(_ url: String) throws -> RequestLedger.Record {
-        guard case .result(let request, let status, let mac) = try DeliveryMessage.parse(url, scheme: callbackScheme) else {
+        guard case .result(let request, let status, let mac) = try DeliveryMessage.parse(url, scheme: callbackScheme)
+        else {
             throw DCError(.invalid, "not a result URL")
         }
         return try ledger.complete(request: request, status: status, mac: mac)

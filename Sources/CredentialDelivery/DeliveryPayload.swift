@@ -77,13 +77,28 @@ public struct DeliveryPayload: Sendable {
     /// Decodes and checks a payload: the version, the shape, and every certificate and key
     /// through the strict reader (a key must match its certificate).
     public static func decode(_ bytes: SecretBytes) throws -> DeliveryPayload {
-        struct Pair: Decodable { var certificate: String; var privateKey: String }
-        struct Entry: Decodable { var tag: String; var certificate: String; var privateKey: String; var keyHistory: [Pair] }
+        struct Pair: Decodable {
+            var certificate: String
+            var privateKey: String
+        }
+        struct Entry: Decodable {
+            var tag: String
+            var certificate: String
+            var privateKey: String
+            var keyHistory: [Pair]
+        }
         struct WireCredential: Decodable {
-            var name: String; var serialNumber: String; var expirationDate: Int; var entries: [Entry]
+            var name: String
+            var serialNumber: String
+            var expirationDate: Int
+            var entries: [Entry]
         }
         struct Wire: Decodable {
-            var v: Int; var requestId: String; var clientId: String; var issuedAt: Int; var resultKey: String
+            var v: Int
+            var requestId: String
+            var clientId: String
+            var issuedAt: Int
+            var resultKey: String
             var credential: WireCredential
         }
         let wire: Wire
@@ -95,7 +110,9 @@ public struct DeliveryPayload: Sendable {
         guard wire.v == version else { throw DCError(.invalid, "payload version \(wire.v) is not supported") }
         let reader = CredentialReader()
         func pair(_ certificate: String, _ key: String, _ place: String) throws -> CertifiedKey {
-            guard let certificateDER = Data(base64Encoded: certificate), var keyDER = Data(base64Encoded: key).map(Array.init) else {
+            guard let certificateDER = Data(base64Encoded: certificate),
+                var keyDER = Data(base64Encoded: key).map(Array.init)
+            else {
                 throw DCError(.invalid, "\(place): not base64")
             }
             defer { keyDER.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
@@ -106,20 +123,28 @@ public struct DeliveryPayload: Sendable {
         }
         var entries: [CredentialEntry] = []
         for entry in wire.credential.entries {
-            guard let tag = CredentialTag(rawValue: entry.tag) else { throw DCError(.invalid, "unknown tag in the payload") }
+            guard let tag = CredentialTag(rawValue: entry.tag) else {
+                throw DCError(.invalid, "unknown tag in the payload")
+            }
             let current = try pair(entry.certificate, entry.privateKey, entry.tag)
-            let history = try entry.keyHistory.enumerated().map { try pair($0.element.certificate, $0.element.privateKey, "\(tag) history \($0.offset)") }
-            entries.append(try CredentialEntry(tag: tag, certificate: current.certificate, privateKey: current.privateKey, keyHistory: history))
+            let history = try entry.keyHistory.enumerated().map {
+                try pair($0.element.certificate, $0.element.privateKey, "\(tag) history \($0.offset)")
+            }
+            entries.append(
+                try CredentialEntry(
+                    tag: tag, certificate: current.certificate, privateKey: current.privateKey, keyHistory: history))
         }
         guard var resultKey = Data(base64Encoded: wire.resultKey).map(Array.init), resultKey.count == 32 else {
             throw DCError(.invalid, "the payload's result key is not valid")
         }
         return DeliveryPayload(
-            requestId: wire.requestId, clientId: wire.clientId, issuedAt: Date(timeIntervalSince1970: TimeInterval(wire.issuedAt)),
+            requestId: wire.requestId, clientId: wire.clientId,
+            issuedAt: Date(timeIntervalSince1970: TimeInterval(wire.issuedAt)),
             resultKey: SecretBytes(consuming: &resultKey),
             credential: try Credential(
                 name: wire.credential.name, serialNumber: wire.credential.serialNumber,
-                expirationDate: Date(timeIntervalSince1970: TimeInterval(wire.credential.expirationDate)), entries: entries))
+                expirationDate: Date(timeIntervalSince1970: TimeInterval(wire.credential.expirationDate)),
+                entries: entries))
     }
 
     /// The MAC of a result message: HMAC-SHA-256 over `v1|request|status` with the result key.

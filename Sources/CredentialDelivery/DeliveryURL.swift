@@ -37,7 +37,8 @@ public enum DeliveryMessage: Sendable, Equatable {
         case .available(let client): [("v", Self.version), ("client", client)]
         case .deliver(let client, let request, let digest):
             [("v", Self.version), ("client", client), ("request", request), ("digest", digest)]
-        case .result(let request, let status, let mac): [("v", Self.version), ("request", request), ("status", status), ("mac", mac)]
+        case .result(let request, let status, let mac):
+            [("v", Self.version), ("request", request), ("status", status), ("mac", mac)]
         }
     }
 

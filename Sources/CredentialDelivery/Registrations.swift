@@ -43,8 +43,10 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
 
     public static let currentProtocol = 1
 
-    public init(protocolVersion: Int = currentProtocol, clientId: String, scheme: String, executable: String,
-        certificate: Certificate, spool: String, status: String) {
+    public init(
+        protocolVersion: Int = currentProtocol, clientId: String, scheme: String, executable: String,
+        certificate: Certificate, spool: String, status: String
+    ) {
         self.protocolVersion = protocolVersion
         self.clientId = clientId
         self.scheme = scheme
@@ -55,7 +57,9 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
     }
 
     public func sealingCertificate() throws -> Certificate {
-        guard let der = Data(base64Encoded: certificate) else { throw DCError(.invalid, "the client registration's certificate is not base64") }
+        guard let der = Data(base64Encoded: certificate) else {
+            throw DCError(.invalid, "the client registration's certificate is not base64")
+        }
         return try CredentialReader().certificate(der: Array(der), source: "client registration")
     }
 
@@ -89,7 +93,8 @@ public enum Registrations {
         let directory = (path as NSString).deletingLastPathComponent
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
-        try files.add((path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: 0o644)
+        try files.add(
+            (path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: 0o644)
         try files.commit(replacingExisting: true)
     }
 

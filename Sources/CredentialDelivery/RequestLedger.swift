@@ -66,7 +66,9 @@ public struct RequestLedger: Sendable {
     /// time limit, for a request that has no outcome yet. The identical result again (a client
     /// retrying after a crash) is acknowledged without any change; any other is refused.
     public func complete(request: String, status: String, mac: String, now: Date = Date()) throws -> Record {
-        guard var record = record(request) else { throw DCError(.invalid, "a result for an unknown request", subject: request) }
+        guard var record = record(request) else {
+            throw DCError(.invalid, "a result for an unknown request", subject: request)
+        }
         if let outcome = record.outcome {
             guard outcome == status, let accepted = record.acceptedMAC,
                 Digests.constantTimeEqual(Array(accepted.utf8), Array(mac.utf8))

@@ -35,20 +35,33 @@ public struct Spool: Sendable {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
             switch errno {
-            case ENOENT: throw DCError(.notReady, "no spool file for this request (already processed, or never written)", subject: path)
+            case ENOENT:
+                throw DCError(
+                    .notReady, "no spool file for this request (already processed, or never written)", subject: path)
             case ELOOP: throw DCError(.invalid, "the spool file is a symbolic link", subject: path)
-            default: throw DCError(.ioError, "cannot open the spool file: \(String(cString: strerror(errno)))", subject: path)
+            default:
+                throw DCError(
+                    .ioError, "cannot open the spool file: \(String(cString: strerror(errno)))", subject: path)
             }
         }
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw DCError(.ioError, "cannot stat the spool file", subject: path) }
-        guard info.st_mode & S_IFMT == S_IFREG else { throw DCError(.invalid, "the spool file is not a regular file", subject: path) }
-        guard info.st_uid == geteuid() else { throw DCError(.invalid, "the spool file belongs to another user", subject: path) }
-        guard info.st_mode & 0o077 == 0 else {
-            throw DCError(.invalid, "the spool file is readable or writable by others (mode \(String(info.st_mode & 0o777, radix: 8)))", subject: path)
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw DCError(.invalid, "the spool file is not a regular file", subject: path)
         }
-        guard Int(info.st_size) <= Self.maximumFileSize else { throw DCError(.inputTooLarge, "the spool file is too large", subject: path) }
+        guard info.st_uid == geteuid() else {
+            throw DCError(.invalid, "the spool file belongs to another user", subject: path)
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            throw DCError(
+                .invalid,
+                "the spool file is readable or writable by others (mode \(String(info.st_mode & 0o777, radix: 8)))",
+                subject: path)
+        }
+        guard Int(info.st_size) <= Self.maximumFileSize else {
+            throw DCError(.inputTooLarge, "the spool file is too large", subject: path)
+        }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
         var filled = 0
         while filled < bytes.count {
@@ -58,10 +71,13 @@ public struct Spool: Sendable {
             if count == 0 { break }
             filled += count
         }
-        guard filled == Int(info.st_size) else { throw DCError(.invalid, "the spool file changed while it was read", subject: path) }
+        guard filled == Int(info.st_size) else {
+            throw DCError(.invalid, "the spool file changed while it was read", subject: path)
+        }
         let sealed = Array(bytes.prefix(filled))
         guard Digests.constantTimeEqual(Array(Digests.hex(Digests.sha256(sealed)).utf8), Array(digest.utf8)) else {
-            throw DCError(.invalid, "the spool file does not match the digest in the URL (altered or replaced)", subject: path)
+            throw DCError(
+                .invalid, "the spool file does not match the digest in the URL (altered or replaced)", subject: path)
         }
         return sealed
     }

@@ -83,9 +83,12 @@ public enum ProviderConformance {
     }
 
     static func checkDescriptor(_ descriptor: ProviderDescriptor, _ report: inout Report) {
-        let idCharacters = descriptor.id.hasPrefix("exec:")
+        let idCharacters =
+            descriptor.id.hasPrefix("exec:")
             || (!descriptor.id.isEmpty && descriptor.id.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "-" })
-        report.record("descriptor id is lowercase letters, digits and '-' (or exec:PATH)", idCharacters ? nil : "id '\(descriptor.id)'")
+        report.record(
+            "descriptor id is lowercase letters, digits and '-' (or exec:PATH)",
+            idCharacters ? nil : "id '\(descriptor.id)'")
         report.record("descriptor has a display name", descriptor.displayName.isEmpty ? "empty" : nil)
         report.record("descriptor has a version", descriptor.version.isEmpty ? "empty" : nil)
         let names = descriptor.options.map(\.name)
@@ -107,7 +110,9 @@ public enum ProviderConformance {
                 let place = index == 0 ? "\(entry.tag)" : "\(entry.tag) history \(index - 1)"
                 do {
                     let certificate = try reader.certificate(der: pair.certificate.derBytes, source: place)
-                    let key = try pair.privateKey.withPKCS8DER { try reader.privateKey(pkcs8: Array($0), source: place) }
+                    let key = try pair.privateKey.withPKCS8DER {
+                        try reader.privateKey(pkcs8: Array($0), source: place)
+                    }
                     _ = try KeyMaterial.paired(certificates: [certificate], privateKey: key, source: place)
                 } catch {
                     problems.append("\(error)")
@@ -127,7 +132,9 @@ public enum ProviderConformance {
         }
     }
 
-    static func checkCancellation(_ provider: any CredentialProvider, _ request: ProviderRequest, _ report: inout Report) async {
+    static func checkCancellation(
+        _ provider: any CredentialProvider, _ request: ProviderRequest, _ report: inout Report
+    ) async {
         let check = "a cancelled call throws CancellationError within 5 s"
         // The task cancels itself before calling the provider, so a fast provider cannot finish
         // before the cancellation lands; the time is taken inside the task, so a busy executor's

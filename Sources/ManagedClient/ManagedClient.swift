@@ -45,7 +45,9 @@ public struct ManagedClient: Sendable {
 
     /// Creates the client: a store key sealed under the passphrase, a P-256 key and certificate for
     /// sealing, the registration; then unlocks.
-    public func initialize(clientId: String, scheme: String, providerScheme: String, executable: String, passphrase: SecretBytes) throws {
+    public func initialize(
+        clientId: String, scheme: String, providerScheme: String, executable: String, passphrase: SecretBytes
+    ) throws {
         guard !FileManager.default.fileExists(atPath: configFile) else {
             throw DCError(.outputExists, "the client is already set up", subject: base)
         }
@@ -59,15 +61,21 @@ public struct ManagedClient: Sendable {
         let clientKey = try KeyGeneration.generate(.p256)
         let certificate = try CertificateSigner(selfSigningWith: clientKey).issue(
             CertificateProfile(
-                subject: DistinguishedName([.init("CN", "dcclient \(clientId)")]), notBefore: Date().addingTimeInterval(-60),
+                subject: DistinguishedName([.init("CN", "dcclient \(clientId)")]),
+                notBefore: Date().addingTimeInterval(-60),
                 notAfter: Date().addingTimeInterval(5 * 365 * 86400), keyUsage: KeyUsage.keyAgreement), for: clientKey)
-        let config = Config(clientId: clientId, scheme: scheme.lowercased(), providerScheme: providerScheme.lowercased())
+        let config = Config(
+            clientId: clientId, scheme: scheme.lowercased(), providerScheme: providerScheme.lowercased())
         let wrappedJSON = try JSONSerialization.data(withJSONObject: [
-            "salt": Data(salt).base64EncodedString(), "iterations": Self.iterations, "sealed": Data(wrapped).base64EncodedString(),
+            "salt": Data(salt).base64EncodedString(), "iterations": Self.iterations,
+            "sealed": Data(wrapped).base64EncodedString(),
         ])
         var files = AtomicFileSet(directory: store)
         try files.add("wrapped-key.json", .bytes(Array(wrappedJSON)), mode: 0o600)
-        try files.add("client-key", .bytes(try AtRest.seal(clientKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "client-key")), mode: 0o600)
+        try files.add(
+            "client-key",
+            .bytes(try AtRest.seal(clientKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "client-key")),
+            mode: 0o600)
         try files.add("client.pem", .bytes(PEM.certificate(certificate)), mode: 0o644)
         try files.add("client.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
         try files.commit()
@@ -94,7 +102,8 @@ public struct ManagedClient: Sendable {
         guard let data = FileManager.default.contents(atPath: store + "/wrapped-key.json"),
             let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
             let salt = (object["salt"] as? String).flatMap({ Data(base64Encoded: $0) }),
-            let sealed = (object["sealed"] as? String).flatMap({ Data(base64Encoded: $0) }), let iterations = object["iterations"] as? Int
+            let sealed = (object["sealed"] as? String).flatMap({ Data(base64Encoded: $0) }),
+            let iterations = object["iterations"] as? Int
         else { throw DCError(.fileNotFound, "the client is not set up", subject: base, hint: "run dcclient init") }
         let kek = try AtRest.deriveKey(passphrase: passphrase, salt: Array(salt), iterations: iterations)
         let storeKey: SecretBytes
@@ -139,7 +148,10 @@ public struct ManagedClient: Sendable {
     public func requestURL() throws -> (url: String, providerScheme: String) {
         let config = try config()
         let request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
-        return (DeliveryMessage.new(client: config.clientId, request: request).url(scheme: config.providerScheme), config.providerScheme)
+        return (
+            DeliveryMessage.new(client: config.clientId, request: request).url(scheme: config.providerScheme),
+            config.providerScheme
+        )
     }
 
     /// The availability notification for the provider.
@@ -160,33 +172,41 @@ public struct ManagedClient: Sendable {
     /// Handles `<scheme>:/deliver…`: checks the URL and the spool file, opens the payload,
     /// validates the credential and installs it atomically, then returns the authenticated result.
     /// A request already handled is not installed again; its recorded result is returned (idempotent).
-    public func handleDelivery(_ url: String, validator: CredentialValidator = CredentialValidator()) throws -> Handled {
+    public func handleDelivery(_ url: String, validator: CredentialValidator = CredentialValidator()) throws -> Handled
+    {
         let config = try config()
         // A crash mid-install leaves at most staging files; they are never read, only removed.
         AtomicFileSet.removeStaleStagingFiles(in: store)
         AtomicFileSet.removeStaleStagingFiles(in: store + "/processed")
-        guard case .deliver(let client, let request, let digest) = try DeliveryMessage.parse(url, scheme: config.scheme) else {
+        guard case .deliver(let client, let request, let digest) = try DeliveryMessage.parse(url, scheme: config.scheme)
+        else {
             throw DCError(.invalid, "not a delivery URL")
         }
         guard client == config.clientId else { throw DCError(.invalid, "a delivery for another client (\(client))") }
         let processed = store + "/processed/\(request)"
-        if let recorded = FileManager.default.contents(atPath: processed), let line = String(data: recorded, encoding: .utf8) {
+        if let recorded = FileManager.default.contents(atPath: processed),
+            let line = String(data: recorded, encoding: .utf8)
+        {
             let parts = line.split(separator: " ").map(String.init)
-            return Handled(request: request, status: parts[0], resultURL: parts.count > 1 ? parts[1] : nil, replay: true)
+            return Handled(
+                request: request, status: parts[0], resultURL: parts.count > 1 ? parts[1] : nil, replay: true)
         }
         let key = try storeKey()
         let sealed = try spool.read(request: request, digest: digest)
-        let clientKey = PrivateKey(pkcs8DER: try AtRest.open(try bytes(store + "/client-key"), key: key, context: "client-key"))
+        let clientKey = PrivateKey(
+            pkcs8DER: try AtRest.open(try bytes(store + "/client-key"), key: key, context: "client-key"))
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
         let opened = try Sealing.open(sealed, with: clientKey, certificate: certificate)
         let payload = try DeliveryPayload.decode(opened)
         guard payload.requestId == request, payload.clientId == config.clientId else {
-            throw DCError(.invalid, "the payload is bound to another request or client (a replayed or swapped spool file)")
+            throw DCError(
+                .invalid, "the payload is bound to another request or client (a replayed or swapped spool file)")
         }
         // Request ids are good for a limited time (as the provider's ledger is).
         guard abs(payload.issuedAt.timeIntervalSinceNow) <= Self.requestTimeLimit else {
             spool.remove(request: request)
-            throw DCError(.invalid, "the delivery is older than \(Int(Self.requestTimeLimit)) s; ask the provider again")
+            throw DCError(
+                .invalid, "the delivery is older than \(Int(Self.requestTimeLimit)) s; ask the provider again")
         }
         var status = "ok"
         let verdict = validator.validate(payload.credential)
@@ -199,28 +219,33 @@ public struct ManagedClient: Sendable {
             try files.commit(replacingExisting: true)
         }
         let result = DeliveryMessage.result(
-            request: request, status: status, mac: DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status)
+            request: request, status: status,
+            mac: DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status)
         ).url(scheme: config.providerScheme)
         try AtomicFileSet.ensureDirectory(store + "/processed")
         var record = AtomicFileSet(directory: store + "/processed")
         try record.add(request, .bytes(Array("\(status) \(result)".utf8)), mode: 0o600)
         try record.commit(replacingExisting: true)
         spool.remove(request: request)
-        return Handled(request: request, status: status, resultURL: result, replay: false, credentialName: payload.credential.name)
+        return Handled(
+            request: request, status: status, resultURL: result, replay: false, credentialName: payload.credential.name)
     }
 
     /// The installed credential (needs the client unlocked).
     public func installed() throws -> Credential? {
         let path = store + "/credential"
         guard FileManager.default.fileExists(atPath: path) else { return nil }
-        return try DeliveryPayload.decode(try AtRest.open(try bytes(path), key: try storeKey(), context: "credential")).credential
+        return try DeliveryPayload.decode(try AtRest.open(try bytes(path), key: try storeKey(), context: "credential"))
+            .credential
     }
 
     public var scheme: String? { try? config().scheme }
     public var providerScheme: String? { try? config().providerScheme }
 
     func bytes(_ path: String) throws -> [UInt8] {
-        guard let data = FileManager.default.contents(atPath: path) else { throw DCError(.fileNotFound, "missing", subject: path) }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw DCError(.fileNotFound, "missing", subject: path)
+        }
         return Array(data)
     }
 }

@@ -22,7 +22,9 @@ public struct DesktopEntry: Sendable, Equatable {
             }
             guard group == "Desktop Entry", let equals = line.firstIndex(of: "=") else { continue }
             let key = line[..<equals].trimmingCharacters(in: .whitespaces)
-            if values[key] == nil { values[key] = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces) }
+            if values[key] == nil {
+                values[key] = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            }
         }
         guard values["Type"] == "Application", let exec = values["Exec"], !exec.isEmpty else { return nil }
         self.id = id
@@ -57,17 +59,25 @@ public struct DesktopEntry: Sendable, Equatable {
             }
             switch character {
             case " ", "\t":
-                if inArgument { arguments.append(current); current = ""; inArgument = false }
+                if inArgument {
+                    arguments.append(current)
+                    current = ""
+                    inArgument = false
+                }
             case "\"":
                 quoted = true
                 inArgument = true
             case "%":
                 guard let code = iterator.next() else { throw DCError(.invalid, "a lone % in Exec", subject: path) }
                 switch code {
-                case "%": current.append("%"); inArgument = true
+                case "%":
+                    current.append("%")
+                    inArgument = true
                 case "u", "U", "f", "F":
                     // A field code must be a whole argument.
-                    guard !inArgument else { throw DCError(.invalid, "a field code inside an argument in Exec", subject: path) }
+                    guard !inArgument else {
+                        throw DCError(.invalid, "a field code inside an argument in Exec", subject: path)
+                    }
                     arguments.append(url)
                     usedURL = true
                 case "i", "c", "k", "d", "D", "n", "N", "v", "m": break
@@ -80,7 +90,9 @@ public struct DesktopEntry: Sendable, Equatable {
         }
         guard !quoted else { throw DCError(.invalid, "unterminated quote in Exec", subject: path) }
         if inArgument { arguments.append(current) }
-        guard let program = arguments.first, !program.isEmpty else { throw DCError(.invalid, "an empty Exec", subject: path) }
+        guard let program = arguments.first, !program.isEmpty else {
+            throw DCError(.invalid, "an empty Exec", subject: path)
+        }
         guard usedURL else { throw DCError(.invalid, "the handler's Exec takes no URL (%u)", subject: path) }
         return arguments
     }

@@ -15,9 +15,13 @@ public struct SchemeHandlers: Sendable {
     public static func normalize(scheme: String) throws -> String {
         let lower = scheme.lowercased()
         guard let first = lower.unicodeScalars.first, ("a"..."z").contains(first),
-            lower.unicodeScalars.allSatisfy({ ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0) })
+            lower.unicodeScalars.allSatisfy({
+                ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0)
+            })
         else {
-            throw DCError(.invalid, "'\(scheme.escapingControlCharacters)' is not a valid URL scheme", hint: "use ALPHA *( ALPHA / DIGIT / \"+\" / \"-\" / \".\" ), e.g. org.example.provider")
+            throw DCError(
+                .invalid, "'\(scheme.escapingControlCharacters)' is not a valid URL scheme",
+                hint: "use ALPHA *( ALPHA / DIGIT / \"+\" / \"-\" / \".\" ), e.g. org.example.provider")
         }
         return lower
     }
@@ -31,8 +35,12 @@ public struct SchemeHandlers: Sendable {
     /// and makes it the explicit default in the user's mimeapps.list (both written atomically).
     public func register(scheme: String, executable: String, name: String) throws {
         let scheme = try Self.normalize(scheme: scheme)
-        guard executable.hasPrefix("/") else { throw DCError(.usage, "the handler must be an absolute path", subject: executable) }
-        let quoted = "\"" + executable.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+        guard executable.hasPrefix("/") else {
+            throw DCError(.usage, "the handler must be an absolute path", subject: executable)
+        }
+        let quoted =
+            "\""
+            + executable.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
             .replacingOccurrences(of: "`", with: "\\`").replacingOccurrences(of: "$", with: "\\$") + "\""
         let entry = """
             [Desktop Entry]
@@ -68,9 +76,15 @@ public struct SchemeHandlers: Sendable {
         var groups: [(name: String, lines: [String])] = [("", [])]
         for line in existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
             let trimmed = line.trimmingCharacters(in: .whitespaces)
-            if trimmed.hasPrefix("[") && trimmed.hasSuffix("]") { groups.append((String(trimmed.dropFirst().dropLast()), [])) } else { groups[groups.count - 1].lines.append(line) }
+            if trimmed.hasPrefix("[") && trimmed.hasSuffix("]") {
+                groups.append((String(trimmed.dropFirst().dropLast()), []))
+            } else {
+                groups[groups.count - 1].lines.append(line)
+            }
         }
-        if !groups.contains(where: { $0.name == "Default Applications" }) { groups.append(("Default Applications", [])) }
+        if !groups.contains(where: { $0.name == "Default Applications" }) {
+            groups.append(("Default Applications", []))
+        }
         let index = groups.firstIndex { $0.name == "Default Applications" }!
         var defaults: [String: String] = [:]
         var order: [String] = []
@@ -127,9 +141,13 @@ public struct SchemeHandlers: Sendable {
             }
             added += (groups["Added Associations"]?[type] ?? []).filter { !removed.contains($0) }
         }
-        for id in added { if let entry = findEntry(id), !entry.hidden { return Resolved(entry: entry, choice: .fallback) } }
+        for id in added {
+            if let entry = findEntry(id), !entry.hidden { return Resolved(entry: entry, choice: .fallback) }
+        }
         for directory in directories.applicationDirectories {
-            let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".desktop") }.sorted()
+            let names = ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter {
+                $0.hasSuffix(".desktop")
+            }.sorted()
             for name in names where !removed.contains(name) {
                 if let entry = findEntry(name), !entry.hidden, entry.mimeTypes.contains(type) {
                     return Resolved(entry: entry, choice: .fallback)
@@ -156,10 +174,15 @@ public struct SchemeHandlers: Sendable {
         for rawLine in contents.split(separator: "\n") {
             let line = rawLine.trimmingCharacters(in: .whitespaces)
             if line.isEmpty || line.hasPrefix("#") { continue }
-            if line.hasPrefix("[") && line.hasSuffix("]") { group = String(line.dropFirst().dropLast()); continue }
+            if line.hasPrefix("[") && line.hasSuffix("]") {
+                group = String(line.dropFirst().dropLast())
+                continue
+            }
             guard let equals = line.firstIndex(of: "=") else { continue }
             let key = line[..<equals].trimmingCharacters(in: .whitespaces)
-            let ids = line[line.index(after: equals)...].split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            let ids = line[line.index(after: equals)...].split(separator: ";").map {
+                $0.trimmingCharacters(in: .whitespaces)
+            }.filter { !$0.isEmpty }
             groups[group, default: [:]][key, default: []] += ids
         }
         return groups
@@ -172,7 +195,8 @@ public struct SchemeHandlers: Sendable {
     /// fallback that sorts first — is refused, and nothing is sent to it. The handler is started
     /// with an argv array and waited for.
     public func open(
-        _ url: String, scheme: String, expectedExecutable: String, limits: ChildProcess.Limits = .init(timeout: .seconds(60)),
+        _ url: String, scheme: String, expectedExecutable: String,
+        limits: ChildProcess.Limits = .init(timeout: .seconds(60)),
         environment: [String: String]? = nil
     ) async throws -> ChildProcess.Outcome {
         guard let resolved = try resolve(scheme: scheme) else {
@@ -185,7 +209,8 @@ public struct SchemeHandlers: Sendable {
                 "another handler claims \(scheme): (\(resolved.entry.id.escapingControlCharacters) runs \(arguments[0].escapingControlCharacters)); refusing to send to it",
                 subject: resolved.entry.path, hint: "remove it, or register the client again")
         }
-        return try await ChildProcess.run(arguments[0], arguments: Array(arguments.dropFirst()), environment: environment, limits: limits)
+        return try await ChildProcess.run(
+            arguments[0], arguments: Array(arguments.dropFirst()), environment: environment, limits: limits)
     }
 
     /// ``open(_:scheme:expectedExecutable:limits:environment:)`` for command-line tools: our own

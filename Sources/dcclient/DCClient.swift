@@ -11,7 +11,10 @@ struct DCClient: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dcclient",
         abstract: "The reference managed client: receives derived credentials through URL-scheme callbacks.",
-        subcommands: [Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self, Unlock.self])
+        subcommands: [
+            Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
+            Unlock.self,
+        ])
 }
 
 /// One line on stderr and a sysexits status for a DCError.
@@ -27,22 +30,29 @@ func reporting(_ body: () async throws -> Void) async throws {
 }
 
 struct PassphraseSourceOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("Read the unlock passphrase from the first line of FILE.", valueName: "file")) var passphraseFile: String?
-    @Option(help: ArgumentHelp("Read the unlock passphrase from descriptor N.", valueName: "n")) var passphraseFd: Int32?
+    @Option(help: ArgumentHelp("Read the unlock passphrase from the first line of FILE.", valueName: "file"))
+    var passphraseFile: String?
+    @Option(help: ArgumentHelp("Read the unlock passphrase from descriptor N.", valueName: "n")) var passphraseFd:
+        Int32?
 
     func read() throws -> SecretBytes {
         if let passphraseFile { return try SecretInput.read(file: passphraseFile) }
         if let passphraseFd { return try SecretInput.read(descriptor: passphraseFd, subject: "fd \(passphraseFd)") }
-        throw DCError(.passphraseRequired, "the client's passphrase is needed", hint: "pass --passphrase-file FILE or --passphrase-fd N")
+        throw DCError(
+            .passphraseRequired, "the client's passphrase is needed",
+            hint: "pass --passphrase-file FILE or --passphrase-fd N")
     }
 }
 
 /// This executable's absolute path (what the scheme handler must run).
-var selfPath: String { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] }
+var selfPath: String {
+    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+}
 
 extension DCClient {
     struct Init: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Set up the client: keys, the encrypted store, the registration.")
+        static let configuration = CommandConfiguration(
+            abstract: "Set up the client: keys, the encrypted store, the registration.")
         @Option(help: "This client's URL scheme.") var scheme: String
         @Option(help: "The provider's URL scheme (where requests and results go).") var providerScheme: String
         @Option(help: "This client's id (lowercase letters, digits, -).") var clientId: String = "dcclient"
@@ -62,7 +72,9 @@ extension DCClient {
         static let configuration = CommandConfiguration(abstract: "Register this client as the handler of its scheme.")
         func run() async throws {
             try await reporting {
-                guard let scheme = ManagedClient().scheme else { throw DCError(.fileNotFound, "the client is not set up", hint: "run dcclient init") }
+                guard let scheme = ManagedClient().scheme else {
+                    throw DCError(.fileNotFound, "the client is not set up", hint: "run dcclient init")
+                }
                 try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcclient (managed client)")
                 print("registered as the handler of \(scheme):")
             }
@@ -73,7 +85,9 @@ extension DCClient {
         static let configuration = CommandConfiguration(abstract: "Remove this client's scheme handler.")
         func run() async throws {
             try await reporting {
-                guard let scheme = ManagedClient().scheme else { throw DCError(.fileNotFound, "the client is not set up") }
+                guard let scheme = ManagedClient().scheme else {
+                    throw DCError(.fileNotFound, "the client is not set up")
+                }
                 try SchemeHandlers().unregister(scheme: scheme)
                 print("unregistered \(scheme):")
             }
@@ -81,71 +95,104 @@ extension DCClient {
     }
 
     struct Request: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Ask the provider for a credential (opens <provider-scheme>:/new…).")
+        static let configuration = CommandConfiguration(
+            abstract: "Ask the provider for a credential (opens <provider-scheme>:/new…).")
         func run() async throws {
             try await reporting {
                 let client = ManagedClient()
                 let (url, providerScheme) = try client.requestURL()
-                guard let provider = try Registrations.read(ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme)) else {
-                    throw DCError(.missingClient, "no provider is registered for \(providerScheme):", hint: "run dcprovision register")
+                guard
+                    let provider = try Registrations.read(
+                        ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
+                else {
+                    throw DCError(
+                        .missingClient, "no provider is registered for \(providerScheme):",
+                        hint: "run dcprovision register")
                 }
                 print("requesting: \(url)")
-                try await SchemeHandlers().openForwardingOutput(url, scheme: providerScheme, expectedExecutable: provider.executable)
+                try await SchemeHandlers().openForwardingOutput(
+                    url, scheme: providerScheme, expectedExecutable: provider.executable)
             }
         }
     }
 
     struct HandleURL: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries).")
+        static let configuration = CommandConfiguration(
+            commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries).")
         @Argument var url: String
         func run() async throws {
             try await reporting {
                 let client = ManagedClient()
                 let handled = try client.handleDelivery(url)
                 if handled.replay {
-                    print("dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again")
+                    print(
+                        "dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again"
+                    )
                 } else {
-                    print("dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")")
+                    print(
+                        "dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
+                    )
                 }
                 guard let result = handled.resultURL, let providerScheme = client.providerScheme,
-                    let provider = try Registrations.read(ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
+                    let provider = try Registrations.read(
+                        ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
                 else { return }
-                try await SchemeHandlers().openForwardingOutput(result, scheme: providerScheme, expectedExecutable: provider.executable)
+                try await SchemeHandlers().openForwardingOutput(
+                    result, scheme: providerScheme, expectedExecutable: provider.executable)
             }
         }
     }
 
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List the installed credential's entries (never key material).")
+        static let configuration = CommandConfiguration(
+            abstract: "List the installed credential's entries (never key material).")
         func run() async throws {
             try await reporting {
-                guard let credential = try ManagedClient().installed() else { print("no credential installed"); return }
-                print("\(credential.name.escapingControlCharacters)  serial \(credential.serialNumber.escapingControlCharacters)  expires \(ISO8601DateFormatter().string(from: credential.expirationDate))")
+                guard let credential = try ManagedClient().installed() else {
+                    print("no credential installed")
+                    return
+                }
+                print(
+                    "\(credential.name.escapingControlCharacters)  serial \(credential.serialNumber.escapingControlCharacters)  expires \(ISO8601DateFormatter().string(from: credential.expirationDate))"
+                )
                 for entry in credential.entries {
                     let details = try CertificateDetails(entry.certificate)
                     let history = entry.keyHistory.isEmpty ? "" : "  (+\(entry.keyHistory.count) retired)"
-                    print("  \(entry.tag.rawValue.padding(toLength: 15, withPad: " ", startingAt: 0)) \(details.keyAlgorithm.padding(toLength: 9, withPad: " ", startingAt: 0)) \(details.subject.escapingControlCharacters)\(history)")
+                    print(
+                        "  \(entry.tag.rawValue.padding(toLength: 15, withPad: " ", startingAt: 0)) \(details.keyAlgorithm.padding(toLength: 9, withPad: " ", startingAt: 0)) \(details.subject.escapingControlCharacters)\(history)"
+                    )
                 }
             }
         }
     }
 
     struct Show: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show one entry's certificate details (never key material).")
+        static let configuration = CommandConfiguration(
+            abstract: "Show one entry's certificate details (never key material).")
         @Argument var tag: String
         func run() async throws {
             try await reporting {
                 guard let tag = CredentialTag(wireName: tag) else { throw DCError(.usage, "unknown tag '\(tag)'") }
-                guard let entry = try ManagedClient().installed()?[tag] else { throw DCError(.fileNotFound, "no \(tag) entry installed") }
+                guard let entry = try ManagedClient().installed()?[tag] else {
+                    throw DCError(.fileNotFound, "no \(tag) entry installed")
+                }
                 let details = try CertificateDetails(entry.certificate)
-                print("tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter.map { ISO8601DateFormatter().string(from: $0) } ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)")
+                print(
+                    "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter.map { ISO8601DateFormatter().string(from: $0) } ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"
+                )
             }
         }
     }
 
     struct Lock: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Make secure services unavailable (destroys the unlocked store key).")
-        func run() async throws { try await reporting { try ManagedClient().lock(); print("locked") } }
+        static let configuration = CommandConfiguration(
+            abstract: "Make secure services unavailable (destroys the unlocked store key).")
+        func run() async throws {
+            try await reporting {
+                try ManagedClient().lock()
+                print("locked")
+            }
+        }
     }
 
     struct Unlock: AsyncParsableCommand {
@@ -158,10 +205,12 @@ extension DCClient {
                 print("unlocked")
                 // The availability notification: queued deliveries may come now.
                 guard let providerScheme = client.providerScheme, let url = try client.availabilityURL(),
-                    let provider = try Registrations.read(ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
+                    let provider = try Registrations.read(
+                        ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
                 else { return }
                 print("announcing: \(url)")
-                try await SchemeHandlers().openForwardingOutput(url, scheme: providerScheme, expectedExecutable: provider.executable)
+                try await SchemeHandlers().openForwardingOutput(
+                    url, scheme: providerScheme, expectedExecutable: provider.executable)
             }
         }
     }

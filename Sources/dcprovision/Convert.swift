@@ -43,7 +43,8 @@ struct Convert: AsyncParsableCommand {
                     try ConversionOutputs.add(material, stem: ConversionOutputs.stem(of: input), to: &outputs)
                 }
             } else {
-                try ConversionOutputs.add(try await source.provide(passphrase: try passphrase.source()), format: .der, to: &outputs)
+                try ConversionOutputs.add(
+                    try await source.provide(passphrase: try passphrase.source()), format: .der, to: &outputs)
             }
             try AtomicFileSet.ensureDirectory(outDir)
             AtomicFileSet.removeStaleStagingFiles(in: outDir)

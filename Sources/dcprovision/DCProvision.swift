@@ -15,7 +15,8 @@ struct DCProvision: AsyncParsableCommand {
             """,
         version: "0.1.0",
         subcommands: [
-            Demo.self, Send.self, HandleURL.self, Register.self, Unregister.self, Status.self, Convert.self, Inspect.self,
+            Demo.self, Send.self, HandleURL.self, Register.self, Unregister.self, Status.self, Convert.self,
+            Inspect.self,
             Providers.self, TestCACommand.self, Tokens.self, Objects.self,
         ]
     )
@@ -72,7 +73,9 @@ struct PassphraseOptions: ParsableArguments {
 
     func source() throws -> any PassphraseSource {
         if let passphraseFile { return FixedPassphrase(try SecretInput.read(file: passphraseFile)) }
-        if let passphraseFd { return FixedPassphrase(try SecretInput.read(descriptor: passphraseFd, subject: "fd \(passphraseFd)")) }
+        if let passphraseFd {
+            return FixedPassphrase(try SecretInput.read(descriptor: passphraseFd, subject: "fd \(passphraseFd)"))
+        }
         if passphrasePrompt { return TerminalPassphrase() }
         return NoPassphrase()
     }

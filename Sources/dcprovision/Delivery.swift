@@ -17,19 +17,24 @@ struct ProviderConfig: Codable {
 
     static func load(_ locations: DeliveryLocations = DeliveryLocations()) throws -> ProviderConfig {
         guard let data = FileManager.default.contents(atPath: path(locations)) else {
-            throw DCError(.fileNotFound, "the provider is not registered", subject: path(locations), hint: "run dcprovision register")
+            throw DCError(
+                .fileNotFound, "the provider is not registered", subject: path(locations),
+                hint: "run dcprovision register")
         }
         return try JSONDecoder().decode(ProviderConfig.self, from: data)
     }
 }
 
-var selfPath: String { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0] }
+var selfPath: String {
+    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+}
 
 /// A service that opens delivery URLs with the client's registered handler (refusing a hijacker)
 /// and forwards the handler's output.
 func service(brand: String, scheme: String) throws -> CredentialService {
     try CredentialService(brand: brand, callbackScheme: scheme) { url, registration in
-        try await SchemeHandlers().openForwardingOutput(url, scheme: registration.scheme, expectedExecutable: registration.executable)
+        try await SchemeHandlers().openForwardingOutput(
+            url, scheme: registration.scheme, expectedExecutable: registration.executable)
     }
 }
 
@@ -45,7 +50,8 @@ struct Register: AsyncParsableCommand {
             let scheme = try SchemeHandlers.normalize(scheme: scheme)
             let (provider, options) = try source.resolve(ProviderDirectory.registry())
             let locations = DeliveryLocations()
-            let config = ProviderConfig(scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options)
+            let config = ProviderConfig(
+                scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options)
             let directory = (ProviderConfig.path(locations) as NSString).deletingLastPathComponent
             try AtomicFileSet.ensureDirectory(directory)
             var files = AtomicFileSet(directory: directory)
@@ -53,7 +59,8 @@ struct Register: AsyncParsableCommand {
             try files.commit(replacingExisting: true)
             try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcprovision (\(brand))")
             try Registrations.publish(
-                ProviderRegistration(scheme: scheme, brand: brand, executable: selfPath), at: locations.providerRegistration(scheme))
+                ProviderRegistration(scheme: scheme, brand: brand, executable: selfPath),
+                at: locations.providerRegistration(scheme))
             print("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
         }
     }
@@ -86,7 +93,10 @@ struct HandleURL: AsyncParsableCommand {
             case .new(let client, _):
                 let clients = locations.registrations + "/clients"
                 let names = (try? FileManager.default.contentsOfDirectory(atPath: clients)) ?? []
-                guard let registration = try names.sorted().compactMap({ try Registrations.read(ClientRegistration.self, at: clients + "/" + $0) })
+                guard
+                    let registration = try names.sorted().compactMap({
+                        try Registrations.read(ClientRegistration.self, at: clients + "/" + $0)
+                    })
                     .first(where: { $0.clientId == client })
                 else { throw DCError(.missingClient, "no registered client '\(client)'") }
                 print("dcprovision: request from client \(client); issuing with provider '\(config.provider)'")
@@ -110,7 +120,8 @@ struct HandleURL: AsyncParsableCommand {
 }
 
 struct Send: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Send a credential from a source to a registered managed client.")
+    static let configuration = CommandConfiguration(
+        abstract: "Send a credential from a source to a registered managed client.")
     @OptionGroup(title: "Source") var source: SourceOptions
     @Option(help: "The credential's name (default: the provider's suggestion).") var name: String?
     @Option(help: "The credential's serial number.") var serial: String?
@@ -118,7 +129,8 @@ struct Send: AsyncParsableCommand {
     @Option(help: "The provider's brand.") var brand: String
     @Option(help: "The provider's callback scheme (results come back here).") var callbackScheme: String
     @Option(help: "The managed client's scheme.") var clientScheme: String
-    @Flag(help: "If the client is locked, seal and queue the delivery until it announces availability.") var queue = false
+    @Flag(help: "If the client is locked, seal and queue the delivery until it announces availability.") var queue =
+        false
     @OptionGroup var passphrase: PassphraseOptions
 
     func run() async throws {
@@ -136,7 +148,10 @@ struct Send: AsyncParsableCommand {
             let provided = try await source.provide(passphrase: try passphrase.source())
             let credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
             _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: callbackScheme))
-                .send(credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), queueIfUnavailable: queue) { print($0) }
+                .send(
+                    credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme),
+                    queueIfUnavailable: queue
+                ) { print($0) }
         }
     }
 }
@@ -151,7 +166,9 @@ struct Status: AsyncParsableCommand {
             let formatter = ISO8601DateFormatter()
             for record in records {
                 let state = record.outcome ?? (record.queuedURL != nil ? "queued" : "pending")
-                print("\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(record.credentialName.escapingControlCharacters)  \(state)")
+                print(
+                    "\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(record.credentialName.escapingControlCharacters)  \(state)"
+                )
             }
         }
     }

@@ -24,14 +24,18 @@ struct Demo: AsyncParsableCommand {
             let sandbox = String(cString: made)
             defer { if !keep { try? FileManager.default.removeItem(atPath: sandbox) } }
             let environment = [
-                "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config", "XDG_DATA_HOME": sandbox + "/home/.local/share",
+                "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config",
+                "XDG_DATA_HOME": sandbox + "/home/.local/share",
                 "XDG_STATE_HOME": sandbox + "/home/.local/state", "XDG_CONFIG_DIRS": sandbox + "/etc/xdg",
-                "XDG_DATA_DIRS": sandbox + "/usr/share", "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+                "XDG_DATA_DIRS": sandbox + "/usr/share",
+                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
             ]
             let dcprovision = selfPath
             let dcclient = (dcprovision as NSString).deletingLastPathComponent + "/dcclient"
             guard FileManager.default.isExecutableFile(atPath: dcclient) else {
-                throw DCError(.fileNotFound, "dcclient is not next to dcprovision", subject: dcclient, hint: "build both: swift build")
+                throw DCError(
+                    .fileNotFound, "dcclient is not next to dcprovision", subject: dcclient,
+                    hint: "build both: swift build")
             }
             let passphrase = sandbox + "/client-passphrase"
             try Data((UUID().uuidString + "\n").utf8).write(to: URL(fileURLWithPath: passphrase))
@@ -39,7 +43,9 @@ struct Demo: AsyncParsableCommand {
 
             print("Derived-credential round trip in a sandbox (\(sandbox))\n")
             var step = 0
-            func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil) async throws {
+            func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil)
+                async throws
+            {
                 step += 1
                 print("\(step). \(title)")
                 let shown = arguments.map { argument -> String in
@@ -47,7 +53,8 @@ struct Demo: AsyncParsableCommand {
                     return text.contains(" ") ? "'\(text)'" : text
                 }
                 print("   $ \((executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
-                let outcome = try await ChildProcess.run(executable, arguments: arguments, environment: environment, limits: .init(timeout: .seconds(60)))
+                let outcome = try await ChildProcess.run(
+                    executable, arguments: arguments, environment: environment, limits: .init(timeout: .seconds(60)))
                 for line in String(decoding: outcome.stdout + outcome.stderr, as: UTF8.self).split(separator: "\n") {
                     print("   " + line.replacingOccurrences(of: sandbox, with: "$SANDBOX"))
                 }
@@ -60,32 +67,49 @@ struct Demo: AsyncParsableCommand {
             try await run("A test CA for the provider", dcprovision, ["testca", "init", sandbox + "/ca"])
             try await run(
                 "The managed client sets up its encrypted store and publishes its registration", dcclient,
-                ["init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision", "--passphrase-file", passphrase])
+                [
+                    "init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
+                    "--passphrase-file", passphrase,
+                ])
             try await run("The client registers as the handler of org.example.dcclient:", dcclient, ["register"])
             try await run(
                 "The provider registers as the handler of org.example.dcprovision:", dcprovision,
-                ["register", "--scheme", "org.example.dcprovision", "--brand", "Example Provider", "--testca", sandbox + "/ca",
-                 "--option", "common-name=Demo User", "--option", "escrow-history=2"])
+                [
+                    "register", "--scheme", "org.example.dcprovision", "--brand", "Example Provider", "--testca",
+                    sandbox + "/ca",
+                    "--option", "common-name=Demo User", "--option", "escrow-history=2",
+                ])
             try await run(
                 "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
                 dcclient, ["request"])
             try await run("What the client holds (no key material is ever printed)", dcclient, ["list"])
             try await run("The client locks its secure services", dcclient, ["lock"])
             try await run(
-                "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)", dcprovision,
-                ["send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--callback-scheme", "org.example.dcprovision",
-                 "--client-scheme", "org.example.dcclient"], expectFailure: 69)
+                "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
+                dcprovision,
+                [
+                    "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--callback-scheme",
+                    "org.example.dcprovision",
+                    "--client-scheme", "org.example.dcclient",
+                ], expectFailure: 69)
             try await run(
                 "The same send with --queue: sealed and spooled now, queued until the client is available", dcprovision,
-                ["send", "--queue", "--testca", sandbox + "/ca", "--option", "common-name=Demo User", "--name", "Demo credential, renewed",
-                 "--brand", "Example Provider", "--callback-scheme", "org.example.dcprovision", "--client-scheme", "org.example.dcclient"])
+                [
+                    "send", "--queue", "--testca", sandbox + "/ca", "--option", "common-name=Demo User", "--name",
+                    "Demo credential, renewed",
+                    "--brand", "Example Provider", "--callback-scheme", "org.example.dcprovision", "--client-scheme",
+                    "org.example.dcclient",
+                ])
             try await run(
-                "The client unlocks and announces availability; the queued credential replaces the old one atomically", dcclient,
+                "The client unlocks and announces availability; the queued credential replaces the old one atomically",
+                dcclient,
                 ["unlock", "--passphrase-file", passphrase])
             try await run("What the client holds now", dcclient, ["list"])
             try await run("The provider's record of its sends", dcprovision, ["status"])
             let elapsed = ContinuousClock.now - started
-            print("Done in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))).\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")")
+            print(
+                "Done in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))).\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"
+            )
         }
     }
 }

@@ -17,7 +17,9 @@ struct Inspect: AsyncParsableCommand {
 
     @OptionGroup(title: "Source") var source: SourceOptions
 
-    @Option(name: .customLong("trust-anchor"), help: ArgumentHelp("A CA certificate to chain to (repeatable).", valueName: "file"))
+    @Option(
+        name: .customLong("trust-anchor"),
+        help: ArgumentHelp("A CA certificate to chain to (repeatable).", valueName: "file"))
     var trustAnchors: [String] = []
 
     @Flag(help: "Treat warnings as errors.")
@@ -30,7 +32,9 @@ struct Inspect: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
 
     func validate() throws {
-        if source.isEmpty { throw ValidationError("give a source: --pem, --pkcs12, --manifest, --classify, --testca or --provider") }
+        if source.isEmpty {
+            throw ValidationError("give a source: --pem, --pkcs12, --manifest, --classify, --testca or --provider")
+        }
     }
 
     func run() async throws {
@@ -74,7 +78,8 @@ struct ReportTable {
             let warnings = row.findings.filter { $0.severity == .warning }.count
             let checks =
                 errors + warnings == 0
-                ? "ok" : [errors > 0 ? "\(errors) error(s)" : nil, warnings > 0 ? "\(warnings) warning(s)" : nil]
+                ? "ok"
+                : [errors > 0 ? "\(errors) error(s)" : nil, warnings > 0 ? "\(warnings) warning(s)" : nil]
                     .compactMap { $0 }.joined(separator: ", ")
             let tag = row.historyIndex.map { "\(row.tag) (history \($0))" } ?? row.tag.rawValue
             let name = showNames ? [row.friendlyName.map { "\"\($0.escapingControlCharacters)\"" } ?? ""] : []

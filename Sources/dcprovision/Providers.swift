@@ -27,12 +27,15 @@ struct Providers: AsyncParsableCommand {
                         var quick = exec
                         quick.limits.timeout = .seconds(5)
                         let descriptor = try await quick.describe()
-                        listings.append(Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, descriptor: descriptor))
+                        listings.append(
+                            Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, descriptor: descriptor))
                     } catch {
-                        listings.append(Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, problem: "\(error)"))
+                        listings.append(
+                            Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, problem: "\(error)"))
                     }
                 } else {
-                    listings.append(Listing(id: provider.descriptor.id, kind: "built-in", descriptor: provider.descriptor))
+                    listings.append(
+                        Listing(id: provider.descriptor.id, kind: "built-in", descriptor: provider.descriptor))
                 }
             }
             if json {
@@ -47,7 +50,8 @@ struct Providers: AsyncParsableCommand {
                 if let path = listing.path { print("    path: \(path.escapingControlCharacters)") }
                 if let problem = listing.problem { print("    problem: \(problem.escapingControlCharacters)") }
                 for option in listing.descriptor?.options ?? [] {
-                    let flags = [option.required ? "required" : nil, option.repeatable ? "repeatable" : nil].compactMap { $0 }
+                    let flags = [option.required ? "required" : nil, option.repeatable ? "repeatable" : nil].compactMap
+                    { $0 }
                     let suffix = flags.isEmpty ? "" : " (\(flags.joined(separator: ", ")))"
                     print("    --option \(option.name)=…  \(option.summary)\(suffix)".escapingControlCharacters)
                 }

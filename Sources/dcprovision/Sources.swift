@@ -10,15 +10,20 @@ import TestCAProvider
 /// Where a credential comes from (DESIGN.md §5 `<source>`): files through the PEM-file provider,
 /// the test CA, or any provider by id with `--option KEY=VALUE`.
 struct SourceOptions: ParsableArguments {
-    @Option(name: .customLong("pem"), help: ArgumentHelp("A tagged certificate (PEM, DER or PKCS#12) and key.", valueName: "TAG=CERT[,KEY]"))
+    @Option(
+        name: .customLong("pem"),
+        help: ArgumentHelp("A tagged certificate (PEM, DER or PKCS#12) and key.", valueName: "TAG=CERT[,KEY]"))
     var pem: [String] = []
 
-    @Option(name: .customLong("pkcs12"), help: ArgumentHelp("A PKCS#12 file, with --tag or as TAG=FILE.", valueName: "file"))
+    @Option(
+        name: .customLong("pkcs12"), help: ArgumentHelp("A PKCS#12 file, with --tag or as TAG=FILE.", valueName: "file")
+    )
     var pkcs12: [String] = []
 
     @Option(
         name: .customLong("tag"),
-        help: ArgumentHelp("The tag of each --pkcs12 FILE, in order; with --pkcs11, TAG=ID or TAG=pkcs11:URI.", valueName: "tag"))
+        help: ArgumentHelp(
+            "The tag of each --pkcs12 FILE, in order; with --pkcs11, TAG=ID or TAG=pkcs11:URI.", valueName: "tag"))
     var tags: [String] = []
 
     @Option(help: ArgumentHelp("A JSON manifest of tagged files.", valueName: "file"))
@@ -33,19 +38,29 @@ struct SourceOptions: ParsableArguments {
     @Option(help: ArgumentHelp("A PKCS#11 token (smart card), as an RFC 7512 URI.", valueName: "uri"))
     var pkcs11: String?
 
-    @Option(help: ArgumentHelp("With --pkcs11: piv (ids 01 authentication, 02 signing, 03 encryption, 05-18 escrow).", valueName: "layout"))
+    @Option(
+        help: ArgumentHelp(
+            "With --pkcs11: piv (ids 01 authentication, 02 signing, 03 encryption, 05-18 escrow).", valueName: "layout")
+    )
     var layout: String?
 
     @Flag(help: "With --pkcs11: derive new keys (SP 800-157), certified by --testca DIR or --provider CA.")
     var derive = false
 
-    @Option(name: .customLong("card-trust-anchor"), help: ArgumentHelp("With --derive: CA certificates the card's certificate must chain to.", valueName: "file"))
+    @Option(
+        name: .customLong("card-trust-anchor"),
+        help: ArgumentHelp("With --derive: CA certificates the card's certificate must chain to.", valueName: "file"))
     var cardTrustAnchors: [String] = []
 
-    @Option(name: .customLong("key-algorithm"), help: ArgumentHelp("With --derive: p256, p384, rsa2048, rsa3072 (default: as the card's).", valueName: "algorithm"))
+    @Option(
+        name: .customLong("key-algorithm"),
+        help: ArgumentHelp(
+            "With --derive: p256, p384, rsa2048, rsa3072 (default: as the card's).", valueName: "algorithm"))
     var keyAlgorithm: String?
 
-    @Option(name: .customLong("pkcs11-module"), help: ArgumentHelp("With --pkcs11: a module by p11-kit name or path.", valueName: "module"))
+    @Option(
+        name: .customLong("pkcs11-module"),
+        help: ArgumentHelp("With --pkcs11: a module by p11-kit name or path.", valueName: "module"))
     var pkcs11Modules: [String] = []
 
     @OptionGroup(title: "PIN (with --pkcs11)") var pin: PINOptions
@@ -63,7 +78,10 @@ struct SourceOptions: ParsableArguments {
         // With --derive, --testca or --provider names the CA rather than a second source.
         let issuer = derive ? 0 : [testca != nil, provider != nil].filter { $0 }.count
         let families = [usesFiles, pkcs11 != nil].filter { $0 }.count + issuer
-        if families > 1 { throw ValidationError("give files (--pem, --pkcs12, --manifest, --classify), --testca, --pkcs11 or --provider, not several") }
+        if families > 1 {
+            throw ValidationError(
+                "give files (--pem, --pkcs12, --manifest, --classify), --testca, --pkcs11 or --provider, not several")
+        }
         if pkcs11 == nil && (layout != nil || !pkcs11Modules.isEmpty || derive) {
             throw ValidationError("--layout, --derive and --pkcs11-module go with --pkcs11")
         }
@@ -71,7 +89,9 @@ struct SourceOptions: ParsableArguments {
             throw ValidationError("--derive needs the CA that certifies the new keys: --testca DIR or --provider ID")
         }
         if derive, let provider, provider.hasPrefix("exec:") {
-            throw ValidationError("with --derive, name the CA plug-in as NAME (dcprovider-NAME on DCPROVISION_PROVIDER_PATH), not exec:PATH")
+            throw ValidationError(
+                "with --derive, name the CA plug-in as NAME (dcprovider-NAME on DCPROVISION_PROVIDER_PATH), not exec:PATH"
+            )
         }
         if !derive && (!cardTrustAnchors.isEmpty || keyAlgorithm != nil) {
             throw ValidationError("--card-trust-anchor and --key-algorithm go with --derive")
@@ -142,7 +162,8 @@ enum ProviderDirectory {
 
     static func registry() -> ProviderRegistry {
         var registry = ProviderRegistry([PEMFileProvider(), TestCAProvider(), PKCS11Provider()])
-        for found in ExecProvider.discover(searchPath: searchPath) where (try? registry.provider(id: found.name)) == nil {
+        for found in ExecProvider.discover(searchPath: searchPath) where (try? registry.provider(id: found.name)) == nil
+        {
             registry.register(ExecProvider(path: found.path, id: found.name))
         }
         registry.register(DerivationProvider(registry: registry))

@@ -20,7 +20,8 @@ struct TestCACommand: AsyncParsableCommand {
         func run() async throws {
             try await runReportingErrors {
                 guard let algorithm = KeyAlgorithm(rawValue: algorithm) else {
-                    throw DCError(.usage, "unknown algorithm '\(algorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
+                    throw DCError(
+                        .usage, "unknown algorithm '\(algorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
                 }
                 let ca = try TestCA.initialize(at: directory, algorithm: algorithm, organization: organization)
                 print("test CA created in \(ca.directory.escapingControlCharacters) (\(algorithm))")
@@ -63,7 +64,9 @@ struct TestCACommand: AsyncParsableCommand {
                 try AtomicFileSet.ensureDirectory(outDir)
                 AtomicFileSet.removeStaleStagingFiles(in: outDir)
                 try files.commit(replacingExisting: force)
-                for name in files.names { print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters) }
+                for name in files.names {
+                    print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
+                }
             }
         }
     }

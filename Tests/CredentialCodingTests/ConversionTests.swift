@@ -1,8 +1,9 @@
-@testable import CredentialCoding
 import DerivedCredentials
 import Foundation
 import TestSupport
 import Testing
+
+@testable import CredentialCoding
 
 /// One accepted input form: how to make it with the openssl CLI, and what the openssl CLI says its
 /// DER certificate and PKCS#8 key are.
@@ -18,11 +19,15 @@ struct AcceptedForm: Sendable, CustomTestStringConvertible {
 
 private let f = OpenSSLFixtures.shared
 private func openssl(_ arguments: [String]) throws -> [UInt8] { try OpenSSLFixtures.openssl(arguments) }
-private func passFile(_ dir: TemporaryDirectory) throws -> String { try dir.write("pw-\(UUID().uuidString)", fixturePassphrase + "\n") }
+private func passFile(_ dir: TemporaryDirectory) throws -> String {
+    try dir.write("pw-\(UUID().uuidString)", fixturePassphrase + "\n")
+}
 private func certDER(_ path: String, _ inform: String = "PEM") throws -> [UInt8] {
     try openssl(["x509", "-in", path, "-inform", inform, "-outform", "DER"])
 }
-private func keyDER(_ path: String, _ dir: TemporaryDirectory, inform: String = "PEM", encrypted: Bool = false) throws -> [UInt8] {
+private func keyDER(_ path: String, _ dir: TemporaryDirectory, inform: String = "PEM", encrypted: Bool = false) throws
+    -> [UInt8]
+{
     var arguments = ["pkcs8", "-topk8", "-nocrypt", "-in", path, "-inform", inform, "-outform", "DER"]
     if encrypted { arguments += ["-passin", "file:\(try passFile(dir))"] }
     return try openssl(arguments)
@@ -40,7 +45,8 @@ private func pkcs12Expected(_ dir: TemporaryDirectory, _ path: String, legacy: B
         "p12leaf-\(UUID().uuidString).pem",
         try openssl(["pkcs12", "-in", path, "-clcerts", "-nokeys", "-passin", "file:\(pass)"] + extra))
     let caText = String(
-        decoding: try openssl(["pkcs12", "-in", path, "-cacerts", "-nokeys", "-passin", "file:\(pass)"] + extra), as: UTF8.self)
+        decoding: try openssl(["pkcs12", "-in", path, "-cacerts", "-nokeys", "-passin", "file:\(pass)"] + extra),
+        as: UTF8.self)
     var certificates = [try certDER(leafPEM)]
     if caText.contains("BEGIN CERTIFICATE") {
         certificates.append(try certDER(try dir.write("p12ca-\(UUID().uuidString).pem", caText)))
@@ -49,11 +55,14 @@ private func pkcs12Expected(_ dir: TemporaryDirectory, _ path: String, legacy: B
 }
 
 extension AcceptedForm {
-    static func certificate(_ name: String, _ make: @escaping @Sendable (TemporaryDirectory) throws -> String) -> AcceptedForm {
+    static func certificate(_ name: String, _ make: @escaping @Sendable (TemporaryDirectory) throws -> String)
+        -> AcceptedForm
+    {
         AcceptedForm(name: name, make: make, expected: { _, _ in ([try certDER(f.authentication.certificate)], nil) })
     }
     static func key(
-        _ name: String, source: String, encrypted: Bool = false, _ make: @escaping @Sendable (TemporaryDirectory) throws -> String
+        _ name: String, source: String, encrypted: Bool = false,
+        _ make: @escaping @Sendable (TemporaryDirectory) throws -> String
     ) -> AcceptedForm {
         AcceptedForm(
             name: name, make: make,
@@ -67,7 +76,8 @@ extension AcceptedForm {
         .certificate("certificate PEM") { _ in f.authentication.certificate },
         .certificate("certificate DER") { dir in try dir.write("c.der", try certDER(f.authentication.certificate)) },
         .certificate("certificate PEM with CRLF line endings") { dir in
-            try dir.write("crlf.pem", try readText(f.authentication.certificate).replacingOccurrences(of: "\n", with: "\r\n"))
+            try dir.write(
+                "crlf.pem", try readText(f.authentication.certificate).replacingOccurrences(of: "\n", with: "\r\n"))
         },
         .certificate("certificate PEM with Bag Attributes and a comment") { dir in
             try dir.write(
@@ -95,23 +105,32 @@ extension AcceptedForm {
         },
         .key("encrypted PKCS#8 PEM (AES-256, PBKDF2)", source: "ec", encrypted: true) { dir in
             try dir.write(
-                "enc.pem", try openssl(["pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(try passFile(dir))"]))
+                "enc.pem",
+                try openssl(["pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(try passFile(dir))"]))
         },
         .key("encrypted PKCS#8 DER", source: "rsa", encrypted: true) { dir in
             try dir.write(
                 "enc.der",
-                try openssl(["pkcs8", "-topk8", "-in", f.encryption.key, "-outform", "DER", "-passout", "file:\(try passFile(dir))"]))
+                try openssl([
+                    "pkcs8", "-topk8", "-in", f.encryption.key, "-outform", "DER", "-passout",
+                    "file:\(try passFile(dir))",
+                ]))
         },
         .key("encrypted PKCS#8 PEM (PBES1 3DES)", source: "ec", encrypted: true) { dir in
             try dir.write(
                 "enc3des.pem",
                 try openssl(
-                    ["pkcs8", "-topk8", "-v1", "PBE-SHA1-3DES", "-in", f.authentication.key, "-passout", "file:\(try passFile(dir))"]))
+                    [
+                        "pkcs8", "-topk8", "-v1", "PBE-SHA1-3DES", "-in", f.authentication.key, "-passout",
+                        "file:\(try passFile(dir))",
+                    ]))
         },
         .key("legacy Proc-Type encrypted RSA (AES-256)", source: "rsa", encrypted: true) { dir in
             try dir.write(
                 "legacy-rsa.pem",
-                try openssl(["rsa", "-in", f.encryption.key, "-aes256", "-traditional", "-passout", "file:\(try passFile(dir))"]))
+                try openssl([
+                    "rsa", "-in", f.encryption.key, "-aes256", "-traditional", "-passout", "file:\(try passFile(dir))",
+                ]))
         },
         .key("legacy Proc-Type encrypted EC (DES-EDE3-CBC)", source: "ec", encrypted: true) { dir in
             try dir.write(
@@ -155,7 +174,9 @@ extension AcceptedForm {
                     "bundle.pem",
                     try readText(f.ca.certificate) + readText(f.signing.key) + readText(f.signing.certificate))
             },
-            expected: { dir, _ in ([try certDER(f.signing.certificate), try certDER(f.ca.certificate)], try keyDER(f.signing.key, dir)) }),
+            expected: { dir, _ in
+                ([try certDER(f.signing.certificate), try certDER(f.ca.certificate)], try keyDER(f.signing.key, dir))
+            }),
     ]
 }
 
@@ -184,7 +205,8 @@ struct ConversionTests {
         var key = try DERTree(parsing: document.blocks[1].der)
         guard case .constructed(let id, let children) = key else { throw DERTree.Malformed() }
         key = .constructed(id, children.filter { if case .constructed(0xA0, _) = $0 { false } else { true } })
-        let stripped = try dir.write("stripped.pem", pem("EC PARAMETERS", parameters) + pem("EC PRIVATE KEY", key.encoded))
+        let stripped = try dir.write(
+            "stripped.pem", pem("EC PARAMETERS", parameters) + pem("EC PRIVATE KEY", key.encoded))
         let material = try CredentialReader().read(file: stripped)
         #expect(material.privateKey?.withPKCS8DER { Array($0) } == (try keyDER(original, dir)))
         // Without the parameters block the key has no curve and is refused.
@@ -199,7 +221,10 @@ struct ConversionTests {
         let empty = try dir.write("empty.txt", "\n")
         let input = try dir.write(
             "empty.p12",
-            try openssl(["pkcs12", "-export", "-inkey", f.authentication.key, "-in", f.authentication.certificate, "-passout", "file:\(empty)"]))
+            try openssl([
+                "pkcs12", "-export", "-inkey", f.authentication.key, "-in", f.authentication.certificate, "-passout",
+                "file:\(empty)",
+            ]))
         let material = try CredentialReader().read(file: input)
         #expect(material.certificates.first?.derBytes == (try certDER(f.authentication.certificate)))
         #expect(material.privateKey != nil)
@@ -215,7 +240,8 @@ struct ConversionTests {
                 "pkcs12", "-export", "-inkey", f.authentication.key, "-in", f.authentication.certificate, "-name",
                 "Alice\u{1B}[31m", "-passout", "file:\(try passFile(dir))",
             ]))
-        let material = try CredentialReader(passphrase: FixedPassphrase(SecretBytes(Array(fixturePassphrase.utf8)))).read(file: input)
+        let material = try CredentialReader(passphrase: FixedPassphrase(SecretBytes(Array(fixturePassphrase.utf8))))
+            .read(file: input)
         #expect(material.friendlyNames.contains("Alice\u{1B}[31m"))
         #expect(material.friendlyNames.map(\.escapingControlCharacters).contains("Alice\\u{1b}[31m"))
     }

@@ -10,7 +10,8 @@ private func recipient(_ algorithm: KeyAlgorithm) throws -> (key: PrivateKey, ce
     let certificate = try CertificateSigner(selfSigningWith: key).issue(
         CertificateProfile(
             subject: DistinguishedName([.init("CN", "dcclient")]), notBefore: Date(),
-            notAfter: Date().addingTimeInterval(86400), keyUsage: algorithm.isEC ? KeyUsage.keyAgreement : KeyUsage.keyEncipherment),
+            notAfter: Date().addingTimeInterval(86400),
+            keyUsage: algorithm.isEC ? KeyUsage.keyAgreement : KeyUsage.keyEncipherment),
         for: key)
     return (key, certificate)
 }
@@ -40,12 +41,15 @@ struct SealingTests {
         let opened = try OpenSSLFixtures.openssl(
             ["cms", "-decrypt", "-inform", "DER", "-in", sealedFile, "-recip", certificateFile, "-inkey", keyFile])
         #expect(opened == Self.message.withUnsafeBytes { Array($0) })
-        let printed = String(decoding: try OpenSSLFixtures.openssl(["cms", "-cmsout", "-print", "-inform", "DER", "-in", sealedFile]), as: UTF8.self)
+        let printed = String(
+            decoding: try OpenSSLFixtures.openssl(["cms", "-cmsout", "-print", "-inform", "DER", "-in", sealedFile]),
+            as: UTF8.self)
         #expect(printed.contains("id-smime-ct-authEnvelopedData"))
         let plain = try dir.write("plain.txt", "from openssl")
         let theirs = try OpenSSLFixtures.openssl(
             ["cms", "-encrypt", "-aes-256-gcm", "-binary", "-recip", certificateFile, "-in", plain, "-outform", "DER"])
-        #expect(try Sealing.open(theirs, with: key, certificate: certificate) == SecretBytes(Array("from openssl".utf8)))
+        #expect(
+            try Sealing.open(theirs, with: key, certificate: certificate) == SecretBytes(Array("from openssl".utf8)))
         // Plain EnvelopedData (CBC, no authentication) is refused.
         let unauthenticated = try OpenSSLFixtures.openssl(
             ["cms", "-encrypt", "-aes-256-cbc", "-binary", "-recip", certificateFile, "-in", plain, "-outform", "DER"])
@@ -66,6 +70,8 @@ struct SealingTests {
         #expect(refusedFlips == 20)
         #expect(throws: DCError.self) { try Sealing.open(sealed, with: otherKey, certificate: otherCertificate) }
         #expect(throws: DCError.self) { try Sealing.open(sealed + [0], with: key, certificate: certificate) }
-        #expect(throws: DCError.self) { try Sealing.open(sealed, with: key, certificate: certificate, maximumSize: 100) }
+        #expect(throws: DCError.self) {
+            try Sealing.open(sealed, with: key, certificate: certificate, maximumSize: 100)
+        }
     }
 }

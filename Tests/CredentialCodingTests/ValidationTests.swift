@@ -42,7 +42,8 @@ struct ProfileCase: Sendable, CustomTestStringConvertible {
     var testDescription: String { name }
 
     static let all: [ProfileCase] = [
-        ProfileCase(name: "authentication without keyUsage", tag: .authentication, keyUsage: nil, expected: "key-usage-missing"),
+        ProfileCase(
+            name: "authentication without keyUsage", tag: .authentication, keyUsage: nil, expected: "key-usage-missing"),
         ProfileCase(
             name: "authentication with keyEncipherment only", tag: .authentication, key: .rsa2048,
             keyUsage: "critical,keyEncipherment", expected: "key-usage-insufficient", also: ["key-usage-extra"]),
@@ -54,21 +55,26 @@ struct ProfileCase: Sendable, CustomTestStringConvertible {
             name: "RSA encryption with keyAgreement instead of keyEncipherment", tag: .encryption, key: .rsa2048,
             keyUsage: "critical,keyAgreement", expected: "key-usage-insufficient", also: ["key-usage-extra"]),
         ProfileCase(
-            name: "end entity with keyCertSign", tag: .authentication, keyUsage: "critical,digitalSignature,keyCertSign",
+            name: "end entity with keyCertSign", tag: .authentication,
+            keyUsage: "critical,digitalSignature,keyCertSign",
             expected: "key-usage-ca"),
         ProfileCase(
             name: "authentication with an extra usage", tag: .authentication,
             keyUsage: "critical,digitalSignature,keyEncipherment", expected: "key-usage-extra", severity: .warning),
         ProfileCase(
-            name: "authentication with only emailProtection EKU", tag: .authentication, extendedKeyUsage: "emailProtection",
+            name: "authentication with only emailProtection EKU", tag: .authentication,
+            extendedKeyUsage: "emailProtection",
             expected: "eku-mismatch"),
         ProfileCase(
-            name: "signing with only clientAuth EKU", tag: .signing, keyUsage: "critical,digitalSignature,nonRepudiation",
+            name: "signing with only clientAuth EKU", tag: .signing,
+            keyUsage: "critical,digitalSignature,nonRepudiation",
             extendedKeyUsage: "clientAuth", expected: "eku-mismatch"),
         ProfileCase(
             name: "encryption with serverAuth EKU", tag: .encryption, keyUsage: "critical,keyAgreement",
             extendedKeyUsage: "serverAuth", expected: "eku-mismatch"),
-        ProfileCase(name: "CA:TRUE end entity", tag: .authentication, basicConstraints: "critical,CA:TRUE", expected: "ca-certificate"),
+        ProfileCase(
+            name: "CA:TRUE end entity", tag: .authentication, basicConstraints: "critical,CA:TRUE",
+            expected: "ca-certificate"),
         ProfileCase(
             name: "unknown critical extension", tag: .authentication, extra: ["1.3.6.1.4.1.99999.1=critical,ASN1:NULL"],
             expected: "unknown-critical-extension", also: ["chain-untrusted"]),
@@ -98,7 +104,8 @@ struct ValidationTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let pair = try OpenSSLFixtures.issue(
-            name: "case", key: profile.key, by: f.ca, keyUsage: profile.keyUsage, extendedKeyUsage: profile.extendedKeyUsage,
+            name: "case", key: profile.key, by: f.ca, keyUsage: profile.keyUsage,
+            extendedKeyUsage: profile.extendedKeyUsage,
             basicConstraints: profile.basicConstraints, extra: profile.extra, digest: profile.digest, in: dir)
         let verdict = CredentialValidator(trustAnchors: try anchors()).validate(entries: [try entry(pair, profile.tag)])
         let matching = verdict.findings.filter { $0.code.rawValue == profile.expected }
@@ -113,7 +120,8 @@ struct ValidationTests {
     func keyMismatch() throws {
         let good = try entry(f.authentication, .authentication)
         let other = try entry(f.escrow, .escrow)
-        let mixed = try CredentialEntry(tag: .authentication, certificate: good.certificate, privateKey: other.privateKey)
+        let mixed = try CredentialEntry(
+            tag: .authentication, certificate: good.certificate, privateKey: other.privateKey)
         let verdict = CredentialValidator().validate(entries: [mixed])
         #expect(verdict.findings.map(\.code) == ["key-mismatch"])
     }
@@ -156,7 +164,9 @@ struct ValidationTests {
 
     @Test("The report lists every row and encodes to JSON")
     func report() throws {
-        let entries = [try entry(f.authentication, .authentication), try entry(f.escrow, .escrow, history: f.escrowHistory)]
+        let entries = [
+            try entry(f.authentication, .authentication), try entry(f.escrow, .escrow, history: f.escrowHistory),
+        ]
         let verdict = CredentialValidator().validate(entries: entries)
         let report = try InspectionReport(entries: entries, verdict: verdict, strict: false)
         #expect(report.rows.map(\.tag) == [.authentication, .escrow, .escrow, .escrow])

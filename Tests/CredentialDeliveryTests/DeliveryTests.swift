@@ -27,9 +27,13 @@ struct DeliveryURLTests {
         for message in messages {
             let url = message.url(scheme: "org.example.dc")
             #expect(try DeliveryMessage.parse(url, scheme: "org.example.dc") == message)
-            #expect(try DeliveryMessage.parse(url.replacingOccurrences(of: ":/", with: ":///"), scheme: "org.example.dc") == message)
+            #expect(
+                try DeliveryMessage.parse(url.replacingOccurrences(of: ":/", with: ":///"), scheme: "org.example.dc")
+                    == message)
         }
-        #expect(DeliveryMessage.new(client: "c", request: request).url(scheme: "x.y") == "x.y:/new?v=1&client=c&request=\(request)")
+        #expect(
+            DeliveryMessage.new(client: "c", request: request).url(scheme: "x.y")
+                == "x.y:/new?v=1&client=c&request=\(request)")
     }
 
     @Test(
@@ -48,7 +52,8 @@ struct DeliveryURLTests {
             "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)",
             "org.example.dc:/../deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)",
             "other.scheme:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)",
-            "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)&pad=" + String(repeating: "a", count: 200_000),
+            "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)&pad="
+                + String(repeating: "a", count: 200_000),
             "org.example.dc:/new?v=1&client=d%63client&request=\(request)",
             "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)\u{0}",
         ])
@@ -83,7 +88,8 @@ struct DeliveryPayloadTests {
         let clientKey = try KeyGeneration.generate(.p256)
         let clientCertificate = try CertificateSigner(selfSigningWith: clientKey).issue(
             CertificateProfile(
-                subject: DistinguishedName([.init("CN", "dcclient")]), notBefore: Date(), notAfter: Date().addingTimeInterval(86400),
+                subject: DistinguishedName([.init("CN", "dcclient")]), notBefore: Date(),
+                notAfter: Date().addingTimeInterval(86400),
                 keyUsage: KeyUsage.keyAgreement), for: clientKey)
         let spool = Spool(directory: dir.file("spool"))
         let original = try payload()
@@ -94,7 +100,8 @@ struct DeliveryPayloadTests {
         stat(spool.directory, &info)
         #expect(info.st_mode & 0o777 == 0o700)
         let opened = try DeliveryPayload.decode(
-            try Sealing.open(try spool.read(request: request, digest: written), with: clientKey, certificate: clientCertificate))
+            try Sealing.open(
+                try spool.read(request: request, digest: written), with: clientKey, certificate: clientCertificate))
         #expect(opened.credential == original.credential)
         #expect(throws: DCError.self) { try spool.read(request: request, digest: digest) }  // wrong digest
         spool.remove(request: request)
@@ -121,9 +128,26 @@ struct DeliveryPayloadTests {
         let target = try dir.write("target", sealed)
         chmod(target, 0o600)
         try check("a", { symlink(target, $0) }, .invalid)
-        try check("b", { path in _ = try dir.write((path as NSString).lastPathComponent, sealed); chmod(path, 0o644) }, .invalid)
-        try check("c", { path in _ = try dir.write((path as NSString).lastPathComponent, sealed); chmod(path, 0o600); chown(path, 65534, 65534) }, .invalid)
-        try check("d", { path in _ = try dir.write((path as NSString).lastPathComponent, [UInt8](repeating: 0, count: Spool.maximumFileSize + 1)); chmod(path, 0o600) }, .inputTooLarge)
+        try check(
+            "b",
+            { path in
+                _ = try dir.write((path as NSString).lastPathComponent, sealed)
+                chmod(path, 0o644)
+            }, .invalid)
+        try check(
+            "c",
+            { path in
+                _ = try dir.write((path as NSString).lastPathComponent, sealed)
+                chmod(path, 0o600)
+                chown(path, 65534, 65534)
+            }, .invalid)
+        try check(
+            "d",
+            { path in
+                _ = try dir.write(
+                    (path as NSString).lastPathComponent, [UInt8](repeating: 0, count: Spool.maximumFileSize + 1))
+                chmod(path, 0o600)
+            }, .inputTooLarge)
         try check("e", { _ in }, .notReady)
     }
 

@@ -16,9 +16,12 @@ struct ProtocolVectorTests {
             DeliveryMessage.new(client: "dcclient", request: Self.request).url(scheme: "org.example.provider")
                 == "org.example.provider:/new?v=1&client=dcclient&request=00112233445566778899aabbccddeeff")
         #expect(
-            DeliveryMessage.deliver(client: "dcclient", request: Self.request, digest: Digests.hex(Digests.sha256(Array("sealed".utf8))))
-                .url(scheme: "org.example.dcclient")
-                == "org.example.dcclient:/deliver?v=1&client=dcclient&request=00112233445566778899aabbccddeeff&digest=c9d0036bed6744bcdf692fc980d8717d7e5f5a4f4e8266b4a84982602fb1cd09")
+            DeliveryMessage.deliver(
+                client: "dcclient", request: Self.request, digest: Digests.hex(Digests.sha256(Array("sealed".utf8)))
+            )
+            .url(scheme: "org.example.dcclient")
+                == "org.example.dcclient:/deliver?v=1&client=dcclient&request=00112233445566778899aabbccddeeff&digest=c9d0036bed6744bcdf692fc980d8717d7e5f5a4f4e8266b4a84982602fb1cd09"
+        )
     }
 
     @Test("Result MAC")

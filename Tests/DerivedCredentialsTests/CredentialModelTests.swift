@@ -56,7 +56,9 @@ struct CredentialModelTests {
             ("Alice", "1", true, [], .noEntries),
             ("Alice", "1", true, [.signing, .authentication, .signing], .duplicateTag),
         ])
-    func creationRules(name: String, serial: String, hasDate: Bool, tags: [CredentialTag], expected: DCError.Code) throws {
+    func creationRules(name: String, serial: String, hasDate: Bool, tags: [CredentialTag], expected: DCError.Code)
+        throws
+    {
         let entries = try tags.map { try entry($0) }
         let failure = code {
             _ = try Credential(

@@ -33,13 +33,15 @@ struct World {
         locations = DeliveryLocations(environment: ["HOME": dir.file("home")])
         client = ManagedClient(locations: locations)
         try client.initialize(
-            clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider", executable: "/usr/bin/dcclient",
+            clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider",
+            executable: "/usr/bin/dcclient",
             passphrase: passphrase)
         let client = client
         let deliveries = deliveries
         var serviceBox: CredentialService?
         let holder = ServiceHolder()
-        service = try CredentialService(brand: "Example", callbackScheme: "org.example.provider", locations: locations) { url, _ in
+        service = try CredentialService(brand: "Example", callbackScheme: "org.example.provider", locations: locations)
+        { url, _ in
             deliveries.append(url)
             guard deliver else { return }
             let handled = try client.handleDelivery(url)
@@ -54,14 +56,15 @@ struct World {
         try ca.issue(request).credential()
     }
 
-    func validator() -> CredentialValidator { CredentialValidator(trustAnchors: [ca.rootCertificate], intermediates: [ca.issuingCertificate]) }
+    func validator() -> CredentialValidator {
+        CredentialValidator(trustAnchors: [ca.rootCertificate], intermediates: [ca.issuingCertificate])
+    }
 }
 
 final class ServiceHolder: @unchecked Sendable {
     // Set once before any send; read afterwards.
     var service: CredentialService?
 }
-
 
 @Suite("Send pipeline: the AppConnect semantics")
 struct SendPipelineTests {
@@ -88,34 +91,48 @@ struct SendPipelineTests {
     @Test("Service creation fails on an empty brand or an invalid scheme, and lowercases the scheme")
     func serviceCreation() throws {
         let opener: CredentialService.Opener = { _, _ in }
-        #expect(throws: DCError.self) { try CredentialService(brand: " ", callbackScheme: "org.example.p", open: opener) }
+        #expect(throws: DCError.self) {
+            try CredentialService(brand: " ", callbackScheme: "org.example.p", open: opener)
+        }
         for bad in ["", "1abc", "a b", "a_b"] {
             #expect(throws: DCError.self) { try CredentialService(brand: "B", callbackScheme: bad, open: opener) }
         }
-        #expect(try CredentialService(brand: "B", callbackScheme: "Org.Example.P", open: opener).callbackScheme == "org.example.p")
+        #expect(
+            try CredentialService(brand: "B", callbackScheme: "Org.Example.P", open: opener).callbackScheme
+                == "org.example.p")
     }
 
-    @Test("Send errors carry the AppConnect codes: missingClient -1003, oldClient -1004, serviceUnavailable -1002, invalid -1001")
+    @Test(
+        "Send errors carry the AppConnect codes: missingClient -1003, oldClient -1004, serviceUnavailable -1002, invalid -1001"
+    )
     func sendErrors() async throws {
         let world = try World()
         defer { world.dir.remove() }
         let credential = try world.credential()
-        #expect(await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.nobody") } == .missingClient)
+        #expect(
+            await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.nobody") }
+                == .missingClient)
         try world.client.lock()
-        let locked = await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+        let locked = await thrownCode {
+            _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        }
         #expect(locked == .serviceUnavailable)
         #expect(locked?.appConnectValue == -1002)
         #expect(world.deliveries.all.isEmpty)  // refused before anything was sealed or sent
         try world.client.unlock(passphrase: world.passphrase)
         let expired = try world.credential(TestCAIssueRequest(tags: [.authentication], negative: .expired))
-        let invalid = await thrownCode { _ = try await world.service.send(expired, clientScheme: "org.example.dcclient") }
+        let invalid = await thrownCode {
+            _ = try await world.service.send(expired, clientScheme: "org.example.dcclient")
+        }
         #expect(invalid == .invalid)
         #expect(invalid?.appConnectValue == -1001)
         let path = world.locations.clientRegistration("org.example.dcclient")
         var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
         registration.protocolVersion = 0
         try Registrations.publish(registration, at: path)
-        #expect(await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }?.appConnectValue == -1004)
+        #expect(
+            await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }?
+                .appConnectValue == -1004)
     }
 
     @Test("A send installs the credential; a newer one replaces it; nothing of the payload is left in the spool")
@@ -123,24 +140,29 @@ struct SendPipelineTests {
         let world = try World()
         defer { world.dir.remove() }
         let first = try world.credential(TestCAIssueRequest(commonName: "First", escrowHistory: 2))
-        let receipt = try await world.service.send(first, clientScheme: "org.example.dcclient", validator: world.validator())
+        let receipt = try await world.service.send(
+            first, clientScheme: "org.example.dcclient", validator: world.validator())
         #expect(receipt.steps.last?.contains("confirmed") == true)
         #expect(try world.client.installed() == first)
         let second = try world.credential(TestCAIssueRequest(commonName: "Second"))
         _ = try await world.service.send(second, clientScheme: "org.example.dcclient")
         #expect(try world.client.installed() == second)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
         #expect(world.service.ledger.recent().map(\.outcome) == ["ok", "ok"])
         // Locked: the installed credential cannot be read (the store key is gone).
         try world.client.lock()
         #expect(throws: DCError.self) { try world.client.installed() }
     }
 
-    @Test("Replays: a delivery URL handled again is not reinstalled; the same result again changes nothing; another, forged or late is refused")
+    @Test(
+        "Replays: a delivery URL handled again is not reinstalled; the same result again changes nothing; another, forged or late is refused"
+    )
     func replays() async throws {
         let world = try World()
         defer { world.dir.remove() }
-        _ = try await world.service.send(try world.credential(TestCAIssueRequest(commonName: "Once")), clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(
+            try world.credential(TestCAIssueRequest(commonName: "Once")), clientScheme: "org.example.dcclient")
         let url = try #require(world.deliveries.all.first)
         let again = try world.client.handleDelivery(url)
         #expect(again.replay)
@@ -151,13 +173,16 @@ struct SendPipelineTests {
         #expect(try world.service.handleResult(result).outcome == "ok")
         #expect(try #require(world.service.ledger.recent().first).completed == before.completed)
         // Any other result for the completed request is refused.
-        guard case .result(let done, _, let doneMAC) = try DeliveryMessage.parse(result, scheme: "org.example.provider") else { return }
-        let other = DeliveryMessage.result(request: done, status: "invalid", mac: doneMAC).url(scheme: "org.example.provider")
+        guard case .result(let done, _, let doneMAC) = try DeliveryMessage.parse(result, scheme: "org.example.provider")
+        else { return }
+        let other = DeliveryMessage.result(request: done, status: "invalid", mac: doneMAC).url(
+            scheme: "org.example.provider")
         #expect(await thrownCode { _ = try world.service.handleResult(other) } == .invalid)
         // A forged result for a pending request.
         let pending = World.Pending(world)
         let request = try pending.start()
-        let forged = DeliveryMessage.result(request: request, status: "ok", mac: String(repeating: "0", count: 64)).url(scheme: "org.example.provider")
+        let forged = DeliveryMessage.result(request: request, status: "ok", mac: String(repeating: "0", count: 64)).url(
+            scheme: "org.example.provider")
         #expect(await thrownCode { _ = try world.service.handleResult(forged) } == .invalid)
         // The right MAC after the time limit.
         var late = world.service.ledger
@@ -171,11 +196,17 @@ struct SendPipelineTests {
     func tamperedSpool() async throws {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
-        _ = await thrownCode { _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient") }
-        _ = await thrownCode { _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient") }
+        _ = await thrownCode {
+            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        }
+        _ = await thrownCode {
+            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        }
         let urls = world.deliveries.all
         #expect(urls.count == 2)
-        guard case .deliver(_, let first, let firstDigest) = try DeliveryMessage.parse(urls[0], scheme: "org.example.dcclient"),
+        guard
+            case .deliver(_, let first, let firstDigest) = try DeliveryMessage.parse(
+                urls[0], scheme: "org.example.dcclient"),
             case .deliver(_, let second, _) = try DeliveryMessage.parse(urls[1], scheme: "org.example.dcclient")
         else { throw DCError(.invalid, "not deliveries") }
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
@@ -183,10 +214,14 @@ struct SendPipelineTests {
         let secondBytes = try readBytes(spool.path(request: second))
         unlink(spool.path(request: first))
         _ = try spool.write(secondBytes, request: first)
-        let swappedURL = DeliveryMessage.deliver(client: "dcclient", request: first, digest: Digests.hex(Digests.sha256(secondBytes))).url(scheme: "org.example.dcclient")
+        let swappedURL = DeliveryMessage.deliver(
+            client: "dcclient", request: first, digest: Digests.hex(Digests.sha256(secondBytes))
+        ).url(scheme: "org.example.dcclient")
         #expect(throws: DCError.self) { try world.client.handleDelivery(swappedURL) }
         // Tampered: the original digest no longer matches.
-        #expect(throws: DCError.self) { try world.client.handleDelivery(urls[0].replacingOccurrences(of: firstDigest, with: firstDigest)) }
+        #expect(throws: DCError.self) {
+            try world.client.handleDelivery(urls[0].replacingOccurrences(of: firstDigest, with: firstDigest))
+        }
         #expect(try world.client.installed() == nil)
     }
 
@@ -196,7 +231,8 @@ struct SendPipelineTests {
         defer { world.dir.remove() }
         try world.client.lock()
         let credential = try world.credential(TestCAIssueRequest(commonName: "Queued"))
-        let receipt = try await world.service.send(credential, clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        let receipt = try await world.service.send(
+            credential, clientScheme: "org.example.dcclient", queueIfUnavailable: true)
         #expect(receipt.steps.last?.hasPrefix("queued:") == true)
         #expect(world.deliveries.all.isEmpty)
         #expect(world.service.ledger.recent().first?.queuedURL != nil)
@@ -209,7 +245,8 @@ struct SendPipelineTests {
         #expect(try await world.service.deliverQueued(clientId: "dcclient").isEmpty)  // not sent twice
         // An entry older than the time limit is dropped, not delivered.
         try world.client.lock()
-        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        _ = try await world.service.send(
+            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
         try world.client.unlock(passphrase: world.passphrase)
         var strict = world.service
         strict.ledger.timeLimit = -1
@@ -221,7 +258,9 @@ struct SendPipelineTests {
     func concurrentSends() async throws {
         let world = try World()
         defer { world.dir.remove() }
-        let credentials = try (0..<20).map { try world.credential(TestCAIssueRequest(commonName: "User \($0)", tags: [.authentication])) }
+        let credentials = try (0..<20).map {
+            try world.credential(TestCAIssueRequest(commonName: "User \($0)", tags: [.authentication]))
+        }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for credential in credentials {
                 group.addTask { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
@@ -232,7 +271,8 @@ struct SendPipelineTests {
         #expect(records.count == 20)
         #expect(records.allSatisfy { $0.outcome == "ok" })
         #expect(Set(world.deliveries.all).count == 20)
-        let processed = try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/store/processed")
+        let processed = try FileManager.default.contentsOfDirectory(
+            atPath: world.locations.dataHome + "/dcclient/store/processed")
         #expect(processed.count == 20)
         #expect(credentials.contains(try #require(try world.client.installed())))
     }

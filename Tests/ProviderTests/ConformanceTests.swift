@@ -87,10 +87,13 @@ struct ConformanceTests {
                 let reader = CredentialReader()
                 let certificate = try reader.read(file: f.signing.certificate).certificates[0]
                 let key = try reader.read(file: f.authentication.key).privateKey!
-                return ProvidedCredential(entries: [try CredentialEntry(tag: .signing, certificate: certificate, privateKey: key)])
+                return ProvidedCredential(entries: [
+                    try CredentialEntry(tag: .signing, certificate: certificate, privateKey: key)
+                ])
             }
         }
-        let report = await ProviderConformance.check(Liar(), request: ProviderRequest(), failingRequests: [ProviderRequest()])
+        let report = await ProviderConformance.check(
+            Liar(), request: ProviderRequest(), failingRequests: [ProviderRequest()])
         let failed = Set(report.failures.map(\.check))
         #expect(failed.contains("descriptor id is lowercase letters, digits and '-' (or exec:PATH)"))
         #expect(failed.contains("descriptor has a display name"))

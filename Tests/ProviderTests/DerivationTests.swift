@@ -19,16 +19,23 @@ private let caDirectory: TemporaryDirectory = {
 
 private func deriveOptions(_ extra: [String: [String]] = [:]) -> [String: [String]] {
     _ = SoftHSM.shared  // SOFTHSM2_CONF before any module is loaded
-    return ["uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"], "ca": ["testca"], "ca-option": ["dir=\(caDirectory.file("ca"))"]]
-        .merging(extra) { _, new in new }
+    return [
+        "uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"], "ca": ["testca"],
+        "ca-option": ["dir=\(caDirectory.file("ca"))"],
+    ]
+    .merging(extra) { _, new in new }
 }
 
-private func pin(_ value: String = SoftHSM.userPIN) -> FixedPassphrase { FixedPassphrase(SecretBytes(Array(value.utf8))) }
+private func pin(_ value: String = SoftHSM.userPIN) -> FixedPassphrase {
+    FixedPassphrase(SecretBytes(Array(value.utf8)))
+}
 
 private func derive(
-    _ options: [String: [String]] = deriveOptions(), card: any PossessionProvider = PKCS11Provider(), ca: any CredentialProvider = TestCAProvider()
+    _ options: [String: [String]] = deriveOptions(), card: any PossessionProvider = PKCS11Provider(),
+    ca: any CredentialProvider = TestCAProvider()
 ) async throws -> ProvidedCredential {
-    try await DerivationProvider(card: card, registry: ProviderRegistry([ca, PKCS11Provider()])).provide(ProviderRequest(options: options, passphrase: pin()))
+    try await DerivationProvider(card: card, registry: ProviderRegistry([ca, PKCS11Provider()])).provide(
+        ProviderRequest(options: options, passphrase: pin()))
 }
 
 private func certificate(_ pem: String) throws -> Certificate { Certificate(derBytes: try HostileInput.der(of: pem)) }
@@ -40,7 +47,9 @@ private struct LyingCard: PossessionProvider {
     let lie: Lie
     let descriptor = PKCS11Provider().descriptor
     func provide(_ request: ProviderRequest) async throws -> ProvidedCredential { throw DCError(.unknown, "not used") }
-    func prove(_ request: ProviderRequest, challenge: [UInt8]) async throws -> (certificates: [CredentialTag: Certificate], proof: PossessionProof) {
+    func prove(_ request: ProviderRequest, challenge: [UInt8]) async throws -> (
+        certificates: [CredentialTag: Certificate], proof: PossessionProof
+    ) {
         switch lie {
         case .otherCertificate:
             var (certificates, proof) = try await PKCS11Provider().prove(request, challenge: challenge)
@@ -77,7 +86,9 @@ private final class SpyCA: CertifyingProvider, @unchecked Sendable {
 
 @Suite("SP 800-157 derivation from a card whose keys cannot leave it")
 struct DerivationTests {
-    @Test("Possession proven on the card, new keys certified with the card's subject byte for byte; the credential validates")
+    @Test(
+        "Possession proven on the card, new keys certified with the card's subject byte for byte; the credential validates"
+    )
     func derives() async throws {
         let provided = try await derive()
         // Escrow is not derived (the card's retired slot 05 stays on the card).
@@ -90,12 +101,20 @@ struct DerivationTests {
             #expect(entry.keyHistory.isEmpty)
         }
         // New keys, mirroring the card's algorithms (01 P-256, 02 P-384, 03 P-256).
-        let cardKeys = try [f.authentication, f.signing, f.escrow].map { try certificate($0.certificate).subjectPublicKeyInfo() }
-        #expect(try provided.entries.map { try $0.certificate.subjectPublicKeyInfo() }.allSatisfy { !cardKeys.contains($0) })
-        #expect(try provided.entries.map { try CertificateDetails($0.certificate).keyAlgorithm } == ["EC P-256", "EC P-384", "EC P-256"])
+        let cardKeys = try [f.authentication, f.signing, f.escrow].map {
+            try certificate($0.certificate).subjectPublicKeyInfo()
+        }
+        #expect(
+            try provided.entries.map { try $0.certificate.subjectPublicKeyInfo() }.allSatisfy { !cardKeys.contains($0) }
+        )
+        #expect(
+            try provided.entries.map { try CertificateDetails($0.certificate).keyAlgorithm } == [
+                "EC P-256", "EC P-384", "EC P-256",
+            ])
         #expect(provided.suggestedName == "Alice authentication (derived)")
         let ca = try TestCA(directory: caDirectory.file("ca"))
-        let verdict = CredentialValidator(trustAnchors: [ca.rootCertificate], intermediates: provided.chain).validate(try provided.credential())
+        let verdict = CredentialValidator(trustAnchors: [ca.rootCertificate], intermediates: provided.chain).validate(
+            try provided.credential())
         #expect(verdict.errors.isEmpty, "\(verdict.findings)")
     }
 
@@ -115,7 +134,9 @@ struct DerivationTests {
         #expect(refused.callCount == 0)
     }
 
-    @Test("A card that lies about its certificate or the challenge is refused before the CA is asked", arguments: [LyingCard.Lie.otherCertificate, .otherChallenge])
+    @Test(
+        "A card that lies about its certificate or the challenge is refused before the CA is asked",
+        arguments: [LyingCard.Lie.otherCertificate, .otherChallenge])
     fileprivate func lyingCard(_ lie: LyingCard.Lie) async throws {
         let spy = SpyCA()
         do {
@@ -127,7 +148,9 @@ struct DerivationTests {
         #expect(spy.callCount == 0)
     }
 
-    @Test("A CA that answers with the wrong certificate, or leaves one out, is a protocol error", arguments: [SpyCA.Answer.swapped, .missing])
+    @Test(
+        "A CA that answers with the wrong certificate, or leaves one out, is a protocol error",
+        arguments: [SpyCA.Answer.swapped, .missing])
     fileprivate func lyingCA(_ answer: SpyCA.Answer) async throws {
         do {
             _ = try await derive(ca: SpyCA(answer))
@@ -141,21 +164,35 @@ struct DerivationTests {
     func caChecksProof() async throws {
         let challenge = try PossessionCheck.newChallenge()
         let (_, proof) = try await PKCS11Provider().prove(
-            ProviderRequest(options: ["uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"]], passphrase: pin()), challenge: challenge)
+            ProviderRequest(
+                options: ["uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"]],
+                passphrase: pin()), challenge: challenge)
         let key = try KeyGeneration.generate(.p256).subjectPublicKeyInfo()
         let ca = ProviderRequest(options: ["dir": [caDirectory.file("ca")]])
         let subject = try CertificateDetails.subjectDER(of: proof.certificate)
-        let certified = try await TestCAProvider().certify(CertificationRequest(request: ca, subject: subject, publicKeys: [.authentication: key], proof: proof))
+        let certified = try await TestCAProvider().certify(
+            CertificationRequest(request: ca, subject: subject, publicKeys: [.authentication: key], proof: proof))
         #expect(certified.certificates.count == 1)
 
         var forged = proof
         forged.signature[forged.signature.count - 3] ^= 0x01
         let otherSubject = try CertificateDetails.subjectDER(of: try certificate(f.signing.certificate))
         let bad: [(CertificationRequest, DCError.Code)] = [
-            (CertificationRequest(request: ca, subject: otherSubject, publicKeys: [.authentication: key], proof: proof), .possessionNotProven),
-            (CertificationRequest(request: ca, subject: subject, publicKeys: [.authentication: key], proof: forged), .possessionNotProven),
+            (
+                CertificationRequest(
+                    request: ca, subject: otherSubject, publicKeys: [.authentication: key], proof: proof),
+                .possessionNotProven
+            ),
+            (
+                CertificationRequest(request: ca, subject: subject, publicKeys: [.authentication: key], proof: forged),
+                .possessionNotProven
+            ),
             (CertificationRequest(request: ca, subject: subject, publicKeys: [.escrow: key], proof: proof), .usage),
-            (CertificationRequest(request: ca, subject: subject, publicKeys: [.authentication: [0x30, 0x00]], proof: proof), .unsupportedAlgorithm),
+            (
+                CertificationRequest(
+                    request: ca, subject: subject, publicKeys: [.authentication: [0x30, 0x00]], proof: proof),
+                .unsupportedAlgorithm
+            ),
         ]
         for (request, code) in bad {
             do {
@@ -170,7 +207,10 @@ struct DerivationTests {
     @Test("Chosen algorithms, a CA that cannot certify, and the conformance kit")
     func optionsAndConformance() async throws {
         let rsa = try await derive(deriveOptions(["algorithm": ["rsa2048"]]))
-        #expect(try rsa.entries.map { try CertificateDetails($0.certificate).keyAlgorithm } == ["RSA 2048", "RSA 2048", "RSA 2048"])
+        #expect(
+            try rsa.entries.map { try CertificateDetails($0.certificate).keyAlgorithm } == [
+                "RSA 2048", "RSA 2048", "RSA 2048",
+            ])
         do {
             _ = try await derive(deriveOptions(["ca": ["pkcs11"]]))
             Issue.record("pkcs11 accepted as a CA")
@@ -179,17 +219,21 @@ struct DerivationTests {
         }
         let registry = ProviderRegistry([TestCAProvider()])
         let report = await ProviderConformance.check(
-            DerivationProvider(registry: registry), request: ProviderRequest(options: deriveOptions(), passphrase: pin()),
+            DerivationProvider(registry: registry),
+            request: ProviderRequest(options: deriveOptions(), passphrase: pin()),
             failingRequests: [
                 ProviderRequest(options: deriveOptions(), passphrase: NoPassphrase()),
                 ProviderRequest(options: deriveOptions(["ca-option": ["dir=/nonexistent"]]), passphrase: pin()),
-                ProviderRequest(options: deriveOptions(["uri": ["pkcs11:token=Export%20Card"]]).filter { $0.key != "layout" }.merging(["tag": ["signing=02"]]) { a, _ in a }, passphrase: pin()),
+                ProviderRequest(
+                    options: deriveOptions(["uri": ["pkcs11:token=Export%20Card"]]).filter { $0.key != "layout" }
+                        .merging(["tag": ["signing=02"]]) { a, _ in a }, passphrase: pin()),
             ],
             trustAnchors: [try TestCA(directory: caDirectory.file("ca")).rootCertificate])
         #expect(report.isConforming, "\(report)")
     }
 
-    @Test("A vendor's CA as an exec plug-in (the sample, openssl inside) certifies derived keys; a lying one is refused")
+    @Test(
+        "A vendor's CA as an exec plug-in (the sample, openssl inside) certifies derived keys; a lying one is refused")
     func execCA() async throws {
         let sample = URL(fileURLWithPath: sampleExecProvider).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("exec-ca/dcprovider-sample-ca").path
@@ -197,7 +241,8 @@ struct DerivationTests {
         let provided = try await derive(options, ca: ExecProvider(path: sample, id: "sample-ca"))
         #expect(provided.entries.map(\.tag) == [.authentication, .signing, .encryption])
         let root = try TestCA(directory: caDirectory.file("ca")).rootCertificate
-        let verdict = CredentialValidator(trustAnchors: [root], intermediates: provided.chain).validate(try provided.credential())
+        let verdict = CredentialValidator(trustAnchors: [root], intermediates: provided.chain).validate(
+            try provided.credential())
         #expect(verdict.errors.isEmpty, "\(verdict.findings)")
 
         // A plug-in that answers with the card's own certificate for the new key: refused.

@@ -34,11 +34,14 @@ private func entryJSON(_ tag: String, _ pair: IssuedPair, key: IssuedPair? = nil
 /// A plug-in that prints `answer` (written to a file next to it) and exits with `status`.
 private func answering(_ dir: TemporaryDirectory, _ answer: String, status: Int = 0) throws -> String {
     let file = try dir.write("answer-\(UUID().uuidString).json", answer)
-    return try plugin(dir, "dcprovider-\(UUID().uuidString.prefix(8).lowercased())", "cat > /dev/null; cat '\(file)'; exit \(status)")
+    return try plugin(
+        dir, "dcprovider-\(UUID().uuidString.prefix(8).lowercased())", "cat > /dev/null; cat '\(file)'; exit \(status)")
 }
 
-private func provide(_ path: String, limits: ChildProcess.Limits = .init(timeout: .seconds(10)), options: [String: [String]] = [:],
-    passphrase: String? = nil, lines: Lines = Lines()) async throws -> ProvidedCredential {
+private func provide(
+    _ path: String, limits: ChildProcess.Limits = .init(timeout: .seconds(10)), options: [String: [String]] = [:],
+    passphrase: String? = nil, lines: Lines = Lines()
+) async throws -> ProvidedCredential {
     let provider = ExecProvider(path: path, limits: limits, stderrHandler: { lines.append($0) })
     let source: any PassphraseSource = passphrase.map { FixedPassphrase(SecretBytes(Array($0.utf8))) } ?? NoPassphrase()
     return try await provider.provide(ProviderRequest(options: options, passphrase: source))
@@ -64,7 +67,8 @@ struct ExecProviderTests {
         let path = try answering(
             dir,
             #"{"protocol":1,"credential":{"name":"Alice","serialNumber":"7","expirationDate":"2030-01-01T00:00:00Z","entries":["#
-                + (try entryJSON("authentication", f.authentication)) + "," + (try entryJSON("signing", f.signing)) + "]}}")
+                + (try entryJSON("authentication", f.authentication)) + "," + (try entryJSON("signing", f.signing))
+                + "]}}")
         let provided = try await provide(path)
         #expect(provided.entries.map(\.tag) == [.authentication, .signing])
         #expect(provided.suggestedName == "Alice")
@@ -96,18 +100,37 @@ struct ExecProviderTests {
             ("endless output", "cat > /dev/null; yes", .providerProtocol),
             ("no output", "cat > /dev/null; exit 0", .providerProtocol),
             ("invalid JSON", "cat > /dev/null; echo '{not json'", .providerProtocol),
-            ("truncated JSON", #"cat > /dev/null; printf '{"protocol":1,"credential":{"entries":[{"tag":"sign'"#, .providerProtocol),
-            ("two JSON objects", #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[]}}{"protocol":1}'"#, .providerProtocol),
-            ("unknown protocol version", #"cat > /dev/null; echo '{"protocol":2,"credential":{"entries":[]}}'"#, .providerProtocol),
+            (
+                "truncated JSON", #"cat > /dev/null; printf '{"protocol":1,"credential":{"entries":[{"tag":"sign'"#,
+                .providerProtocol
+            ),
+            (
+                "two JSON objects",
+                #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[]}}{"protocol":1}'"#, .providerProtocol
+            ),
+            (
+                "unknown protocol version", #"cat > /dev/null; echo '{"protocol":2,"credential":{"entries":[]}}'"#,
+                .providerProtocol
+            ),
             ("no entries", #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[]}}'"#, .providerProtocol),
-            ("unknown tag", #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[{"tag":"pivAuth","certificate":"","privateKey":""}]}}'"#, .providerProtocol),
-            ("bad base64", #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[{"tag":"signing","certificate":"***","privateKey":"AA=="}]}}'"#, .providerProtocol),
+            (
+                "unknown tag",
+                #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[{"tag":"pivAuth","certificate":"","privateKey":""}]}}'"#,
+                .providerProtocol
+            ),
+            (
+                "bad base64",
+                #"cat > /dev/null; echo '{"protocol":1,"credential":{"entries":[{"tag":"signing","certificate":"***","privateKey":"AA=="}]}}'"#,
+                .providerProtocol
+            ),
         ] as [(String, String, DCError.Code)])
     func misbehaviour(name: String, script: String, expected: DCError.Code) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let path = try plugin(dir, "dcprovider-bad", script)
-        let error = await refusal { _ = try await provide(path, limits: .init(timeout: .seconds(10), stdoutLimit: 64 << 10)) }
+        let error = await refusal {
+            _ = try await provide(path, limits: .init(timeout: .seconds(10), stdoutLimit: 64 << 10))
+        }
         #expect(error?.code == expected, "\(String(describing: error))")
         #expect(error?.subject == path)
         #expect(error?.description.contains("\n") == false)
@@ -119,14 +142,19 @@ struct ExecProviderTests {
         defer { dir.remove() }
         let head = #"{"protocol":1,"credential":{"entries":["#
         let cases: [(String, DCError.Code)] = [
-            (head + (try entryJSON("signing", f.signing)) + "," + (try entryJSON("signing", f.signing)) + "]}}", .duplicateTag),
+            (
+                head + (try entryJSON("signing", f.signing)) + "," + (try entryJSON("signing", f.signing)) + "]}}",
+                .duplicateTag
+            ),
             (head + (try entryJSON("signing", f.signing, key: f.authentication)) + "]}}", .keyCertificateMismatch),
             (
-                head + #"{"tag":"encryption","certificate":"\#(b64(try HostileInput.der(of: f.encryption.certificate)))","privateKey":"\#(b64(try OpenSSLFixtures.openssl(["rsa", "-in", f.encryption.key, "-traditional", "-outform", "DER"])))"}]}}"#,
+                head
+                    + #"{"tag":"encryption","certificate":"\#(b64(try HostileInput.der(of: f.encryption.certificate)))","privateKey":"\#(b64(try OpenSSLFixtures.openssl(["rsa", "-in", f.encryption.key, "-traditional", "-outform", "DER"])))"}]}}"#,
                 .malformedInput
             ),
             (
-                head + #"{"tag":"signing","certificate":"\#(b64(try HostileInput.der(of: f.signing.certificate) + [0]))","privateKey":"\#(b64(try HostileInput.pkcs8(of: f.signing.key)))"}]}}"#,
+                head
+                    + #"{"tag":"signing","certificate":"\#(b64(try HostileInput.der(of: f.signing.certificate) + [0]))","privateKey":"\#(b64(try HostileInput.pkcs8(of: f.signing.key)))"}]}}"#,
                 .trailingData
             ),
         ]
@@ -159,7 +187,8 @@ struct ExecProviderTests {
         #expect(error?.code == .wrongPassphrase)
         #expect(error?.code.category.exitStatus == 77)
         #expect(error?.description.contains("vault said no\\u{1b}[2J") == true)
-        let unknown = try answering(dir, #"{"protocol":1,"error":{"code":"quotaExceeded","message":"try later"}}"#, status: 1)
+        let unknown = try answering(
+            dir, #"{"protocol":1,"error":{"code":"quotaExceeded","message":"try later"}}"#, status: 1)
         #expect(await refusal { _ = try await provide(unknown) }?.code == .providerFailed)
     }
 
@@ -167,8 +196,11 @@ struct ExecProviderTests {
     func stderrPassThrough() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let answer = try dir.write("a.json", #"{"protocol":1,"credential":{"entries":["# + (try entryJSON("signing", f.signing)) + "]}}")
-        let path = try plugin(dir, "dcprovider-chatty", "cat > /dev/null; printf 'working\\n\\033]0;owned\\007done\\n' >&2; cat '\(answer)'")
+        let answer = try dir.write(
+            "a.json", #"{"protocol":1,"credential":{"entries":["# + (try entryJSON("signing", f.signing)) + "]}}")
+        let path = try plugin(
+            dir, "dcprovider-chatty",
+            "cat > /dev/null; printf 'working\\n\\033]0;owned\\007done\\n' >&2; cat '\(answer)'")
         let lines = Lines()
         _ = try await provide(path, lines: lines)
         #expect(lines.all == ["dcprovider-chatty: working", "dcprovider-chatty: \\u{1b}]0;owned\\u{7}done"])
@@ -179,10 +211,12 @@ struct ExecProviderTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let secret = "hunter2-\(UUID().uuidString)"
-        let answer = try dir.write("a.json", #"{"protocol":1,"credential":{"entries":["# + (try entryJSON("signing", f.signing)) + "]}}")
+        let answer = try dir.write(
+            "a.json", #"{"protocol":1,"credential":{"entries":["# + (try entryJSON("signing", f.signing)) + "]}}")
         let path = try plugin(
             dir, "dcprovider-spy",
-            "cat > '\(dir.file("stdin"))'; tr '\\0' '\\n' < /proc/$$/cmdline > '\(dir.file("argv"))'; env > '\(dir.file("env"))'; cat '\(answer)'")
+            "cat > '\(dir.file("stdin"))'; tr '\\0' '\\n' < /proc/$$/cmdline > '\(dir.file("argv"))'; env > '\(dir.file("env"))'; cat '\(answer)'"
+        )
         _ = try await provide(path, options: ["account": ["alice"]], passphrase: secret)
         #expect(!(try readText(dir.file("argv"))).contains(secret))
         #expect(!(try readText(dir.file("env"))).contains(secret))
@@ -197,7 +231,10 @@ struct ExecProviderTests {
     func discovery() throws {
         let first = try TemporaryDirectory()
         let second = try TemporaryDirectory()
-        defer { first.remove(); second.remove() }
+        defer {
+            first.remove()
+            second.remove()
+        }
         _ = try plugin(first, "dcprovider-alpha", "exit 0")
         _ = try plugin(second, "dcprovider-alpha", "exit 0")
         _ = try plugin(second, "dcprovider-beta", "exit 0")

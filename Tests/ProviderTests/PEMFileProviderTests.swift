@@ -12,7 +12,6 @@ private func provide(_ options: [String: [String]], in directory: String? = nil)
         ProviderRequest(options: options, workingDirectory: directory ?? FileManager.default.currentDirectoryPath))
 }
 
-
 /// A certificate with an explicit validity window, issued by the fixture CA through our signer,
 /// written with its key as one PEM file. (`openssl x509 -req` in OpenSSL 3.0 cannot backdate.)
 private func dated(
@@ -28,7 +27,8 @@ private func dated(
     let certificate = try signer.issue(
         CertificateProfile(
             subject: DistinguishedName([.init("CN", name)]), notBefore: start,
-            notAfter: start.addingTimeInterval(lifetime * 86400), keyUsage: keyUsage, extendedKeyUsage: extendedKeyUsage),
+            notAfter: start.addingTimeInterval(lifetime * 86400), keyUsage: keyUsage, extendedKeyUsage: extendedKeyUsage
+        ),
         for: key)
     var text = PEM.certificate(certificate)
     PEM.privateKey(key).withUnsafeBytes { text += $0 }
@@ -89,7 +89,9 @@ struct PEMFileProviderTests {
         let upn = try OpenSSLFixtures.issue(
             name: "upn", key: .p256, by: f.ca, keyUsage: "critical,digitalSignature", extendedKeyUsage: nil,
             extra: ["subjectAltName=otherName:1.3.6.1.4.1.311.20.2.3;UTF8:alice@example.com"], in: dir)
-        let files = [older, "\(f.signing.certificate),\(f.signing.key)", oldest, newer, "\(upn.certificate),\(upn.key)"]
+        let files = [
+            older, "\(f.signing.certificate),\(f.signing.key)", oldest, newer, "\(upn.certificate),\(upn.key)",
+        ]
         let provided = try await provide(["classify": files])
         #expect(provided.entries.map(\.tag) == [.authentication, .signing, .encryption, .escrow])
         #expect(provided.entries[0].certificate.derBytes == (try HostileInput.der(of: upn.certificate)))
@@ -107,7 +109,8 @@ struct PEMFileProviderTests {
             name: "both", key: .rsa2048, by: f.ca, keyUsage: "critical,digitalSignature,keyEncipherment",
             extendedKeyUsage: "emailProtection", in: dir)
         let nothing = try OpenSSLFixtures.issue(
-            name: "nothing", key: .p256, by: f.ca, keyUsage: "critical,digitalSignature", extendedKeyUsage: nil, in: dir)
+            name: "nothing", key: .p256, by: f.ca, keyUsage: "critical,digitalSignature", extendedKeyUsage: nil, in: dir
+        )
         for pair in [both, nothing] {
             do {
                 _ = try await provide(["classify": ["\(pair.certificate),\(pair.key)"]])

@@ -32,7 +32,8 @@ struct PKCS11DiscoveryTests {
     @Test("Objects: the PIV certificates by URI, without logging in, as pkcs11-tool lists them")
     func objects() throws {
         _ = prepared()
-        let certificates = try PKCS11Discovery.certificates(matching: "pkcs11:token=PIV%20Card;type=cert", modules: ["softhsm2"])
+        let certificates = try PKCS11Discovery.certificates(
+            matching: "pkcs11:token=PIV%20Card;type=cert", modules: ["softhsm2"])
         #expect(certificates.map(\.object.id).sorted() == ["01", "02", "03", "05"])
         for (id, label, pair) in hsm.pivPairs {
             let found = try #require(certificates.first { $0.object.id == id })
@@ -41,7 +42,8 @@ struct PKCS11DiscoveryTests {
             #expect(found.object.uri.contains("id=%\(id)"))
         }
         // The independent tool sees the same certificates.
-        let listing = try SoftHSM.pkcs11Tool(["--token-label", hsm.pivCard, "--list-objects", "--type", "cert"]).stdoutText
+        let listing = try SoftHSM.pkcs11Tool(["--token-label", hsm.pivCard, "--list-objects", "--type", "cert"])
+            .stdoutText
         for (_, label, _) in hsm.pivPairs { #expect(listing.contains(label)) }
         // By id: one certificate (the private key with that id needs a login to be seen).
         let byID = try PKCS11Discovery.objects(matching: "pkcs11:token=PIV%20Card;id=%02", modules: ["softhsm2"])
@@ -55,7 +57,10 @@ struct PKCS11DiscoveryTests {
 
     @Test(
         "Bad URIs are usage errors; a URI with a PIN is refused",
-        arguments: ["pkcs11:token=PIV%20Card;pin-value=123456", "pkcs11:token=PIV%20Card?pin-source=file:/tmp/pin", "https://example.com", "pkcs11:id=%zz", "pkcs11:colour=blue"])
+        arguments: [
+            "pkcs11:token=PIV%20Card;pin-value=123456", "pkcs11:token=PIV%20Card?pin-source=file:/tmp/pin",
+            "https://example.com", "pkcs11:id=%zz", "pkcs11:colour=blue",
+        ])
     func badURIs(uri: String) {
         _ = prepared()
         #expect(throws: DCError.self) { try PKCS11Discovery.objects(matching: uri, modules: ["softhsm2"]) }

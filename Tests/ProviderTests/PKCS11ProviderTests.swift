@@ -17,21 +17,31 @@ private func request(_ options: [String: [String]], pin: String? = SoftHSM.userP
 
 @Suite("PKCS#11 provider: keys to PKCS#8 where the token allows it")
 struct PKCS11ProviderTests {
-    @Test("Non-sensitive EC and RSA keys are rebuilt, a sensitive extractable one is wrapped: all byte-identical to openssl's PKCS#8")
+    @Test(
+        "Non-sensitive EC and RSA keys are rebuilt, a sensitive extractable one is wrapped: all byte-identical to openssl's PKCS#8"
+    )
     func export() async throws {
         let provided = try await PKCS11Provider().provide(
-            request(["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02", "encryption=03"]]))
+            request([
+                "uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02", "encryption=03"],
+            ]))
         #expect(provided.entries.map(\.tag) == [.authentication, .signing, .encryption])
         // RSA, rebuilt from its CRT components.
-        #expect(provided.entries[2].privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.encryption.key)))
-        #expect(provided.entries[0].privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.authentication.key)))
-        #expect(provided.entries[1].privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.signing.key)))
+        #expect(
+            provided.entries[2].privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.encryption.key)))
+        #expect(
+            provided.entries[0].privateKey.withPKCS8DER { Array($0) }
+                == (try HostileInput.pkcs8(of: f.authentication.key)))
+        #expect(
+            provided.entries[1].privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.signing.key)))
         #expect(provided.entries[1].certificate.derBytes == (try HostileInput.der(of: f.signing.certificate)))
     }
 
     @Test("Concurrent reads of one token all succeed: one call's logout does not end another's login")
     func concurrent() async throws {
-        let options = ["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02", "encryption=03"]]
+        let options = [
+            "uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02", "encryption=03"],
+        ]
         try await withThrowingTaskGroup(of: Int.self) { group in
             for _ in 0..<8 { group.addTask { try await PKCS11Provider().provide(request(options)).entries.count } }
             for try await count in group { #expect(count == 3) }
@@ -41,7 +51,8 @@ struct PKCS11ProviderTests {
     @Test("The conformance kit passes for the export card")
     func conformance() async {
         let report = await ProviderConformance.check(
-            PKCS11Provider(), request: request(["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02"]]),
+            PKCS11Provider(),
+            request: request(["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01", "signing=02"]]),
             failingRequests: [
                 request([:]), request(["uri": ["pkcs11:token=Nobody"], "layout": ["piv"]]),
                 request(["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=09"]]),
@@ -67,23 +78,34 @@ struct PKCS11ProviderTests {
 struct PKCS11SelectionTests {
     @Test("The PIV layout gives four tags; the retired slots become escrow's history, newest first by validity")
     func pivLayout() async throws {
-        let provided = try await PKCS11Provider().provide(request(["uri": ["pkcs11:token=Export%20Card"], "layout": ["piv"]]))
+        let provided = try await PKCS11Provider().provide(
+            request(["uri": ["pkcs11:token=Export%20Card"], "layout": ["piv"]]))
         #expect(provided.entries.map(\.tag) == [.authentication, .signing, .encryption, .escrow])
         let escrow = try #require(provided.entries.last)
         // id 06 holds the newer pair, 05 the older: the validity orders them, not the slot.
         #expect(escrow.certificate.derBytes == (try HostileInput.der(of: f.escrowHistory[0].certificate)))
         #expect(escrow.privateKey.withPKCS8DER { Array($0) } == (try HostileInput.pkcs8(of: f.escrowHistory[0].key)))
-        #expect(escrow.keyHistory.map(\.certificate.derBytes) == [try HostileInput.der(of: f.escrowHistory[1].certificate)])
-        #expect(escrow.keyHistory.map { $0.privateKey.withPKCS8DER { Array($0) } } == [try HostileInput.pkcs8(of: f.escrowHistory[1].key)])
+        #expect(
+            escrow.keyHistory.map(\.certificate.derBytes) == [try HostileInput.der(of: f.escrowHistory[1].certificate)])
+        #expect(
+            escrow.keyHistory.map { $0.privateKey.withPKCS8DER { Array($0) } } == [
+                try HostileInput.pkcs8(of: f.escrowHistory[1].key)
+            ])
         // The escrow history does not shorten the credential's life.
-        #expect(provided.suggestedExpirationDate == (try provided.entries.dropLast().compactMap { try CertificateDetails($0.certificate).notAfter }.min()))
+        #expect(
+            provided.suggestedExpirationDate
+                == (try provided.entries.dropLast().compactMap { try CertificateDetails($0.certificate).notAfter }.min())
+        )
         _ = try provided.credential()
     }
 
     @Test("A tag may name its certificate by an object URI; its key is the private key with the same id")
     func objectURI() async throws {
         let byURI = try await PKCS11Provider().provide(
-            request(["uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=pkcs11:object=Certificate%201;type=cert", "escrow=05", "escrow=06"]]))
+            request([
+                "uri": ["pkcs11:token=Export%20Card"],
+                "tag": ["authentication=pkcs11:object=Certificate%201;type=cert", "escrow=05", "escrow=06"],
+            ]))
         #expect(byURI.entries.map(\.tag) == [.authentication, .escrow])
         #expect(byURI.entries[0].certificate.derBytes == (try HostileInput.der(of: f.authentication.certificate)))
         #expect(byURI.entries[1].keyHistory.count == 1)
@@ -99,7 +121,10 @@ struct PKCS11SelectionTests {
             (["authentication=pkcs11:object=Nothing"], .noSuchObject, "pkcs11:object=Nothing"),
             (["authentication=pkcs11:type=cert"], .multipleObjects, "pkcs11:type=cert"),
             (["authentication=pkcs11:token=PIV%20Card;id=%01"], .noSuchObject, "pkcs11:token=PIV%20Card;id=%01"),
-            (["authentication=pkcs11:object=Key%201;type=private"], .noSuchObject, "pkcs11:object=Key%201;type=private"),
+            (
+                ["authentication=pkcs11:object=Key%201;type=private"], .noSuchObject,
+                "pkcs11:object=Key%201;type=private"
+            ),
             (["signing=01", "signing=02"], .usage, ""),
             (["signing=0"], .usage, "signing=0"),
             (["authentication=pkcs11:id=%01;pin-value=123456"], .usage, ""),

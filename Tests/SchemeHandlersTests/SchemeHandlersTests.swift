@@ -43,11 +43,17 @@ struct SchemeHandlersTests {
     @Test("Exec lines become argv arrays per the Desktop Entry spec")
     func execParsing() throws {
         func arguments(_ exec: String) throws -> [String] {
-            try #require(DesktopEntry(id: "t.desktop", path: "/t", contents: "[Desktop Entry]\nType=Application\nExec=\(exec)\n"))
-                .arguments(for: "x:/new?v=1")
+            try #require(
+                DesktopEntry(id: "t.desktop", path: "/t", contents: "[Desktop Entry]\nType=Application\nExec=\(exec)\n")
+            )
+            .arguments(for: "x:/new?v=1")
         }
-        #expect(try arguments(#""/opt/My App/bin/dc" handle-url %u"#) == ["/opt/My App/bin/dc", "handle-url", "x:/new?v=1"])
-        #expect(try arguments(#"/bin/dc "a \"quoted\" \$HOME \`x\` \\ arg" %U"#) == ["/bin/dc", #"a "quoted" $HOME `x` \ arg"#, "x:/new?v=1"])
+        #expect(
+            try arguments(#""/opt/My App/bin/dc" handle-url %u"#) == ["/opt/My App/bin/dc", "handle-url", "x:/new?v=1"])
+        #expect(
+            try arguments(#"/bin/dc "a \"quoted\" \$HOME \`x\` \\ arg" %U"#) == [
+                "/bin/dc", #"a "quoted" $HOME `x` \ arg"#, "x:/new?v=1",
+            ])
         #expect(try arguments("/bin/dc --percent=100%% %i %u") == ["/bin/dc", "--percent=100%", "x:/new?v=1"])
         for bad in ["/bin/dc --url=%u", "/bin/dc %z %u", "\"/bin/dc %u", "/bin/dc", "/bin/dc \"\\n\" %u"] {
             #expect(throws: DCError.self, "\(bad)") { try arguments(bad) }
@@ -63,7 +69,9 @@ struct SchemeHandlersTests {
         }
     }
 
-    @Test("register writes a desktop entry and an explicit default, keeping the rest of mimeapps.list; unregister undoes it")
+    @Test(
+        "register writes a desktop entry and an explicit default, keeping the rest of mimeapps.list; unregister undoes it"
+    )
     func registration() throws {
         let sandbox = try Sandbox()
         defer { sandbox.dir.remove() }
@@ -84,7 +92,9 @@ struct SchemeHandlersTests {
         #expect(list.contains("[Added Associations]\nimage/png=gimp.desktop;"))
         try sandbox.handlers.unregister(scheme: "org.example.dc")
         #expect(try sandbox.handlers.resolve(scheme: "org.example.dc") == nil)
-        #expect(try String(contentsOfFile: configHome + "/mimeapps.list", encoding: .utf8).contains("text/html=firefox.desktop"))
+        #expect(
+            try String(contentsOfFile: configHome + "/mimeapps.list", encoding: .utf8).contains(
+                "text/html=firefox.desktop"))
     }
 
     @Test("open launches the registered handler with an argv array: no shell ever sees the URL")
@@ -110,7 +120,10 @@ struct SchemeHandlersTests {
         let applications = sandbox.handlers.directories.dataHome + "/applications"
         // No default at all: the alphabetically first claimant would win. Refused.
         try sandbox.desktopFile(applications, "aaa-evil.desktop", exec: "\(evil) %u", scheme: "org.example.dc")
-        await #expect(throws: DCError.self) { _ = try await sandbox.handlers.open("org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours) }
+        await #expect(throws: DCError.self) {
+            _ = try await sandbox.handlers.open(
+                "org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours)
+        }
         // Our registration makes ours the explicit default: accepted.
         try sandbox.handlers.register(scheme: "org.example.dc", executable: ours, name: "Ours")
         _ = try await sandbox.handlers.open("org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours)
@@ -126,7 +139,8 @@ struct SchemeHandlersTests {
             desktopSandbox.handlers.directories.configHome + "/gnome-mimeapps.list",
             "[Default Applications]\nx-scheme-handler/org.example.dc=evil.desktop\n")
         do {
-            _ = try await desktopSandbox.handlers.open("org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours2)
+            _ = try await desktopSandbox.handlers.open(
+                "org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours2)
             Issue.record("sent to a hijacking handler")
         } catch let error as DCError {
             #expect(error.description.contains("another handler claims org.example.dc:"))
@@ -141,13 +155,15 @@ struct SchemeHandlersTests {
         let system = sandbox.dir.file("system-share/applications")
         try sandbox.desktopFile(system, "vendor.desktop", exec: "/bin/true %u", scheme: "org.example.dc")
         #expect(try sandbox.handlers.resolve(scheme: "org.example.dc")?.choice == .fallback)
-        try FileManager.default.createDirectory(atPath: sandbox.handlers.directories.configHome, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: sandbox.handlers.directories.configHome, withIntermediateDirectories: true)
         _ = try TemporaryDirectory.write(
             sandbox.handlers.directories.configHome + "/mimeapps.list",
             "[Removed Associations]\nx-scheme-handler/org.example.dc=vendor.desktop;\n")
         #expect(try sandbox.handlers.resolve(scheme: "org.example.dc") == nil)
         do {
-            _ = try await sandbox.handlers.open("org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: "/bin/true")
+            _ = try await sandbox.handlers.open(
+                "org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: "/bin/true")
             Issue.record("opened without a handler")
         } catch let error as DCError {
             #expect(error.code == .missingClient)

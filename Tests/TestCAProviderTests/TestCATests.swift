@@ -32,9 +32,10 @@ struct TestCATests {
             #expect(info.st_mode & 0o777 == 0o600)
         }
         #expect(dir.contents() == ["ca"])
-        #expect(try FileManager.default.contentsOfDirectory(atPath: path).sorted() == [
-            "issuing.key", "issuing.pem", "root.key", "root.pem", "testca.json",
-        ])
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: path).sorted() == [
+                "issuing.key", "issuing.pem", "root.key", "root.pem", "testca.json",
+            ])
         let before = try readBytes(path + "/root.key")
         #expect(throws: DCError.self) { try TestCA.initialize(at: path) }
         #expect(try readBytes(path + "/root.key") == before)
@@ -57,8 +58,14 @@ struct TestCATests {
     func profiles() throws {
         let issued = try shared.ca.issue(TestCAIssueRequest(commonName: "Alice", validityDays: 100_000))
         let details = try issued.entries.map { try CertificateDetails($0.certificate) }
-        #expect(details.map(\.keyUsage) == [["digitalSignature"], ["digitalSignature", "nonRepudiation"], ["keyAgreement"], ["keyAgreement"]])
-        #expect(details[0].extendedKeyUsage == [ExtendedKeyUsage.clientAuth, ExtendedKeyUsage.smartcardLogon, ExtendedKeyUsage.pkinitClientAuth])
+        #expect(
+            details.map(\.keyUsage) == [
+                ["digitalSignature"], ["digitalSignature", "nonRepudiation"], ["keyAgreement"], ["keyAgreement"],
+            ])
+        #expect(
+            details[0].extendedKeyUsage == [
+                ExtendedKeyUsage.clientAuth, ExtendedKeyUsage.smartcardLogon, ExtendedKeyUsage.pkinitClientAuth,
+            ])
         #expect(details.allSatisfy { $0.subject == "CN=Alice,OU=Derived PIV,O=Derived Credentials Test" })
         #expect(Set(details.map(\.serialNumber)).count == 4)
         let caNotAfter = try CertificateDetails(shared.ca.issuingCertificate).notAfter!
@@ -68,7 +75,10 @@ struct TestCATests {
         defer { dir.remove() }
         let text = String(
             decoding: try OpenSSLFixtures.openssl(
-                ["x509", "-inform", "DER", "-in", try dir.write("a.der", issued.entries[0].certificate.derBytes), "-noout", "-text"]),
+                [
+                    "x509", "-inform", "DER", "-in", try dir.write("a.der", issued.entries[0].certificate.derBytes),
+                    "-noout", "-text",
+                ]),
             as: UTF8.self)
         #expect(text.contains("CA:FALSE"))
         #expect(text.contains("URI:urn:uuid:"))

@@ -3,10 +3,13 @@ import Foundation
 /// Paths of the package's executables, which SwiftPM builds next to the test bundle.
 public enum Binaries {
     public static let directory: String = {
-        let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let executable =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var url = URL(fileURLWithPath: executable).deletingLastPathComponent()
         // The test binary may sit inside a bundle directory (…/X.xctest/…); walk up to the products.
-        while url.path != "/" && !FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("dcprovision").path) {
+        while url.path != "/"
+            && !FileManager.default.isExecutableFile(atPath: url.appendingPathComponent("dcprovision").path)
+        {
             url.deleteLastPathComponent()
         }
         return url.path

@@ -56,14 +56,16 @@ public final class OpenSSLFixtures: Sendable {
         let issue = { (name: String, key: KeySpec, ku: String, eku: String?) in
             try Self.issue(name: name, key: key, by: caPair, keyUsage: ku, extendedKeyUsage: eku, in: directory)
         }
-        authentication = try issue("authentication", .p256, "critical,digitalSignature", "clientAuth,1.3.6.1.4.1.311.20.2.2")
+        authentication = try issue(
+            "authentication", .p256, "critical,digitalSignature", "clientAuth,1.3.6.1.4.1.311.20.2.2")
         signing = try issue("signing", .p384, "critical,digitalSignature,nonRepudiation", "emailProtection")
         encryption = try issue("encryption", .rsa2048, "critical,keyEncipherment", "emailProtection")
         escrow = try issue("escrow", .p256, "critical,keyAgreement", "emailProtection")
         // Retired pairs, newest first: the same notBefore, so the validity ends order them.
         escrowHistory = try [(1, 300), (2, 200)].map { index, days in
             try Self.issue(
-                name: "escrow-old\(index)", key: .p256, by: caPair, keyUsage: "critical,keyAgreement", extendedKeyUsage: "emailProtection",
+                name: "escrow-old\(index)", key: .p256, by: caPair, keyUsage: "critical,keyAgreement",
+                extendedKeyUsage: "emailProtection",
                 days: days, in: directory)
         }
     }
@@ -96,7 +98,11 @@ public final class OpenSSLFixtures: Sendable {
         let extensions = directory.file("\(name).ext")
         try runChecked(openssl, ["genpkey"] + keySpec.genpkeyArguments + ["-out", key])
         try runChecked(
-            openssl, ["req", "-new", "-key", key, "-subj", subject ?? "/O=Derived Credentials Test/CN=Alice \(name)", "-out", request])
+            openssl,
+            [
+                "req", "-new", "-key", key, "-subj", subject ?? "/O=Derived Credentials Test/CN=Alice \(name)", "-out",
+                request,
+            ])
         var lines: [String] = []
         if let basicConstraints { lines.append("basicConstraints=\(basicConstraints)") }
         if let keyUsage { lines.append("keyUsage=\(keyUsage)") }

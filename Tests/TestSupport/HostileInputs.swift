@@ -55,13 +55,18 @@ public struct HostileInput: Sendable, CustomStringConvertible {
     /// Every hostile input of the conversion engine (issue 2), each with its expected code.
     public static let all: [HostileInput] = {
         let f = OpenSSLFixtures.shared
-        func bytes(_ name: String, _ expected: DCError.Code, passphrase: String? = nil, maximumIterations: Int? = nil,
-            _ make: @escaping @Sendable (TemporaryDirectory) throws -> [UInt8]) -> HostileInput {
+        func bytes(
+            _ name: String, _ expected: DCError.Code, passphrase: String? = nil, maximumIterations: Int? = nil,
+            _ make: @escaping @Sendable (TemporaryDirectory) throws -> [UInt8]
+        ) -> HostileInput {
             HostileInput(
-                name: name, make: { dir in try dir.write(name.replacingOccurrences(of: " ", with: "-"), try make(dir)) },
+                name: name,
+                make: { dir in try dir.write(name.replacingOccurrences(of: " ", with: "-"), try make(dir)) },
                 passphrase: passphrase, maximumIterations: maximumIterations, expected: expected)
         }
-        func text(_ name: String, _ expected: DCError.Code, _ make: @escaping @Sendable (TemporaryDirectory) throws -> String)
+        func text(
+            _ name: String, _ expected: DCError.Code, _ make: @escaping @Sendable (TemporaryDirectory) throws -> String
+        )
             -> HostileInput
         {
             bytes(name, expected) { Array(try make($0).utf8) }
@@ -71,8 +76,11 @@ public struct HostileInput: Sendable, CustomStringConvertible {
 
         return [
             // Trailing bytes and BER.
-            bytes("trailing byte after DER certificate", .trailingData) { _ in try der(of: f.authentication.certificate) + [0] },
-            bytes("trailing bytes after PKCS#8 DER", .trailingData) { _ in try pkcs8(of: f.authentication.key) + [0, 0] },
+            bytes("trailing byte after DER certificate", .trailingData) { _ in
+                try der(of: f.authentication.certificate) + [0]
+            },
+            bytes("trailing bytes after PKCS#8 DER", .trailingData) { _ in try pkcs8(of: f.authentication.key) + [0, 0]
+            },
             bytes("trailing byte after PKCS#12", .trailingData, passphrase: fixturePassphrase) { dir in
                 try pkcs12(dir, f.authentication) + [0]
             },
@@ -83,7 +91,10 @@ public struct HostileInput: Sendable, CustomStringConvertible {
                 try DERTree(parsing: try der(of: f.authentication.certificate)).indefiniteLengthEncoded
             },
             bytes("indefinite length PKCS#8 in PEM", .notDER) { _ in
-                Array(pem("PRIVATE KEY", try DERTree(parsing: try pkcs8(of: f.authentication.key)).indefiniteLengthEncoded).utf8)
+                Array(
+                    pem(
+                        "PRIVATE KEY", try DERTree(parsing: try pkcs8(of: f.authentication.key)).indefiniteLengthEncoded
+                    ).utf8)
             },
             bytes("non-minimal length certificate", .notDER) { _ in
                 // 30 82 LL LL … re-encoded as 30 83 00 LL LL …
@@ -97,7 +108,8 @@ public struct HostileInput: Sendable, CustomStringConvertible {
                 children.removeFirst()
                 tree = .constructed(id, children)
                 let rest = tree.encoded
-                let inner = [0x02, 0x81, 0x01, 0x00] + Array(rest[(rest[1] & 0x80 != 0 ? 2 + Int(rest[1] & 0x7F) : 2)...])
+                let inner =
+                    [0x02, 0x81, 0x01, 0x00] + Array(rest[(rest[1] & 0x80 != 0 ? 2 + Int(rest[1] & 0x7F) : 2)...])
                 return [0x30] + DERTree.length(inner.count) + inner
             },
             bytes("non-minimal INTEGER in certificate serial", .notDER) { _ in
@@ -114,13 +126,16 @@ public struct HostileInput: Sendable, CustomStringConvertible {
             },
             text("EC key with explicit parameters (SEC1)", .unsupportedAlgorithm) { dir in
                 String(
-                    decoding: try OpenSSLFixtures.openssl(["ec", "-in", f.authentication.key, "-param_enc", "explicit"]),
+                    decoding: try OpenSSLFixtures.openssl(["ec", "-in", f.authentication.key, "-param_enc", "explicit"]
+                    ),
                     as: UTF8.self)
             },
             text("EC key with explicit parameters (PKCS#8)", .unsupportedAlgorithm) { dir in
-                let sec1 = try dir.write("explicit-\(UUID().uuidString).pem",
+                let sec1 = try dir.write(
+                    "explicit-\(UUID().uuidString).pem",
                     try OpenSSLFixtures.openssl(["ec", "-in", f.authentication.key, "-param_enc", "explicit"]))
-                return String(decoding: try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-nocrypt", "-in", sec1]), as: UTF8.self)
+                return String(
+                    decoding: try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-nocrypt", "-in", sec1]), as: UTF8.self)
             },
             text("Ed25519 key", .unsupportedAlgorithm) { _ in
                 String(decoding: try OpenSSLFixtures.openssl(["genpkey", "-algorithm", "ED25519"]), as: UTF8.self)
@@ -130,9 +145,13 @@ public struct HostileInput: Sendable, CustomStringConvertible {
             },
 
             // PKCS#12.
-            bytes("PKCS#12 whose key does not match its certificate", .keyCertificateMismatch, passphrase: fixturePassphrase) { _ in
+            bytes(
+                "PKCS#12 whose key does not match its certificate", .keyCertificateMismatch,
+                passphrase: fixturePassphrase
+            ) { _ in
                 try HostilePKCS12.make(
-                    keyFiles: [f.authentication.key], certificateFiles: [f.signing.certificate], password: fixturePassphrase)
+                    keyFiles: [f.authentication.key], certificateFiles: [f.signing.certificate],
+                    password: fixturePassphrase)
             },
             bytes("PKCS#12 with two keys", .multipleKeys, passphrase: fixturePassphrase) { _ in
                 try HostilePKCS12.make(
@@ -156,10 +175,12 @@ public struct HostileInput: Sendable, CustomStringConvertible {
             bytes("PKCS#12 with a wrong passphrase", .wrongPassphrase, passphrase: "wrong") { dir in
                 try pkcs12(dir, f.authentication)
             },
-            bytes("PKCS#12 with no passphrase source", .passphraseRequired) { dir in try pkcs12(dir, f.authentication) },
+            bytes("PKCS#12 with no passphrase source", .passphraseRequired) { dir in try pkcs12(dir, f.authentication)
+            },
 
             // Encrypted keys.
-            bytes("encrypted PKCS#8 PBKDF2 count 2^31-1", .iterationLimitExceeded, passphrase: fixturePassphrase) { dir in
+            bytes("encrypted PKCS#8 PBKDF2 count 2^31-1", .iterationLimitExceeded, passphrase: fixturePassphrase) {
+                dir in
                 let pass = try passFile(dir)
                 let der = try OpenSSLFixtures.openssl(
                     ["pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(pass)", "-outform", "DER"])
@@ -170,34 +191,44 @@ public struct HostileInput: Sendable, CustomStringConvertible {
             text("encrypted PKCS#8 with no passphrase source", .passphraseRequired) { dir in
                 let pass = try passFile(dir)
                 return String(
-                    decoding: try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(pass)"]),
+                    decoding: try OpenSSLFixtures.openssl([
+                        "pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(pass)",
+                    ]),
                     as: UTF8.self)
             },
             HostileInput(
                 name: "encrypted PKCS#8 with a wrong passphrase",
                 make: { dir in
                     let pass = try passFile(dir)
-                    return try dir.write("enc-wrong.pem",
-                        try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(pass)"]))
+                    return try dir.write(
+                        "enc-wrong.pem",
+                        try OpenSSLFixtures.openssl([
+                            "pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(pass)",
+                        ]))
                 }, passphrase: "wrong", expected: .wrongPassphrase),
             text("legacy encrypted PEM with no passphrase source", .passphraseRequired) { dir in
                 let pass = try passFile(dir)
                 return String(
-                    decoding: try OpenSSLFixtures.openssl(["ec", "-in", f.authentication.key, "-aes256", "-passout", "file:\(pass)"]),
+                    decoding: try OpenSSLFixtures.openssl([
+                        "ec", "-in", f.authentication.key, "-aes256", "-passout", "file:\(pass)",
+                    ]),
                     as: UTF8.self)
             },
             HostileInput(
                 name: "legacy encrypted PEM with a wrong passphrase",
                 make: { dir in
                     let pass = try passFile(dir)
-                    return try dir.write("legacy-wrong.pem",
+                    return try dir.write(
+                        "legacy-wrong.pem",
                         try OpenSSLFixtures.openssl(
                             ["rsa", "-in", f.encryption.key, "-aes256", "-traditional", "-passout", "file:\(pass)"]))
                 }, passphrase: "wrong", expected: .wrongPassphrase),
 
             // PEM framing.
             text("PUBLIC KEY label", .unsupportedFormat) { _ in
-                String(decoding: try OpenSSLFixtures.openssl(["pkey", "-in", f.authentication.key, "-pubout"]), as: UTF8.self)
+                String(
+                    decoding: try OpenSSLFixtures.openssl(["pkey", "-in", f.authentication.key, "-pubout"]),
+                    as: UTF8.self)
             },
             text("CERTIFICATE REQUEST label", .unsupportedFormat) { _ in
                 try readText(f.authentication.certificate.replacingOccurrences(of: ".pem", with: ".csr"))
@@ -209,17 +240,20 @@ public struct HostileInput: Sendable, CustomStringConvertible {
                 pem("CERTIFICATE", try pkcs8(of: f.authentication.key))
             },
             text("broken base64 character", .malformedInput) { _ in
-                var lines = try certificatePEM().split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+                var lines = try certificatePEM().split(separator: "\n", omittingEmptySubsequences: false).map(
+                    String.init)
                 lines[3] = "*" + lines[3].dropFirst()
                 return lines.joined(separator: "\n")
             },
             text("base64 with a missing character", .malformedInput) { _ in
-                var lines = try certificatePEM().split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+                var lines = try certificatePEM().split(separator: "\n", omittingEmptySubsequences: false).map(
+                    String.init)
                 lines[3] = String(lines[3].dropFirst())
                 return lines.joined(separator: "\n")
             },
             text("padding in the middle of base64", .malformedInput) { _ in
-                var lines = try certificatePEM().split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+                var lines = try certificatePEM().split(separator: "\n", omittingEmptySubsequences: false).map(
+                    String.init)
                 lines[2] = String(lines[2].dropLast(2)) + "=="
                 return lines.joined(separator: "\n")
             },
@@ -238,7 +272,8 @@ public struct HostileInput: Sendable, CustomStringConvertible {
                 let cert = try certificatePEM()
                 return cert.replacingOccurrences(of: "-----END CERTIFICATE-----\n", with: "") + cert
             },
-            text("empty PEM block", .malformedInput) { _ in "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n" },
+            text("empty PEM block", .malformedInput) { _ in "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"
+            },
 
             // Not a credential at all.
             bytes("empty file", .unsupportedFormat) { _ in [] },
@@ -258,18 +293,26 @@ extension HostileInput {
                 make: { dir in
                     try dir.write(
                         "pkcs1-as-pkcs8.pem",
-                        pem("PRIVATE KEY", try OpenSSLFixtures.openssl(["rsa", "-in", f.encryption.key, "-traditional", "-outform", "DER"])))
+                        pem(
+                            "PRIVATE KEY",
+                            try OpenSSLFixtures.openssl([
+                                "rsa", "-in", f.encryption.key, "-traditional", "-outform", "DER",
+                            ])))
                 }, passphrase: nil, expected: .malformedInput),
             HostileInput(
                 name: "PKCS#8 key under an RSA PRIVATE KEY label",
-                make: { dir in try dir.write("pkcs8-as-rsa.pem", pem("RSA PRIVATE KEY", try pkcs8(of: f.encryption.key))) },
+                make: { dir in
+                    try dir.write("pkcs8-as-rsa.pem", pem("RSA PRIVATE KEY", try pkcs8(of: f.encryption.key)))
+                },
                 passphrase: nil, expected: .malformedInput),
             HostileInput(
                 name: "SEC1 key under a PRIVATE KEY label",
                 make: { dir in
                     try dir.write(
                         "sec1-as-pkcs8.pem",
-                        pem("PRIVATE KEY", try OpenSSLFixtures.openssl(["ec", "-in", f.authentication.key, "-outform", "DER"])))
+                        pem(
+                            "PRIVATE KEY",
+                            try OpenSSLFixtures.openssl(["ec", "-in", f.authentication.key, "-outform", "DER"])))
                 }, passphrase: nil, expected: .malformedInput),
         ]
     }()

@@ -53,7 +53,8 @@ public func run(
             stdin.withUnsafeBytes { bytes in
                 var offset = 0
                 while offset < bytes.count {
-                    let count = write(inPipe.fileHandleForWriting.fileDescriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                    let count = write(
+                        inPipe.fileHandleForWriting.fileDescriptor, bytes.baseAddress! + offset, bytes.count - offset)
                     if count <= 0 { break }
                     offset += count
                 }
@@ -98,7 +99,8 @@ public func which(_ name: String) throws -> String {
         let path = "\(directory)/\(name)"
         if access(path, X_OK) == 0 { return path }
     }
-    throw ProcessFailure(command: [name], result: ProcessResult(status: 127, stdout: [], stderr: Array("not found".utf8)))
+    throw ProcessFailure(
+        command: [name], result: ProcessResult(status: 127, stdout: [], stderr: Array("not found".utf8)))
 }
 
 /// A fresh directory under the system temporary directory, removed by `remove()`.
@@ -132,7 +134,9 @@ public struct TemporaryDirectory: Sendable {
 
     public func write(_ name: String, _ text: String) throws -> String { try write(name, Array(text.utf8)) }
 
-    public func read(_ name: String) throws -> [UInt8] { [UInt8](try Data(contentsOf: URL(fileURLWithPath: file(name)))) }
+    public func read(_ name: String) throws -> [UInt8] {
+        [UInt8](try Data(contentsOf: URL(fileURLWithPath: file(name))))
+    }
 
     public func contents() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()

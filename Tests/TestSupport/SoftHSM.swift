@@ -29,36 +29,66 @@ public final class SoftHSM: Sendable {
         directory = try TemporaryDirectory("softhsm")
         try FileManager.default.createDirectory(atPath: directory.file("tokens"), withIntermediateDirectories: true)
         configuration = try directory.write(
-            "softhsm2.conf", "directories.tokendir = \(directory.file("tokens"))\nobjectstore.backend = file\nlog.level = ERROR\n")
+            "softhsm2.conf",
+            "directories.tokendir = \(directory.file("tokens"))\nobjectstore.backend = file\nlog.level = ERROR\n")
         setenv("SOFTHSM2_CONF", configuration, 1)
         let f = OpenSSLFixtures.shared
         pivPairs = [
-            ("01", "Certificate for PIV Authentication", f.authentication), ("02", "Certificate for Digital Signature", f.signing),
-            ("03", "Certificate for Key Management", f.escrow), ("05", "Retired Certificate for Key Management 1", f.escrowHistory[0]),
+            ("01", "Certificate for PIV Authentication", f.authentication),
+            ("02", "Certificate for Digital Signature", f.signing),
+            ("03", "Certificate for Key Management", f.escrow),
+            ("05", "Retired Certificate for Key Management 1", f.escrowHistory[0]),
         ]
-        try runChecked("softhsm2-util", ["--init-token", "--free", "--label", pivCard, "--so-pin", "12345678", "--pin", Self.userPIN])
+        try runChecked(
+            "softhsm2-util",
+            ["--init-token", "--free", "--label", pivCard, "--so-pin", "12345678", "--pin", Self.userPIN])
         for (id, label, pair) in pivPairs {
             let der = try directory.write("cert-\(id).der", try HostileInput.der(of: pair.certificate))
-            try Self.pkcs11Tool(["--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", id, "--label", label])
-            try Self.pkcs11Tool(["--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", pair.key, "--type", "privkey", "--id", id, "--label", "Private key \(id)"])
+            try Self.pkcs11Tool([
+                "--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert",
+                "--id", id, "--label", label,
+            ])
+            try Self.pkcs11Tool([
+                "--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", pair.key, "--type",
+                "privkey", "--id", id, "--label", "Private key \(id)",
+            ])
         }
-        try runChecked("softhsm2-util", ["--init-token", "--free", "--label", pinCard, "--so-pin", "12345678", "--pin", Self.userPIN])
-        try Self.pkcs11Tool(["--token-label", pinCard, "--login", "--pin", Self.userPIN, "--write-object", f.authentication.key, "--type", "privkey", "--id", "01", "--label", "PIN card key"])
-        try runChecked("softhsm2-util", ["--init-token", "--free", "--label", exportCard, "--so-pin", "12345678", "--pin", Self.userPIN])
+        try runChecked(
+            "softhsm2-util",
+            ["--init-token", "--free", "--label", pinCard, "--so-pin", "12345678", "--pin", Self.userPIN])
+        try Self.pkcs11Tool([
+            "--token-label", pinCard, "--login", "--pin", Self.userPIN, "--write-object", f.authentication.key,
+            "--type", "privkey", "--id", "01", "--label", "PIN card key",
+        ])
+        try runChecked(
+            "softhsm2-util",
+            ["--init-token", "--free", "--label", exportCard, "--so-pin", "12345678", "--pin", Self.userPIN])
         for (id, pair, sensitive) in [(UInt8(1), f.authentication, false), (UInt8(2), f.signing, true)] {
             let der = try directory.write("export-\(id).der", try HostileInput.der(of: pair.certificate))
-            try Self.pkcs11Tool(["--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", String(format: "%02x", id), "--label", "Certificate \(id)"])
-            try SoftHSMKeys.createECKey(token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: sensitive)
+            try Self.pkcs11Tool([
+                "--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert",
+                "--id", String(format: "%02x", id), "--label", "Certificate \(id)",
+            ])
+            try SoftHSMKeys.createECKey(
+                token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: sensitive)
         }
         let rsaCertificate = try directory.write("export-3.der", try HostileInput.der(of: f.encryption.certificate))
-        try Self.pkcs11Tool(["--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", rsaCertificate, "--type", "cert", "--id", "03", "--label", "Certificate 3"])
-        try SoftHSMKeys.createRSAKey(token: exportCard, pin: Self.userPIN, id: 3, keyFile: f.encryption.key, sensitive: false)
+        try Self.pkcs11Tool([
+            "--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", rsaCertificate, "--type",
+            "cert", "--id", "03", "--label", "Certificate 3",
+        ])
+        try SoftHSMKeys.createRSAKey(
+            token: exportCard, pin: Self.userPIN, id: 3, keyFile: f.encryption.key, sensitive: false)
         // Retired key management (PIV 82, 83 → OpenSC 05, 06): the older pair in the lower slot, so
         // that only the validity can order the escrow history.
         for (id, pair) in [(UInt8(5), f.escrowHistory[1]), (UInt8(6), f.escrowHistory[0])] {
             let der = try directory.write("export-\(id).der", try HostileInput.der(of: pair.certificate))
-            try Self.pkcs11Tool(["--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert", "--id", String(format: "%02x", id), "--label", "Retired \(id)"])
-            try SoftHSMKeys.createECKey(token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: false)
+            try Self.pkcs11Tool([
+                "--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert",
+                "--id", String(format: "%02x", id), "--label", "Retired \(id)",
+            ])
+            try SoftHSMKeys.createECKey(
+                token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: false)
         }
     }
 

@@ -16,8 +16,10 @@ struct CardToClientTests {
             directory = try TemporaryDirectory("card-to-client")
             let root = directory.path
             var environment = [
-                "HOME": root + "/home", "XDG_CONFIG_HOME": root + "/home/.config", "XDG_DATA_HOME": root + "/home/.local/share",
-                "XDG_STATE_HOME": root + "/home/.local/state", "XDG_CONFIG_DIRS": root + "/etc/xdg", "XDG_DATA_DIRS": root + "/usr/share",
+                "HOME": root + "/home", "XDG_CONFIG_HOME": root + "/home/.config",
+                "XDG_DATA_HOME": root + "/home/.local/share",
+                "XDG_STATE_HOME": root + "/home/.local/state", "XDG_CONFIG_DIRS": root + "/etc/xdg",
+                "XDG_DATA_DIRS": root + "/usr/share",
                 "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
             ]
             environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
@@ -25,9 +27,21 @@ struct CardToClientTests {
             pin = try directory.write("pin", SoftHSM.userPIN + "\n")
             let passphrase = try directory.write("client-passphrase", "client passphrase\n")
             try check(run("dcprovision", ["testca", "init", directory.file("ca")]))
-            try check(run("dcclient", ["init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision", "--passphrase-file", passphrase]))
+            try check(
+                run(
+                    "dcclient",
+                    [
+                        "init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
+                        "--passphrase-file", passphrase,
+                    ]))
             try check(run("dcclient", ["register"]))
-            try check(run("dcprovision", ["register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--testca", directory.file("ca")]))
+            try check(
+                run(
+                    "dcprovision",
+                    [
+                        "register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--testca",
+                        directory.file("ca"),
+                    ]))
         }
 
         deinit { directory.remove() }
@@ -43,12 +57,16 @@ struct CardToClientTests {
         func send(_ source: [String]) throws -> ProcessResult {
             try run(
                 "dcprovision",
-                ["send"] + source + ["--pkcs11-module", "softhsm2", "--pin-file", pin, "--brand", "Card Provider",
-                    "--callback-scheme", "org.example.dcprovision", "--client-scheme", "org.example.dcclient"])
+                ["send"] + source + [
+                    "--pkcs11-module", "softhsm2", "--pin-file", pin, "--brand", "Card Provider",
+                    "--callback-scheme", "org.example.dcprovision", "--client-scheme", "org.example.dcclient",
+                ])
         }
     }
 
-    @Test("tokens → send --derive: the PIV card's subject, new keys, installed; then the export path from an exportable card")
+    @Test(
+        "tokens → send --derive: the PIV card's subject, new keys, installed; then the export path from an exportable card"
+    )
     func cardToClient() throws {
         let sandbox = try Sandbox()
         let tokens = try sandbox.run("dcprovision", ["tokens", "--module", "softhsm2", "--json"])
@@ -56,22 +74,32 @@ struct CardToClientTests {
         let listed = try JSONSerialization.jsonObject(with: Data(tokens.stdout)) as? [[String: Any]] ?? []
         let card = try #require(listed.first { $0["label"] as? String == "PIV Card" }?["uri"] as? String)
 
-        let derived = try sandbox.send(["--pkcs11", card, "--layout", "piv", "--derive", "--testca", sandbox.directory.file("ca")])
+        let derived = try sandbox.send([
+            "--pkcs11", card, "--layout", "piv", "--derive", "--testca", sandbox.directory.file("ca"),
+        ])
         try sandbox.check(derived)
         let afterDerive = try sandbox.run("dcclient", ["list"])
         try sandbox.check(afterDerive)
         #expect(afterDerive.stdoutText.contains("Alice authentication (derived)"), "\(afterDerive.stdoutText)")
         // The card's subject on every new certificate; no escrow (new keys cannot open old mail).
-        for line in ["authentication  EC P-256  CN=Alice authentication,", "signing         EC P-384  CN=Alice authentication,", "encryption      EC P-256  CN=Alice authentication,"] {
+        for line in [
+            "authentication  EC P-256  CN=Alice authentication,", "signing         EC P-384  CN=Alice authentication,",
+            "encryption      EC P-256  CN=Alice authentication,",
+        ] {
             #expect(afterDerive.stdoutText.contains(line), "\(afterDerive.stdoutText)")
         }
         #expect(!afterDerive.stdoutText.contains("escrow"))
 
-        let exported = try sandbox.send(["--pkcs11", "pkcs11:token=Export%20Card", "--layout", "piv", "--name", "Exported from the card"])
+        let exported = try sandbox.send([
+            "--pkcs11", "pkcs11:token=Export%20Card", "--layout", "piv", "--name", "Exported from the card",
+        ])
         try sandbox.check(exported)
         let afterExport = try sandbox.run("dcclient", ["list"])
         #expect(afterExport.stdoutText.contains("Exported from the card"), "\(afterExport.stdoutText)")
-        for line in ["signing         EC P-384  CN=Alice signing,", "encryption      RSA 2048  CN=Alice encryption,", "escrow          EC P-256  CN=Alice escrow-old1,O=Derived Credentials Test  (+1 retired)"] {
+        for line in [
+            "signing         EC P-384  CN=Alice signing,", "encryption      RSA 2048  CN=Alice encryption,",
+            "escrow          EC P-256  CN=Alice escrow-old1,O=Derived Credentials Test  (+1 retired)",
+        ] {
             #expect(afterExport.stdoutText.contains(line), "\(afterExport.stdoutText)")
         }
 

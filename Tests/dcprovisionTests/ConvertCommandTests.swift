@@ -19,22 +19,31 @@ struct ConvertCommandTests {
         let p12 = try dir.write(
             "alice.p12",
             try OpenSSLFixtures.openssl([
-                "pkcs12", "-export", "-inkey", f.signing.key, "-in", f.signing.certificate, "-certfile", f.ca.certificate,
+                "pkcs12", "-export", "-inkey", f.signing.key, "-in", f.signing.certificate, "-certfile",
+                f.ca.certificate,
                 "-passout", "file:\(pass)",
             ]))
         let out = dir.file("out")
-        let result = try dcprovision(["convert", p12, f.encryption.certificate, "--out-dir", out, "--passphrase-file", pass])
+        let result = try dcprovision([
+            "convert", p12, f.encryption.certificate, "--out-dir", out, "--passphrase-file", pass,
+        ])
         #expect(result.status == 0, "\(result.stderrText)")
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: out).sorted() == [
                 "alice.2.cert.der", "alice.cert.der", "alice.key.der", "encryption.cert.der",
             ])
         #expect(result.stdoutText.split(separator: "\n").count == 4)
-        #expect(try readBytes(out + "/alice.cert.der") == (try OpenSSLFixtures.openssl(["x509", "-in", f.signing.certificate, "-outform", "DER"])))
-        #expect(try readBytes(out + "/alice.2.cert.der") == (try OpenSSLFixtures.openssl(["x509", "-in", f.ca.certificate, "-outform", "DER"])))
+        #expect(
+            try readBytes(out + "/alice.cert.der")
+                == (try OpenSSLFixtures.openssl(["x509", "-in", f.signing.certificate, "-outform", "DER"])))
+        #expect(
+            try readBytes(out + "/alice.2.cert.der")
+                == (try OpenSSLFixtures.openssl(["x509", "-in", f.ca.certificate, "-outform", "DER"])))
         #expect(
             try readBytes(out + "/alice.key.der")
-                == (try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-nocrypt", "-in", f.signing.key, "-outform", "DER"])))
+                == (try OpenSSLFixtures.openssl([
+                    "pkcs8", "-topk8", "-nocrypt", "-in", f.signing.key, "-outform", "DER",
+                ])))
         var info = stat()
         stat(out + "/alice.key.der", &info)
         #expect(info.st_mode & 0o777 == 0o600)
@@ -42,14 +51,18 @@ struct ConvertCommandTests {
         #expect(info.st_mode & 0o777 == 0o700)
     }
 
-    @Test("Any refused input means nothing is written, with the input's exit status", arguments: HostileInput.all.filter { $0.maximumIterations == nil })
+    @Test(
+        "Any refused input means nothing is written, with the input's exit status",
+        arguments: HostileInput.all.filter { $0.maximumIterations == nil })
     func refusesAll(input: HostileInput) throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let bad = try input.make(dir)
         let out = dir.file("out")
         var arguments = ["convert", f.authentication.certificate, f.authentication.key, bad, "--out-dir", out]
-        if let passphrase = input.passphrase { arguments += ["--passphrase-file", try dir.write("pass", passphrase + "\n")] }
+        if let passphrase = input.passphrase {
+            arguments += ["--passphrase-file", try dir.write("pass", passphrase + "\n")]
+        }
         let result = try dcprovision(arguments)
         #expect(result.status == input.expected.category.exitStatus, "\(result.stderrText)")
         #expect(!FileManager.default.fileExists(atPath: out))
@@ -83,7 +96,8 @@ struct ConvertCommandTests {
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: false)
         // prlimit caps the size of any file the process writes; the key files exceed it.
         let result = try run(
-            "prlimit", ["--fsize=300", Binaries.dcprovision, "convert", f.encryption.key, f.signing.certificate, "--out-dir", out])
+            "prlimit",
+            ["--fsize=300", Binaries.dcprovision, "convert", f.encryption.key, f.signing.certificate, "--out-dir", out])
         #expect(result.status == 74, "\(result.stderrText)")
         #expect(result.stderrText.contains("File too large"))
         #expect(try FileManager.default.contentsOfDirectory(atPath: out).isEmpty)
@@ -94,7 +108,9 @@ struct ConvertCommandTests {
         #expect(try dcprovision(["convert"]).status == 64)
         #expect(try dcprovision(["convert", "/nonexistent.pem", "--out-dir", "/tmp/x"]).status == 66)
         #expect(try dcprovision(["inspect", "--pem", "nosuchtag=/a.pem"]).status == 64)
-        #expect(try dcprovision(["convert", "a", "--out-dir", "b", "--passphrase-file", "x", "--passphrase-fd", "0"]).status == 64)
+        #expect(
+            try dcprovision(["convert", "a", "--out-dir", "b", "--passphrase-file", "x", "--passphrase-fd", "0"]).status
+                == 64)
     }
 }
 
@@ -103,7 +119,8 @@ struct PassphraseCommandTests {
     private func encryptedKey(_ dir: TemporaryDirectory) throws -> String {
         let pass = try dir.write("pass", fixturePassphrase + "\n")
         return try dir.write(
-            "enc.pem", try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(pass)"]))
+            "enc.pem",
+            try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-in", f.authentication.key, "-passout", "file:\(pass)"]))
     }
 
     @Test("From a file, from a descriptor, with CRLF")
@@ -113,9 +130,12 @@ struct PassphraseCommandTests {
         let key = try encryptedKey(dir)
         let crlf = try dir.write("crlf", fixturePassphrase + "\r\n")
         #expect(try dcprovision(["convert", key, "--out-dir", dir.file("a"), "--passphrase-file", crlf]).status == 0)
-        let viaFd = try dcprovision(["convert", key, "--out-dir", dir.file("b"), "--passphrase-fd", "0"], stdin: Array((fixturePassphrase + "\n").utf8))
+        let viaFd = try dcprovision(
+            ["convert", key, "--out-dir", dir.file("b"), "--passphrase-fd", "0"],
+            stdin: Array((fixturePassphrase + "\n").utf8))
         #expect(viaFd.status == 0, "\(viaFd.stderrText)")
-        let wrong = try dcprovision(["convert", key, "--out-dir", dir.file("c"), "--passphrase-fd", "0"], stdin: Array("nope\n".utf8))
+        let wrong = try dcprovision(
+            ["convert", key, "--out-dir", dir.file("c"), "--passphrase-fd", "0"], stdin: Array("nope\n".utf8))
         #expect(wrong.status == 77)
         #expect(!FileManager.default.fileExists(atPath: dir.file("c")))
     }
@@ -140,7 +160,8 @@ struct PassphraseCommandTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let key = try encryptedKey(dir)
-        let command = "\(Binaries.dcprovision) convert \(key) --out-dir \(dir.file("out")) --passphrase-prompt; echo \"exit=$?\""
+        let command =
+            "\(Binaries.dcprovision) convert \(key) --out-dir \(dir.file("out")) --passphrase-prompt; echo \"exit=$?\""
         // The answer is typed a moment after the prompt appears, as a person would; bash only
         // delays the test's stdin into script(1), which relays it to the pseudo-terminal.
         let result = try run(
@@ -156,7 +177,8 @@ struct PassphraseCommandTests {
     func promptWithoutTerminal() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let result = try dcprovision(["convert", try encryptedKey(dir), "--out-dir", dir.file("out"), "--passphrase-prompt"], stdin: [])
+        let result = try dcprovision(
+            ["convert", try encryptedKey(dir), "--out-dir", dir.file("out"), "--passphrase-prompt"], stdin: [])
         #expect(result.status == 77)
         #expect(result.stderrText.contains("needs a terminal"))
     }

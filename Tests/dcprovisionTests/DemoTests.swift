@@ -41,7 +41,12 @@ final class CommandLineWatcher: @unchecked Sendable {
         }.start()
     }
 
-    func stop() -> Set<String> { lock.withLock { running = false; return seen } }
+    func stop() -> Set<String> {
+        lock.withLock {
+            running = false
+            return seen
+        }
+    }
 }
 
 @Suite("dcprovision demo")
@@ -62,22 +67,32 @@ struct DemoTests {
         let commandLines = watcher.stop()
         #expect(process.terminationStatus == 0, "\(String(decoding: outputData, as: UTF8.self))")
         let output = String(decoding: outputData, as: UTF8.self)
-        let sandbox = try #require(output.split(separator: "\n").first.flatMap { line -> String? in
-            guard let open = line.firstIndex(of: "("), let close = line.lastIndex(of: ")") else { return nil }
-            return String(line[line.index(after: open)..<close])
-        })
+        let sandbox = try #require(
+            output.split(separator: "\n").first.flatMap { line -> String? in
+                guard let open = line.firstIndex(of: "("), let close = line.lastIndex(of: ")") else { return nil }
+                return String(line[line.index(after: open)..<close])
+            })
         defer { try? FileManager.default.removeItem(atPath: sandbox) }
         for expected in [
-            "client support: present", "can send: the client's secure services are available", "sealed: CMS AuthEnvelopedData",
-            "dcclient: received request", "(MAC verified)", "serviceUnavailable (AppConnect -1002)", "(exit status 69, as expected)",
-            "Demo credential, renewed", "(+2 retired)", "queued: org.example.dcclient:/deliver", "announced availability",
+            "client support: present", "can send: the client's secure services are available",
+            "sealed: CMS AuthEnvelopedData",
+            "dcclient: received request", "(MAC verified)", "serviceUnavailable (AppConnect -1002)",
+            "(exit status 69, as expected)",
+            "Demo credential, renewed", "(+2 retired)", "queued: org.example.dcclient:/deliver",
+            "announced availability",
             "delivering queued request",
         ] {
             #expect(output.contains(expected), "missing: \(expected)")
         }
         // The handlers really ran as processes launched through the scheme handlers.
-        #expect(commandLines.contains { $0.contains("handle-url org.example.dcprovision:/new?v=1&client=dcclient&request=") })
-        #expect(commandLines.contains { $0.contains("handle-url org.example.dcclient:/deliver?v=1&client=dcclient&request=") })
+        #expect(
+            commandLines.contains {
+                $0.contains("handle-url org.example.dcprovision:/new?v=1&client=dcclient&request=")
+            })
+        #expect(
+            commandLines.contains {
+                $0.contains("handle-url org.example.dcclient:/deliver?v=1&client=dcclient&request=")
+            })
         #expect(commandLines.contains { $0.contains("handle-url org.example.dcprovision:/result?v=1&request=") })
         // No secret on any command line: not the client's passphrase, no PEM, no base64 blob (a long
         // mixed-case run; ids and digests are lowercase hex, paths are broken up by '/').
@@ -86,7 +101,9 @@ struct DemoTests {
         for line in commandLines {
             #expect(!line.contains(passphrase))
             #expect(!line.contains("PRIVATE KEY") && !line.contains("BEGIN"))
-            let blobs = line.matches(of: base64Run).map { String(line[$0.range]) }.filter { $0.contains(where: \.isUppercase) }
+            let blobs = line.matches(of: base64Run).map { String(line[$0.range]) }.filter {
+                $0.contains(where: \.isUppercase)
+            }
             #expect(blobs.isEmpty, "\(line)")
         }
         // Nothing is left in the spool, and the client's store holds no plaintext key.

@@ -52,7 +52,10 @@ struct InspectCommandTests {
         let pass = try dir.write("pass", fixturePassphrase + "\n")
         let p12 = try dir.write(
             "enc.p12",
-            try OpenSSLFixtures.openssl(["pkcs12", "-export", "-inkey", f.encryption.key, "-in", f.encryption.certificate, "-passout", "file:\(pass)"]))
+            try OpenSSLFixtures.openssl([
+                "pkcs12", "-export", "-inkey", f.encryption.key, "-in", f.encryption.certificate, "-passout",
+                "file:\(pass)",
+            ]))
         let ok = try dcprovision(["inspect", "--pkcs12", p12, "--tag", "encryption", "--passphrase-file", pass])
         #expect(ok.status == 0, "\(ok.stderrText)")
         // The encryption certificate presented as authentication violates that profile.
@@ -68,7 +71,8 @@ struct InspectCommandTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let pair = try OpenSSLFixtures.issue(
-            name: "extra", key: .p256, by: f.ca, keyUsage: "critical,digitalSignature,keyEncipherment", extendedKeyUsage: nil, in: dir)
+            name: "extra", key: .p256, by: f.ca, keyUsage: "critical,digitalSignature,keyEncipherment",
+            extendedKeyUsage: nil, in: dir)
         let arguments = ["inspect", "--pem", "authentication=\(pair.certificate),\(pair.key)"]
         let lenient = try dcprovision(arguments)
         #expect(lenient.status == 0)
@@ -81,7 +85,8 @@ struct InspectCommandTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let pair = try OpenSSLFixtures.issue(
-            name: "evil", key: .p256, by: f.ca, subject: "/CN=Mallory\u{1B}[2J\u{7}", keyUsage: "critical,digitalSignature",
+            name: "evil", key: .p256, by: f.ca, subject: "/CN=Mallory\u{1B}[2J\u{7}",
+            keyUsage: "critical,digitalSignature",
             extendedKeyUsage: nil, in: dir)
         let result = try dcprovision(["inspect", "--pem", "authentication=\(pair.certificate),\(pair.key)"])
         #expect(result.status == 0)
@@ -106,8 +111,11 @@ struct InspectCommandTests {
         #expect(table.status == 0, "\(table.stderrText)")
         #expect(!table.stdout.contains(0x1B) && !table.stdout.contains(0x07))
         #expect(table.stdoutText.contains("\"Alice\\u{1b}]0;pwned\\u{7}\""))
-        let json = try dcprovision(["inspect", "--json", "--pkcs12", "authentication=\(p12)", "--passphrase-file", pass])
-        let rows = (try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [String: Any])?["rows"] as? [[String: Any]]
+        let json = try dcprovision([
+            "inspect", "--json", "--pkcs12", "authentication=\(p12)", "--passphrase-file", pass,
+        ])
+        let rows =
+            (try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [String: Any])?["rows"] as? [[String: Any]]
         #expect(rows?.first?["friendlyName"] as? String == "Alice\u{1B}]0;pwned\u{7}")
     }
 

@@ -15,7 +15,10 @@ struct PINSafetyTests {
         var logins: [String]
     }
 
-    private func objects(fault: String, pin: String?, extra: [String] = [], environment extraEnvironment: [String: String] = [:], stdin: [UInt8]? = nil) throws -> Outcome {
+    private func objects(
+        fault: String, pin: String?, extra: [String] = [], environment extraEnvironment: [String: String] = [:],
+        stdin: [UInt8]? = nil
+    ) throws -> Outcome {
         let hsm = SoftHSM.shared
         let dir = try TemporaryDirectory("pin")
         defer { dir.remove() }
@@ -94,9 +97,11 @@ struct PINSafetyTests {
 
     @Test("--pin-env and --pin-fd work; the PIN is never echoed")
     func otherSources() throws {
-        let viaEnv = try objects(fault: "", pin: nil, extra: ["--pin-env", "CARD_PIN"], environment: ["CARD_PIN": SoftHSM.userPIN])
+        let viaEnv = try objects(
+            fault: "", pin: nil, extra: ["--pin-env", "CARD_PIN"], environment: ["CARD_PIN": SoftHSM.userPIN])
         #expect(viaEnv.result.status == 0, "\(viaEnv.result.stderrText)")
-        let viaFd = try objects(fault: "", pin: nil, extra: ["--pin-fd", "0"], stdin: Array((SoftHSM.userPIN + "\n").utf8))
+        let viaFd = try objects(
+            fault: "", pin: nil, extra: ["--pin-fd", "0"], stdin: Array((SoftHSM.userPIN + "\n").utf8))
         #expect(viaFd.result.status == 0, "\(viaFd.result.stderrText)")
         #expect(viaFd.logins == ["C_Login"])
     }
@@ -115,7 +120,9 @@ struct PINSafetyTests {
 /// happened and nothing is written.
 @Suite("Card faults: a clean error and no partial output")
 struct CardFaultTests {
-    @Test("A session closed under us mid-read (card reset) is exit 69 naming CKR_SESSION_HANDLE_INVALID; the output directory stays empty", arguments: ["session-closed", "removed"])
+    @Test(
+        "A session closed under us mid-read (card reset) is exit 69 naming CKR_SESSION_HANDLE_INVALID; the output directory stays empty",
+        arguments: ["session-closed", "removed"])
     func sessionClosed(_ fault: String) throws {
         let dir = try TemporaryDirectory("fault")
         defer { dir.remove() }
@@ -126,13 +133,18 @@ struct CardFaultTests {
         let out = dir.file("out")
         let result = try run(
             Binaries.dcprovision,
-            ["convert", "--pkcs11", "pkcs11:token=Export%20Card", "--layout", "piv", "--pkcs11-module", PINSafetyTests.faultModule,
-             "--pin-file", try dir.write("pin", SoftHSM.userPIN + "\n"), "--out-dir", out],
+            [
+                "convert", "--pkcs11", "pkcs11:token=Export%20Card", "--layout", "piv", "--pkcs11-module",
+                PINSafetyTests.faultModule,
+                "--pin-file", try dir.write("pin", SoftHSM.userPIN + "\n"), "--out-dir", out,
+            ],
             environment: environment, timeout: 60)
         #expect(result.status == 69, "\(result.stderrText)")
         let expected = fault == "removed" ? "CKR_DEVICE_REMOVED" : "CKR_SESSION_HANDLE_INVALID"
         #expect(result.stderrText.contains(expected), "\(result.stderrText)")
-        #expect(result.stderrText.contains(fault == "removed" ? "the card was removed" : "ended the session"), "\(result.stderrText)")
+        #expect(
+            result.stderrText.contains(fault == "removed" ? "the card was removed" : "ended the session"),
+            "\(result.stderrText)")
         #expect(result.stderrText.split(separator: "\n").count == 1, "\(result.stderrText)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: out)) ?? []).isEmpty)
         #expect((try readText(dir.file("logins"))).split(separator: "\n").count == 1)

@@ -27,16 +27,22 @@ struct ProviderCommandTests {
 
         let der = try dcprovision(["testca", "issue", ca, "--out-dir", dir.file("der"), "--escrow-history", "2"])
         #expect(der.status == 0, "\(der.stderrText)")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: dir.file("der")).sorted() == [
-            "authentication.cert.der", "authentication.key.der", "chain.pem", "encryption.cert.der", "encryption.key.der",
-            "escrow-history-1.cert.der", "escrow-history-1.key.der", "escrow-history-2.cert.der", "escrow-history-2.key.der",
-            "escrow.cert.der", "escrow.key.der", "manifest.json", "signing.cert.der", "signing.key.der",
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: dir.file("der")).sorted() == [
+                "authentication.cert.der", "authentication.key.der", "chain.pem", "encryption.cert.der",
+                "encryption.key.der",
+                "escrow-history-1.cert.der", "escrow-history-1.key.der", "escrow-history-2.cert.der",
+                "escrow-history-2.key.der",
+                "escrow.cert.der", "escrow.key.der", "manifest.json", "signing.cert.der", "signing.key.der",
+            ])
+        let pem = try dcprovision([
+            "testca", "issue", ca, "--out-dir", dir.file("pem"), "--format", "pem", "--common-name", "Bob",
         ])
-        let pem = try dcprovision(["testca", "issue", ca, "--out-dir", dir.file("pem"), "--format", "pem", "--common-name", "Bob"])
         #expect(pem.status == 0, "\(pem.stderrText)")
         for folder in ["der", "pem"] {
             let inspected = try dcprovision([
-                "inspect", "--manifest", dir.file("\(folder)/manifest.json"), "--trust-anchor", dir.file("\(folder)/chain.pem"),
+                "inspect", "--manifest", dir.file("\(folder)/manifest.json"), "--trust-anchor",
+                dir.file("\(folder)/chain.pem"),
                 "--strict",
             ])
             #expect(inspected.status == 0, "\(inspected.stdoutText)\(inspected.stderrText)")
@@ -87,7 +93,9 @@ struct ProviderCommandTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
-        #expect(try dcprovision(["testca", "issue", dir.file("ca"), "--out-dir", dir.file("issued"), "--format", "pem"]).status == 0)
+        #expect(
+            try dcprovision(["testca", "issue", dir.file("ca"), "--out-dir", dir.file("issued"), "--format", "pem"])
+                .status == 0)
         let environment = ["DCPROVISION_PROVIDER_PATH": sampleFolder]
 
         let listing = try dcprovision(["providers"], environment: environment)
@@ -99,7 +107,8 @@ struct ProviderCommandTests {
         let entries = try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [[String: Any]]
         #expect(entries?.map { $0["id"] as? String } == ["derive", "pem", "pkcs11", "sample", "testca"])
 
-        let byName = try dcprovision(["inspect", "--provider", "sample", "--option", "dir=\(dir.file("issued"))"], environment: environment)
+        let byName = try dcprovision(
+            ["inspect", "--provider", "sample", "--option", "dir=\(dir.file("issued"))"], environment: environment)
         #expect(byName.status == 0, "\(byName.stderrText)")
         #expect(byName.stderrText.contains("dcprovider-sample: sample provider: reading the folder"))
         let byPath = try dcprovision([

@@ -34,18 +34,23 @@ private struct Sandbox {
         _ = try dir.write("pass", "client passphrase\n")
         let dcclient = Binaries.directory + "/dcclient"
         for arguments in [
-            ["init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision", "--passphrase-file", dir.file("pass")],
+            [
+                "init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
+                "--passphrase-file", dir.file("pass"),
+            ],
             ["register"],
         ] {
             let result = try run(dcclient, arguments, environment: environment)
             guard result.status == 0 else { throw ProcessFailure(command: arguments, result: result) }
         }
         let result = try run(
-            Binaries.dcprovision, ["register", "--scheme", "org.example.dcprovision", "--brand", "Test", "--testca", "/nonexistent"],
+            Binaries.dcprovision,
+            ["register", "--scheme", "org.example.dcprovision", "--brand", "Test", "--testca", "/nonexistent"],
             environment: environment)
         guard result.status == 0 else { throw ProcessFailure(command: ["register"], result: result) }
         let urls = urls
-        service = try CredentialService(brand: "Test", callbackScheme: "org.example.dcprovision", locations: locations) { url, _ in
+        service = try CredentialService(brand: "Test", callbackScheme: "org.example.dcprovision", locations: locations)
+        { url, _ in
             urls.append(url)
         }
         ca = try TestCA.initialize(at: dir.file("ca"))
@@ -66,7 +71,9 @@ private struct Sandbox {
 
 @Suite("Reliability: nothing lost, nothing half-installed")
 struct ReliabilityTests {
-    @Test("kill -9 of the client at random points during 100 deliveries: each credential is wholly installed or not at all")
+    @Test(
+        "kill -9 of the client at random points during 100 deliveries: each credential is wholly installed or not at all"
+    )
     func killDuringDeliveries() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.dir.remove() }
@@ -74,7 +81,9 @@ struct ReliabilityTests {
         var previous: Credential? = nil
         var killedMidway = 0
         for round in 0..<100 {
-            let credential = try sandbox.ca.issue(TestCAIssueRequest(commonName: "Round \(round)", tags: [.authentication, .signing])).credential()
+            let credential = try sandbox.ca.issue(
+                TestCAIssueRequest(commonName: "Round \(round)", tags: [.authentication, .signing])
+            ).credential()
             let url = try await sandbox.prepare(credential)
             // Start the handler and kill it after a random moment (0–40 ms).
             let process = Process()
@@ -90,7 +99,8 @@ struct ReliabilityTests {
             if process.terminationReason == .uncaughtSignal { killedMidway += 1 }
             // Whatever happened, the store holds the old credential or the new one, whole.
             let installed = try sandbox.client.installed()
-            #expect(installed == previous || installed == credential, "round \(round): a mixed or unreadable credential")
+            #expect(
+                installed == previous || installed == credential, "round \(round): a mixed or unreadable credential")
             // Retrying the same request id completes it, once.
             let retry = try run(dcclient, ["handle-url", url], environment: sandbox.environment)
             #expect(retry.status == 0, "round \(round): \(retry.stderrText) \(retry.stdoutText)")
@@ -98,12 +108,17 @@ struct ReliabilityTests {
             previous = credential
             // No staging file survives a retry.
             let store = sandbox.locations.dataHome + "/dcclient/store"
-            #expect(try FileManager.default.contentsOfDirectory(atPath: store).allSatisfy { !$0.contains(AtomicFileSet.stagingMarker) })
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: store).allSatisfy {
+                    !$0.contains(AtomicFileSet.stagingMarker)
+                })
         }
         #expect(killedMidway > 10, "the kills should land while the handler runs (\(killedMidway) did)")
     }
 
-    @Test("A full disk (a file-size limit) while installing: a clear error, the old credential intact, a retry later succeeds")
+    @Test(
+        "A full disk (a file-size limit) while installing: a clear error, the old credential intact, a retry later succeeds"
+    )
     func fullDisk() async throws {
         let sandbox = try Sandbox()
         defer { sandbox.dir.remove() }
@@ -114,7 +129,8 @@ struct ReliabilityTests {
         let second = try sandbox.ca.issue(TestCAIssueRequest(commonName: "Second", escrowHistory: 3)).credential()
         let url = try await sandbox.prepare(second)
         // Files larger than 2 KB cannot be written: the sealed credential is several KB.
-        let refused = try run("prlimit", ["--fsize=2048", dcclient, "handle-url", url], environment: sandbox.environment)
+        let refused = try run(
+            "prlimit", ["--fsize=2048", dcclient, "handle-url", url], environment: sandbox.environment)
         #expect(refused.status == 74, "\(refused.stderrText)")
         #expect(refused.stderrText.contains("File too large"))
         #expect(refused.stderrText.split(separator: "\n").count == 1)

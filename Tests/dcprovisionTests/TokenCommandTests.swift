@@ -20,7 +20,8 @@ struct TokenCommandTests {
         #expect(text.stdoutText.contains("pkcs11:model=SoftHSM%20v2;manufacturer=SoftHSM%20project;serial="))
         let json = try dcprovision(["tokens", "--module", "softhsm2", "--json"])
         let tokens = try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [[String: Any]]
-        #expect(tokens?.contains { $0["label"] as? String == "PIV Card" && $0["loginRequired"] as? Bool == true } == true)
+        #expect(
+            tokens?.contains { $0["label"] as? String == "PIV Card" && $0["loginRequired"] as? Bool == true } == true)
     }
 
     @Test("inspect --pkcs11: exported keys validate; a PIV card's keys give exit 65 pointing at derivation")
@@ -29,15 +30,21 @@ struct TokenCommandTests {
         defer { dir.remove() }
         let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
         let exported = try dcprovision([
-            "inspect", "--pkcs11", "pkcs11:token=Export%20Card", "--tag", "authentication=01", "--tag", "signing=pkcs11:object=Certificate%202",
+            "inspect", "--pkcs11", "pkcs11:token=Export%20Card", "--tag", "authentication=01", "--tag",
+            "signing=pkcs11:object=Certificate%202",
             "--pkcs11-module", "softhsm2", "--pin-file", pin,
         ])
         #expect(exported.status == 0, "\(exported.stderrText)")
         #expect(exported.stdoutText.contains("valid: 0 error(s)"))
-        let piv = try dcprovision(["inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--pkcs11-module", "softhsm2", "--pin-file", pin])
+        let piv = try dcprovision([
+            "inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--pkcs11-module", "softhsm2",
+            "--pin-file", pin,
+        ])
         #expect(piv.status == 65)
         #expect(piv.stderrText.contains("pkcs11:token=PIV%20Card;id=%01: the private key cannot leave the card"))
-        let noPIN = try dcprovision(["inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--pkcs11-module", "softhsm2"], stdin: [])
+        let noPIN = try dcprovision(
+            ["inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--pkcs11-module", "softhsm2"],
+            stdin: [])
         #expect(noPIN.status == 77)
     }
 
@@ -56,7 +63,9 @@ struct TokenCommandTests {
         #expect(!pin.stderrText.contains("123456"))
     }
 
-    @Test("inspect --derive: one login and one signature on the card (calls counted by the fault module, which injects nothing here)")
+    @Test(
+        "inspect --derive: one login and one signature on the card (calls counted by the fault module, which injects nothing here)"
+    )
     func deriveCallCounts() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
@@ -67,16 +76,21 @@ struct TokenCommandTests {
         environment["DC_FAULT_CALL_LOG"] = dir.file("calls")
         let result = try run(
             Binaries.dcprovision,
-            ["inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--derive", "--testca", dir.file("ca"),
-             "--pkcs11-module", Binaries.directory + "/libDCFaultPKCS11.so", "--pin-file", pin, "--trust-anchor", dir.file("ca/root.pem"),
-             "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate],
+            [
+                "inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--derive", "--testca",
+                dir.file("ca"),
+                "--pkcs11-module", Binaries.directory + "/libDCFaultPKCS11.so", "--pin-file", pin, "--trust-anchor",
+                dir.file("ca/root.pem"),
+                "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate,
+            ],
             environment: environment, timeout: 60)
         #expect(result.status == 0, "\(result.stderrText)")
         #expect(result.stdoutText.contains("valid: 0 error(s)"), "\(result.stdoutText)")
-        let calls = Dictionary(uniqueKeysWithValues: try readText(dir.file("calls")).split(separator: "\n").map {
-            let parts = $0.split(separator: " ")
-            return (String(parts[0]), Int(parts[1])!)
-        })
+        let calls = Dictionary(
+            uniqueKeysWithValues: try readText(dir.file("calls")).split(separator: "\n").map {
+                let parts = $0.split(separator: " ")
+                return (String(parts[0]), Int(parts[1])!)
+            })
         #expect(calls["C_Login"] == 1)
         #expect(calls["C_SignInit"] == 1)
         #expect(calls["C_Sign"] == 1)

@@ -83,15 +83,19 @@ enum DER {
                 hint: "re-encode it as DER")
         } else {
             let count = Int(first & 0x7F)
-            guard count <= 4 else { throw DCError(.malformedInput, "the \(what) has an oversized length at byte \(start)") }
+            guard count <= 4 else {
+                throw DCError(.malformedInput, "the \(what) has an oversized length at byte \(start)")
+            }
             guard offset + count <= end else { throw truncated() }
             if buffer[offset] == 0 {
-                throw DCError(.notDER, "the \(what) has a non-minimal length at byte \(start)", hint: "re-encode it as DER")
+                throw DCError(
+                    .notDER, "the \(what) has a non-minimal length at byte \(start)", hint: "re-encode it as DER")
             }
             for i in 0..<count { length = length << 8 | Int(buffer[offset + i]) }
             offset += count
             if length < 0x80 {
-                throw DCError(.notDER, "the \(what) has a non-minimal length at byte \(start)", hint: "re-encode it as DER")
+                throw DCError(
+                    .notDER, "the \(what) has a non-minimal length at byte \(start)", hint: "re-encode it as DER")
             }
         }
         guard length <= end - offset else { throw truncated() }

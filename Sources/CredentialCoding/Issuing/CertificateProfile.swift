@@ -46,7 +46,8 @@ public struct DistinguishedName: Sendable, Hashable, Codable, CustomStringConver
     }
 
     public var description: String {
-        der != nil ? "<DER name, \(der!.count) bytes>" : attributes.map { "\($0.type)=\($0.value)" }.joined(separator: ",")
+        der != nil
+            ? "<DER name, \(der!.count) bytes>" : attributes.map { "\($0.type)=\($0.value)" }.joined(separator: ",")
     }
 }
 

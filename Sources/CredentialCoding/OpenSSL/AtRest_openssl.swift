@@ -21,18 +21,24 @@ public enum AtRest {
                 EVP_EncryptInit_ex(context_, EVP_aes_256_gcm(), nil, keyBytes.baseAddress, nonce) == 1
                     && EVP_EncryptUpdate(context_, nil, &length, aad, Int32(aad.count)) == 1
                     && output.withUnsafeMutableBufferPointer { out in
-                        EVP_EncryptUpdate(context_, out.baseAddress, &length, plain.baseAddress, Int32(plain.count)) == 1
+                        EVP_EncryptUpdate(context_, out.baseAddress, &length, plain.baseAddress, Int32(plain.count))
+                            == 1
                     }
             }
         }
         guard ok else { throw OpenSSL.failure("AES-GCM encryption") }
         total = Int(length)
-        guard output.withUnsafeMutableBufferPointer({ EVP_EncryptFinal_ex(context_, $0.baseAddress! + total, &length) }) == 1 else {
+        guard
+            output.withUnsafeMutableBufferPointer({ EVP_EncryptFinal_ex(context_, $0.baseAddress! + total, &length) })
+                == 1
+        else {
             throw OpenSSL.failure("AES-GCM encryption")
         }
         total += Int(length)
         var tag = [UInt8](repeating: 0, count: 16)
-        guard EVP_CIPHER_CTX_ctrl(context_, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else { throw OpenSSL.failure("AES-GCM tag") }
+        guard EVP_CIPHER_CTX_ctrl(context_, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else {
+            throw OpenSSL.failure("AES-GCM tag")
+        }
         return magic + nonce + output.prefix(total) + tag
     }
 
@@ -60,7 +66,8 @@ public enum AtRest {
         guard started else { throw OpenSSL.failure("AES-GCM decryption") }
         let total = Int(length)
         guard EVP_CIPHER_CTX_ctrl(context_, EVP_CTRL_GCM_SET_TAG, 16, &tag) == 1,
-            output.withUnsafeMutableBufferPointer({ EVP_DecryptFinal_ex(context_, $0.baseAddress! + total, &length) }) == 1
+            output.withUnsafeMutableBufferPointer({ EVP_DecryptFinal_ex(context_, $0.baseAddress! + total, &length) })
+                == 1
         else {
             OpenSSLError.clear()
             throw DCError(.invalid, "the encrypted store file cannot be opened with this key, or it was altered")

@@ -67,7 +67,8 @@ public struct CertificateSigner: Sendable {
     /// Issues a certificate for the public half of `subjectKey` with `profile`.
     public func issue(_ profile: CertificateProfile, for subjectKey: PrivateKey) throws -> Certificate {
         try CertificateBuilding.build(
-            profile, subjectKey: try Self.decode(subjectKey, "the subject key"), issuer: parsed.issuer, signer: parsed.key)
+            profile, subjectKey: try Self.decode(subjectKey, "the subject key"), issuer: parsed.issuer,
+            signer: parsed.key)
     }
 
     /// Issues a certificate for a decoded public (or private) key.
@@ -79,7 +80,8 @@ public struct CertificateSigner: Sendable {
     /// credentials (the key is encoded once, for the result, and never parsed back).
     public func issueWithNewKey(_ profile: CertificateProfile, algorithm: KeyAlgorithm) throws -> CertifiedKey {
         let key = try KeyGeneration.generatePKey(algorithm)
-        let certificate = try CertificateBuilding.build(profile, subjectKey: key, issuer: parsed.issuer, signer: parsed.key)
+        let certificate = try CertificateBuilding.build(
+            profile, subjectKey: key, issuer: parsed.issuer, signer: parsed.key)
         return CertifiedKey(certificate: certificate, privateKey: try key.pkcs8())
     }
 
@@ -130,7 +132,8 @@ enum CertificateBuilding {
                 dc_add_certificate_policies(x509, $0.baseAddress, Int32($0.count))
             }
             guard added == 1 else {
-                throw DCError(.usage, "invalid certificate policy OIDs \(profile.policies)", underlying: OpenSSLError.drain())
+                throw DCError(
+                    .usage, "invalid certificate policy OIDs \(profile.policies)", underlying: OpenSSLError.drain())
             }
         }
         // The digest matches the signer's strength (ECDSA P-384 with SHA-384, as FIPS 186 pairs them).
@@ -190,7 +193,9 @@ enum CertificateBuilding {
             }
             var buffer = [UInt8](repeating: 0, count: 200)
             var length = 0
-            guard EVP_PKEY_get_octet_string_param(key.pointer, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, &buffer, buffer.count, &length) == 1
+            guard
+                EVP_PKEY_get_octet_string_param(
+                    key.pointer, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, &buffer, buffer.count, &length) == 1
             else { throw OpenSSL.failure("reading the EC public key") }
             algorithm = NID_X9_62_id_ecPublicKey
             parameterType = V_ASN1_OBJECT
@@ -231,7 +236,10 @@ enum CertificateBuilding {
 
     static func setSerial(_ serial: [UInt8]?, _ x509: OpaquePointer) throws {
         var bytes = serial ?? (0..<16).map { _ in UInt8.random(in: 0...255) }
-        if serial == nil { bytes[0] &= 0x7F; bytes[0] |= 0x01 }  // positive, 16 significant bytes
+        if serial == nil {
+            bytes[0] &= 0x7F
+            bytes[0] |= 0x01
+        }  // positive, 16 significant bytes
         guard !bytes.isEmpty, bytes.count <= 20 else { throw DCError(.usage, "a serial number has 1 to 20 bytes") }
         guard let number = BN_bin2bn(bytes, Int32(bytes.count), nil) else { throw OpenSSL.failure("BN_bin2bn") }
         defer { BN_free(number) }
@@ -255,7 +263,8 @@ enum CertificateBuilding {
             else {
                 X509_NAME_free(made)
                 throw DCError(
-                    .usage, "cannot use the name attribute \(attribute.type)=\(attribute.value.escapingControlCharacters)",
+                    .usage,
+                    "cannot use the name attribute \(attribute.type)=\(attribute.value.escapingControlCharacters)",
                     underlying: OpenSSLError.drain())
             }
         }

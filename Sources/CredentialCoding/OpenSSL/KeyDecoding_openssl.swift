@@ -17,7 +17,8 @@ enum KeyDecoding {
     }
 
     /// PKCS#8 EncryptedPrivateKeyInfo DER. The KDF iteration count is checked before anything is derived.
-    static func encryptedPKCS8(_ der: [UInt8], passphrase: () throws -> SecretBytes, limits: ReadLimits) throws -> PKey {
+    static func encryptedPKCS8(_ der: [UInt8], passphrase: () throws -> SecretBytes, limits: ReadLimits) throws -> PKey
+    {
         try DER.validate(der, what: "encrypted PKCS#8 private key")
         guard let sig = der.decodeDER({ d2i_X509_SIG(nil, $0, $1) }) else {
             throw DCError(.malformedInput, "not an encrypted PKCS#8 private key", underlying: OpenSSLError.drain())
@@ -86,7 +87,8 @@ enum KeyDecoding {
         }
         guard let key = PKey.fromTypeSpecific(der, type: EVP_PKEY_EC) else {
             throw DCError(
-                .malformedInput, "not a SEC1 EC private key (or its curve is missing)", underlying: OpenSSLError.drain())
+                .malformedInput, "not a SEC1 EC private key (or its curve is missing)", underlying: OpenSSLError.drain()
+            )
         }
         return try checked(key)
     }
@@ -124,7 +126,8 @@ enum KeyDecoding {
         let plain = Array(body.prefix(length))
         do {
             return type == EVP_PKEY_RSA ? try rsa(plain) : try sec1(plain, parameters: parameters)
-        } catch let error as DCError where error.code == .malformedInput || error.code == .notDER
+        } catch let error as DCError
+            where error.code == .malformedInput || error.code == .notDER
             || error.code == .trailingData
         {
             // Legacy PEM has no integrity check: a wrong passphrase usually fails the padding, and
@@ -168,7 +171,8 @@ enum KeyDecoding {
             return key
         case .other(let name):
             throw DCError(
-                .unsupportedAlgorithm, "unsupported key algorithm \(name)", hint: "derived credentials use RSA or EC keys")
+                .unsupportedAlgorithm, "unsupported key algorithm \(name)",
+                hint: "derived credentials use RSA or EC keys")
         }
     }
 }

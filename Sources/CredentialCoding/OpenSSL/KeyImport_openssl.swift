@@ -14,13 +14,18 @@ public enum KeyImport {
         }
         var point = [UInt8](repeating: 0, count: 200)
         var pointLength = 0
-        guard EVP_PKEY_get_octet_string_param(publicKey.pointer, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, &point, point.count, &pointLength) == 1 else {
+        guard
+            EVP_PKEY_get_octet_string_param(
+                publicKey.pointer, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, &point, point.count, &pointLength) == 1
+        else {
             throw OpenSSL.failure("reading the certificate's public point")
         }
         let key = try scalar.withUnsafeBytes { bytes -> PKey in
             guard let builder = OSSL_PARAM_BLD_new() else { throw OpenSSL.failure("OSSL_PARAM_BLD_new") }
             defer { OSSL_PARAM_BLD_free(builder) }
-            guard let private_ = BN_secure_new(), BN_bin2bn(bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), Int32(bytes.count), private_) != nil else {
+            guard let private_ = BN_secure_new(),
+                BN_bin2bn(bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), Int32(bytes.count), private_) != nil
+            else {
                 throw OpenSSL.failure("BN_bin2bn")
             }
             defer { BN_clear_free(private_) }
@@ -48,9 +53,13 @@ public enum KeyImport {
         guard let decoded = key.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
             throw DCError(.malformedInput, "the exported key is not PKCS#8")
         }
-        guard case .ec = decoded.kind else { return try checkedPKCS8(decoded, certificate: try X509Certificate(certificate)) }
+        guard case .ec = decoded.kind else {
+            return try checkedPKCS8(decoded, certificate: try X509Certificate(certificate))
+        }
         var number: OpaquePointer?
-        guard EVP_PKEY_get_bn_param(decoded.pointer, "priv", &number) == 1, let number else { throw OpenSSL.failure("reading the EC scalar") }
+        guard EVP_PKEY_get_bn_param(decoded.pointer, "priv", &number) == 1, let number else {
+            throw OpenSSL.failure("reading the EC scalar")
+        }
         defer { BN_clear_free(number) }
         var scalar = [UInt8](repeating: 0, count: Int((BN_num_bits(number) + 7) / 8))  // BN_num_bytes is a macro
         BN_bn2bin(number, &scalar)
@@ -59,14 +68,17 @@ public enum KeyImport {
 
     /// An RSA private key from its CRT components (big-endian, as PKCS#11 gives them).
     public static func rsaPrivateKey(
-        modulus: [UInt8], publicExponent: [UInt8], privateExponent: SecretBytes, prime1: SecretBytes, prime2: SecretBytes,
+        modulus: [UInt8], publicExponent: [UInt8], privateExponent: SecretBytes, prime1: SecretBytes,
+        prime2: SecretBytes,
         exponent1: SecretBytes, exponent2: SecretBytes, coefficient: SecretBytes, certificate: Certificate
     ) throws -> PrivateKey {
         guard let builder = OSSL_PARAM_BLD_new() else { throw OpenSSL.failure("OSSL_PARAM_BLD_new") }
         defer { OSSL_PARAM_BLD_free(builder) }
         let parts: [(String, SecretBytes)] = [
-            ("n", SecretBytes(modulus)), ("e", SecretBytes(publicExponent)), ("d", privateExponent), ("rsa-factor1", prime1),
-            ("rsa-factor2", prime2), ("rsa-exponent1", exponent1), ("rsa-exponent2", exponent2), ("rsa-coefficient1", coefficient),
+            ("n", SecretBytes(modulus)), ("e", SecretBytes(publicExponent)), ("d", privateExponent),
+            ("rsa-factor1", prime1),
+            ("rsa-factor2", prime2), ("rsa-exponent1", exponent1), ("rsa-exponent2", exponent2),
+            ("rsa-coefficient1", coefficient),
         ]
         let names = parts.map { strdup($0.0)! }
         defer { names.forEach { free($0) } }
@@ -75,8 +87,12 @@ public enum KeyImport {
         for (index, part) in parts.enumerated() {
             guard let number = BN_secure_new() else { throw OpenSSL.failure("BN_secure_new") }
             numbers.append(number)
-            let ok = part.1.withUnsafeBytes { BN_bin2bn($0.baseAddress?.assumingMemoryBound(to: UInt8.self), Int32($0.count), number) != nil }
-            guard ok, OSSL_PARAM_BLD_push_BN(builder, names[index], number) == 1 else { throw OpenSSL.failure("building RSA key parameters") }
+            let ok = part.1.withUnsafeBytes {
+                BN_bin2bn($0.baseAddress?.assumingMemoryBound(to: UInt8.self), Int32($0.count), number) != nil
+            }
+            guard ok, OSSL_PARAM_BLD_push_BN(builder, names[index], number) == 1 else {
+                throw OpenSSL.failure("building RSA key parameters")
+            }
         }
         guard let params = OSSL_PARAM_BLD_to_param(builder) else { throw OpenSSL.failure("OSSL_PARAM_BLD_to_param") }
         defer { OSSL_PARAM_free(params) }
@@ -87,7 +103,9 @@ public enum KeyImport {
     /// such as SoftHSM 2.6 zero-pad the key to a multiple of 8 before wrapping: the padding is cut
     /// at the DER length).
     public static func unwrapAESKeyWrapPad(_ wrapped: [UInt8], key: SecretBytes) throws -> SecretBytes {
-        guard key.count == 32, let context = EVP_CIPHER_CTX_new() else { throw DCError(.usage, "a 256-bit wrapping key is needed") }
+        guard key.count == 32, let context = EVP_CIPHER_CTX_new() else {
+            throw DCError(.usage, "a 256-bit wrapping key is needed")
+        }
         defer { EVP_CIPHER_CTX_free(context) }
         EVP_CIPHER_CTX_set_flags(context, Int32(EVP_CIPHER_CTX_FLAG_WRAP_ALLOW))
         var output = [UInt8](repeating: 0, count: wrapped.count + 16)
@@ -100,7 +118,11 @@ public enum KeyImport {
         }
         guard ok else { throw DCError(.invalid, "the wrapped key does not unwrap", underlying: OpenSSLError.drain()) }
         total = length
-        guard output.withUnsafeMutableBufferPointer({ EVP_DecryptFinal_ex(context, $0.baseAddress! + Int(total), &length) }) == 1 else {
+        guard
+            output.withUnsafeMutableBufferPointer({
+                EVP_DecryptFinal_ex(context, $0.baseAddress! + Int(total), &length)
+            }) == 1
+        else {
             throw DCError(.invalid, "the wrapped key does not unwrap", underlying: OpenSSLError.drain())
         }
         total += length
@@ -123,11 +145,17 @@ public enum KeyImport {
     }
 
     static func fromData(_ type: String, _ params: UnsafeMutablePointer<OSSL_PARAM>) throws -> PKey {
-        guard let context = EVP_PKEY_CTX_new_from_name(nil, type, nil) else { throw OpenSSL.failure("EVP_PKEY_CTX_new_from_name") }
+        guard let context = EVP_PKEY_CTX_new_from_name(nil, type, nil) else {
+            throw OpenSSL.failure("EVP_PKEY_CTX_new_from_name")
+        }
         defer { EVP_PKEY_CTX_free(context) }
         var key: OpaquePointer?
-        guard EVP_PKEY_fromdata_init(context) == 1, EVP_PKEY_fromdata(context, &key, dc_EVP_PKEY_KEYPAIR(), params) == 1, let key else {
-            throw DCError(.malformedInput, "the token's key components do not form a \(type) key", underlying: OpenSSLError.drain())
+        guard EVP_PKEY_fromdata_init(context) == 1,
+            EVP_PKEY_fromdata(context, &key, dc_EVP_PKEY_KEYPAIR(), params) == 1, let key
+        else {
+            throw DCError(
+                .malformedInput, "the token's key components do not form a \(type) key",
+                underlying: OpenSSLError.drain())
         }
         return PKey(taking: key)
     }

@@ -77,10 +77,12 @@ enum PKCS12Reading {
                 try KeyDecoding.checkIterations(algorithm, limits: limits, what: "a PKCS#12 encrypted section")
                 bags = password.with { PKCS12_unpack_p7encdata(p7, $0, $1) }
             default:
-                throw DCError(.unsupportedFormat, "the PKCS#12 file has a public-key encrypted section, which is not supported")
+                throw DCError(
+                    .unsupportedFormat, "the PKCS#12 file has a public-key encrypted section, which is not supported")
             }
             guard let bags else {
-                throw DCError(.malformedInput, "a PKCS#12 section cannot be decrypted or read", underlying: OpenSSLError.drain())
+                throw DCError(
+                    .malformedInput, "a PKCS#12 section cannot be decrypted or read", underlying: OpenSSLError.drain())
             }
             defer { dc_sk_SAFEBAG_pop_free(bags) }
             try collect(bags, into: &contents, password: password, limits: limits, depth: 0)
@@ -114,11 +116,13 @@ enum PKCS12Reading {
                 try KeyDecoding.checkIterations(algorithm, limits: limits, what: "the PKCS#12 private key")
                 guard let info = password.with({ PKCS8_decrypt(sig, $0, $1) }) else {
                     throw DCError(
-                        .wrongPassphrase, "the PKCS#12 private key cannot be decrypted", underlying: OpenSSLError.drain())
+                        .wrongPassphrase, "the PKCS#12 private key cannot be decrypted",
+                        underlying: OpenSSLError.drain())
                 }
                 defer { PKCS8_PRIV_KEY_INFO_free(info) }
                 guard let key = PKey.fromPKCS8Info(info) else {
-                    throw DCError(.malformedInput, "the PKCS#12 private key is not valid", underlying: OpenSSLError.drain())
+                    throw DCError(
+                        .malformedInput, "the PKCS#12 private key is not valid", underlying: OpenSSLError.drain())
                 }
                 contents.keys.append(try KeyDecoding.checked(key))
             case NID_certBag:
@@ -126,7 +130,8 @@ enum PKCS12Reading {
                     throw DCError(.unsupportedFormat, "the PKCS#12 file holds a certificate that is not X.509")
                 }
                 guard let x509 = PKCS12_SAFEBAG_get1_cert(bag) else {
-                    throw DCError(.malformedInput, "a PKCS#12 certificate bag is not valid", underlying: OpenSSLError.drain())
+                    throw DCError(
+                        .malformedInput, "a PKCS#12 certificate bag is not valid", underlying: OpenSSLError.drain())
                 }
                 let certificate = X509Certificate(taking: x509)
                 // Re-check the certificate as strict DER, like any other certificate we read.

@@ -115,14 +115,17 @@ final class PKey {
 extension KeyMaterial {
     /// Material with the certificate that matches `privateKey` first (compared by
     /// SubjectPublicKeyInfo), or an error naming the mismatch.
-    public static func paired(certificates: [Certificate], privateKey: PrivateKey, source: String) throws -> KeyMaterial {
+    public static func paired(certificates: [Certificate], privateKey: PrivateKey, source: String) throws -> KeyMaterial
+    {
         guard let key = privateKey.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
             throw DCError(.malformedInput, "the private key cannot be read", subject: source)
         }
         let spki = try key.subjectPublicKeyInfo()
         var ordered = certificates
-        guard let index = try ordered.firstIndex(where: { try X509Certificate($0).subjectPublicKeyInfo() == spki }) else {
-            throw DCError(.keyCertificateMismatch, "the private key does not belong to the certificate", subject: source)
+        guard let index = try ordered.firstIndex(where: { try X509Certificate($0).subjectPublicKeyInfo() == spki })
+        else {
+            throw DCError(
+                .keyCertificateMismatch, "the private key does not belong to the certificate", subject: source)
         }
         ordered.insert(ordered.remove(at: index), at: 0)
         return KeyMaterial(source: source, certificates: ordered, privateKey: privateKey)

@@ -39,31 +39,40 @@ public enum PossessionCheck {
     /// and allows digitalSignature. With `anchors`, the certificate must also chain to one of them
     /// (`intermediates` help build the chain). Every failure is a refusal naming what failed.
     public static func verify(
-        _ proof: PossessionProof, challenge: [UInt8]? = nil, anchors: [Certificate] = [], intermediates: [Certificate] = [],
+        _ proof: PossessionProof, challenge: [UInt8]? = nil, anchors: [Certificate] = [],
+        intermediates: [Certificate] = [],
         now: Date = Date()
     ) throws {
         let x509 = try X509Certificate(proof.certificate)
         let details = try CertificateDetails(proof.certificate)
         if let challenge, !Digests.constantTimeEqual(challenge, proof.challenge) {
-            throw DCError(.possessionNotProven, "the card signed a different challenge from the one it was given", subject: details.subject)
+            throw DCError(
+                .possessionNotProven, "the card signed a different challenge from the one it was given",
+                subject: details.subject)
         }
-        guard proof.challenge.starts(with: challengeContext), proof.challenge.count >= challengeContext.count + 32 else {
-            throw DCError(.possessionNotProven, "the challenge is not a dcprovision possession challenge", subject: details.subject)
+        guard proof.challenge.starts(with: challengeContext), proof.challenge.count >= challengeContext.count + 32
+        else {
+            throw DCError(
+                .possessionNotProven, "the challenge is not a dcprovision possession challenge",
+                subject: details.subject)
         }
         guard let key = PKey.fromCertificate(x509) else {
-            throw DCError(.unsupportedAlgorithm, "the certificate's public key cannot be read", subject: details.subject)
+            throw DCError(
+                .unsupportedAlgorithm, "the certificate's public key cannot be read", subject: details.subject)
         }
         guard let context = EVP_MD_CTX_new() else { throw OpenSSL.failure("EVP_MD_CTX_new") }
         defer { EVP_MD_CTX_free(context) }
         guard EVP_DigestVerifyInit(context, nil, EVP_sha256(), nil, key.pointer) == 1 else {
             throw OpenSSL.failure("EVP_DigestVerifyInit")
         }
-        let verified = EVP_DigestVerify(context, proof.signature, proof.signature.count, proof.challenge, proof.challenge.count)
+        let verified = EVP_DigestVerify(
+            context, proof.signature, proof.signature.count, proof.challenge, proof.challenge.count)
         OpenSSLError.clear()
         guard verified == 1 else {
             throw DCError(
                 .possessionNotProven, "the signature over the challenge does not verify with the card's certificate",
-                subject: details.subject, hint: "the key that signed is not the certificate's: is the right card and slot selected?")
+                subject: details.subject,
+                hint: "the key that signed is not the certificate's: is the right card and slot selected?")
         }
         if let notBefore = details.notBefore, now < notBefore {
             throw DCError(.untrustedCertificate, "the card's certificate is not valid yet", subject: details.subject)
@@ -72,15 +81,19 @@ public enum PossessionCheck {
             throw DCError(.untrustedCertificate, "the card's certificate has expired", subject: details.subject)
         }
         if let usage = details.keyUsage, !usage.contains("digitalSignature") {
-            throw DCError(.untrustedCertificate, "the card's certificate does not allow digitalSignature", subject: details.subject)
+            throw DCError(
+                .untrustedCertificate, "the card's certificate does not allow digitalSignature",
+                subject: details.subject)
         }
         if !anchors.isEmpty {
             let reason = x509.verifyChain(
-                anchors: try anchors.map { try X509Certificate($0) }, intermediates: try intermediates.map { try X509Certificate($0) },
+                anchors: try anchors.map { try X509Certificate($0) },
+                intermediates: try intermediates.map { try X509Certificate($0) },
                 at: now, checkTime: true)
             if let reason {
                 throw DCError(
-                    .untrustedCertificate, "the card's certificate does not chain to the trust anchors: \(reason)", subject: details.subject,
+                    .untrustedCertificate, "the card's certificate does not chain to the trust anchors: \(reason)",
+                    subject: details.subject,
                     hint: "give the card issuer's root (and intermediates) as trust anchors")
             }
         }

@@ -111,7 +111,8 @@ final class X509Certificate {
         defer { dc_general_names_free(names) }
         func text(_ string: UnsafeMutablePointer<ASN1_STRING>?) -> String {
             guard let string, let data = ASN1_STRING_get0_data(string) else { return "" }
-            return String(decoding: UnsafeBufferPointer(start: data, count: Int(ASN1_STRING_length(string))), as: UTF8.self)
+            return String(
+                decoding: UnsafeBufferPointer(start: data, count: Int(ASN1_STRING_length(string))), as: UTF8.self)
         }
         return (0..<dc_general_names_num(names)).compactMap { index in
             guard let name = dc_general_names_value(names, index)?.pointee else { return nil }

@@ -55,27 +55,37 @@ struct PEMDocument {
                     guard label == block.label else {
                         throw DCError(
                             .malformedInput,
-                            "line \(lineNumber): END \(label.escapingControlCharacters) does not match BEGIN \(block.label) on line \(block.line)")
+                            "line \(lineNumber): END \(label.escapingControlCharacters) does not match BEGIN \(block.label) on line \(block.line)"
+                        )
                     }
                     guard !block.body.isEmpty else {
                         throw DCError(.malformedInput, "line \(block.line): the \(block.label) block is empty")
                     }
                     guard let der = Self.decodeBase64(block.body) else {
                         throw DCError(
-                            .malformedInput, "the \(block.label) block starting on line \(block.line) is not valid base64")
+                            .malformedInput,
+                            "the \(block.label) block starting on line \(block.line) is not valid base64")
                     }
                     blocks.append(
-                        Block(label: block.label, headers: block.headers.map { (name: $0.0, value: $0.1) }, der: der, line: block.line))
+                        Block(
+                            label: block.label, headers: block.headers.map { (name: $0.0, value: $0.1) }, der: der,
+                            line: block.line))
                     open = nil
                     continue
                 }
                 if Self.delimiter(line, kind: "BEGIN") != nil {
                     throw DCError(
-                        .malformedInput, "line \(lineNumber): BEGIN inside the \(block.label) block of line \(block.line); its END line is missing")
+                        .malformedInput,
+                        "line \(lineNumber): BEGIN inside the \(block.label) block of line \(block.line); its END line is missing"
+                    )
                 }
                 if block.inHeaders {
                     if line.isEmpty {
-                        if !block.headers.isEmpty { block.inHeaders = false; open = block; continue }
+                        if !block.headers.isEmpty {
+                            block.inHeaders = false
+                            open = block
+                            continue
+                        }
                         throw DCError(.malformedInput, "line \(lineNumber): blank line inside the \(block.label) block")
                     }
                     if let colon = line.firstIndex(of: UInt8(ascii: ":")), block.body.isEmpty {
@@ -97,7 +107,8 @@ struct PEMDocument {
                 for byte in line where !Self.isBase64(byte) {
                     throw DCError(
                         .malformedInput,
-                        "line \(lineNumber): character 0x\(String(byte, radix: 16)) is not base64 in the \(block.label) block")
+                        "line \(lineNumber): character 0x\(String(byte, radix: 16)) is not base64 in the \(block.label) block"
+                    )
                 }
                 block.body.append(contentsOf: line)
                 open = block
@@ -107,7 +118,8 @@ struct PEMDocument {
             if let label = Self.delimiter(line, kind: "BEGIN") {
                 open = (label, lineNumber, [], [], true)
             } else if let label = Self.delimiter(line, kind: "END") {
-                throw DCError(.malformedInput, "line \(lineNumber): END \(label.escapingControlCharacters) without a BEGIN")
+                throw DCError(
+                    .malformedInput, "line \(lineNumber): END \(label.escapingControlCharacters) without a BEGIN")
             }
         }
         if let block = open {

@@ -41,14 +41,18 @@ extension ConversionOutputs {
     public static func add(_ provided: ProvidedCredential, format: Format, to set: inout AtomicFileSet) throws {
         var manifestEntries: [[String: String]] = []
         for entry in provided.entries {
-            let pairs = [(entry.tag.rawValue, entry.certifiedKey)]
+            let pairs =
+                [(entry.tag.rawValue, entry.certifiedKey)]
                 + entry.keyHistory.enumerated().map { ("\(entry.tag.rawValue)-history-\($0.offset + 1)", $0.element) }
             for (stem, pair) in pairs {
                 switch format {
                 case .der:
                     try set.add("\(stem).cert.der", .bytes(pair.certificate.derBytes), mode: 0o644)
-                    try set.add("\(stem).key.der", .secret(pair.privateKey.withPKCS8DER { SecretBytes($0) }), mode: 0o600)
-                    manifestEntries.append(["tag": entry.tag.rawValue, "certificate": "\(stem).cert.der", "key": "\(stem).key.der"])
+                    try set.add(
+                        "\(stem).key.der", .secret(pair.privateKey.withPKCS8DER { SecretBytes($0) }), mode: 0o600)
+                    manifestEntries.append([
+                        "tag": entry.tag.rawValue, "certificate": "\(stem).cert.der", "key": "\(stem).key.der",
+                    ])
                 case .pem:
                     var combined = PEM.certificate(pair.certificate)
                     PEM.privateKey(pair.privateKey).withUnsafeBytes { combined += $0 }
@@ -63,7 +67,8 @@ extension ConversionOutputs {
         var manifest: [String: Any] = ["version": 1, "entries": manifestEntries]
         if let name = provided.suggestedName { manifest["name"] = name }
         if let serial = provided.suggestedSerialNumber { manifest["serialNumber"] = serial }
-        let json = try JSONSerialization.data(withJSONObject: manifest, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        let json = try JSONSerialization.data(
+            withJSONObject: manifest, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
         try set.add("manifest.json", .bytes(Array(json) + [0x0A]), mode: 0o644)
     }
 }

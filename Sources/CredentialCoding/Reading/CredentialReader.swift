@@ -36,7 +36,8 @@ public struct CredentialReader: Sendable {
     public func read(bytes: [UInt8], source: String) throws -> KeyMaterial {
         do {
             guard bytes.count <= limits.maximumFileSize else {
-                throw DCError(.inputTooLarge, "the input is \(bytes.count) bytes; the limit is \(limits.maximumFileSize)")
+                throw DCError(
+                    .inputTooLarge, "the input is \(bytes.count) bytes; the limit is \(limits.maximumFileSize)")
             }
             defer { OpenSSLError.clear() }
             var parts = Parts()
@@ -77,7 +78,8 @@ public struct CredentialReader: Sendable {
                 let type = block.label == "RSA PRIVATE KEY" ? EVP_PKEY_RSA : EVP_PKEY_EC
                 if !block.headers.isEmpty {
                     parts.keys.append(
-                        try KeyDecoding.legacyEncrypted(block, type: type, parameters: parameters, passphrase: passphrase.get))
+                        try KeyDecoding.legacyEncrypted(
+                            block, type: type, parameters: parameters, passphrase: passphrase.get))
                 } else if type == EVP_PKEY_RSA {
                     parts.keys.append(try KeyDecoding.rsa(block.der))
                 } else {
@@ -142,7 +144,8 @@ public struct CredentialReader: Sendable {
         }
         guard Int(info.st_size) <= limits.maximumFileSize else {
             throw DCError(
-                .inputTooLarge, "the file is \(info.st_size) bytes; the limit is \(limits.maximumFileSize)", subject: path)
+                .inputTooLarge, "the file is \(info.st_size) bytes; the limit is \(limits.maximumFileSize)",
+                subject: path)
         }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
         var filled = 0
@@ -156,7 +159,8 @@ public struct CredentialReader: Sendable {
             filled += count
         }
         guard filled <= limits.maximumFileSize else {
-            throw DCError(.inputTooLarge, "the file grew past the limit of \(limits.maximumFileSize) bytes", subject: path)
+            throw DCError(
+                .inputTooLarge, "the file grew past the limit of \(limits.maximumFileSize) bytes", subject: path)
         }
         logger.debug("read \(filled) bytes", metadata: ["file": "\(path)"])
         return Array(bytes.prefix(filled))
@@ -185,7 +189,8 @@ public struct CredentialReader: Sendable {
             if let key = keys.first {
                 let spki = try key.subjectPublicKeyInfo()
                 if !certificates.isEmpty {
-                    guard let index = try certificates.firstIndex(where: { try $0.subjectPublicKeyInfo() == spki }) else {
+                    guard let index = try certificates.firstIndex(where: { try $0.subjectPublicKeyInfo() == spki })
+                    else {
                         throw DCError(
                             .keyCertificateMismatch, "the private key does not belong to any certificate in the input")
                     }

@@ -25,7 +25,8 @@ public struct KeyMaterial: Sendable, Equatable {
             throw DCError(.missingMaterial, "no certificate found", subject: source)
         }
         guard let privateKey else {
-            throw DCError(.missingMaterial, "no private key found", subject: source, hint: "give the key file too (TAG=CERT,KEY)")
+            throw DCError(
+                .missingMaterial, "no private key found", subject: source, hint: "give the key file too (TAG=CERT,KEY)")
         }
         return CertifiedKey(certificate: certificate, privateKey: privateKey)
     }

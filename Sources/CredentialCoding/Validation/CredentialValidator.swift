@@ -47,7 +47,8 @@ public struct CredentialValidator: Sendable {
         let helpers = intermediates.compactMap { try? X509Certificate($0) }
         var verdict = Verdict()
         for entry in entries {
-            verdict.findings += check(entry.certifiedKey, tag: entry.tag, historyIndex: nil, anchors: anchors, helpers: helpers)
+            verdict.findings += check(
+                entry.certifiedKey, tag: entry.tag, historyIndex: nil, anchors: anchors, helpers: helpers)
             for (index, pair) in entry.keyHistory.enumerated() {
                 verdict.findings += check(pair, tag: entry.tag, historyIndex: index, anchors: anchors, helpers: helpers)
             }
@@ -74,7 +75,9 @@ public struct CredentialValidator: Sendable {
         }
 
         // The key belongs to the certificate.
-        let keySPKI = pair.privateKey.withPKCS8DER { PKey.fromPKCS8(Array($0)) }.flatMap { try? $0.subjectPublicKeyInfo() }
+        let keySPKI = pair.privateKey.withPKCS8DER { PKey.fromPKCS8(Array($0)) }.flatMap {
+            try? $0.subjectPublicKeyInfo()
+        }
         if keySPKI == nil {
             add("unreadable", .error, "the private key cannot be read as PKCS#8")
         } else if keySPKI != (try? x509.subjectPublicKeyInfo()) {
@@ -95,7 +98,9 @@ public struct CredentialValidator: Sendable {
         case .rsa(let bits) where bits < 2048:
             add("weak-rsa-key", .error, "RSA key of \(bits) bits; at least 2048 are required")
         case .ec(let curve, _) where !["prime256v1", "secp384r1", "secp521r1"].contains(curve ?? ""):
-            add("unsupported-curve", .error, "EC curve \(curve ?? "with explicit parameters") is not P-256, P-384 or P-521")
+            add(
+                "unsupported-curve", .error,
+                "EC curve \(curve ?? "with explicit parameters") is not P-256, P-384 or P-521")
         case .other(let name):
             add("unsupported-key-algorithm", .error, "key algorithm \(name) is not RSA or EC")
         case nil:
@@ -119,7 +124,9 @@ public struct CredentialValidator: Sendable {
         return findings
     }
 
-    private func checkKeyUsage(_ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void) {
+    private func checkKeyUsage(
+        _ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void
+    ) {
         guard let usage = x509.keyUsage else {
             add("key-usage-missing", .error, "no keyUsage extension; the \(tag) profile requires one")
             return
@@ -145,11 +152,15 @@ public struct CredentialValidator: Sendable {
         }
         let caBits = usage & (KeyUsage.keyCertSign | KeyUsage.cRLSign)
         if caBits != 0 {
-            add("key-usage-ca", .error, "keyUsage has \(KeyUsage.names(caBits).joined(separator: ", ")), which only CAs may have")
+            add(
+                "key-usage-ca", .error,
+                "keyUsage has \(KeyUsage.names(caBits).joined(separator: ", ")), which only CAs may have")
         }
         let extra = usage & ~required & ~caBits
         if extra != 0 {
-            add("key-usage-extra", .warning, "keyUsage also has \(KeyUsage.names(extra).joined(separator: ", ")), beyond the \(tag) profile")
+            add(
+                "key-usage-extra", .warning,
+                "keyUsage also has \(KeyUsage.names(extra).joined(separator: ", ")), beyond the \(tag) profile")
         }
     }
 
@@ -176,11 +187,14 @@ public struct CredentialValidator: Sendable {
         if allowed.isDisjoint(with: usages) {
             add(
                 "eku-mismatch", .error,
-                "extendedKeyUsage (\(usages.joined(separator: ", "))) has none of the purposes the \(tag) profile allows")
+                "extendedKeyUsage (\(usages.joined(separator: ", "))) has none of the purposes the \(tag) profile allows"
+            )
         }
     }
 
-    private func checkValidity(_ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void) {
+    private func checkValidity(
+        _ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void
+    ) {
         let formatter = ISO8601DateFormatter()
         if let notBefore = x509.notBefore, notBefore > now {
             add("not-yet-valid", .error, "not valid before \(formatter.string(from: notBefore))")

@@ -28,7 +28,8 @@ public struct InspectionReport: Sendable, Codable {
     ) throws {
         var rows: [Row] = []
         for entry in entries {
-            let pairs = [(nil, entry.certifiedKey)] + entry.keyHistory.enumerated().map { (Optional($0.offset), $0.element) }
+            let pairs =
+                [(nil, entry.certifiedKey)] + entry.keyHistory.enumerated().map { (Optional($0.offset), $0.element) }
             for (index, pair) in pairs {
                 rows.append(
                     Row(

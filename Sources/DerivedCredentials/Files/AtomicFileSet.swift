@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Writes a set of files into one directory so that a failure leaves nothing behind.
@@ -35,7 +35,8 @@ public struct AtomicFileSet {
             throw DCError(.usage, "invalid output file name", subject: name)
         }
         guard !files.contains(where: { $0.name == name }) else {
-            throw DCError(.usage, "two outputs would have the same name", subject: name, hint: "rename one of the inputs")
+            throw DCError(
+                .usage, "two outputs would have the same name", subject: name, hint: "rename one of the inputs")
         }
         files.append((name, contents, mode))
     }
@@ -57,7 +58,8 @@ public struct AtomicFileSet {
         var info = stat()
         if error == EEXIST, lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { return }
         throw DCError(
-            .cannotCreateOutput, "cannot create the output directory: \(String(cString: strerror(error)))", subject: path)
+            .cannotCreateOutput, "cannot create the output directory: \(String(cString: strerror(error)))",
+            subject: path)
     }
 
     /// Removes staging files that an interrupted writer left in `directory`. Staging names carry
@@ -121,13 +123,16 @@ public struct AtomicFileSet {
                 if !replacingExisting { for name in published { unlinkat(dirfd, name, 0) } }
                 throw DCError(
                     error == EEXIST ? .outputExists : .cannotCreateOutput,
-                    error == EEXIST ? "the output file appeared while writing" : "cannot publish the output file: \(String(cString: strerror(error)))",
+                    error == EEXIST
+                        ? "the output file appeared while writing"
+                        : "cannot publish the output file: \(String(cString: strerror(error)))",
                     subject: path(file.name))
             }
             published.append(file.name)
         }
         guard fsync(dirfd) == 0 else {
-            throw DCError(.ioError, "cannot sync the output directory: \(String(cString: strerror(errno)))", subject: directory)
+            throw DCError(
+                .ioError, "cannot sync the output directory: \(String(cString: strerror(errno)))", subject: directory)
         }
     }
 
@@ -137,7 +142,8 @@ public struct AtomicFileSet {
         let fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
         guard fd >= 0 else {
             throw DCError(
-                .cannotCreateOutput, "cannot create the output file: \(String(cString: strerror(errno)))", subject: path(name))
+                .cannotCreateOutput, "cannot create the output file: \(String(cString: strerror(errno)))",
+                subject: path(name))
         }
         var failure: Int32 = 0
         if fchmod(fd, mode) != 0 { failure = errno }

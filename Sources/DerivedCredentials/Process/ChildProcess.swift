@@ -1,7 +1,7 @@
 import Foundation
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Runs a program with an argv array (never a shell), feeds it standard input, and collects its
@@ -55,7 +55,8 @@ public enum ChildProcess {
                     continuation.resume(
                         with: Result {
                             try runBlocking(
-                                executable, arguments: arguments, stdin: stdin, environment: environment, limits: limits,
+                                executable, arguments: arguments, stdin: stdin, environment: environment,
+                                limits: limits,
                                 cancellation: cancellation)
                         })
                 }
@@ -110,7 +111,8 @@ public enum ChildProcess {
 
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
-        let environmentStrings = (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
+        let environmentStrings =
+            (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { environmentStrings.forEach { free($0) } }
         var pid: pid_t = 0
         var spawned: Int32 = 0
@@ -126,7 +128,8 @@ public enum ChildProcess {
             for fd in [inPipe[1], outPipe[0], errPipe[0]] { close(fd) }
             let reason = String(cString: strerror(spawned))
             throw DCError(
-                spawned == ENOENT ? .fileNotFound : .providerFailed, "cannot start the program: \(reason)", subject: executable)
+                spawned == ENOENT ? .fileNotFound : .providerFailed, "cannot start the program: \(reason)",
+                subject: executable)
         }
 
         var stdoutBytes: [UInt8] = []
@@ -140,18 +143,27 @@ public enum ChildProcess {
         var written = 0
         var stdinFD: Int32 = inPipe[1]
         _ = fcntl(stdinFD, F_SETFL, fcntl(stdinFD, F_GETFL) | O_NONBLOCK)
-        if input.isEmpty { close(stdinFD); stdinFD = -1 }
+        if input.isEmpty {
+            close(stdinFD)
+            stdinFD = -1
+        }
         var openOutputs: Set<Int32> = [outPipe[0], errPipe[0]]
         let deadline = ContinuousClock.now + limits.timeout
         var chunk = [UInt8](repeating: 0, count: 65536)
 
         func killGroup() {
-            if !killed { kill(-pid, SIGKILL); killed = true }
+            if !killed {
+                kill(-pid, SIGKILL)
+                killed = true
+            }
         }
 
         while !openOutputs.isEmpty {
             if cancellation.isCancelled { killGroup() }
-            if ContinuousClock.now >= deadline && !killed { timedOut = true; killGroup() }
+            if ContinuousClock.now >= deadline && !killed {
+                timedOut = true
+                killGroup()
+            }
             var fds = openOutputs.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             if stdinFD >= 0 { fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)) }
             let ready = poll(&fds, nfds_t(fds.count), 50)
@@ -200,7 +212,10 @@ public enum ChildProcess {
             if result == pid { break }
             if result < 0 && errno != EINTR { break }
             if cancellation.isCancelled { killGroup() }
-            if ContinuousClock.now >= deadline && !killed { timedOut = true; killGroup() }
+            if ContinuousClock.now >= deadline && !killed {
+                timedOut = true
+                killGroup()
+            }
             usleep(5000)
         }
         if cancellation.isCancelled { throw CancellationError() }

@@ -33,7 +33,9 @@ public struct EnvironmentSecret: PassphraseSource {
         guard let value = getenv(name) else {
             throw DCError(.passphraseRequired, "the environment variable \(name) is not set", subject: subject)
         }
-        return SecretBytes(UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: strlen(value)))
+        return SecretBytes(
+            UnsafeBufferPointer(
+                start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: strlen(value)))
     }
 }
 
@@ -73,8 +75,9 @@ public enum SecretInput {
         guard bytes.count <= maximumLength else {
             throw DCError(.usage, "the secret is longer than \(maximumLength) bytes", subject: subject)
         }
-        var line = bytes.split(separator: UInt8(ascii: "\n"), maxSplits: 1, omittingEmptySubsequences: false).first.map(
-            Array.init) ?? []
+        var line =
+            bytes.split(separator: UInt8(ascii: "\n"), maxSplits: 1, omittingEmptySubsequences: false).first.map(
+                Array.init) ?? []
         if line.last == UInt8(ascii: "\r") { line.removeLast() }
         return SecretBytes(consuming: &line)
     }

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Bytes that must not leak: private keys, passphrases, PINs.
@@ -49,9 +49,9 @@ public struct SecretBytes: Sendable, Equatable, CustomStringConvertible, CustomD
     public static func wipe(_ buffer: UnsafeMutableRawBufferPointer) {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return }
         #if canImport(Glibc)
-        explicit_bzero(base, buffer.count)
+            explicit_bzero(base, buffer.count)
         #else
-        memset_s(base, buffer.count, 0, buffer.count)
+            memset_s(base, buffer.count, 0, buffer.count)
         #endif
     }
 

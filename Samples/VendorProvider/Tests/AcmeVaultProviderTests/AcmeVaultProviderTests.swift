@@ -22,7 +22,8 @@ private let vault: String = {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
         process.arguments = [
-            "pkcs12", "-export", "-in", pem, "-out", root + "/vault/alice/\(entry.tag).p12", "-passout", "file:\(root)/pass",
+            "pkcs12", "-export", "-in", pem, "-out", root + "/vault/alice/\(entry.tag).p12", "-passout",
+            "file:\(root)/pass",
         ]
         try! process.run()
         process.waitUntilExit()
@@ -53,7 +54,8 @@ func conformance() async {
 @Test("A wrong vault passphrase is refused with the toolkit's code")
 func wrongPassphrase() async {
     do {
-        _ = try await AcmeVaultProvider().provide(request(["vault": [vault + "/vault"], "user": ["alice"]], passphrase: "wrong"))
+        _ = try await AcmeVaultProvider().provide(
+            request(["vault": [vault + "/vault"], "user": ["alice"]], passphrase: "wrong"))
         Issue.record("accepted a wrong passphrase")
     } catch let error as DCError {
         #expect(error.code == .wrongPassphrase)

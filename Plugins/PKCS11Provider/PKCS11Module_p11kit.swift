@@ -68,8 +68,9 @@ final class LoadedModule: @unchecked Sendable {
 /// registered ones; each at most once per process.
 enum ModuleLoader {
     private static let lock = NSLock()
-    nonisolated(unsafe) private static var loaded: [String: LoadedModule] = [:]  // guarded by `lock`
-    nonisolated(unsafe) private static var registered: UnsafeMutablePointer<UnsafeMutablePointer<CK_FUNCTION_LIST>?>?  // guarded by `lock`
+    // Both guarded by `lock`.
+    nonisolated(unsafe) private static var loaded: [String: LoadedModule] = [:]
+    nonisolated(unsafe) private static var registered: UnsafeMutablePointer<UnsafeMutablePointer<CK_FUNCTION_LIST>?>?
 
     /// A module by p11-kit name or absolute path.
     static func module(_ spec: String) throws -> LoadedModule {

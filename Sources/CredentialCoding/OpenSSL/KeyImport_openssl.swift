@@ -23,12 +23,13 @@ public enum KeyImport {
         let key = try scalar.withUnsafeBytes { bytes -> PKey in
             guard let builder = OSSL_PARAM_BLD_new() else { throw OpenSSL.failure("OSSL_PARAM_BLD_new") }
             defer { OSSL_PARAM_BLD_free(builder) }
-            guard let private_ = BN_secure_new(),
-                BN_bin2bn(bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), Int32(bytes.count), private_) != nil
+            guard let scalarNumber = BN_secure_new(),
+                BN_bin2bn(bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), Int32(bytes.count), scalarNumber)
+                    != nil
             else {
                 throw OpenSSL.failure("BN_bin2bn")
             }
-            defer { BN_clear_free(private_) }
+            defer { BN_clear_free(scalarNumber) }
             // OpenSSL keeps the name pointers until OSSL_PARAM_BLD_to_param: owned C strings.
             let keyNames: [String] = ["group", "priv", "pub"]  // OSSL_PKEY_PARAM_GROUP_NAME, _PRIV_KEY, _PUB_KEY
             let names = keyNames.map { strdup($0)! }
@@ -36,7 +37,7 @@ public enum KeyImport {
             let group = strdup(curve)!
             defer { free(group) }
             guard OSSL_PARAM_BLD_push_utf8_string(builder, names[0], group, 0) == 1,
-                OSSL_PARAM_BLD_push_BN(builder, names[1], private_) == 1,
+                OSSL_PARAM_BLD_push_BN(builder, names[1], scalarNumber) == 1,
                 OSSL_PARAM_BLD_push_octet_string(builder, names[2], point, pointLength) == 1,
                 let params = OSSL_PARAM_BLD_to_param(builder)
             else { throw OpenSSL.failure("building EC key parameters") }

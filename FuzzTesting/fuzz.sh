@@ -16,5 +16,7 @@ for target in "${targets[@]}"; do
   mkdir -p "Corpus/$target" "Crashers/$target"
   if [ -n "$(ls -A "Crashers/$target")" ]; then "$bin/$target" -runs=0 "Crashers/$target"/*; fi
   echo "== $target for ${seconds}s"
-  "$bin/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 "Corpus/$target" Seeds/"$target" 2>&1 | tail -3
+  seeds=(Seeds/"$target")
+  [ "$target" != FuzzCredentialReader ] || seeds=(../Samples/credential)  # the sample credential's PEM files
+  "$bin/$target" -max_total_time="$seconds" -max_len=65536 -timeout=10 "Corpus/$target" "${seeds[@]}" 2>&1 | tail -3
 done

@@ -19,8 +19,8 @@ public func initialize(
         "not a credential",
     ]
     for text in warmUp { _ = try? reader.read(bytes: Array(text.utf8), source: "warm-up") }
-    for file in (try? FileManager.default.contentsOfDirectory(atPath: "Seeds/FuzzCredentialReader")) ?? [] {
-        if let data = FileManager.default.contents(atPath: "Seeds/FuzzCredentialReader/" + file) {
+    for file in (try? FileManager.default.contentsOfDirectory(atPath: "../Samples/credential")) ?? [] {
+        if let data = FileManager.default.contents(atPath: "../Samples/credential/" + file) {
             _ = try? reader.read(bytes: Array(data), source: "warm-up")
         }
     }

@@ -12,6 +12,8 @@ struct ProviderConfig: Codable {
     var brand: String
     var provider: String
     var options: [String: [String]]
+    /// A card source's PIN file (its path, never the PIN): `handle-url new` runs unattended.
+    var pinFile: String?
 
     static func path(_ locations: DeliveryLocations) -> String { locations.configHome + "/dcprovision/config.json" }
 
@@ -49,9 +51,17 @@ struct Register: AsyncParsableCommand {
         try await runReportingErrors {
             let scheme = try SchemeHandlers.normalize(scheme: scheme)
             let (provider, options) = try source.resolve(ProviderDirectory.registry())
+            if source.pin.pinFd != nil || source.pin.pinEnv != nil || source.pin.pinPrompt {
+                throw DCError(
+                    .usage, "a registered source reads its PIN later, unattended, when a client asks",
+                    hint: "give --pin-file FILE (its path is kept, not the PIN), or none for a PIN pad")
+            }
+            let pinFile = source.pin.pinFile.map {
+                $0.hasPrefix("/") ? $0 : FileManager.default.currentDirectoryPath + "/" + $0
+            }
             let locations = DeliveryLocations()
             let config = ProviderConfig(
-                scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options)
+                scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options, pinFile: pinFile)
             let directory = (ProviderConfig.path(locations) as NSString).deletingLastPathComponent
             try AtomicFileSet.ensureDirectory(directory)
             var files = AtomicFileSet(directory: directory)
@@ -101,7 +111,9 @@ struct HandleURL: AsyncParsableCommand {
                 else { throw DCError(.missingClient, "no registered client '\(client)'") }
                 print("dcprovision: request from client \(client); issuing with provider '\(config.provider)'")
                 let provider = try ProviderDirectory.provider(config.provider, registry: ProviderDirectory.registry())
-                let provided = try await provider.provide(ProviderRequest(options: config.options))
+                let pin: any PassphraseSource =
+                    try config.pinFile.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
+                let provided = try await provider.provide(ProviderRequest(options: config.options, passphrase: pin))
                 _ = try await service.send(try provided.credential(), clientScheme: registration.scheme) { step in
                     print("dcprovision:   \(step)")
                 }

@@ -86,6 +86,10 @@ private final class SpyCA: CertifyingProvider, @unchecked Sendable {
 
 @Suite("SP 800-157 derivation from a card whose keys cannot leave it")
 struct DerivationTests {
+    /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
+    /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.
+    init() { _ = SoftHSM.shared }
+
     @Test(
         "Possession proven on the card, new keys certified with the card's subject byte for byte; the credential validates"
     )

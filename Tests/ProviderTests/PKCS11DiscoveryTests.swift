@@ -13,6 +13,10 @@ private func prepared() -> SoftHSM { hsm }
 
 @Suite("PKCS#11 discovery through p11-kit (SoftHSM2 as the card)")
 struct PKCS11DiscoveryTests {
+    /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
+    /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.
+    init() { _ = SoftHSM.shared }
+
     @Test("Tokens: by p11-kit name and by absolute path, with PIN flags and a URI p11-kit parses back")
     func tokens() throws {
         _ = prepared()

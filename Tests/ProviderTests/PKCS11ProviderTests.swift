@@ -17,6 +17,10 @@ private func request(_ options: [String: [String]], pin: String? = SoftHSM.userP
 
 @Suite("PKCS#11 provider: keys to PKCS#8 where the token allows it")
 struct PKCS11ProviderTests {
+    /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
+    /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.
+    init() { _ = SoftHSM.shared }
+
     @Test(
         "Non-sensitive EC and RSA keys are rebuilt, a sensitive extractable one is wrapped: all byte-identical to openssl's PKCS#8"
     )
@@ -76,6 +80,10 @@ struct PKCS11ProviderTests {
 
 @Suite("PKCS#11 provider: choosing certificates (PIV layout, ids, object URIs)")
 struct PKCS11SelectionTests {
+    /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
+    /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.
+    init() { _ = SoftHSM.shared }
+
     @Test("The PIV layout gives four tags; the retired slots become escrow's history, newest first by validity")
     func pivLayout() async throws {
         let provided = try await PKCS11Provider().provide(

@@ -103,7 +103,33 @@ struct CardToClientTests {
             #expect(afterExport.stdoutText.contains(line), "\(afterExport.stdoutText)")
         }
 
-        for result in [tokens, derived, afterDerive, exported, afterExport] {
+        // The client asks; the provider, registered with the card as its source (the PIN file's
+        // path kept, not the PIN), derives from the card in its unattended handler.
+        let registered = try sandbox.run(
+            "dcprovision",
+            [
+                "register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--pkcs11", card,
+                "--layout", "piv",
+                "--derive", "--testca", sandbox.directory.file("ca"), "--pkcs11-module", "softhsm2", "--pin-file",
+                sandbox.pin,
+            ])
+        try sandbox.check(registered)
+        let config = try readText(sandbox.directory.file("home/.config/dcprovision/config.json"))
+        #expect(!config.contains(SoftHSM.userPIN))
+        let requested = try sandbox.run("dcclient", ["request"])
+        try sandbox.check(requested)
+        let afterRequest = try sandbox.run("dcclient", ["list"])
+        #expect(afterRequest.stdoutText.contains("Alice authentication (derived)"), "\(afterRequest.stdoutText)")
+        let refused = try sandbox.run(
+            "dcprovision",
+            [
+                "register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--pkcs11", card,
+                "--layout", "piv",
+                "--pin-env", "CARD_PIN",
+            ])
+        #expect(refused.status == 64)
+
+        for result in [tokens, derived, afterDerive, exported, afterExport, registered, requested, afterRequest] {
             #expect(!(result.stdoutText + result.stderrText).contains(SoftHSM.userPIN))
         }
     }

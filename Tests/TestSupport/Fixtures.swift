@@ -60,14 +60,15 @@ public final class OpenSSLFixtures: Sendable {
             "authentication", .p256, "critical,digitalSignature", "clientAuth,1.3.6.1.4.1.311.20.2.2")
         signing = try issue("signing", .p384, "critical,digitalSignature,nonRepudiation", "emailProtection")
         encryption = try issue("encryption", .rsa2048, "critical,keyEncipherment", "emailProtection")
-        escrow = try issue("escrow", .p256, "critical,keyAgreement", "emailProtection")
-        // Retired pairs, newest first: the same notBefore, so the validity ends order them.
-        escrowHistory = try [(1, 300), (2, 200)].map { index, days in
+        // Retired pairs first, the older first, then the current escrow pair: later notBefore (or
+        // the same second) and later notAfter each time, so ordering by validity is unambiguous.
+        escrowHistory = try [(2, 200), (1, 300)].map { index, days in
             try Self.issue(
                 name: "escrow-old\(index)", key: .p256, by: caPair, keyUsage: "critical,keyAgreement",
                 extendedKeyUsage: "emailProtection",
                 days: days, in: directory)
-        }
+        }.reversed()
+        escrow = try issue("escrow", .p256, "critical,keyAgreement", "emailProtection")
     }
 
     /// Makes a self-signed CA.

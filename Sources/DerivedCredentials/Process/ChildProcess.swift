@@ -76,6 +76,9 @@ public enum ChildProcess {
         var isCancelled: Bool { lock.withLock { cancelled } }
     }
 
+    /// How long output is still read after the child's process group was killed.
+    static let drainGrace: Duration = .seconds(2)
+
     static func runBlocking(
         _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?, limits: Limits,
         cancellation: CancellationFlag
@@ -151,10 +154,12 @@ public enum ChildProcess {
         let deadline = ContinuousClock.now + limits.timeout
         var chunk = [UInt8](repeating: 0, count: 65536)
 
+        var killedAt: ContinuousClock.Instant?
         func killGroup() {
             if !killed {
                 kill(-pid, SIGKILL)
                 killed = true
+                killedAt = ContinuousClock.now
             }
         }
 
@@ -163,6 +168,14 @@ public enum ChildProcess {
             if ContinuousClock.now >= deadline && !killed {
                 timedOut = true
                 killGroup()
+            }
+            // After the kill, the pipes should close at once. A process outside the group can still
+            // hold a write end (one that left the group, or a child another thread forked between
+            // pipe() and FD_CLOEXEC): stop waiting for it after a grace period instead of hanging.
+            if let killedAt, ContinuousClock.now - killedAt > Self.drainGrace {
+                for fd in openOutputs { close(fd) }
+                openOutputs.removeAll()
+                break
             }
             var fds = openOutputs.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             if stdinFD >= 0 { fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)) }

@@ -14,6 +14,9 @@ struct ProviderConfig: Codable {
     var options: [String: [String]]
     /// A card source's PIN file (its path, never the PIN): `handle-url new` runs unattended.
     var pinFile: String?
+    /// Where `register` ran: relative paths in `options` (`--testca ca`) are resolved against it,
+    /// since the handler is started from wherever the desktop starts it.
+    var workingDirectory: String?
 
     static func path(_ locations: DeliveryLocations) -> String { locations.configHome + "/dcprovision/config.json" }
 
@@ -61,7 +64,8 @@ struct Register: AsyncParsableCommand {
             }
             let locations = DeliveryLocations()
             let config = ProviderConfig(
-                scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options, pinFile: pinFile)
+                scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options, pinFile: pinFile,
+                workingDirectory: FileManager.default.currentDirectoryPath)
             let directory = (ProviderConfig.path(locations) as NSString).deletingLastPathComponent
             try AtomicFileSet.ensureDirectory(directory)
             var files = AtomicFileSet(directory: directory)
@@ -113,7 +117,10 @@ struct HandleURL: AsyncParsableCommand {
                 let provider = try ProviderDirectory.provider(config.provider, registry: ProviderDirectory.registry())
                 let pin: any PassphraseSource =
                     try config.pinFile.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
-                let provided = try await provider.provide(ProviderRequest(options: config.options, passphrase: pin))
+                let provided = try await provider.provide(
+                    ProviderRequest(
+                        options: config.options, passphrase: pin,
+                        workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
                 _ = try await service.send(try provided.credential(), clientScheme: registration.scheme) { step in
                     print("dcprovision:   \(step)")
                 }

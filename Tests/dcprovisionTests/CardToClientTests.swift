@@ -46,8 +46,10 @@ struct CardToClientTests {
 
         deinit { directory.remove() }
 
-        func run(_ tool: String, _ arguments: [String]) throws -> ProcessResult {
-            try TestSupport.run(Binaries.directory + "/" + tool, arguments, environment: environment, timeout: 120)
+        func run(_ tool: String, _ arguments: [String], in directory: String? = nil) throws -> ProcessResult {
+            try TestSupport.run(
+                Binaries.directory + "/" + tool, arguments, environment: environment, currentDirectory: directory,
+                timeout: 120)
         }
 
         func check(_ result: ProcessResult, _ location: SourceLocation = #_sourceLocation) throws {
@@ -104,15 +106,14 @@ struct CardToClientTests {
         }
 
         // The client asks; the provider, registered with the card as its source (the PIN file's
-        // path kept, not the PIN), derives from the card in its unattended handler.
+        // path kept, not the PIN), derives from the card in its unattended handler. The paths are
+        // relative to where register ran, not to where the handler is started.
         let registered = try sandbox.run(
             "dcprovision",
             [
                 "register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--pkcs11", card,
-                "--layout", "piv",
-                "--derive", "--testca", sandbox.directory.file("ca"), "--pkcs11-module", "softhsm2", "--pin-file",
-                sandbox.pin,
-            ])
+                "--layout", "piv", "--derive", "--testca", "ca", "--pkcs11-module", "softhsm2", "--pin-file", "pin",
+            ], in: sandbox.directory.path)
         try sandbox.check(registered)
         let config = try readText(sandbox.directory.file("home/.config/dcprovision/config.json"))
         #expect(!config.contains(SoftHSM.userPIN))

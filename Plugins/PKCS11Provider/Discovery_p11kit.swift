@@ -212,7 +212,7 @@ public enum PKCS11Discovery {
         let objectClass = ulong(values[CK_ATTRIBUTE_TYPE(CKA_CLASS)])
         let id = values[CK_ATTRIBUTE_TYPE(CKA_ID)] ?? []
         var object = TokenObject(
-            kind: objectClass.flatMap { kindNames[$0] } ?? "other", id: id.map { String(format: "%02x", $0) }.joined(),
+            kind: objectClass.flatMap { kindNames[$0] } ?? "other", id: Digests.hex(id),
             label: String(decoding: values[CK_ATTRIBUTE_TYPE(CKA_LABEL)] ?? [], as: UTF8.self),
             uri: PKCS11URI.format(
                 token: token,

@@ -131,7 +131,7 @@ struct TokenReading {
     init(_ request: ProviderRequest) throws {
         let uriText = try request.value("uri")!
         uri = try PKCS11URI(uriText)
-        let idName = { (id: [UInt8]) in "\(uriText);id=%" + id.map { String(format: "%02x", $0) }.joined(separator: "%")
+        let idName = { (id: [UInt8]) in "\(uriText);id=%" + Digests.hex(id, separator: "%")
         }
         var selectors: [Selector] = []
         if let layout = try request.value("layout") {

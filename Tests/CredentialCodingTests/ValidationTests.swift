@@ -179,3 +179,26 @@ struct ValidationTests {
         #expect((json?["rows"] as? [Any])?.count == 4)
     }
 }
+
+@Suite("Certificate details")
+struct CertificateDetailsTests {
+    @Test("The SHA-256 fingerprint, subject and serial are openssl's", arguments: ["authentication", "encryption"])
+    func matchesOpenSSL(_ name: String) throws {
+        let pair = name == "authentication" ? f.authentication : f.encryption
+        let details = try CertificateDetails(Certificate(derBytes: try HostileInput.der(of: pair.certificate)))
+        let printed = String(
+            decoding: try OpenSSLFixtures.openssl([
+                "x509", "-in", pair.certificate, "-noout", "-fingerprint", "-sha256", "-serial",
+            ]),
+            as: UTF8.self)
+        #expect(printed.contains("sha256 Fingerprint=\(details.sha256Fingerprint)\n"), "\(printed)")
+        #expect(printed.contains("serial=\(details.serialNumber)"), "\(printed) vs \(details.serialNumber)")
+    }
+
+    @Test("Hex digits: lower case by default, upper case with a separator on request")
+    func hex() {
+        #expect(Digests.hex([]) == "")
+        #expect(Digests.hex([0x00, 0x0F, 0xA0, 0xFF]) == "000fa0ff")
+        #expect(Digests.hex([0x00, 0x0F, 0xA0, 0xFF], uppercase: true, separator: ":") == "00:0F:A0:FF")
+    }
+}

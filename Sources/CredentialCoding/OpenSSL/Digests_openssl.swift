@@ -11,8 +11,20 @@ public enum Digests {
     public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        _ = EVP_Digest(bytes.baseAddress, bytes.count, &digest, &length, EVP_sha256(), nil)
+        _ = EVP_Digest(bytes.baseAddress, bytes.count, &digest, &length, sha256Algorithm.pointer ?? EVP_sha256(), nil)
         return digest
+    }
+
+    /// SHA-256 fetched once: `EVP_sha256()` makes OpenSSL 3 look the implementation up by name on
+    /// every digest. Kept for the life of the process.
+    private static let sha256Algorithm = FetchedDigest("SHA256")
+    private final class FetchedDigest: @unchecked Sendable {
+        // An EVP_MD is immutable once fetched and OpenSSL allows sharing it between threads.
+        let pointer: OpaquePointer?
+        init(_ name: String) {
+            OpenSSL.ensureInitialized()
+            pointer = EVP_MD_fetch(nil, name, nil)
+        }
     }
 
     public static func sha256(_ bytes: [UInt8]) -> [UInt8] { bytes.withUnsafeBytes { sha256($0) } }
@@ -42,5 +54,16 @@ public enum Digests {
         return SecretBytes(consuming: &bytes)
     }
 
-    public static func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+    /// Bytes as hex digits, optionally upper case and separated (`AB:CD:…`).
+    public static func hex(_ bytes: [UInt8], uppercase: Bool = false, separator: Character? = nil) -> String {
+        let digits = Array((uppercase ? "0123456789ABCDEF" : "0123456789abcdef").utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.count * 3)
+        for (index, byte) in bytes.enumerated() {
+            if index > 0, let separator { text += Array(String(separator).utf8) }
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: text, as: UTF8.self)
+    }
 }

@@ -177,12 +177,6 @@ final class X509Certificate {
         }
     }
 
-    func sha256Fingerprint() throws -> String {
-        var digest = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 0
-        guard X509_digest(pointer, EVP_sha256(), &digest, &length) == 1 else { throw OpenSSL.failure("X509_digest") }
-        return digest.prefix(Int(length)).map { String(format: "%02X", $0) }.joined(separator: ":")
-    }
 }
 
 extension X509Certificate {

@@ -36,6 +36,8 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
         extendedKeyUsage = x509.extendedKeyUsage
         subjectAlternativeNames = x509.subjectAlternativeNames
         commonName = x509.commonName
-        sha256Fingerprint = try x509.sha256Fingerprint()
+        // The SHA-256 of the DER, as `openssl x509 -fingerprint -sha256` prints it. The bytes are
+        // strict DER, so they are what OpenSSL would re-encode and hash.
+        sha256Fingerprint = Digests.hex(Digests.sha256(certificate.derBytes), uppercase: true, separator: ":")
     }
 }

@@ -50,14 +50,7 @@ public struct DerivationProvider: CredentialProvider {
         let cardRequest = ProviderRequest(
             options: request.options.filter { cardOptionNames.contains($0.key) }, passphrase: request.passphrase,
             workingDirectory: request.workingDirectory)
-        var caOptions: [String: [String]] = [:]
-        for argument in request.values("ca-option") {
-            guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex else {
-                throw DCError(.usage, "expected ca-option KEY=VALUE", subject: argument.escapingControlCharacters)
-            }
-            caOptions[String(argument[..<equals]), default: []].append(
-                String(argument[argument.index(after: equals)...]))
-        }
+        let caOptions = try ProviderRequest.options(parsing: request.values("ca-option"), what: "ca-option KEY=VALUE")
         let caID = try request.value("ca")!
         guard let ca = try registry.provider(id: caID) as? any CertifyingProvider else {
             throw DCError(

@@ -136,16 +136,7 @@ struct Session {
 
     /// The handles of the objects matching `template`.
     func find(_ template: [(CK_ATTRIBUTE_TYPE, [UInt8])]) throws -> [CK_OBJECT_HANDLE] {
-        var storage = template.map { $0.1 }
-        var attributes = [CK_ATTRIBUTE](repeating: CK_ATTRIBUTE(), count: template.count)
-        return try storage.withUnsafeMutableBufferPointer { values in
-            for index in template.indices {
-                attributes[index].type = template[index].0
-                attributes[index].pValue = values[index].withUnsafeMutableBytes {
-                    UnsafeMutableRawPointer($0.baseAddress)
-                }
-                attributes[index].ulValueLen = CK_ULONG(values[index].count)
-            }
+        try withAttributes(template) { attributes in
             try module.call("C_FindObjectsInit") {
                 $0.C_FindObjectsInit(handle, &attributes, CK_ULONG(attributes.count))
             }
@@ -218,6 +209,21 @@ struct Session {
         case Int(CKA_SENSITIVE), Int(CKA_EXTRACTABLE), Int(CKA_TOKEN), Int(CKA_PRIVATE): 1
         default: 512
         }
+    }
+}
+
+/// `template` as CK_ATTRIBUTE values pointing into copies of its bytes that live while `body` runs.
+func withAttributes<R>(_ template: [(CK_ATTRIBUTE_TYPE, [UInt8])], _ body: (inout [CK_ATTRIBUTE]) throws -> R) rethrows
+    -> R
+{
+    var storage = template.map { $0.1 }
+    return try storage.withUnsafeMutableBufferPointer { values in
+        var attributes = template.indices.map { index in
+            CK_ATTRIBUTE(
+                type: template[index].0, pValue: values[index].withUnsafeMutableBytes { $0.baseAddress },
+                ulValueLen: CK_ULONG(values[index].count))
+        }
+        return try body(&attributes)
     }
 }
 

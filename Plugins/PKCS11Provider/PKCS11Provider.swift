@@ -222,18 +222,16 @@ struct TokenReading {
                 let certificate = try CredentialReader().certificate(der: match.value, source: selector.name)
                 found.append(Found(tag: selector.tag, id: id, certificate: certificate, name: selector.name))
             }
-            // Escrow's history is ordered by validity, newest first (as for files).
-            let details = try Dictionary(found.map { ($0.name, try CertificateDetails($0.certificate)) }) { a, _ in a }
-            // Ties keep the selectors' order.
-            let escrow = found.enumerated().filter { $0.element.tag == .escrow }.sorted { a, b in
-                let (x, y) = (details[a.element.name]!, details[b.element.name]!)
-                let (p, q) = (
-                    (x.notBefore ?? .distantPast, x.notAfter ?? .distantPast),
-                    (y.notBefore ?? .distantPast, y.notAfter ?? .distantPast)
-                )
-                return p != q ? p > q : a.offset < b.offset
+            // Escrow's history is ordered by validity, newest first (as for files); ties keep the
+            // selectors' order.
+            let escrow = try found.filter { $0.tag == .escrow }.map { item in
+                let details = try CertificateDetails(item.certificate)
+                return (item: item, validity: (details.notBefore ?? .distantPast, details.notAfter ?? .distantPast))
             }
-            return try body(session, found.filter { $0.tag != .escrow } + escrow.map(\.element))
+            let newestFirst = escrow.enumerated().sorted { a, b in
+                a.element.validity != b.element.validity ? a.element.validity > b.element.validity : a.offset < b.offset
+            }
+            return try body(session, found.filter { $0.tag != .escrow } + newestFirst.map(\.element.item))
         }
     }
 }
@@ -243,24 +241,7 @@ extension TokenReading.Selector {
         switch match {
         case .id(let id): return attributes[CK_ATTRIBUTE_TYPE(CKA_ID)] == id
         case .uri(let uri):
-            var storage = attributes
-            return storage.withCKAttributes { uri.matches(&$0) }
-        }
-    }
-}
-
-extension Dictionary where Key == CK_ATTRIBUTE_TYPE, Value == [UInt8] {
-    /// The values as a CK_ATTRIBUTE array, valid inside `body`.
-    mutating func withCKAttributes<R>(_ body: (inout [CK_ATTRIBUTE]) -> R) -> R {
-        let keys = Array(self.keys)
-        var values = keys.map { self[$0]! }
-        return values.withUnsafeMutableBufferPointer { buffers in
-            var attributes = keys.indices.map { index in
-                CK_ATTRIBUTE(
-                    type: keys[index], pValue: buffers[index].withUnsafeMutableBytes { $0.baseAddress },
-                    ulValueLen: CK_ULONG(buffers[index].count))
-            }
-            return body(&attributes)
+            return withAttributes(attributes.map { ($0.key, $0.value) }) { uri.matches(&$0) }
         }
     }
 }

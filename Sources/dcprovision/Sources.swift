@@ -110,13 +110,7 @@ struct SourceOptions: ParsableArguments {
 
     /// The provider and its request options.
     func resolve(_ registry: ProviderRegistry) throws -> (any CredentialProvider, [String: [String]]) {
-        var options: [String: [String]] = [:]
-        for argument in providerOptions {
-            guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex else {
-                throw DCError(.usage, "expected KEY=VALUE", subject: argument)
-            }
-            options[String(argument[..<equals]), default: []].append(String(argument[argument.index(after: equals)...]))
-        }
+        var options = try ProviderRequest.options(parsing: providerOptions)
         if let pkcs11 {
             var card: [String: [String]] = ["uri": [pkcs11]]
             if let layout { card["layout"] = [layout] }

@@ -43,11 +43,7 @@ public final class SoftHSM: Sendable {
             "softhsm2-util",
             ["--init-token", "--free", "--label", pivCard, "--so-pin", "12345678", "--pin", Self.userPIN])
         for (id, label, pair) in pivPairs {
-            let der = try directory.write("cert-\(id).der", try HostileInput.der(of: pair.certificate))
-            try Self.pkcs11Tool([
-                "--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert",
-                "--id", id, "--label", label,
-            ])
+            try writeCertificate(pair, token: pivCard, id: UInt8(id, radix: 16)!, label: label)
             try Self.pkcs11Tool([
                 "--token-label", pivCard, "--login", "--pin", Self.userPIN, "--write-object", pair.key, "--type",
                 "privkey", "--id", id, "--label", "Private key \(id)",
@@ -64,32 +60,29 @@ public final class SoftHSM: Sendable {
             "softhsm2-util",
             ["--init-token", "--free", "--label", exportCard, "--so-pin", "12345678", "--pin", Self.userPIN])
         for (id, pair, sensitive) in [(UInt8(1), f.authentication, false), (UInt8(2), f.signing, true)] {
-            let der = try directory.write("export-\(id).der", try HostileInput.der(of: pair.certificate))
-            try Self.pkcs11Tool([
-                "--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert",
-                "--id", String(format: "%02x", id), "--label", "Certificate \(id)",
-            ])
+            try writeCertificate(pair, token: exportCard, id: id, label: "Certificate \(id)")
             try SoftHSMKeys.createECKey(
                 token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: sensitive)
         }
-        let rsaCertificate = try directory.write("export-3.der", try HostileInput.der(of: f.encryption.certificate))
-        try Self.pkcs11Tool([
-            "--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", rsaCertificate, "--type",
-            "cert", "--id", "03", "--label", "Certificate 3",
-        ])
+        try writeCertificate(f.encryption, token: exportCard, id: 3, label: "Certificate 3")
         try SoftHSMKeys.createRSAKey(
             token: exportCard, pin: Self.userPIN, id: 3, keyFile: f.encryption.key, sensitive: false)
         // Retired key management (PIV 82, 83 → OpenSC 05, 06): the older pair in the lower slot, so
         // that only the validity can order the escrow history.
         for (id, pair) in [(UInt8(5), f.escrowHistory[1]), (UInt8(6), f.escrowHistory[0])] {
-            let der = try directory.write("export-\(id).der", try HostileInput.der(of: pair.certificate))
-            try Self.pkcs11Tool([
-                "--token-label", exportCard, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert",
-                "--id", String(format: "%02x", id), "--label", "Retired \(id)",
-            ])
+            try writeCertificate(pair, token: exportCard, id: id, label: "Retired \(id)")
             try SoftHSMKeys.createECKey(
                 token: exportCard, pin: Self.userPIN, id: id, keyFile: pair.key, sensitive: false)
         }
+    }
+
+    /// Writes `pair`'s certificate (DER) to `token` with pkcs11-tool.
+    private func writeCertificate(_ pair: IssuedPair, token: String, id: UInt8, label: String) throws {
+        let der = try directory.write("\(token)-\(id).der", try HostileInput.der(of: pair.certificate))
+        try Self.pkcs11Tool([
+            "--token-label", token, "--login", "--pin", Self.userPIN, "--write-object", der, "--type", "cert",
+            "--id", String(format: "%02x", id), "--label", label,
+        ])
     }
 
     @discardableResult

@@ -191,16 +191,10 @@ enum CertificateBuilding {
             guard let curve, case let nid = OBJ_sn2nid(curve), nid != NID_undef else {
                 throw DCError(.unsupportedAlgorithm, "the EC key has no named curve")
             }
-            var buffer = [UInt8](repeating: 0, count: 200)
-            var length = 0
-            guard
-                EVP_PKEY_get_octet_string_param(
-                    key.pointer, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, &buffer, buffer.count, &length) == 1
-            else { throw OpenSSL.failure("reading the EC public key") }
             algorithm = NID_X9_62_id_ecPublicKey
             parameterType = V_ASN1_OBJECT
             parameter = UnsafeMutableRawPointer(OBJ_nid2obj(nid))
-            bits = Array(buffer.prefix(length))
+            bits = try key.encodedPublicPoint()
         case .rsa:
             // RSAPublicKey ::= SEQUENCE { modulus INTEGER, publicExponent INTEGER }
             func integer(_ name: String) throws -> [UInt8] {

@@ -12,14 +12,7 @@ public enum KeyImport {
         guard let publicKey = x509.publicKey, case .ec(let curve?, _) = publicKey.kind else {
             throw DCError(.keyCertificateMismatch, "the certificate does not hold an EC key on a named curve")
         }
-        var point = [UInt8](repeating: 0, count: 200)
-        var pointLength = 0
-        guard
-            EVP_PKEY_get_octet_string_param(
-                publicKey.pointer, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, &point, point.count, &pointLength) == 1
-        else {
-            throw OpenSSL.failure("reading the certificate's public point")
-        }
+        let point = try publicKey.encodedPublicPoint()
         let key = try scalar.withUnsafeBytes { bytes -> PKey in
             guard let builder = OSSL_PARAM_BLD_new() else { throw OpenSSL.failure("OSSL_PARAM_BLD_new") }
             defer { OSSL_PARAM_BLD_free(builder) }
@@ -38,7 +31,7 @@ public enum KeyImport {
             defer { free(group) }
             guard OSSL_PARAM_BLD_push_utf8_string(builder, names[0], group, 0) == 1,
                 OSSL_PARAM_BLD_push_BN(builder, names[1], scalarNumber) == 1,
-                OSSL_PARAM_BLD_push_octet_string(builder, names[2], point, pointLength) == 1,
+                OSSL_PARAM_BLD_push_octet_string(builder, names[2], point, point.count) == 1,
                 let params = OSSL_PARAM_BLD_to_param(builder)
             else { throw OpenSSL.failure("building EC key parameters") }
             defer { OSSL_PARAM_free(params) }

@@ -105,6 +105,32 @@ final class PKey {
         KeyDecoderPool.shared.decode(der, as: type == EVP_PKEY_RSA ? .rsa : .ec)
     }
 
+    /// Decodes a SubjectPublicKeyInfo given as strict DER; nil when it is not one.
+    static func fromSubjectPublicKeyInfo(_ der: [UInt8]) -> PKey? {
+        guard (try? DER.validate(der, what: "a public key")) != nil else { return nil }
+        var cursor: UnsafePointer<UInt8>? = nil
+        let decoded = der.withUnsafeBufferPointer { buffer -> OpaquePointer? in
+            cursor = buffer.baseAddress
+            return d2i_PUBKEY(nil, &cursor, buffer.count)
+        }
+        guard let decoded else {
+            OpenSSLError.clear()
+            return nil
+        }
+        return PKey(taking: decoded)
+    }
+
+    /// An EC key's public point, encoded as in a certificate (uncompressed or compressed).
+    func encodedPublicPoint() throws -> [UInt8] {
+        var point = [UInt8](repeating: 0, count: 200)
+        var length = 0
+        guard
+            EVP_PKEY_get_octet_string_param(pointer, OSSL_PKEY_PARAM_ENCODED_PUBLIC_KEY, &point, point.count, &length)
+                == 1
+        else { throw OpenSSL.failure("reading the EC public point") }
+        return Array(point.prefix(length))
+    }
+
     /// Decodes a SubjectPublicKeyInfo.
     static func fromCertificate(_ x509: X509Certificate) -> PKey? {
         guard let key = X509_get_pubkey(x509.pointer) else { return nil }

@@ -121,34 +121,17 @@ extension CertificateSigner {
     /// Issues a certificate for a public key given as a SubjectPublicKeyInfo (DER): the key was
     /// generated elsewhere and its private half never comes here.
     public func issue(_ profile: CertificateProfile, publicKeyInfo: [UInt8]) throws -> Certificate {
-        _ = try DER.validate(publicKeyInfo, what: "the public key to certify")
-        var cursor: UnsafePointer<UInt8>? = nil
-        let decoded = publicKeyInfo.withUnsafeBufferPointer { buffer -> OpaquePointer? in
-            cursor = buffer.baseAddress
-            return d2i_PUBKEY(nil, &cursor, buffer.count)
-        }
-        guard let decoded else {
-            OpenSSLError.clear()
+        guard let key = PKey.fromSubjectPublicKeyInfo(publicKeyInfo) else {
             throw DCError(.malformedInput, "the public key to certify cannot be read")
         }
-        return try issue(profile, for: PKey(taking: decoded))
+        return try issue(profile, for: key)
     }
 }
 
 extension KeyAlgorithm {
     /// The algorithm of a SubjectPublicKeyInfo (DER), or nil when it is none of ours.
     public init?(publicKeyInfo: [UInt8]) {
-        guard (try? DER.validate(publicKeyInfo, what: "a public key")) != nil else { return nil }
-        var cursor: UnsafePointer<UInt8>? = nil
-        let decoded = publicKeyInfo.withUnsafeBufferPointer { buffer -> OpaquePointer? in
-            cursor = buffer.baseAddress
-            return d2i_PUBKEY(nil, &cursor, buffer.count)
-        }
-        guard let decoded else {
-            OpenSSLError.clear()
-            return nil
-        }
-        let description = PKey(taking: decoded).algorithmDescription
+        guard let description = PKey.fromSubjectPublicKeyInfo(publicKeyInfo)?.algorithmDescription else { return nil }
         guard let algorithm = KeyAlgorithm.allCases.first(where: { $0.description == description }) else { return nil }
         self = algorithm
     }

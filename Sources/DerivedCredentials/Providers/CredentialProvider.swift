@@ -92,6 +92,19 @@ public struct ProviderRequest: Sendable {
         }
     }
 
+    /// `KEY=VALUE` arguments as options, each key to its values in order; `what` names the flag
+    /// in the error for an argument without a key.
+    public static func options(parsing arguments: [String], what: String = "KEY=VALUE") throws -> [String: [String]] {
+        var options: [String: [String]] = [:]
+        for argument in arguments {
+            guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex else {
+                throw DCError(.usage, "expected \(what)", subject: argument.escapingControlCharacters)
+            }
+            options[String(argument[..<equals]), default: []].append(String(argument[argument.index(after: equals)...]))
+        }
+        return options
+    }
+
     /// `path` resolved against ``workingDirectory``.
     public func resolve(_ path: String) -> String {
         path.hasPrefix("/") ? path : (workingDirectory as NSString).appendingPathComponent(path)

@@ -39,8 +39,12 @@ let package = Package(
             providers: [.apt(["libp11-kit-dev"])]
         ),
 
-        // Core: tags, credential, errors, verdicts, secrets. No C.
-        .target(name: "DerivedCredentials"),
+        // glibc calls Swift does not import (close-on-exec pipes, descriptors closed in a spawned
+        // child); header-only, nothing to link.
+        .systemLibrary(name: "CSystem"),
+
+        // Core: tags, credential, errors, verdicts, secrets. No C but the glibc shims above.
+        .target(name: "DerivedCredentials", dependencies: ["CSystem"]),
 
         // OpenSSL-backed parsing, conversion and validation.
         .target(

@@ -6,6 +6,10 @@ public struct ProcessResult: Sendable {
     public var status: Int32
     public var stdout: [UInt8]
     public var stderr: [UInt8]
+    /// The child was killed because it ran past its deadline.
+    public var timedOut: Bool = false
+    /// How long the child lived, measured by the runner thread (not by the test's executor).
+    public var lifetime: Duration = .zero
     public var stdoutText: String { String(decoding: stdout, as: UTF8.self) }
     public var stderrText: String { String(decoding: stderr, as: UTF8.self) }
 }
@@ -18,72 +22,36 @@ public struct ProcessFailure: Error, CustomStringConvertible {
         self.result = result
     }
     public var description: String {
-        "\(command.joined(separator: " ")) exited \(result.status): \(result.stderrText)"
+        "\(command.joined(separator: " ")) exited \(result.status)\(result.timedOut ? " (killed: timed out)" : ""): "
+            + result.stderrText
     }
 }
 
-/// Runs `executable` with `arguments` (an argv array, never a shell) and waits, killing it after
-/// `timeout` seconds.
+/// Runs `executable` with `arguments` (an argv array, never a shell) and waits at most `timeout`
+/// seconds: then its whole process group is killed and the result says `timedOut` (status 137).
+///
+/// It runs through the product's own runner, `ChildProcess`: pipes close-on-exec from birth, the
+/// child inherits no descriptor but 0, 1 and 2, it gets a process group of its own, and reading
+/// stops shortly after the kill even if a grandchild escaped the group with a pipe end. A test
+/// that starts a process therefore cannot wait longer than its timeout plus a few seconds.
 @discardableResult
 public func run(
     _ executable: String, _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String]? = nil,
     currentDirectory: String? = nil, timeout: TimeInterval = 60
 ) throws -> ProcessResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : try which(executable))
-    process.arguments = arguments
-    if let environment { process.environment = environment }
-    if let currentDirectory { process.currentDirectoryURL = URL(fileURLWithPath: currentDirectory) }
-    let outPipe = Pipe()
-    let errPipe = Pipe()
-    let inPipe = Pipe()
-    process.standardOutput = outPipe
-    process.standardError = errPipe
-    process.standardInput = inPipe
-    try process.run()
-    // Written from a thread that blocks SIGPIPE, so a child that exits without reading cannot kill
-    // the test process. (Ignoring SIGPIPE process-wide would be inherited by every child we start
-    // and hide their own SIGPIPE bugs.)
-    let writer = Thread {
-        var pipeSignal = sigset_t()
-        sigemptyset(&pipeSignal)
-        sigaddset(&pipeSignal, SIGPIPE)
-        pthread_sigmask(SIG_BLOCK, &pipeSignal, nil)
-        if let stdin {
-            stdin.withUnsafeBytes { bytes in
-                var offset = 0
-                while offset < bytes.count {
-                    let count = write(
-                        inPipe.fileHandleForWriting.fileDescriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                    if count <= 0 { break }
-                    offset += count
-                }
-            }
-        }
-        try? inPipe.fileHandleForWriting.close()
+    let path = executable.hasPrefix("/") ? executable : try which(executable)
+    let outcome = try ChildProcess.runSynchronously(
+        path, arguments: arguments, stdin: SecretBytes(stdin ?? []), environment: environment,
+        currentDirectory: currentDirectory,
+        limits: .init(timeout: .milliseconds(Int(timeout * 1000)), stdoutLimit: 256 << 20, stderrLimit: 16 << 20))
+    let status: Int32
+    switch outcome.termination {
+    case .exited(let code): status = code
+    case .signaled(let signal): status = 128 + signal
     }
-    writer.start()
-    // Read both pipes concurrently so neither fills up.
-    nonisolated(unsafe) var out = Data()
-    nonisolated(unsafe) var err = Data()
-    let group = DispatchGroup()
-    group.enter()
-    DispatchQueue.global().async {
-        out = outPipe.fileHandleForReading.readDataToEndOfFile()
-        group.leave()
-    }
-    group.enter()
-    DispatchQueue.global().async {
-        err = errPipe.fileHandleForReading.readDataToEndOfFile()
-        group.leave()
-    }
-    if group.wait(timeout: .now() + timeout) == .timedOut {
-        process.terminate()
-        kill(process.processIdentifier, SIGKILL)
-        group.wait()
-    }
-    process.waitUntilExit()
-    return ProcessResult(status: process.terminationStatus, stdout: [UInt8](out), stderr: [UInt8](err))
+    return ProcessResult(
+        status: status, stdout: outcome.stdout, stderr: outcome.stderr, timedOut: outcome.timedOut,
+        lifetime: outcome.lifetime)
 }
 
 /// Runs and throws unless the exit status is 0.

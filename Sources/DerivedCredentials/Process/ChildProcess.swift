@@ -1,3 +1,4 @@
+internal import CSystem
 import Foundation
 
 #if canImport(Glibc)
@@ -34,6 +35,9 @@ public enum ChildProcess {
         /// Standard error beyond `stderrLimit` was dropped (the child was not killed for it).
         public var stderrTruncated: Bool
         public var timedOut: Bool
+        /// How long the child lived: from its start until it was reaped (or, for a child that
+        /// outlived its killed process group's pipes, until this runner stopped waiting).
+        public var lifetime: Duration
     }
 
     /// Runs `executable` and waits for it on a thread of its own; cancelling the task kills the child.
@@ -56,8 +60,7 @@ public enum ChildProcess {
                         with: Result {
                             try runBlocking(
                                 executable, arguments: arguments, stdin: stdin, environment: environment,
-                                limits: limits,
-                                cancellation: cancellation)
+                                limits: limits, cancellation: cancellation)
                         })
                 }
                 thread.start()
@@ -76,27 +79,57 @@ public enum ChildProcess {
         var isCancelled: Bool { lock.withLock { cancelled } }
     }
 
+    /// Runs `executable` on the calling thread and blocks until it ends or its deadline passes.
+    /// For callers that are not async (test harnesses, tools); async code uses
+    /// ``run(_:arguments:stdin:environment:limits:)``, which keeps the blocking off the caller's
+    /// executor. `currentDirectory` is where the child starts (the parent's when nil).
+    public static func runSynchronously(
+        _ executable: String, arguments: [String] = [], stdin: SecretBytes = SecretBytes([]),
+        environment: [String: String]? = nil, currentDirectory: String? = nil, limits: Limits = Limits()
+    ) throws -> Outcome {
+        var pipeSignal = sigset_t()
+        sigemptyset(&pipeSignal)
+        sigaddset(&pipeSignal, SIGPIPE)
+        var previous = sigset_t()
+        pthread_sigmask(SIG_BLOCK, &pipeSignal, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+        return try runBlocking(
+            executable, arguments: arguments, stdin: stdin, environment: environment,
+            currentDirectory: currentDirectory, limits: limits, cancellation: CancellationFlag())
+    }
+
     /// How long output is still read after the child's process group was killed.
     static let drainGrace: Duration = .seconds(2)
 
     static func runBlocking(
-        _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?, limits: Limits,
-        cancellation: CancellationFlag
+        _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?,
+        currentDirectory: String? = nil, limits: Limits, cancellation: CancellationFlag
     ) throws -> Outcome {
         var inPipe: [Int32] = [0, 0]
         var outPipe: [Int32] = [0, 0]
         var errPipe: [Int32] = [0, 0]
-        // pipe2(O_CLOEXEC) is not visible from Swift's Glibc module; set the flag right away.
-        guard pipe(&inPipe) == 0, pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
+        // Close-on-exec from creation: a child another thread starts meanwhile inherits none of them.
+        guard dc_pipe_cloexec(&inPipe) == 0 else {
             throw DCError(.ioError, "cannot create pipes: \(String(cString: strerror(errno)))")
         }
-        for fd in inPipe + outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        guard dc_pipe_cloexec(&outPipe) == 0 else {
+            for fd in inPipe { close(fd) }
+            throw DCError(.ioError, "cannot create pipes: \(String(cString: strerror(errno)))")
+        }
+        guard dc_pipe_cloexec(&errPipe) == 0 else {
+            for fd in inPipe + outPipe { close(fd) }
+            throw DCError(.ioError, "cannot create pipes: \(String(cString: strerror(errno)))")
+        }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
         posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
         posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        // Whatever else this process has open (another library's descriptor that is not
+        // close-on-exec, a PIN file) stays here: the child gets 0, 1 and 2 only.
+        dc_spawn_close_from(&actions, 3)
+        if let currentDirectory { dc_spawn_chdir(&actions, currentDirectory) }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -119,6 +152,7 @@ public enum ChildProcess {
         defer { environmentStrings.forEach { free($0) } }
         var pid: pid_t = 0
         var spawned: Int32 = 0
+        let started = ContinuousClock.now
         // ETXTBSY: an executable written a moment ago can still be held open by a child another
         // thread forked before exec closed it (even with O_CLOEXEC); the window is microseconds.
         for attempt in 0..<20 {
@@ -236,6 +270,6 @@ public enum ChildProcess {
             (status & 0x7F) == 0 ? .exited((status >> 8) & 0xFF) : .signaled(status & 0x7F)
         return Outcome(
             termination: termination, stdout: stdoutBytes, stderr: stderrBytes, stdoutOverflowed: overflowed,
-            stderrTruncated: truncated, timedOut: timedOut)
+            stderrTruncated: truncated, timedOut: timedOut, lifetime: ContinuousClock.now - started)
     }
 }

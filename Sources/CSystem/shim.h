@@ -1,0 +1,34 @@
+// Small shims over glibc calls that Swift's Glibc module does not import, because glibc declares
+// them only under _GNU_SOURCE. Each one closes a descriptor leak between threads: a child that
+// another thread starts must never inherit a pipe end that is not its own (it would keep the pipe
+// open, and whoever waits for end-of-file would wait for that child's whole life).
+#ifndef DC_SYSTEM_SHIM_H
+#define DC_SYSTEM_SHIM_H
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
+// glibc declares these only under _GNU_SOURCE, and defining that here would change shared types
+// (fd_set) against every other module that includes the same headers. The declarations are
+// glibc's own.
+extern int pipe2(int fds[2], int flags);
+extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int lowest);
+extern int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *actions, const char *path);
+
+// pipe2(O_CLOEXEC): both ends are close-on-exec from the moment they exist. pipe() followed by
+// fcntl(FD_CLOEXEC) leaves a window in which a fork on another thread inherits them.
+static inline int dc_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
+
+// The child closes every descriptor from `lowest` on before exec (glibc 2.34), so it inherits only
+// what the file actions dup2 onto 0, 1 and 2, whatever the rest of the process has open.
+static inline int dc_spawn_close_from(posix_spawn_file_actions_t *actions, int lowest) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, lowest);
+}
+
+// The child changes to `path` before exec (glibc 2.29); no shell and no chdir in the parent.
+static inline int dc_spawn_chdir(posix_spawn_file_actions_t *actions, const char *path) {
+    return posix_spawn_file_actions_addchdir_np(actions, path);
+}
+
+#endif

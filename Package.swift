@@ -112,10 +112,12 @@ let package = Package(
             path: "Plugins/DCTestCredentials"
         ),
 
-        // Thin CLI.
+        // Thin CLI. It depends on the dcclient executable only so that `swift run dcprovision demo`
+        // on a fresh clone builds the reference client next to it: the demo launches it.
         .executableTarget(
             name: "dcprovision",
             dependencies: [
+                "dcclient",
                 "DerivedCredentials",
                 "CredentialCoding",
                 "PEMFileProvider",

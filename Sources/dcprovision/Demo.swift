@@ -23,19 +23,24 @@ struct Demo: AsyncParsableCommand {
             guard let made = mkdtemp(&template) else { throw DCError(.cannotCreateOutput, "cannot create the sandbox") }
             let sandbox = String(cString: made)
             defer { if !keep { try? FileManager.default.removeItem(atPath: sandbox) } }
+            // Every XDG base directory inside the sandbox, so no step can reach the user's own.
             let environment = [
                 "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config",
                 "XDG_DATA_HOME": sandbox + "/home/.local/share",
-                "XDG_STATE_HOME": sandbox + "/home/.local/state", "XDG_CONFIG_DIRS": sandbox + "/etc/xdg",
+                "XDG_STATE_HOME": sandbox + "/home/.local/state", "XDG_CACHE_HOME": sandbox + "/home/.cache",
+                "XDG_RUNTIME_DIR": sandbox + "/run", "XDG_CONFIG_DIRS": sandbox + "/etc/xdg",
                 "XDG_DATA_DIRS": sandbox + "/usr/share",
                 "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
             ]
+            guard mkdir(sandbox + "/run", 0o700) == 0 else {
+                throw DCError(.cannotCreateOutput, "cannot create the sandbox's runtime directory")
+            }
             let dcprovision = selfPath
             let dcclient = (dcprovision as NSString).deletingLastPathComponent + "/dcclient"
             guard FileManager.default.isExecutableFile(atPath: dcclient) else {
                 throw DCError(
                     .fileNotFound, "dcclient is not next to dcprovision", subject: dcclient,
-                    hint: "build both: swift build")
+                    hint: "build both (swift build), or run the demo with swift run dcprovision demo")
             }
             let passphrase = sandbox + "/client-passphrase"
             try Data((UUID().uuidString + "\n").utf8).write(to: URL(fileURLWithPath: passphrase))

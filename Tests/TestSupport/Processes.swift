@@ -34,6 +34,9 @@ public struct ProcessFailure: Error, CustomStringConvertible {
 /// child inherits no descriptor but 0, 1 and 2, it gets a process group of its own, and reading
 /// stops shortly after the kill even if a grandchild escaped the group with a pipe end. A test
 /// that starts a process therefore cannot wait longer than its timeout plus a few seconds.
+///
+/// Without an `environment`, the child gets the process-wide ``Sandbox/shared()`` environment,
+/// never the test process's own: no program a test starts sees the real `HOME` or `XDG_*`.
 @discardableResult
 public func run(
     _ executable: String, _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String]? = nil,
@@ -41,7 +44,8 @@ public func run(
 ) throws -> ProcessResult {
     let path = executable.hasPrefix("/") ? executable : try which(executable)
     let outcome = try ChildProcess.runSynchronously(
-        path, arguments: arguments, stdin: SecretBytes(stdin ?? []), environment: environment,
+        path, arguments: arguments, stdin: SecretBytes(stdin ?? []),
+        environment: try environment ?? Sandbox.shared().environment,
         currentDirectory: currentDirectory,
         limits: .init(timeout: .milliseconds(Int(timeout * 1000)), stdoutLimit: 256 << 20, stderrLimit: 16 << 20))
     let status: Int32

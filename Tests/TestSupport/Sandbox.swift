@@ -81,4 +81,50 @@ public struct Sandbox: Sendable {
 
     /// Removes the whole sandbox.
     public func remove() { directory.remove() }
+
+    /// One sandbox for the whole test process: the environment of every child started without
+    /// an explicit one (``run(_:_:stdin:environment:currentDirectory:timeout:)`` with
+    /// `environment: nil`), so that not even a test that forgot its own sandbox lets a program see
+    /// the real `HOME` or `XDG_*`. Tests that keep state between commands take a sandbox of their own.
+    public static func shared() throws -> Sandbox {
+        try SharedSandbox.instance.get()
+    }
+}
+
+/// Holds the process-wide sandbox, made on first use.
+private final class SharedSandbox: @unchecked Sendable {
+    // `made` is guarded by `lock`.
+    private let lock = NSLock()
+    private var made: Sandbox?
+    static let instance = SharedSandbox()
+
+    func get() throws -> Sandbox {
+        try lock.withLock {
+            if let made { return made }
+            let sandbox = try Sandbox("shared-sandbox")
+            made = sandbox
+            return sandbox
+        }
+    }
+}
+
+/// The forms a leaked secret can take on a command line, in an environment or in a log: raw,
+/// base64 (standard and URL-safe, padded or not), hex (both cases) and percent-encoded. A leak
+/// check searches for every one, so encoding a secret does not hide it.
+public enum SecretEncodings {
+    public static func all(of secret: String) -> [String] { all(of: Array(secret.utf8)) }
+
+    public static func all(of secret: [UInt8]) -> [String] {
+        let base64 = Data(secret).base64EncodedString()
+        let unpadded = base64.trimmingCharacters(in: CharacterSet(charactersIn: "="))
+        let urlSafe = unpadded.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+        let hex = secret.map { String($0, radix: 16) }.map { $0.count == 1 ? "0" + $0 : $0 }.joined()
+        let percent = secret.map { String(format: "%%%02X", $0) }.joined()
+        var forms = [base64, unpadded, urlSafe, hex, hex.uppercased(), percent]
+        if let raw = String(bytes: secret, encoding: .utf8) {
+            forms.append(raw)
+            if let escaped = raw.addingPercentEncoding(withAllowedCharacters: .alphanumerics) { forms.append(escaped) }
+        }
+        return Array(Set(forms.filter { !$0.isEmpty }))
+    }
 }

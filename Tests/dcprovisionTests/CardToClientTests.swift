@@ -13,17 +13,10 @@ struct CardToClientTests {
         let pin: String
 
         init() throws {
-            directory = try TemporaryDirectory("card-to-client")
-            let root = directory.path
-            var environment = [
-                "HOME": root + "/home", "XDG_CONFIG_HOME": root + "/home/.config",
-                "XDG_DATA_HOME": root + "/home/.local/share",
-                "XDG_STATE_HOME": root + "/home/.local/state", "XDG_CONFIG_DIRS": root + "/etc/xdg",
-                "XDG_DATA_DIRS": root + "/usr/share",
-                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
-            ]
-            environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
-            self.environment = environment
+            let sandbox = try TestSupport.Sandbox(
+                "card-to-client", extra: ["SOFTHSM2_CONF": SoftHSM.shared.configuration])
+            directory = sandbox.directory
+            environment = sandbox.environment
             pin = try directory.write("pin", SoftHSM.userPIN + "\n")
             let passphrase = try directory.write("client-passphrase", "client passphrase\n")
             try check(run("dcprovision", ["testca", "init", directory.file("ca")]))

@@ -3,70 +3,38 @@ import Foundation
 import TestSupport
 import Testing
 
-/// Collects the command lines of a process and all its descendants while they run. (Other
-/// tests run dcprovision at the same time; only the watched process tree counts.)
-final class CommandLineWatcher: @unchecked Sendable {
-    // `seen` and `running` are guarded by `lock`; the polling thread is the only writer of `seen`.
-    private let lock = NSLock()
-    private var seen = Set<String>()
-    private var running = true
+/// Every program a command started, as `strace -f -e execve` saw it: one line per exec, with the
+/// argv and (`-v`) the environment the child got. strace is the oracle: it records each exec as it
+/// happens, however short-lived the process, which polling `/proc` cannot promise.
+struct ExecTrace {
+    let lines: [String]
 
-    static func parent(of pid: Int32) -> Int32? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
-        else { return nil }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        return fields.count > 1 ? Int32(fields[1]) : nil
+    /// Runs `executable` under strace in `sandbox`, returning its result and the trace.
+    static func run(_ executable: String, _ arguments: [String], in sandbox: TestSupport.Sandbox, timeout: TimeInterval)
+        throws -> (ProcessResult, ExecTrace)
+    {
+        let traceFile = sandbox.file("execve.trace")
+        let result = try sandbox.run(
+            "strace",
+            ["-f", "-qq", "-v", "-s", "1000000", "-e", "trace=execve", "-o", traceFile, executable] + arguments,
+            timeout: timeout)
+        let lines = try String(contentsOfFile: traceFile, encoding: .utf8).split(separator: "\n").map(String.init)
+        return (result, ExecTrace(lines: lines.filter { $0.contains("execve(") && $0.hasSuffix("= 0") }))
     }
 
-    func start(root: Int32) {
-        Thread {
-            while self.lock.withLock({ self.running }) {
-                for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
-                    guard let pid = Int32(name) else { continue }
-                    var ancestor: Int32? = pid
-                    var depth = 0
-                    while let current = ancestor, current != root, current > 1, depth < 16 {
-                        ancestor = Self.parent(of: current)
-                        depth += 1
-                    }
-                    guard ancestor == root,
-                        let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline"), !data.isEmpty
-                    else { continue }
-                    let line = String(decoding: data.map { $0 == 0 ? 0x20 : $0 }, as: UTF8.self)
-                    _ = self.lock.withLock { self.seen.insert(line) }
-                }
-                usleep(500)
-            }
-        }.start()
-    }
-
-    func stop() -> Set<String> {
-        lock.withLock {
-            running = false
-            return seen
-        }
-    }
+    /// The lines whose argv contains `text`.
+    func execs(containing text: String) -> [String] { lines.filter { $0.contains(text) } }
 }
 
 @Suite("dcprovision demo")
 struct DemoTests {
-    @Test("The round trip runs through real handler processes, and no secret is ever on a command line")
+    @Test("The round trip runs through real handler processes, and no secret reaches a child's argv or environment")
     func demo() throws {
-        let watcher = CommandLineWatcher()
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Binaries.dcprovision)
-        process.arguments = ["demo", "--keep"]
-        let outputPipe = Pipe()
-        process.standardOutput = outputPipe
-        process.standardError = outputPipe
-        try process.run()
-        watcher.start(root: process.processIdentifier)
-        let outputData = outputPipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let commandLines = watcher.stop()
-        #expect(process.terminationStatus == 0, "\(String(decoding: outputData, as: UTF8.self))")
-        let output = String(decoding: outputData, as: UTF8.self)
+        let box = try TestSupport.Sandbox("demo-trace")
+        defer { box.remove() }
+        let (result, trace) = try ExecTrace.run(Binaries.dcprovision, ["demo", "--keep"], in: box, timeout: 120)
+        #expect(result.status == 0, "\(result.stdoutText)\(result.stderrText)")
+        let output = result.stdoutText + result.stderrText
         let sandbox = try #require(
             output.split(separator: "\n").first.flatMap { line -> String? in
                 guard let open = line.firstIndex(of: "("), let close = line.lastIndex(of: ")") else { return nil }
@@ -85,21 +53,25 @@ struct DemoTests {
             #expect(output.contains(expected), "missing: \(expected)")
         }
         // The handlers really ran as processes launched through the scheme handlers.
-        #expect(
-            commandLines.contains {
-                $0.contains("handle-url org.example.dcprovision:/new?v=1&client=dcclient&request=")
-            })
-        #expect(
-            commandLines.contains {
-                $0.contains("handle-url org.example.dcclient:/deliver?v=1&client=dcclient&request=")
-            })
-        #expect(commandLines.contains { $0.contains("handle-url org.example.dcprovision:/result?v=1&request=") })
-        // No secret on any command line: not the client's passphrase, no PEM, no base64 blob (a long
-        // mixed-case run; ids and digests are lowercase hex, paths are broken up by '/').
-        let passphrase = try readText(sandbox + "/client-passphrase").trimmingCharacters(in: .whitespacesAndNewlines)
+        for message in [
+            "\"handle-url\", \"org.example.dcprovision:/new?v=1&client=dcclient&request=",
+            "\"handle-url\", \"org.example.dcclient:/deliver?v=1&client=dcclient&request=",
+            "\"handle-url\", \"org.example.dcprovision:/result?v=1&request=",
+            "\"handle-url\", \"org.example.dcprovision:/available?v=1&client=dcclient\"",
+        ] {
+            #expect(!trace.execs(containing: message).isEmpty, "no exec of \(message)")
+        }
+        let commandLines = trace.lines
+        let passphrase = try String(contentsOfFile: sandbox + "/client-passphrase", encoding: .utf8)
+            .trimmingCharacters(in: .newlines)
+        for encoding in SecretEncodings.all(of: passphrase) {
+            #expect(!commandLines.contains { $0.contains(encoding) }, "the passphrase (\(encoding)) reached a child")
+        }
+        // No secret on any command line or in any child's environment: not the client's passphrase
+        // in any encoding (above), no PEM, no base64 blob (a long mixed-case run; ids and digests are
+        // lowercase hex, paths are broken up by '/').
         let base64Run = try Regex("[A-Za-z0-9+]{48,}")
         for line in commandLines {
-            #expect(!line.contains(passphrase))
             #expect(!line.contains("PRIVATE KEY") && !line.contains("BEGIN"))
             let blobs = line.matches(of: base64Run).map { String(line[$0.range]) }.filter {
                 $0.contains(where: \.isUppercase)

@@ -22,7 +22,7 @@ struct PINSafetyTests {
         let hsm = SoftHSM.shared
         let dir = try TemporaryDirectory("pin")
         defer { dir.remove() }
-        var environment = ProcessInfo.processInfo.environment
+        var environment = try Sandbox.shared().environment
         environment["SOFTHSM2_CONF"] = hsm.configuration
         environment["DC_FAULT"] = fault
         environment["DC_FAULT_LOGIN_LOG"] = dir.file("logins")
@@ -126,7 +126,7 @@ struct CardFaultTests {
     func sessionClosed(_ fault: String) throws {
         let dir = try TemporaryDirectory("fault")
         defer { dir.remove() }
-        var environment = ProcessInfo.processInfo.environment
+        var environment = try Sandbox.shared().environment
         environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
         environment["DC_FAULT"] = fault
         environment["DC_FAULT_LOGIN_LOG"] = dir.file("logins")

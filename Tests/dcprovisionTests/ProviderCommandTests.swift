@@ -4,7 +4,7 @@ import TestSupport
 import Testing
 
 private func dcprovision(_ arguments: [String], environment: [String: String]? = nil) throws -> ProcessResult {
-    var env = ProcessInfo.processInfo.environment
+    var env = try Sandbox.shared().environment
     for (key, value) in environment ?? [:] { env[key] = value }
     return try run(Binaries.dcprovision, arguments, environment: env, timeout: 60)
 }

@@ -27,9 +27,9 @@ private struct Sandbox {
     }
 
     init() throws {
-        dir = try TemporaryDirectory("reliability")
-        environment = ProcessInfo.processInfo.environment.merging(
-            ["HOME": dir.file("home"), "XDG_DATA_DIRS": dir.file("share"), "XDG_CONFIG_DIRS": dir.file("etc")]) { $1 }
+        let sandbox = try TestSupport.Sandbox("reliability")
+        dir = sandbox.directory
+        environment = sandbox.environment
         locations = DeliveryLocations(environment: environment)
         _ = try dir.write("pass", "client passphrase\n")
         let dcclient = Binaries.directory + "/dcclient"

@@ -6,7 +6,7 @@ import Testing
 struct TokenCommandTests {
     private func dcprovision(_ arguments: [String], stdin: [UInt8]? = nil) throws -> ProcessResult {
         let hsm = SoftHSM.shared
-        var environment = ProcessInfo.processInfo.environment
+        var environment = try Sandbox.shared().environment
         environment["SOFTHSM2_CONF"] = hsm.configuration
         return try run(Binaries.dcprovision, arguments, stdin: stdin, environment: environment, timeout: 60)
     }
@@ -71,7 +71,7 @@ struct TokenCommandTests {
         defer { dir.remove() }
         let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
         #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
-        var environment = ProcessInfo.processInfo.environment
+        var environment = try Sandbox.shared().environment
         environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
         environment["DC_FAULT_CALL_LOG"] = dir.file("calls")
         let result = try run(

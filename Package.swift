@@ -137,7 +137,8 @@ let package = Package(
 
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
         .target(
-            name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL", "CP11Kit"], path: "Tests/TestSupport"),
+            name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL", "CP11Kit", "CSystem"],
+            path: "Tests/TestSupport"),
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
             name: "dcbench",

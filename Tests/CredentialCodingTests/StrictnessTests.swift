@@ -18,7 +18,7 @@ final class CountingPassphrase: PassphraseSource, @unchecked Sendable {
     }
 }
 
-@Suite("Strictness: what OpenSSL accepts and the toolkit refuses")
+@Suite("Strictness: what OpenSSL accepts and the toolkit refuses", .timeLimit(.minutes(3)))
 struct StrictnessTests {
     @Test(arguments: HostileInput.all + HostileInput.labelMismatches)
     func refused(input: HostileInput) throws {

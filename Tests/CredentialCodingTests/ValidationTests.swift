@@ -84,7 +84,7 @@ struct ProfileCase: Sendable, CustomTestStringConvertible {
     ]
 }
 
-@Suite("Validation: the derived-PIV profiles")
+@Suite("Validation: the derived-PIV profiles", .timeLimit(.minutes(3)))
 struct ValidationTests {
     @Test("A conforming four-tag credential with escrow history has no findings, chained to its CA")
     func conforming() throws {
@@ -180,7 +180,7 @@ struct ValidationTests {
     }
 }
 
-@Suite("Certificate details")
+@Suite("Certificate details", .timeLimit(.minutes(3)))
 struct CertificateDetailsTests {
     @Test("The SHA-256 fingerprint, subject and serial are openssl's", arguments: ["authentication", "encryption"])
     func matchesOpenSSL(_ name: String) throws {

@@ -15,7 +15,7 @@ private let issued: (ca: TestCA, credential: Credential, dir: TemporaryDirectory
     return (ca, try! ca.issue(TestCAIssueRequest(escrowHistory: 2)).credential(), dir)
 }()
 
-@Suite("Delivery URLs")
+@Suite("Delivery URLs", .timeLimit(.minutes(3)))
 struct DeliveryURLTests {
     @Test("The three messages round-trip, and carry no secret")
     func roundTrip() throws {
@@ -62,7 +62,7 @@ struct DeliveryURLTests {
     }
 }
 
-@Suite("Delivery payload and spool")
+@Suite("Delivery payload and spool", .timeLimit(.minutes(3)))
 struct DeliveryPayloadTests {
     private func payload() throws -> DeliveryPayload {
         DeliveryPayload(

@@ -5,7 +5,7 @@ import Testing
 
 /// The test vectors printed in docs/PROTOCOL.md (values computed independently with sha256sum and
 /// Python's hmac module): if one of these fails, the document or the code is wrong.
-@Suite("docs/PROTOCOL.md test vectors")
+@Suite("docs/PROTOCOL.md test vectors", .timeLimit(.minutes(3)))
 struct ProtocolVectorTests {
     static let request = "00112233445566778899aabbccddeeff"
     static let resultKey = SecretBytes((1...32).map { UInt8($0) })

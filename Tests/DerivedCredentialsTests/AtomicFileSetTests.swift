@@ -3,7 +3,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("Atomic file sets")
+@Suite("Atomic file sets", .timeLimit(.minutes(3)))
 struct AtomicFileSetTests {
     @Test("All files appear with their modes, and no staging file is left")
     func writesAll() throws {
@@ -52,11 +52,9 @@ struct AtomicFileSetTests {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         // A writer that has exited: start a process and wait for it, then use its pid.
-        let finished = Process()
-        finished.executableURL = URL(fileURLWithPath: "/bin/true")
-        try finished.run()
-        finished.waitUntilExit()
-        _ = try directory.write(".x.key.der\(AtomicFileSet.stagingMarker)\(finished.processIdentifier)-abcd", "partial")
+        let finished = try SpawnedProcess("/bin/true", [])
+        #expect(finished.wait() == 0)
+        _ = try directory.write(".x.key.der\(AtomicFileSet.stagingMarker)\(finished.pid)-abcd", "partial")
         _ = try directory.write(".y.key.der\(AtomicFileSet.stagingMarker)old-format", "partial")
         let live = ".z.key.der\(AtomicFileSet.stagingMarker)\(getpid())-abcd"
         _ = try directory.write(live, "being written")

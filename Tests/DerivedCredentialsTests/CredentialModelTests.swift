@@ -27,7 +27,7 @@ private func code(of body: () throws -> Void) -> DCError.Code? {
     }
 }
 
-@Suite("Credential model")
+@Suite("Credential model", .timeLimit(.minutes(3)))
 struct CredentialModelTests {
     @Test("Tag wire names are stable lowercase strings")
     func tagWireNames() {
@@ -76,7 +76,7 @@ struct CredentialModelTests {
     }
 }
 
-@Suite("Errors")
+@Suite("Errors", .timeLimit(.minutes(3)))
 struct ErrorTests {
     @Test("The AppConnect send errors keep their numeric values")
     func appConnectValues() {
@@ -124,7 +124,7 @@ struct ErrorTests {
     }
 }
 
-@Suite("Secret redaction")
+@Suite("Secret redaction", .timeLimit(.minutes(3)))
 struct RedactionTests {
     static let marker: [UInt8] = Array("TOPSECRET-KEY-MATERIAL".utf8)
 
@@ -163,7 +163,7 @@ struct RedactionTests {
     }
 }
 
-@Suite("Verdicts")
+@Suite("Verdicts", .timeLimit(.minutes(3)))
 struct VerdictTests {
     @Test("Errors always fail; warnings fail only when strict")
     func strictness() {

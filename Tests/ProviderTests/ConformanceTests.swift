@@ -29,7 +29,7 @@ let sampleExecProvider: String = {
         .appendingPathComponent("Samples/exec-provider/dcprovider-sample").path
 }()
 
-@Suite("Conformance kit: every provider")
+@Suite("Conformance kit: every provider", .timeLimit(.minutes(3)))
 struct ConformanceTests {
     @Test("PEM-file provider")
     func pemFiles() async throws {

@@ -1,3 +1,4 @@
+internal import CSystem
 import DerivedCredentials
 import Foundation
 
@@ -66,13 +67,26 @@ public func runChecked(_ executable: String, _ arguments: [String], stdin: [UInt
     return result
 }
 
+/// The Debian package of each tool the tests run, for the error when one is missing.
+public let debianPackages: [String: String] = [
+    "openssl": "openssl", "softhsm2-util": "softhsm2", "pkcs11-tool": "opensc", "p11tool": "gnutls-bin",
+    "p11-kit": "p11-kit", "python3": "python3", "xdg-mime": "xdg-utils", "gio": "libglib2.0-bin",
+    "desktop-file-validate": "desktop-file-utils", "strace": "strace", "prlimit": "util-linux",
+    "script": "bsdutils",
+]
+
+/// The absolute path of `name` on `PATH`, or an error that names the Debian package to install.
 public func which(_ name: String) throws -> String {
     for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
         let path = "\(directory)/\(name)"
         if access(path, X_OK) == 0 { return path }
     }
+    let package = debianPackages[name].map { "install the Debian package \($0)" } ?? "install it"
     throw ProcessFailure(
-        command: [name], result: ProcessResult(status: 127, stdout: [], stderr: Array("not found".utf8)))
+        command: [name],
+        result: ProcessResult(
+            status: 127, stdout: [],
+            stderr: Array("not found on PATH: \(package) (scripts/test installs every tool the suite needs)".utf8)))
 }
 
 /// A fresh directory under the system temporary directory, removed by `remove()`.
@@ -127,4 +141,61 @@ public func thrownCode(_ body: () async throws -> Void) async -> DCError.Code? {
     } catch {
         return nil
     }
+}
+
+/// A process started with its output discarded, for tests that need its pid: to kill it at a
+/// chosen moment, or to know a pid that has exited. Started like every other child here (argv
+/// array, no inherited descriptors but 0–2, its own process group); ``wait(timeout:)`` is bounded.
+public struct SpawnedProcess: Sendable {
+    public let pid: Int32
+
+    /// Starts `executable` with `/dev/null` as stdin, stdout and stderr.
+    public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws {
+        let environment = try environment ?? Sandbox.shared().environment
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for fd in Int32(0)...2 {
+            posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        dc_spawn_close_from(&actions, 3)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { envp.forEach { free($0) } }
+        var pid: pid_t = 0
+        let status = posix_spawn(&pid, executable, &actions, &attributes, argv, envp)
+        guard status == 0 else { throw POSIXError(POSIXErrorCode(rawValue: status) ?? .EIO) }
+        self.pid = pid
+    }
+
+    /// Sends `signal` to the process.
+    public func kill(_ signal: Int32 = SIGKILL) { _ = Glibc.kill(pid, signal) }
+
+    /// Waits for the process to end, killing its process group at the deadline. Returns the
+    /// raw wait status (`WIFSIGNALED` etc. apply), or nil when it had to be killed.
+    @discardableResult
+    public func wait(timeout: Duration = .seconds(60)) -> Int32? {
+        let deadline = ContinuousClock.now + timeout
+        var status: Int32 = 0
+        while true {
+            let result = waitpid(pid, &status, WNOHANG)
+            if result == pid { return status }
+            if result < 0 && errno != EINTR { return nil }
+            if ContinuousClock.now >= deadline {
+                Glibc.kill(-pid, SIGKILL)
+                _ = waitpid(pid, &status, 0)
+                return nil
+            }
+            usleep(2000)
+        }
+    }
+
+    /// Whether a raw wait status says the process was killed by a signal.
+    public static func wasSignaled(_ status: Int32) -> Bool { (status & 0x7F) != 0 && (status & 0x7F) != 0x7F }
 }

@@ -14,7 +14,7 @@ private let sampleFolder: String = {
         .appendingPathComponent("Samples/exec-provider").path
 }()
 
-@Suite("dcprovision testca, providers, and provider sources")
+@Suite("dcprovision testca, providers, and provider sources", .timeLimit(.minutes(3)))
 struct ProviderCommandTests {
     @Test("testca init, issue (der and pem), and the output reads back through its manifest")
     func testCA() throws {

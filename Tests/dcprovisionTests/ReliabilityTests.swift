@@ -69,7 +69,7 @@ private struct Sandbox {
     var client: ManagedClient { ManagedClient(locations: locations) }
 }
 
-@Suite("Reliability: nothing lost, nothing half-installed")
+@Suite("Reliability: nothing lost, nothing half-installed", .timeLimit(.minutes(5)))
 struct ReliabilityTests {
     @Test(
         "kill -9 of the client at random points during 100 deliveries: each credential is wholly installed or not at all"
@@ -86,17 +86,10 @@ struct ReliabilityTests {
             ).credential()
             let url = try await sandbox.prepare(credential)
             // Start the handler and kill it after a random moment (0–40 ms).
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: dcclient)
-            process.arguments = ["handle-url", url]
-            process.environment = sandbox.environment
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let process = try SpawnedProcess(dcclient, ["handle-url", url], environment: sandbox.environment)
             usleep(useconds_t.random(in: 0...40_000))
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-            if process.terminationReason == .uncaughtSignal { killedMidway += 1 }
+            process.kill()
+            if let status = process.wait(), SpawnedProcess.wasSignaled(status) { killedMidway += 1 }
             // Whatever happened, the store holds the old credential or the new one, whole.
             let installed = try sandbox.client.installed()
             #expect(

@@ -204,8 +204,9 @@ public enum ChildProcess {
                 killGroup()
             }
             // After the kill, the pipes should close at once. A process outside the group can still
-            // hold a write end (one that left the group, or a child another thread forked between
-            // pipe() and FD_CLOEXEC): stop waiting for it after a grace period instead of hanging.
+            // hold a write end (a grandchild that left the group with setsid, or a child that a
+            // library in this process forked without closing descriptors): stop waiting for it
+            // after a grace period instead of hanging.
             if let killedAt, ContinuousClock.now - killedAt > Self.drainGrace {
                 for fd in openOutputs { close(fd) }
                 openOutputs.removeAll()

@@ -50,6 +50,7 @@ public final class OpenSSLFixtures: Sendable {
 
     init() throws {
         directory = try TemporaryDirectory("dcfixtures")
+        directory.removeAtExit()
         ca = try Self.makeCA(name: "ca", subject: "/O=Derived Credentials Test/CN=Test Root CA", in: directory)
         otherCA = try Self.makeCA(name: "other-ca", subject: "/CN=Unrelated CA", in: directory)
         let (caPair, directory) = (ca, directory)

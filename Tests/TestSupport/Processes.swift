@@ -129,6 +129,28 @@ public struct TemporaryDirectory: Sendable {
     }
 
     public func remove() { try? FileManager.default.removeItem(atPath: path) }
+
+    /// Removes the directory when the test process exits: for fixtures that live as long as the
+    /// process (the SoftHSM tokens, the openssl-made certificates, the shared sandbox).
+    public func removeAtExit() { ExitCleanup.shared.add(path) }
+}
+
+/// Directories removed when the process exits.
+private final class ExitCleanup: @unchecked Sendable {
+    // `paths` is guarded by `lock`.
+    private let lock = NSLock()
+    private var paths: [String] = []
+    static let shared: ExitCleanup = {
+        let cleanup = ExitCleanup()
+        atexit { ExitCleanup.shared.removeAll() }
+        return cleanup
+    }()
+
+    func add(_ path: String) { lock.withLock { paths.append(path) } }
+
+    func removeAll() {
+        for path in lock.withLock({ paths }) { try? FileManager.default.removeItem(atPath: path) }
+    }
 }
 
 /// The code of the DCError `body` throws, or nil if it throws nothing (or something else).

@@ -102,6 +102,7 @@ private final class SharedSandbox: @unchecked Sendable {
         try lock.withLock {
             if let made { return made }
             let sandbox = try Sandbox("shared-sandbox")
+            sandbox.directory.removeAtExit()
             made = sandbox
             return sandbox
         }

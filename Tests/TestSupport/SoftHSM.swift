@@ -27,6 +27,7 @@ public final class SoftHSM: Sendable {
 
     init() throws {
         directory = try TemporaryDirectory("softhsm")
+        directory.removeAtExit()
         try FileManager.default.createDirectory(atPath: directory.file("tokens"), withIntermediateDirectories: true)
         configuration = try directory.write(
             "softhsm2.conf",

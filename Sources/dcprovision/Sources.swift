@@ -7,7 +7,7 @@ import PEMFileProvider
 import PKCS11Provider
 import TestCAProvider
 
-/// Where a credential comes from (DESIGN.md §5 `<source>`): files through the PEM-file provider,
+/// Where a credential comes from (a `<source>` on the command line, docs/CLI.md): files through the PEM-file provider,
 /// the test CA, or any provider by id with `--option KEY=VALUE`.
 struct SourceOptions: ParsableArguments {
     @Option(

@@ -75,7 +75,7 @@ extension DCError {
         /// A passphrase, PIN or permission was refused or is missing (EX_NOPERM, 77).
         case refused
 
-        /// The sysexits status the command-line tools exit with (DESIGN.md §5).
+        /// The sysexits status the command-line tools exit with (docs/ARCHITECTURE.md, "What always holds").
         public var exitStatus: Int32 {
             switch self {
             case .usage: 64

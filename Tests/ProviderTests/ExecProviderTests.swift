@@ -81,33 +81,53 @@ struct ExecProviderTests {
         defer { dir.remove() }
         let marker = "dcescaped-\(UUID().uuidString)"
         // setsid puts the grandchild in a new session: killing the plug-in's group cannot reach it,
-        // and it holds the plug-in's stdout for 300 s.
-        let path = try plugin(dir, "dcprovider-escape", "setsid bash -c 'exec -a \(marker) sleep 300' & exec sleep 301")
+        // and it holds the plug-in's stdout for 300 s. The plug-in itself records its PID and
+        // becomes `sleep 301`.
+        let pidFile = dir.file("pid")
+        let path = try plugin(
+            dir, "dcprovider-escape",
+            "setsid bash -c 'exec -a \(marker) sleep 300' & echo $$ > '\(pidFile).tmp'; mv '\(pidFile).tmp' '\(pidFile)'; exec sleep 301"
+        )
         defer { _ = try? run("pkill", ["-f", marker]) }
+        let watcher = LifetimeWatcher(pidFile: pidFile)
         let started = ContinuousClock.now
         let error = await refusal { _ = try await provide(path, limits: .init(timeout: .milliseconds(500))) }
         #expect(error?.code == .providerTimedOut)
-        // The deadline plus the drain grace, not the grandchild's 300 s. (The bound is loose: on a
-        // 2-core runner this test's task may wait tens of seconds for a free cooperative thread
-        // while other tests block theirs on child processes.)
+        // The plug-in was killed at its 500 ms deadline: measured by the watcher's own thread.
+        let life = await watcher.result()
+        let lifetime = try #require(life.lifetime, "the plug-in (pid \(String(describing: life.pid))) never died")
+        #expect(lifetime < .seconds(5), "the plug-in lived \(lifetime) past first sight under a 500 ms limit")
+        // And the run returned: the deadline plus the drain grace, not the grandchild's 300 s.
+        // (This bound is loose: on a 2-core runner this task may wait tens of seconds for a free
+        // cooperative thread while other tests block theirs on child processes.)
         #expect(ContinuousClock.now - started < .seconds(150))
     }
 
-    @Test("Timeout: the plug-in and what it started are killed")
+    @Test("Timeout: the plug-in and what it started are killed at the deadline")
     func timeout() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let marker = "dcmarker-\(UUID().uuidString)"
-        // A grandchild named by exec -a, so that it can be found afterwards.
-        let path = try plugin(dir, "dcprovider-slow", "(exec -a \(marker) sleep 300) & exec sleep 301")
-        let started = ContinuousClock.now
+        // A grandchild named by exec -a, so that it can be found afterwards; both record their PIDs.
+        let (pidFile, grandchildPIDFile) = (dir.file("pid"), dir.file("grandchild-pid"))
+        let path = try plugin(
+            dir, "dcprovider-slow",
+            """
+            (echo $BASHPID > '\(grandchildPIDFile).tmp'; mv '\(grandchildPIDFile).tmp' '\(grandchildPIDFile)'; exec -a \(marker) sleep 300) &
+            echo $$ > '\(pidFile).tmp'; mv '\(pidFile).tmp' '\(pidFile)'
+            exec sleep 301
+            """)
+        let watcher = LifetimeWatcher(pidFile: pidFile)
+        let grandchild = LifetimeWatcher(pidFile: grandchildPIDFile)
         let error = await refusal { _ = try await provide(path, limits: .init(timeout: .milliseconds(500))) }
         #expect(error?.code == .providerTimedOut)
-        // Killed at the deadline, not after the plug-in's 300 s (the bound allows for a busy test run,
-        // where resuming this task can wait tens of seconds for a cooperative thread).
-        #expect(ContinuousClock.now - started < .seconds(150))
+        // Killed at the deadline, not after the plug-in's 300 s: how long the plug-in lived is
+        // measured by a thread of the watcher's own, not by this task (which can resume late).
+        for (name, life) in [("plug-in", await watcher.result()), ("its background child", await grandchild.result())] {
+            let lifetime = try #require(life.lifetime, "the \(name) (pid \(String(describing: life.pid))) never died")
+            #expect(lifetime < .seconds(5), "the \(name) lived \(lifetime) past first sight under a 500 ms limit")
+        }
         // The plug-in's background child is gone too: the whole process group was killed.
-        try await Task.sleep(for: .milliseconds(200))
         #expect(try run("pgrep", ["-f", marker]).status == 1, "a process named \(marker) survived")
     }
 

@@ -299,19 +299,40 @@ struct ValidationTests {
     }
 }
 
-@Suite("Certificate details")
+@Suite("Certificate details", .timeLimit(.minutes(3)))
 struct CertificateDetailsTests {
-    @Test("The SHA-256 fingerprint, subject and serial are openssl's", arguments: ["authentication", "encryption"])
+    @Test(
+        "The SHA-256 fingerprint, subject, issuer and serial are openssl's (subject and issuer as -nameopt RFC2253 prints them)",
+        arguments: ["authentication", "encryption", "awkward subject"])
     func matchesOpenSSL(_ name: String) throws {
-        let pair = name == "authentication" ? f.authentication : f.encryption
+        let sandbox = try Sandbox("details")
+        defer { sandbox.remove() }
+        let pair =
+            switch name {
+            case "authentication": f.authentication
+            case "encryption": f.encryption
+            default:
+                // RFC 4514 specials: a leading '#', quotes, '+', ',', ';', '<', '>', '=', a backslash,
+                // trailing spaces, and bytes above 0x7F. (In -subj, a backslash escapes the next character.)
+                try OpenSSLFixtures.issue(
+                    name: "awkward", key: .p256, by: f.ca,
+                    subject: "/O=Derived Credentials Test/OU=#1 R&D \"lab\" <x>; a\\+b=c \\\\ d /CN=M\u{FC}ller, Anna ",
+                    keyUsage: "critical,digitalSignature", extendedKeyUsage: nil, in: sandbox.directory)
+            }
         let details = try CertificateDetails(Certificate(derBytes: try HostileInput.der(of: pair.certificate)))
-        let printed = String(
-            decoding: try OpenSSLFixtures.openssl([
-                "x509", "-in", pair.certificate, "-noout", "-fingerprint", "-sha256", "-serial",
-            ]),
-            as: UTF8.self)
-        #expect(printed.contains("sha256 Fingerprint=\(details.sha256Fingerprint)\n"), "\(printed)")
-        #expect(printed.contains("serial=\(details.serialNumber)"), "\(printed) vs \(details.serialNumber)")
+        let printed = try sandbox.run(
+            OpenSSLFixtures.openssl,
+            [
+                "x509", "-in", pair.certificate, "-noout", "-fingerprint", "-sha256", "-serial", "-subject", "-issuer",
+                "-nameopt", "RFC2253,-esc_msb",
+            ])
+        try #require(printed.status == 0, "\(printed.stderrText)")
+        let lines = printed.stdoutText.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        #expect(lines.contains("sha256 Fingerprint=\(details.sha256Fingerprint)"), "\(lines)")
+        #expect(lines.contains("serial=\(details.serialNumber)"), "\(lines) vs \(details.serialNumber)")
+        #expect(lines.contains("subject=\(details.subject)"), "\(lines) vs \(details.subject)")
+        #expect(lines.contains("issuer=\(details.issuer)"), "\(lines) vs \(details.issuer)")
+        if name == "awkward subject" { #expect(details.subject.contains("\\,")) }  // the escapes are there
     }
 
     @Test("Hex digits: lower case by default, upper case with a separator on request")

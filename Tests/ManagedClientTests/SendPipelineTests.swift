@@ -43,9 +43,10 @@ struct World {
         service = try CredentialService(brand: "Example", callbackScheme: "org.example.provider", locations: locations)
         { url, _ in
             deliveries.append(url)
-            guard deliver else { return }
-            let handled = try client.handleDelivery(url)
-            if let result = handled.resultURL { _ = try holder.service!.handleResult(result) }
+            if deliver {
+                let handled = try client.handleDelivery(url)
+                if let result = handled.resultURL { _ = try holder.service!.handleResult(result) }
+            }
         }
         serviceBox = service
         holder.service = serviceBox
@@ -173,8 +174,8 @@ struct SendPipelineTests {
         #expect(try world.service.handleResult(result).outcome == "ok")
         #expect(try #require(world.service.ledger.recent().first).completed == before.completed)
         // Any other result for the completed request is refused.
-        guard case .result(let done, _, let doneMAC) = try DeliveryMessage.parse(result, scheme: "org.example.provider")
-        else { return }
+        let (done, _, doneMAC) = try #require(
+            try DeliveryMessage.parse(result, scheme: "org.example.provider").resultParts)
         let other = DeliveryMessage.result(request: done, status: "invalid", mac: doneMAC).url(
             scheme: "org.example.provider")
         #expect(await thrownCode { _ = try world.service.handleResult(other) } == .invalid)
@@ -192,37 +193,82 @@ struct SendPipelineTests {
         #expect(try world.service.ledger.complete(request: request, status: "ok", mac: mac).outcome == "ok")
     }
 
-    @Test("A tampered or swapped spool file is refused and nothing is installed")
+    @Test(
+        "A spool file with one byte flipped, a URL with one digest digit changed, or a swapped spool file: refused as invalid, nothing installed; the untouched delivery then installs"
+    )
     func tamperedSpool() async throws {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
-        _ = await thrownCode {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
-        }
-        _ = await thrownCode {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        let credentials = try [
+            world.credential(TestCAIssueRequest(commonName: "First")),
+            world.credential(TestCAIssueRequest(commonName: "Second")),
+        ]
+        for credential in credentials {
+            // Nobody delivers: the client never confirms.
+            #expect(
+                await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+                    == .notReady)
         }
         let urls = world.deliveries.all
-        #expect(urls.count == 2)
-        guard
-            case .deliver(_, let first, let firstDigest) = try DeliveryMessage.parse(
-                urls[0], scheme: "org.example.dcclient"),
-            case .deliver(_, let second, _) = try DeliveryMessage.parse(urls[1], scheme: "org.example.dcclient")
-        else { throw DCError(.invalid, "not deliveries") }
+        try #require(urls.count == 2)
+        let first = try #require(try DeliveryMessage.parse(urls[0], scheme: "org.example.dcclient").deliverParts)
+        let second = try #require(try DeliveryMessage.parse(urls[1], scheme: "org.example.dcclient").deliverParts)
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
-        // Swapped: the second request's file under the first request's name, with the first's digest recomputed.
-        let secondBytes = try readBytes(spool.path(request: second))
-        unlink(spool.path(request: first))
-        _ = try spool.write(secondBytes, request: first)
+        let processed = world.locations.dataHome + "/dcclient/store/processed"
+
+        /// Handles `url` and expects the digest check's refusal of `request`'s spool file, with
+        /// nothing installed or recorded.
+        func expectRefused(_ url: String, request: String, _ what: String) {
+            do {
+                let handled = try world.client.handleDelivery(url)
+                Issue.record("\(what): accepted (\(handled.status))")
+            } catch let error as DCError {
+                #expect(error.code == .invalid, "\(what): \(error)")
+                #expect(error.subject == spool.path(request: request), "\(what): \(error)")
+                #expect(error.description.contains("does not match the digest in the URL"), "\(what): \(error)")
+            } catch {
+                Issue.record("\(what): \(error)")
+            }
+            #expect((try? world.client.installed()) == .some(nil), "\(what): something was installed")
+            #expect(!FileManager.default.fileExists(atPath: processed + "/" + request), "\(what): recorded as handled")
+        }
+
+        // One byte of the first spool file flipped in place (same file, owner and mode); the URL and
+        // its digest untouched, nothing recomputed.
+        let firstPath = spool.path(request: first.request)
+        var bytes = try readBytes(firstPath)
+        bytes[bytes.count / 2] ^= 0x01
+        let fd = open(firstPath, O_WRONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        let written = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        close(fd)
+        try #require(written == bytes.count)
+        expectRefused(urls[0], request: first.request, "a flipped byte in the spool file")
+
+        // One hex digit of the second URL's digest changed; its spool file untouched.
+        let digit = second.digest.last == "0" ? "1" : "0"
+        let wrongDigest = String(second.digest.dropLast()) + digit
+        try #require(wrongDigest != second.digest)
+        let tamperedURL = DeliveryMessage.deliver(client: second.client, request: second.request, digest: wrongDigest)
+            .url(scheme: "org.example.dcclient")
+        try #require(tamperedURL == urls[1].replacingOccurrences(of: second.digest, with: wrongDigest))
+        expectRefused(tamperedURL, request: second.request, "a changed digit in the URL's digest")
+
+        // Swapped: the second request's file under the first request's name, with the digest
+        // recomputed for it: the digest matches, the payload is bound to the other request.
+        let secondBytes = try readBytes(spool.path(request: second.request))
+        unlink(firstPath)
+        _ = try spool.write(secondBytes, request: first.request)
         let swappedURL = DeliveryMessage.deliver(
-            client: "dcclient", request: first, digest: Digests.hex(Digests.sha256(secondBytes))
+            client: "dcclient", request: first.request, digest: Digests.hex(Digests.sha256(secondBytes))
         ).url(scheme: "org.example.dcclient")
         #expect(throws: DCError.self) { try world.client.handleDelivery(swappedURL) }
-        // Tampered: the original digest no longer matches.
-        #expect(throws: DCError.self) {
-            try world.client.handleDelivery(urls[0].replacingOccurrences(of: firstDigest, with: firstDigest))
-        }
         #expect(try world.client.installed() == nil)
+
+        // The control: the untouched second delivery is accepted, so the refusals above were the
+        // checks', not a broken set-up's.
+        #expect(try world.client.handleDelivery(urls[1]).status == "ok")
+        #expect(try world.client.installed() == credentials[1])
     }
 
     @Test("serviceUnavailable sends can be queued, and go out when the client announces availability")
@@ -295,5 +341,19 @@ extension World {
                     resultKey: resultKey.withUnsafeBytes { Data($0).base64EncodedString() }))
             return request
         }
+    }
+}
+
+extension DeliveryMessage {
+    /// The parts of a `deliver` message, or nil for another message (for `#require`).
+    var deliverParts: (client: String, request: String, digest: String)? {
+        if case .deliver(let client, let request, let digest) = self { return (client, request, digest) }
+        return nil
+    }
+
+    /// The parts of a `result` message, or nil for another message (for `#require`).
+    var resultParts: (request: String, status: String, mac: String)? {
+        if case .result(let request, let status, let mac) = self { return (request, status, mac) }
+        return nil
     }
 }

@@ -58,7 +58,7 @@ private func refusal(_ body: () async throws -> Void) async -> DCError? {
     }
 }
 
-@Suite("Exec providers: hostile plug-ins get clear errors and nothing installed", .timeLimit(.minutes(3)))
+@Suite("Exec providers: hostile plug-ins get clear errors and nothing installed", .timeLimit(.minutes(5)))
 struct ExecProviderTests {
     @Test("A well-behaved plug-in's answer is converted and checked")
     func wellBehaved() async throws {
@@ -81,33 +81,53 @@ struct ExecProviderTests {
         defer { dir.remove() }
         let marker = "dcescaped-\(UUID().uuidString)"
         // setsid puts the grandchild in a new session: killing the plug-in's group cannot reach it,
-        // and it holds the plug-in's stdout for 300 s.
-        let path = try plugin(dir, "dcprovider-escape", "setsid bash -c 'exec -a \(marker) sleep 300' & exec sleep 301")
+        // and it holds the plug-in's stdout for 300 s. The plug-in itself records its PID and
+        // becomes `sleep 301`.
+        let pidFile = dir.file("pid")
+        let path = try plugin(
+            dir, "dcprovider-escape",
+            "setsid bash -c 'exec -a \(marker) sleep 300' & echo $$ > '\(pidFile).tmp'; mv '\(pidFile).tmp' '\(pidFile)'; exec sleep 301"
+        )
         defer { _ = try? run("pkill", ["-f", marker]) }
+        let watcher = LifetimeWatcher(pidFile: pidFile)
         let started = ContinuousClock.now
         let error = await refusal { _ = try await provide(path, limits: .init(timeout: .milliseconds(500))) }
         #expect(error?.code == .providerTimedOut)
-        // The deadline plus the drain grace, not the grandchild's 300 s. (The bound is loose: on a
-        // 2-core runner this test's task may wait tens of seconds for a free cooperative thread
-        // while other tests block theirs on child processes.)
+        // The plug-in was killed at its 500 ms deadline: measured by the watcher's own thread.
+        let life = await watcher.result()
+        let lifetime = try #require(life.lifetime, "the plug-in (pid \(String(describing: life.pid))) never died")
+        #expect(lifetime < .seconds(5), "the plug-in lived \(lifetime) past first sight under a 500 ms limit")
+        // And the run returned: the deadline plus the drain grace, not the grandchild's 300 s.
+        // (This bound is loose: on a 2-core runner this task may wait tens of seconds for a free
+        // cooperative thread while other tests block theirs on child processes.)
         #expect(ContinuousClock.now - started < .seconds(150))
     }
 
-    @Test("Timeout: the plug-in and what it started are killed")
+    @Test("Timeout: the plug-in and what it started are killed at the deadline")
     func timeout() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let marker = "dcmarker-\(UUID().uuidString)"
-        // A grandchild named by exec -a, so that it can be found afterwards.
-        let path = try plugin(dir, "dcprovider-slow", "(exec -a \(marker) sleep 300) & exec sleep 301")
-        let started = ContinuousClock.now
+        // A grandchild named by exec -a, so that it can be found afterwards; both record their PIDs.
+        let (pidFile, grandchildPIDFile) = (dir.file("pid"), dir.file("grandchild-pid"))
+        let path = try plugin(
+            dir, "dcprovider-slow",
+            """
+            (echo $BASHPID > '\(grandchildPIDFile).tmp'; mv '\(grandchildPIDFile).tmp' '\(grandchildPIDFile)'; exec -a \(marker) sleep 300) &
+            echo $$ > '\(pidFile).tmp'; mv '\(pidFile).tmp' '\(pidFile)'
+            exec sleep 301
+            """)
+        let watcher = LifetimeWatcher(pidFile: pidFile)
+        let grandchild = LifetimeWatcher(pidFile: grandchildPIDFile)
         let error = await refusal { _ = try await provide(path, limits: .init(timeout: .milliseconds(500))) }
         #expect(error?.code == .providerTimedOut)
-        // Killed at the deadline, not after the plug-in's 300 s (the bound allows for a busy test run,
-        // where resuming this task can wait tens of seconds for a cooperative thread).
-        #expect(ContinuousClock.now - started < .seconds(150))
+        // Killed at the deadline, not after the plug-in's 300 s: how long the plug-in lived is
+        // measured by a thread of the watcher's own, not by this task (which can resume late).
+        for (name, life) in [("plug-in", await watcher.result()), ("its background child", await grandchild.result())] {
+            let lifetime = try #require(life.lifetime, "the \(name) (pid \(String(describing: life.pid))) never died")
+            #expect(lifetime < .seconds(5), "the \(name) lived \(lifetime) past first sight under a 500 ms limit")
+        }
         // The plug-in's background child is gone too: the whole process group was killed.
-        try await Task.sleep(for: .milliseconds(200))
         #expect(try run("pgrep", ["-f", marker]).status == 1, "a process named \(marker) survived")
     }
 
@@ -225,25 +245,71 @@ struct ExecProviderTests {
         #expect(lines.all == ["dcprovider-chatty: working", "dcprovider-chatty: \\u{1b}]0;owned\\u{7}done"])
     }
 
-    @Test("The passphrase goes over stdin only: never in the plug-in's argv or environment")
+    @Test(
+        "The passphrase goes over stdin only: the plug-in's argv is exactly its path, its environment exactly ours, and no encoding of the passphrase is in either or in its forwarded stderr"
+    )
     func secretsOnStdinOnly() async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let secret = "hunter2-\(UUID().uuidString)"
+        let sandbox = try Sandbox("exec-secrets")
+        defer { sandbox.remove() }
+        let dir = sandbox.directory
+        // Characters that every encoding spells differently: space, slash, plus, ampersand, equals,
+        // percent and a non-ASCII letter.
+        let secret = "hunter2 \u{FC}/+&=%-\(UUID().uuidString)"
         let answer = try dir.write(
             "a.json", #"{"protocol":1,"credential":{"entries":["# + (try entryJSON("signing", f.signing)) + "]}}")
+        // The plug-in records its argv ("$0" "$@", NUL-separated) and the environment it was started
+        // with (/proc/$$/environ: what execve gave it, before bash adds anything), and talks on stderr.
         let path = try plugin(
             dir, "dcprovider-spy",
-            "cat > '\(dir.file("stdin"))'; tr '\\0' '\\n' < /proc/$$/cmdline > '\(dir.file("argv"))'; env > '\(dir.file("env"))'; cat '\(answer)'"
-        )
-        _ = try await provide(path, options: ["account": ["alice"]], passphrase: secret)
-        #expect(!(try readText(dir.file("argv"))).contains(secret))
-        #expect(!(try readText(dir.file("env"))).contains(secret))
+            """
+            cat > '\(dir.file("stdin"))'
+            printf '%s\\0' "$0" "$@" > '\(dir.file("argv"))'
+            cat /proc/$$/environ > '\(dir.file("environ"))'
+            echo "working for $USER" >&2
+            cat '\(answer)'
+            """)
+        let lines = Lines()
+        let before = ProcessInfo.processInfo.environment
+        _ = try await provide(path, options: ["account": ["alice"]], passphrase: secret, lines: lines)
+        let after = ProcessInfo.processInfo.environment
+
+        // The contract (docs/PROVIDER-PROTOCOL.md): started with no arguments, with our environment.
+        let argv = try readBytes(dir.file("argv")).split(separator: 0, omittingEmptySubsequences: false).dropLast()
+            .map { String(decoding: $0, as: UTF8.self) }
+        #expect(argv == [path])
+        let environment = Dictionary(
+            try readBytes(dir.file("environ")).split(separator: 0).map { entry -> (String, String) in
+                let text = String(decoding: entry, as: UTF8.self)
+                let equals = text.firstIndex(of: "=") ?? text.endIndex
+                return (String(text[..<equals]), String(text[equals...].dropFirst()))
+            }, uniquingKeysWith: { first, _ in first })
+        // (Another test may set SOFTHSM2_CONF in this process meanwhile: either snapshot is ours.)
+        #expect(
+            environment == before || environment == after,
+            "differs in \(Set(environment.keys).symmetricDifference(before.keys).sorted()) or in a value")
+        #expect(lines.all == ["dcprovider-spy: working for \(before["USER"] ?? "")"])
+
+        // No form of the passphrase anywhere the plug-in's command line, environment or chatter goes.
+        let secretBytes = Array(secret.utf8)
+        #expect(SecretEncodings.found(secretBytes, in: try readBytes(dir.file("argv"))) == [])
+        #expect(SecretEncodings.found(secretBytes, in: try readBytes(dir.file("environ"))) == [])
+        #expect(SecretEncodings.found(secretBytes, in: lines.all.joined(separator: "\n")) == [])
+
+        // It went over stdin, in the request, base64-encoded.
         let request = try JSONSerialization.jsonObject(with: Data(try readBytes(dir.file("stdin")))) as? [String: Any]
         #expect(request?["protocol"] as? Int == 1)
         #expect(request?["operation"] as? String == "provide")
         #expect((request?["options"] as? [String: [String]]) == ["account": ["alice"]])
         #expect(request?["passphrase"] as? String == Data(secret.utf8).base64EncodedString())
+    }
+
+    @Test("Every encoding the leak check knows is found where it is, and nothing where it is not")
+    func leakCheckFindsEveryEncoding() {
+        let secret = Array("hunter2 \u{FC}/+&=%-x".utf8)
+        for (name, text) in SecretEncodings.all(of: secret) {
+            #expect(SecretEncodings.found(secret, in: "--pass=\(text) ").contains(name), "\(name)")
+        }
+        #expect(SecretEncodings.found(secret, in: "hunter2 and nothing else") == [])
     }
 
     @Test("Discovery finds dcprovider-NAME executables on the search path, first wins")

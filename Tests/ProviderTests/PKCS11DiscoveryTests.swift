@@ -11,13 +11,14 @@ private let hsm = SoftHSM.shared
 /// test touches the fixture before anything loads the module.
 private func prepared() -> SoftHSM { hsm }
 
-@Suite("PKCS#11 discovery through p11-kit (SoftHSM2 as the card)", .timeLimit(.minutes(3)))
+@Suite("PKCS#11 discovery through p11-kit (SoftHSM2 as the card)", .timeLimit(.minutes(5)))
 struct PKCS11DiscoveryTests {
     /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
     /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.
     init() { _ = SoftHSM.shared }
 
-    @Test("Tokens: by p11-kit name and by absolute path, with PIN flags and a URI p11-kit parses back")
+    @Test(
+        "Tokens: by p11-kit name and by absolute path, with PIN flags and a URI p11-kit (through p11tool) parses back")
     func tokens() throws {
         _ = prepared()
         for module in ["softhsm2", SoftHSM.module] {
@@ -30,6 +31,22 @@ struct PKCS11DiscoveryTests {
             #expect(card.uri.hasPrefix("pkcs11:") && card.uri.contains("token=PIV%20Card"))
             #expect(tokens.contains { !$0.initialized })  // SoftHSM's free slot
         }
+        // p11-kit parses the URI back: p11tool (whose URIs are p11-kit's), handed the URI we report,
+        // finds exactly the card's certificates, and lists the card under the same URI.
+        let card = try #require(try PKCS11Discovery.tokens(modules: ["softhsm2"]).first { $0.label == hsm.pivCard })
+        let sandbox = try Sandbox("p11tool")
+        defer { sandbox.remove() }
+        let listed = try SoftHSM.p11tool(["--list-all-certs", card.uri], in: sandbox)
+        try #require(listed.status == 0, "p11tool --list-all-certs \(card.uri): \(listed.stderrText)")
+        let certificates = SoftHSM.parseP11ToolListing(listed.stdoutText)
+        #expect(certificates.compactMap { $0.fields["ID"] }.sorted() == hsm.pivPairs.map(\.id).sorted())
+        #expect(certificates.allSatisfy { SoftHSM.uriAttributes(card.uri).isSubset(of: SoftHSM.uriAttributes($0.url)) })
+        let tokenURLs = try SoftHSM.p11tool(["--list-token-urls"], in: sandbox).stdoutText.split(separator: "\n")
+        #expect(tokenURLs.map { SoftHSM.uriAttributes(String($0)) }.contains(SoftHSM.uriAttributes(card.uri)))
+        // The URI is read, not ignored: with its serial changed, p11tool finds nothing.
+        let otherSerial = card.uri.replacingOccurrences(of: "serial=", with: "serial=0")
+        try #require(otherSerial != card.uri)
+        #expect(try SoftHSM.p11tool(["--list-all-certs", otherSerial], in: sandbox).stdoutText.isEmpty)
         #expect(throws: DCError.self) { try PKCS11Discovery.tokens(modules: ["no-such-module"]) }
     }
 
@@ -45,10 +62,13 @@ struct PKCS11DiscoveryTests {
             #expect(found.certificate.derBytes == (try HostileInput.der(of: pair.certificate)))
             #expect(found.object.uri.contains("id=%\(id)"))
         }
-        // The independent tool sees the same certificates.
+        // The independent tool sees the same certificates: the same ids with the same labels.
         let listing = try SoftHSM.pkcs11Tool(["--token-label", hsm.pivCard, "--list-objects", "--type", "cert"])
             .stdoutText
-        for (_, label, _) in hsm.pivPairs { #expect(listing.contains(label)) }
+        #expect(
+            Self.pkcs11ToolObjects(listing)
+                == certificates.map { [$0.object.id, $0.object.label] }.sorted { $0[0] < $1[0] },
+            "\(listing)")
         // By id: one certificate (the private key with that id needs a login to be seen).
         let byID = try PKCS11Discovery.objects(matching: "pkcs11:token=PIV%20Card;id=%02", modules: ["softhsm2"])
         #expect(byID.map(\.kind) == ["certificate"])
@@ -57,6 +77,23 @@ struct PKCS11DiscoveryTests {
         let again = try PKCS11Discovery.objects(matching: try #require(byID.first?.uri), modules: ["softhsm2"])
         #expect(again == byID)
         #expect(try PKCS11Discovery.objects(matching: "pkcs11:token=No%20Such%20Card", modules: ["softhsm2"]).isEmpty)
+    }
+
+    /// (ID, label) of each object in `pkcs11-tool --list-objects` output, sorted by ID.
+    static func pkcs11ToolObjects(_ listing: String) -> [[String]] {
+        var objects: [[String: String]] = []
+        for line in listing.split(separator: "\n") {
+            if !line.hasPrefix(" ") {
+                objects.append([:])
+                continue
+            }
+            guard !objects.isEmpty, let colon = line.firstIndex(of: ":") else { continue }
+            let key = line[..<colon].trimmingCharacters(in: .whitespaces)
+            objects[objects.count - 1][key] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        return objects.compactMap { object in object["ID"].map { [$0, object["label"] ?? ""] } }.sorted {
+            $0[0] < $1[0]
+        }
     }
 
     @Test(

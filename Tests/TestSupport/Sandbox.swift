@@ -108,24 +108,3 @@ private final class SharedSandbox: @unchecked Sendable {
         }
     }
 }
-
-/// The forms a leaked secret can take on a command line, in an environment or in a log: raw,
-/// base64 (standard and URL-safe, padded or not), hex (both cases) and percent-encoded. A leak
-/// check searches for every one, so encoding a secret does not hide it.
-public enum SecretEncodings {
-    public static func all(of secret: String) -> [String] { all(of: Array(secret.utf8)) }
-
-    public static func all(of secret: [UInt8]) -> [String] {
-        let base64 = Data(secret).base64EncodedString()
-        let unpadded = base64.trimmingCharacters(in: CharacterSet(charactersIn: "="))
-        let urlSafe = unpadded.replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-        let hex = secret.map { String($0, radix: 16) }.map { $0.count == 1 ? "0" + $0 : $0 }.joined()
-        let percent = secret.map { String(format: "%%%02X", $0) }.joined()
-        var forms = [base64, unpadded, urlSafe, hex, hex.uppercased(), percent]
-        if let raw = String(bytes: secret, encoding: .utf8) {
-            forms.append(raw)
-            if let escaped = raw.addingPercentEncoding(withAllowedCharacters: .alphanumerics) { forms.append(escaped) }
-        }
-        return Array(Set(forms.filter { !$0.isEmpty }))
-    }
-}

@@ -37,6 +37,9 @@ struct ConvertCommandTests {
             try readBytes(out + "/alice.cert.der")
                 == (try OpenSSLFixtures.openssl(["x509", "-in", f.signing.certificate, "-outform", "DER"])))
         #expect(
+            try readBytes(out + "/encryption.cert.der")
+                == (try OpenSSLFixtures.openssl(["x509", "-in", f.encryption.certificate, "-outform", "DER"])))
+        #expect(
             try readBytes(out + "/alice.2.cert.der")
                 == (try OpenSSLFixtures.openssl(["x509", "-in", f.ca.certificate, "-outform", "DER"])))
         #expect(

@@ -64,9 +64,8 @@ struct DemoTests {
         let commandLines = trace.lines
         let passphrase = try String(contentsOfFile: sandbox + "/client-passphrase", encoding: .utf8)
             .trimmingCharacters(in: .newlines)
-        for encoding in SecretEncodings.all(of: passphrase) {
-            #expect(!commandLines.contains { $0.contains(encoding) }, "the passphrase (\(encoding)) reached a child")
-        }
+        let leaks = SecretEncodings.found(Array(passphrase.utf8), in: commandLines.joined(separator: "\n"))
+        #expect(leaks.isEmpty, "the passphrase reached a child's argv or environment as \(leaks)")
         // No secret on any command line or in any child's environment: not the client's passphrase
         // in any encoding (above), no PEM, no base64 blob (a long mixed-case run; ids and digests are
         // lowercase hex, paths are broken up by '/').

@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("dcprovision tokens and objects", .timeLimit(.minutes(3)))
+@Suite("dcprovision tokens and objects", .timeLimit(.minutes(5)))
 struct TokenCommandTests {
     private func dcprovision(_ arguments: [String], stdin: [UInt8]? = nil) throws -> ProcessResult {
         let hsm = SoftHSM.shared
@@ -22,6 +22,68 @@ struct TokenCommandTests {
         let tokens = try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [[String: Any]]
         #expect(
             tokens?.contains { $0["label"] as? String == "PIV Card" && $0["loginRequired"] as? Bool == true } == true)
+    }
+
+    @Test(
+        "tokens and objects --json agree with p11tool: the same tokens under the same URIs, the same certificates with the same ids, labels, URIs and key types, and the subjects openssl reads from p11tool's export"
+    )
+    func agreesWithP11Tool() throws {
+        let sandbox = try Sandbox("tokens-p11tool")
+        defer { sandbox.remove() }
+        let environment = ["SOFTHSM2_CONF": SoftHSM.shared.configuration]
+        func json(_ arguments: [String]) throws -> [[String: Any]] {
+            let result = try sandbox.run(Binaries.dcprovision, arguments, environment: environment)
+            try #require(result.status == 0, "dcprovision \(arguments): \(result.stderrText)")
+            return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]])
+        }
+        func p11tool(_ arguments: [String]) throws -> String {
+            let result = try SoftHSM.p11tool(arguments, in: sandbox)
+            try #require(result.status == 0, "p11tool \(arguments): \(result.stderrText)")
+            return result.stdoutText
+        }
+        // The initialised tokens (p11tool does not list SoftHSM's free slot), URI for URI.
+        let tokens = try json(["tokens", "--module", SoftHSM.module, "--json"]).filter {
+            $0["initialized"] as? Bool == true
+        }
+        let tokenURLs = try p11tool(["--list-token-urls"]).split(separator: "\n").map(String.init)
+        #expect(
+            Set(tokens.compactMap { $0["uri"] as? String }.map(SoftHSM.uriAttributes))
+                == Set(tokenURLs.map(SoftHSM.uriAttributes)))
+        #expect(tokens.count == 3)
+        // Label, serial, manufacturer and model as p11tool prints them.
+        let listed = SoftHSM.parseP11ToolListing(try p11tool(["--list-tokens"]))
+        for token in tokens {
+            let theirs = try #require(listed.first { $0.fields["Label"] == token["label"] as? String })
+            #expect(theirs.fields["Serial"] == token["serialNumber"] as? String)
+            #expect(theirs.fields["Manufacturer"] == token["manufacturer"] as? String)
+            #expect(theirs.fields["Model"] == token["model"] as? String)
+        }
+        // The certificates of the cards whose files no other test rewrites (wrong PINs make SoftHSM
+        // rewrite the PIN card's).
+        for card in [SoftHSM.shared.pivCard, SoftHSM.shared.exportCard] {
+            let uri = try #require(tokens.first { $0["label"] as? String == card }?["uri"] as? String)
+            let ours = try json(["objects", uri + ";type=cert", "--module", SoftHSM.module, "--json"])
+            let theirs = SoftHSM.parseP11ToolListing(try p11tool(["--list-all-certs", uri]))
+            #expect(ours.count == theirs.count && !ours.isEmpty, "\(card)")
+            #expect(
+                Set(ours.compactMap { $0["uri"] as? String }.map(SoftHSM.uriAttributes))
+                    == Set(theirs.map { SoftHSM.uriAttributes($0.url) }), "\(card)")
+            for object in ours {
+                let id = try #require(object["id"] as? String)
+                let other = try #require(theirs.first { $0.fields["ID"] == id }, "\(card) id \(id)")
+                #expect(other.fields["Label"] == object["label"] as? String)
+                // "X.509 Certificate (EC/ECDSA-SECP256R1)", "X.509 Certificate (RSA-2048)".
+                let bits = object["keyBits"] as? Int ?? 0
+                let keyType =
+                    object["keyType"] as? String == "RSA" ? "RSA-\(bits)" : "EC/ECDSA-SECP\(bits == 521 ? 521 : bits)R1"
+                #expect(other.fields["Type"] == "X.509 Certificate (\(keyType))", "\(card) id \(id)")
+                // The subject we print is the one openssl reads from the certificate p11tool exports.
+                let pem = try sandbox.write("\(card)-\(id).pem", try p11tool(["--export", other.url]))
+                let subject = try sandbox.run(
+                    OpenSSLFixtures.openssl, ["x509", "-in", pem, "-noout", "-subject", "-nameopt", "RFC2253,-esc_msb"])
+                #expect(subject.stdoutText == "subject=\(object["subject"] as? String ?? "")\n", "\(card) id \(id)")
+            }
+        }
     }
 
     @Test("inspect --pkcs11: exported keys validate; a PIV card's keys give exit 65 pointing at derivation")

@@ -11,7 +11,10 @@ public enum Digests {
     public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        _ = EVP_Digest(bytes.baseAddress, bytes.count, &digest, &length, sha256Algorithm.pointer ?? EVP_sha256(), nil)
+        let done = EVP_Digest(
+            bytes.baseAddress, bytes.count, &digest, &length, sha256Algorithm.pointer ?? EVP_sha256(), nil)
+        // Never hand back a digest OpenSSL did not compute: 32 zero bytes would be compared as if real.
+        precondition(done == 1 && length == 32, "SHA-256 failed: \(OpenSSLError.drain())")
         return digest
     }
 
@@ -31,11 +34,16 @@ public enum Digests {
 
     /// HMAC-SHA-256 of `message` under `key`.
     public static func hmacSHA256(key: SecretBytes, message: [UInt8]) -> [UInt8] {
+        // Providers first: a fetch that races their loading in another thread fails.
+        OpenSSL.ensureInitialized()
         var mac = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        key.withUnsafeBytes { keyBytes in
-            _ = HMAC(EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count), message, message.count, &mac, &length)
+        let done = key.withUnsafeBytes { keyBytes in
+            HMAC(EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count), message, message.count, &mac, &length)
+                != nil
         }
+        // Never hand back a MAC OpenSSL did not compute: 32 zero bytes are a MAC anyone can forge.
+        precondition(done && length == 32, "HMAC-SHA-256 failed: \(OpenSSLError.drain())")
         return mac
     }
 

@@ -1,0 +1,177 @@
+import DerivedCredentials
+import Foundation
+import SchemeHandlers
+import TestSupport
+import Testing
+
+/// One arrangement of `.desktop` files and `mimeapps.list` entries, and which handler each resolver
+/// picks for `x-scheme-handler/org.example.dc`: ours, `xdg-mime query default` (xdg-utils, its
+/// generic path: no desktop session variables but `XDG_CURRENT_DESKTOP` where the case sets it),
+/// and `gio mime` (GLib). `.agrees` means the tool must name the same handler as ours (or none when
+/// ours is nil); `.differs` records, with the reason, where a tool follows another rule.
+///
+/// Known differences not in the table, where both tools take a handler we refuse: a default whose
+/// desktop file is `Hidden=true` (the Desktop Entry spec: "deleted"), and a default whose desktop
+/// file does not list the scheme's type (the MIME Applications spec: the default must support it).
+struct HandlerCase: Sendable, CustomTestStringConvertible {
+    enum Oracle: Sendable {
+        case agrees
+        case differs(String)
+    }
+
+    /// A desktop file: where, its id, and whether it claims the scheme.
+    enum Place: Sendable {
+        case user, system
+    }
+
+    var name: String
+    /// Desktop files claiming the scheme (Exec is the sandbox's handler, unquoted).
+    var desktopFiles: [(Place, String)] = []
+    /// mimeapps.list files: path relative to the sandbox's config/data directories, and contents.
+    var lists: [(MimeappsPlace, String)] = []
+    /// `XDG_CURRENT_DESKTOP`, when set.
+    var desktop: String? = nil
+    /// Register through ``SchemeHandlers/register(scheme:executable:name:)`` (and maybe unregister).
+    var register = false
+    var unregister = false
+    var expected: String?
+    var xdgMime: Oracle = .agrees
+    var gio: Oracle = .agrees
+    var testDescription: String { name }
+
+    enum MimeappsPlace: Sendable {
+        case userConfig(String)
+        case systemConfig
+        case systemData
+    }
+
+    static let type = "x-scheme-handler/org.example.dc"
+    static func defaults(_ ids: String) -> String { "[Default Applications]\n\(type)=\(ids)\n" }
+
+    static let all: [HandlerCase] = [
+        HandlerCase(
+            name: "the user's default beats a claimant that sorts first",
+            desktopFiles: [(.user, "dc.desktop"), (.system, "aaa.desktop")],
+            lists: [(.userConfig("mimeapps.list"), defaults("dc.desktop"))], expected: "dc.desktop"),
+        HandlerCase(
+            name: "the user's default beats the system's",
+            desktopFiles: [(.user, "dc.desktop"), (.system, "vendor.desktop")],
+            lists: [
+                (.systemConfig, defaults("vendor.desktop")), (.userConfig("mimeapps.list"), defaults("dc.desktop")),
+            ],
+            expected: "dc.desktop"),
+        HandlerCase(
+            name: "a default in XDG_CONFIG_DIRS", desktopFiles: [(.user, "dc.desktop"), (.system, "vendor.desktop")],
+            lists: [(.systemConfig, defaults("vendor.desktop"))], expected: "vendor.desktop"),
+        HandlerCase(
+            name: "a default in XDG_DATA_DIRS/applications",
+            desktopFiles: [(.user, "aaa.desktop"), (.system, "vendor.desktop")],
+            lists: [(.systemData, defaults("vendor.desktop"))], expected: "vendor.desktop"),
+        HandlerCase(
+            name: "a desktop-specific list outranks the user's default (a hijack we must see)",
+            desktopFiles: [(.user, "dc.desktop"), (.user, "evil.desktop")],
+            lists: [
+                (.userConfig("mimeapps.list"), defaults("dc.desktop")),
+                (.userConfig("gnome-mimeapps.list"), defaults("evil.desktop")),
+            ],
+            desktop: "GNOME", expected: "evil.desktop"),
+        HandlerCase(
+            name: "no default: the first claimant, system directories in order, names sorted",
+            desktopFiles: [(.system, "zzz.desktop"), (.system, "aaa.desktop")], expected: "aaa.desktop",
+            gio: .differs("GLib finds claimants only through mimeinfo.cache, which no one wrote here")),
+        HandlerCase(
+            name: "no default: the user's claimant before the system's",
+            desktopFiles: [(.user, "zzz.desktop"), (.system, "aaa.desktop")], expected: "zzz.desktop",
+            gio: .differs("GLib finds claimants only through mimeinfo.cache")),
+        HandlerCase(
+            name: "a default that is not installed falls back to a claimant",
+            desktopFiles: [(.system, "vendor.desktop")],
+            lists: [(.userConfig("mimeapps.list"), defaults("gone.desktop"))], expected: "vendor.desktop",
+            gio: .differs("GLib finds claimants only through mimeinfo.cache")),
+        HandlerCase(
+            name: "a list of defaults: the first one installed",
+            desktopFiles: [(.user, "dc.desktop"), (.system, "vendor.desktop")],
+            lists: [(.userConfig("mimeapps.list"), defaults("gone.desktop;vendor.desktop;dc.desktop"))],
+            expected: "vendor.desktop",
+            xdgMime: .differs("xdg-mime 1.1.3 reads only the first id of a default list, then falls back")),
+        HandlerCase(
+            name: "Added Associations come before other claimants",
+            desktopFiles: [(.system, "zzz.desktop"), (.system, "aaa.desktop")],
+            lists: [(.userConfig("mimeapps.list"), "[Added Associations]\n\(type)=zzz.desktop;\n")],
+            expected: "zzz.desktop", xdgMime: .differs("xdg-mime 1.1.3 ignores Added Associations")),
+        HandlerCase(
+            name: "Removed Associations hide the only claimant", desktopFiles: [(.system, "vendor.desktop")],
+            lists: [(.userConfig("mimeapps.list"), "[Removed Associations]\n\(type)=vendor.desktop;\n")],
+            expected: nil, xdgMime: .differs("xdg-mime 1.1.3 ignores Removed Associations")),
+        HandlerCase(name: "nothing claims the scheme", expected: nil),
+        HandlerCase(
+            name: "registered by us, with a claimant that sorts first", desktopFiles: [(.system, "aaa.desktop")],
+            register: true, expected: "dc-org.example.dc.desktop",
+            xdgMime: .differs(
+                "xdg-mime 1.1.3 cannot resolve a quoted Exec program (it runs `which` on the quotes): it skips our "
+                    + "default and answers from its own search for claimants")),
+        HandlerCase(name: "registered by us, then unregistered", register: true, unregister: true, expected: nil),
+    ]
+}
+
+@Suite("Scheme handlers against xdg-mime and gio", .timeLimit(.minutes(5)))
+struct SchemeHandlersOracleTests {
+    @Test(arguments: HandlerCase.all)
+    func resolution(_ handlerCase: HandlerCase) throws {
+        var sandbox = try Sandbox("handlers-oracle")
+        defer { sandbox.remove() }
+        if let desktop = handlerCase.desktop { sandbox.extra["XDG_CURRENT_DESKTOP"] = desktop }
+        let handler = try sandbox.write("handler", "#!/bin/sh\nexit 0\n")
+        chmod(handler, 0o755)
+        for (place, id) in handlerCase.desktopFiles {
+            let directory = (place == .user ? sandbox.dataHome : sandbox.dataDirectories) + "/applications"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try Data(
+                "[Desktop Entry]\nType=Application\nName=\(id)\nExec=\(handler) handle-url %u\nMimeType=\(HandlerCase.type);\n"
+                    .utf8
+            ).write(to: URL(fileURLWithPath: directory + "/" + id))
+        }
+        for (place, contents) in handlerCase.lists {
+            let path =
+                switch place {
+                case .userConfig(let name): sandbox.configHome + "/" + name
+                case .systemConfig: sandbox.configDirectories + "/mimeapps.list"
+                case .systemData: sandbox.dataDirectories + "/applications/mimeapps.list"
+                }
+            try FileManager.default.createDirectory(
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try Data(contents.utf8).write(to: URL(fileURLWithPath: path))
+        }
+        let handlers = SchemeHandlers(directories: XDGDirectories(environment: sandbox.environment))
+        if handlerCase.register {
+            try handlers.register(scheme: "org.example.dc", executable: handler, name: "Ours")
+        }
+        if handlerCase.unregister { try handlers.unregister(scheme: "org.example.dc") }
+
+        let ours = try handlers.resolve(scheme: "org.example.dc")?.entry.id
+        #expect(ours == handlerCase.expected)
+
+        let xdgMime = try sandbox.run("xdg-mime", ["query", "default", HandlerCase.type])
+        try #require(xdgMime.status == 0, "xdg-mime: \(xdgMime.stderrText)")
+        let xdgMimeSays = xdgMime.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        let gio = try sandbox.run("gio", ["mime", HandlerCase.type])
+        let gioSays = try #require(Self.gioDefault(gio.stdoutText), "gio: \(gio.stdoutText) \(gio.stderrText)")
+
+        if case .agrees = handlerCase.xdgMime {
+            #expect((xdgMimeSays.isEmpty ? nil : xdgMimeSays) == ours, "xdg-mime says \(xdgMimeSays)")
+        }
+        if case .agrees = handlerCase.gio {
+            #expect(gioSays == ours, "gio says \(gio.stdoutText)")
+        }
+    }
+
+    /// The id in gio's `Default application for “TYPE”: ID` line; `.some(nil)` for `No default
+    /// applications…`; nil when the output is neither.
+    static func gioDefault(_ output: String) -> String?? {
+        let first = output.split(separator: "\n").first.map(String.init) ?? ""
+        if first.hasPrefix("No default applications") { return .some(nil) }
+        guard first.hasPrefix("Default application for "), let colon = first.range(of: ": ", options: .backwards)
+        else { return nil }
+        return .some(String(first[colon.upperBound...]))
+    }
+}

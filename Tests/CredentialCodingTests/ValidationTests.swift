@@ -73,6 +73,9 @@ struct ProfileCase: Sendable, CustomTestStringConvertible {
             name: "encryption with serverAuth EKU", tag: .encryption, keyUsage: "critical,keyAgreement",
             extendedKeyUsage: "serverAuth", expected: "eku-mismatch"),
         ProfileCase(
+            name: "encryption with only clientAuth EKU", tag: .encryption, keyUsage: "critical,keyAgreement",
+            extendedKeyUsage: "clientAuth", expected: "eku-mismatch"),
+        ProfileCase(
             name: "CA:TRUE end entity", tag: .authentication, basicConstraints: "critical,CA:TRUE",
             expected: "ca-certificate"),
         ProfileCase(

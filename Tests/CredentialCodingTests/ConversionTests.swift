@@ -267,4 +267,22 @@ struct KeyDecoderPoolTests {
             #expect(throws: DCError.self) { try reader.read(file: unknownFile) }
         }
     }
+
+    @Test(
+        "A decoder takes exactly the bytes given: a key with a byte after it is refused where no DER check runs first")
+    func exactBytes() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        // openssl's PKCS#8 DER, which the decoder takes as it is and refuses with one byte more.
+        let der = try keyDER(f.authentication.key, dir)
+        #expect(PKey.fromPKCS8(der) != nil)
+        #expect(PKey.fromPKCS8(der + [0]) == nil)
+        // A PrivateKey made from such bytes (a store or a plug-in's answer, not the reader) is
+        // unreadable to the validator, not a key that happens to match.
+        let certificate = try CredentialReader().read(file: f.authentication.certificate).certificates[0]
+        let padded = try CredentialEntry(
+            tag: .authentication, certificate: certificate, privateKey: PrivateKey(pkcs8DER: SecretBytes(der + [0])))
+        let findings = CredentialValidator().validate(entries: [padded]).findings.map(\.code.rawValue)
+        #expect(findings == ["unreadable"])
+    }
 }

@@ -154,6 +154,9 @@ struct ProfileCase: Sendable, CustomTestStringConvertible {
 
         // OpenSSL accepts a CA certificate as a client's.
         ProfileCase(
+            name: "encryption with only clientAuth EKU", tag: .encryption, keyUsage: "critical,keyAgreement",
+            extendedKeyUsage: "clientAuth", expected: "eku-mismatch"),
+        ProfileCase(
             name: "CA:TRUE end entity", tag: .authentication, basicConstraints: "critical,CA:TRUE",
             expected: "ca-certificate"),
         ProfileCase(

@@ -121,6 +121,13 @@ public struct HostileInput: Sendable, CustomStringConvertible {
 
             // Keys.
             text("two keys in one PEM", .multipleKeys) { _ in try keyPEM() + readText(f.signing.key) },
+            // Both are decrypted before the second key is refused: the passphrase is asked once for the file.
+            bytes("two encrypted keys in one PEM", .multipleKeys, passphrase: fixturePassphrase) { dir in
+                let pass = try passFile(dir)
+                return try [f.authentication.key, f.signing.key].flatMap {
+                    try OpenSSLFixtures.openssl(["pkcs8", "-topk8", "-in", $0, "-passout", "file:\(pass)"])
+                }
+            },
             text("key and certificate that do not match in one PEM", .keyCertificateMismatch) { _ in
                 try keyPEM() + readText(f.signing.certificate)
             },

@@ -4,14 +4,18 @@ import SchemeHandlers
 import TestSupport
 import Testing
 
-/// A sandbox: its own HOME and XDG directories, so nothing touches the real user's setup.
-private struct Sandbox {
+/// The test's `Sandbox` (HOME and every XDG directory inside one temporary directory, so neither
+/// the user's nor the system's `mimeapps.list` and desktop files are read), with the system data
+/// directory at `system-share/` and the handlers resolved there.
+private struct HandlerSandbox {
     let dir: TemporaryDirectory
     let handlers: SchemeHandlers
 
     init(desktop: String? = nil) throws {
-        dir = try TemporaryDirectory("xdg")
-        var environment = ["HOME": dir.file("home"), "XDG_DATA_DIRS": dir.file("system-share")]
+        let sandbox = try TestSupport.Sandbox("xdg")
+        dir = sandbox.directory
+        var environment = sandbox.xdg
+        environment["XDG_DATA_DIRS"] = dir.file("system-share")
         if let desktop { environment["XDG_CURRENT_DESKTOP"] = desktop }
         handlers = SchemeHandlers(directories: XDGDirectories(environment: environment))
     }
@@ -73,7 +77,7 @@ struct SchemeHandlersTests {
         "register writes a desktop entry and an explicit default, keeping the rest of mimeapps.list; unregister undoes it"
     )
     func registration() throws {
-        let sandbox = try Sandbox()
+        let sandbox = try HandlerSandbox()
         defer { sandbox.dir.remove() }
         let configHome = sandbox.handlers.directories.configHome
         try FileManager.default.createDirectory(atPath: configHome, withIntermediateDirectories: true)
@@ -99,7 +103,7 @@ struct SchemeHandlersTests {
 
     @Test("open launches the registered handler with an argv array: no shell ever sees the URL")
     func launch() async throws {
-        let sandbox = try Sandbox()
+        let sandbox = try HandlerSandbox()
         defer { sandbox.dir.remove() }
         let handler = try sandbox.recorder("handler")
         try sandbox.handlers.register(scheme: "org.example.dc", executable: handler, name: "Test")
@@ -113,7 +117,7 @@ struct SchemeHandlersTests {
 
     @Test("A hijacking handler is refused: another default, or a fallback that sorts first")
     func hijack() async throws {
-        let sandbox = try Sandbox()
+        let sandbox = try HandlerSandbox()
         defer { sandbox.dir.remove() }
         let ours = try sandbox.recorder("ours")
         let evil = try sandbox.recorder("evil")
@@ -128,7 +132,7 @@ struct SchemeHandlersTests {
         try sandbox.handlers.register(scheme: "org.example.dc", executable: ours, name: "Ours")
         _ = try await sandbox.handlers.open("org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours)
         // A desktop-specific mimeapps.list that outranks ours names the evil one: refused, evil never runs.
-        let desktopSandbox = try Sandbox(desktop: "GNOME")
+        let desktopSandbox = try HandlerSandbox(desktop: "GNOME")
         defer { desktopSandbox.dir.remove() }
         let ours2 = try desktopSandbox.recorder("ours")
         let evil2 = try desktopSandbox.recorder("evil")
@@ -150,7 +154,7 @@ struct SchemeHandlersTests {
 
     @Test("Removed Associations hide a fallback; no handler at all is missingClient")
     func removedAndMissing() async throws {
-        let sandbox = try Sandbox()
+        let sandbox = try HandlerSandbox()
         defer { sandbox.dir.remove() }
         let system = sandbox.dir.file("system-share/applications")
         try sandbox.desktopFile(system, "vendor.desktop", exec: "/bin/true %u", scheme: "org.example.dc")

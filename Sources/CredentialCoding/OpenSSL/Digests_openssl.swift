@@ -11,7 +11,10 @@ public enum Digests {
     public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        _ = EVP_Digest(bytes.baseAddress, bytes.count, &digest, &length, sha256Algorithm.pointer ?? EVP_sha256(), nil)
+        let done = EVP_Digest(
+            bytes.baseAddress, bytes.count, &digest, &length, sha256Algorithm.pointer ?? EVP_sha256(), nil)
+        // A failed digest must never pass for the all-zero one.
+        precondition(done == 1 && length == 32, "EVP_Digest(SHA-256) failed")
         return digest
     }
 
@@ -31,11 +34,15 @@ public enum Digests {
 
     /// HMAC-SHA-256 of `message` under `key`.
     public static func hmacSHA256(key: SecretBytes, message: [UInt8]) -> [UInt8] {
+        // The providers are loaded before the first fetch: a fetch racing their loading in another
+        // thread can fail, and a failed HMAC must never pass for the all-zero one.
+        OpenSSL.ensureInitialized()
         var mac = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
-        key.withUnsafeBytes { keyBytes in
-            _ = HMAC(EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count), message, message.count, &mac, &length)
+        let done = key.withUnsafeBytes { keyBytes in
+            HMAC(EVP_sha256(), keyBytes.baseAddress, Int32(keyBytes.count), message, message.count, &mac, &length)
         }
+        precondition(done != nil && length == 32, "HMAC-SHA-256 failed")
         return mac
     }
 

@@ -13,7 +13,7 @@ import Foundation
 ///   issuing.key   issuing CA key, PKCS#8 PEM, 0600
 /// ```
 ///
-/// It issues four-tag derived credentials following the FPKI derived-PIV profiles (DESIGN.md §2).
+/// It issues four-tag derived credentials following the FPKI derived-PIV profiles.
 /// The CA keys are unencrypted: this CA is for tests and must never be trusted for anything else.
 public struct TestCA: Sendable {
     public struct Metadata: Codable, Sendable {

@@ -93,7 +93,8 @@ struct Unregister: AsyncParsableCommand {
 
 struct HandleURL: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "handle-url", abstract: "The x-scheme-handler entry point: `new` requests and `result` callbacks.")
+        commandName: "handle-url",
+        abstract: "The x-scheme-handler entry point: `new` requests, availability notices and `result` callbacks.")
     @Argument var url: String
 
     func run() async throws {

@@ -1,7 +1,7 @@
 import DerivedCredentials
 import Foundation
 
-/// Checks credential entries against the FPKI derived-PIV certificate profiles (DESIGN.md §2) and
+/// Checks credential entries against the FPKI derived-PIV certificate profiles and
 /// returns every finding. A profile violation is an error; advisories are warnings.
 ///
 /// Finding codes are stable: `key-mismatch`, `key-usage-missing`, `key-usage-insufficient`,

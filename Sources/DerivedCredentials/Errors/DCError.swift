@@ -101,6 +101,8 @@ extension DCError {
         /// What to do next when an error of this code carries no ``DCError/hint`` of its own.
         public let defaultHint: String?
 
+        /// A code named `name` (stable, compared), failing as `category`, reported to AppConnect
+        /// callers as `appConnect`, with `hint` as the next step its errors suggest by default.
         public init(
             _ name: String, _ category: Category, appConnect: AppConnectSendError = .invalid, hint: String? = nil
         ) {

@@ -43,6 +43,7 @@ public struct ProviderOption: Sendable, Hashable, Codable {
         case name, summary, repeatable, required
     }
 
+    /// An option called `name`, described by `summary`; `formerName` is an old name still accepted.
     public init(
         name: String, summary: String, repeatable: Bool = false, required: Bool = false, formerName: String? = nil
     ) {

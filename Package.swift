@@ -62,13 +62,16 @@ let package = Package(
         // freedesktop x-scheme-handler registration, resolution and launch.
         .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials"]),
 
+        // What both command-line tools share: the version, the table of renamed flags.
+        .target(name: "CommandLineSupport"),
+
         // The reference managed client, and its thin CLI.
         .target(name: "ManagedClient", dependencies: ["DerivedCredentials", "CredentialCoding", "CredentialDelivery"]),
         .executableTarget(
             name: "dcclient",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "SchemeHandlers", "DerivedCredentials", "CredentialCoding",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "CommandLineSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
 
@@ -98,14 +101,14 @@ let package = Package(
             path: "Plugins/ExecProvider"
         ),
 
-        // swift package --allow-writing-to-package-directory dc-test-credentials --output Fixtures
+        // swift package --allow-writing-to-package-directory dc-test-credentials --out-dir Fixtures
         .plugin(
             name: "DCTestCredentials",
             capability: .command(
                 intent: .custom(
                     verb: "dc-test-credentials", description: "Mint a test credential from a test CA into a folder"),
                 permissions: [
-                    .writeToPackageDirectory(reason: "writes the test credential into the folder given by --output")
+                    .writeToPackageDirectory(reason: "writes the test credential into the folder given by --out-dir")
                 ]
             ),
             dependencies: ["dcprovision"],
@@ -126,6 +129,7 @@ let package = Package(
                 "CredentialDelivery",
                 "SchemeHandlers",
                 "PKCS11Provider",
+                "CommandLineSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -172,7 +176,7 @@ let package = Package(
             name: "dcprovisionTests",
             dependencies: [
                 "dcprovision", "dcclient", "TestSupport", "DerivedCredentials", "CredentialCoding",
-                "CredentialDelivery",
+                "CredentialDelivery", "CommandLineSupport",
                 "ManagedClient", "TestCAProvider",
             ]
         ),

@@ -19,11 +19,11 @@ echo "== $N sequential deliveries"
 export HOME=$work/home XDG_DATA_DIRS=$work/share XDG_CONFIG_DIRS=$work/etc
 printf 'pass\n' > "$work/pass"
 "$bin/dcprovision" testca init "$work/ca" >/dev/null
-"$bin/dcclient" init --scheme org.example.dcclient --provider-scheme org.example.dcprovision --passphrase-file "$work/pass" >/dev/null
+"$bin/dcclient" init --client-scheme org.example.dcclient --provider-scheme org.example.dcprovision --passphrase-file "$work/pass" >/dev/null
 "$bin/dcclient" register >/dev/null
-"$bin/dcprovision" register --scheme org.example.dcprovision --brand Bench --testca "$work/ca" >/dev/null
+"$bin/dcprovision" register --provider-scheme org.example.dcprovision --brand Bench --testca "$work/ca" >/dev/null
 "$bin/dcprovision" testca issue "$work/ca" --out-dir "$work/cred" >/dev/null
-send=("$bin/dcprovision" send --manifest "$work/cred/manifest.json" --brand Bench --callback-scheme org.example.dcprovision --client-scheme org.example.dcclient)
+send=("$bin/dcprovision" send --manifest "$work/cred/manifest.json" --brand Bench --provider-scheme org.example.dcprovision --client-scheme org.example.dcclient)
 start=$(date +%s.%N)
 for i in $(seq 1 "$N"); do "${send[@]}" >/dev/null; done
 end=$(date +%s.%N)

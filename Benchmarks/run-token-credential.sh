@@ -89,11 +89,11 @@ dc="$bin/dcprovision convert --pin-file $work/pin"
 
 echo "== Export path: a four-tag credential (5 certificates, 5 keys) from the token to DER + PKCS#8 DER"
 python3 Benchmarks/interleave.py "$rounds" "$prepare" \
-  "dcprovision=$dc --pkcs11 pkcs11:token=Cred --layout piv --pkcs11-module $module --out-dir $work/out-dc" \
+  "dcprovision=$dc --pkcs11 pkcs11:token=Cred --layout piv --module $module --out-dir $work/out-dc" \
   "pkcs11-tool=$work/pkcs11-tool-certs.sh $module" \
   "p11tool=$work/p11tool-certs.sh $module" | head -n -1
 eval "$prepare"
-$dc --pkcs11 pkcs11:token=Cred --layout piv --pkcs11-module $module --out-dir "$work/out-dc" >/dev/null
+$dc --pkcs11 pkcs11:token=Cred --layout piv --module $module --out-dir "$work/out-dc" >/dev/null
 "$work/pkcs11-tool-certs.sh" $module
 ls "$work/out-dc"
 for id in 01:authentication 02:signing 03:encryption 06:escrow; do
@@ -104,13 +104,13 @@ echo "certificates byte-identical to pkcs11-tool's, keys to openssl pkcs8 -topk8
 
 echo "== Derive path (SP 800-157): prove possession on the card, three new P-256 keys certified by the test CA"
 python3 Benchmarks/interleave.py "$rounds" "$prepare" \
-  "dcprovision=$dc --pkcs11 pkcs11:token=Card --layout piv --derive --testca $work/ca --key-algorithm p256 --pkcs11-module $module --out-dir $work/out-dc" \
+  "dcprovision=$dc --pkcs11 pkcs11:token=Card --layout piv --derive --testca $work/ca --key-algorithm p256 --module $module --out-dir $work/out-dc" \
   "by-hand=$work/by-hand-derive.sh $module" | head -n -1
 
 count() { awk '{ total += $2 } END { print total }' "$@"; }
 eval "$prepare"
-DC_FAULT_CALL_LOG=$work/calls-export $dc --pkcs11 pkcs11:token=Cred --layout piv --pkcs11-module "$wrapper" --out-dir "$work/out-dc" >/dev/null
-DC_FAULT_CALL_LOG=$work/calls-derive $dc --pkcs11 pkcs11:token=Card --layout piv --derive --testca "$work/ca" --pkcs11-module "$wrapper" --out-dir "$work/out-dc2" >/dev/null
+DC_FAULT_CALL_LOG=$work/calls-export $dc --pkcs11 pkcs11:token=Cred --layout piv --module "$wrapper" --out-dir "$work/out-dc" >/dev/null
+DC_FAULT_CALL_LOG=$work/calls-derive $dc --pkcs11 pkcs11:token=Card --layout piv --derive --testca "$work/ca" --module "$wrapper" --out-dir "$work/out-dc2" >/dev/null
 for id in 01 02 03 05 06; do
   DC_FAULT_CALL_LOG=$work/calls-tool-$id pkcs11-tool --module "$wrapper" --token-label Cred --read-object --type cert --id $id -o "$work/out-tool/$id.der" 2>/dev/null
   DC_FAULT_CALL_LOG=$work/calls-p11tool-$id p11tool --provider "$wrapper" --export "pkcs11:token=Cred;type=cert;id=%$id" --outder --outfile "$work/out-p11tool/$id.der" 2>/dev/null

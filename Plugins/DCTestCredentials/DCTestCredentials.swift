@@ -1,22 +1,28 @@
 import Foundation
 import PackagePlugin
 
-/// `swift package --allow-writing-to-package-directory dc-test-credentials --output Fixtures`
+/// `swift package --allow-writing-to-package-directory dc-test-credentials --out-dir Fixtures`
 ///
 /// Mints a four-tag test credential into a folder of the package, from a test CA: one
 /// `<tag>.pem` per entry (certificate + PKCS#8 key, 0600), `chain.pem` and `manifest.json` (read
 /// it back with `dcprovision inspect --manifest Fixtures/manifest.json`). The CA lives in the
 /// plug-in's work directory unless `--ca DIR` names a persistent one.
 ///
-/// Options: `--output DIR` (default `Fixtures/credential`), `--ca DIR`, `--algorithm p256|p384|
-/// rsa2048|rsa3072`, `--common-name NAME`, `--escrow-history N`, `--format pem|der`.
+/// Options: `--out-dir DIR` (default `Fixtures/credential`), `--ca DIR`, `--key-algorithm p256|p384|
+/// rsa2048|rsa3072`, `--common-name NAME`, `--escrow-history N`, `--format pem|der` (default pem).
+/// The names are those of `dcprovision testca issue`; `--output` and `--algorithm`, the former
+/// names, still work.
 @main
 struct DCTestCredentials: CommandPlugin {
     func performCommand(context: PluginContext, arguments: [String]) async throws {
         var extractor = ArgumentExtractor(arguments)
-        let output = extractor.extractOption(named: "output").last ?? "Fixtures/credential"
+        // Each value under its name or its former name (--output, --algorithm), the last one given.
+        let output =
+            (extractor.extractOption(named: "output") + extractor.extractOption(named: "out-dir")).last
+            ?? "Fixtures/credential"
         let caOption = extractor.extractOption(named: "ca").last
-        let algorithm = extractor.extractOption(named: "algorithm").last
+        let algorithm =
+            (extractor.extractOption(named: "algorithm") + extractor.extractOption(named: "key-algorithm")).last
         let commonName = extractor.extractOption(named: "common-name").last
         let escrowHistory = extractor.extractOption(named: "escrow-history").last
         let format = extractor.extractOption(named: "format").last ?? "pem"
@@ -34,13 +40,13 @@ struct DCTestCredentials: CommandPlugin {
 
         if !FileManager.default.fileExists(atPath: caURL.appendingPathComponent("testca.json").path) {
             var initArguments = ["testca", "init", caURL.path]
-            if let algorithm { initArguments += ["--algorithm", algorithm] }
+            if let algorithm { initArguments += ["--key-algorithm", algorithm] }
             try run(tool, initArguments)
         }
         var issueArguments = [
             "testca", "issue", caURL.path, "--out-dir", outputURL.path, "--format", format, "--force",
         ]
-        if let algorithm { issueArguments += ["--algorithm", algorithm] }
+        if let algorithm { issueArguments += ["--key-algorithm", algorithm] }
         if let commonName { issueArguments += ["--common-name", commonName] }
         if let escrowHistory { issueArguments += ["--escrow-history", escrowHistory] }
         try run(tool, issueArguments)

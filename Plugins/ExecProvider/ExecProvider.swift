@@ -173,7 +173,11 @@ public struct ExecProvider: CredentialProvider {
             }
         }
         guard !entries.isEmpty else { throw protocolError("the provider returned no entries") }
-        var expiry: Date?
+        // Without a suggestion, the same rule as files and cards: the earliest expiry of the
+        // certificates in use (escrow excluded: it may be expired).
+        var expiry = try entries.filter { $0.tag != .escrow }.compactMap {
+            try CertificateDetails($0.certificate).notAfter
+        }.min()
         if let text = credential.expirationDate {
             guard let date = ISO8601DateFormatter().date(from: text) else {
                 throw protocolError("expirationDate is not an ISO 8601 date")

@@ -8,7 +8,7 @@ import Foundation
 ///    against the card's certificate (and, with `trust-anchor`, its chain).
 /// 2. A new key pair is generated here for each tag the card has, except escrow: new keys cannot
 ///    decrypt what the card's retired keys protected. The algorithm mirrors the card's key
-///    (or `algorithm`).
+///    (or `key-algorithm`).
 /// 3. The CA provider `ca` (the test CA in CI, a vendor's CA plug-in in production) certifies
 ///    the public keys with the card certificate's subject, byte for byte, after checking the
 ///    proof itself. Its answer is checked too: one certificate per key, for that key and subject.
@@ -37,8 +37,9 @@ public struct DerivationProvider: CredentialProvider {
                     name: "trust-anchor", summary: "a file of CA certificates the card's certificate must chain to",
                     repeatable: true),
                 ProviderOption(
-                    name: "algorithm",
-                    summary: "the new keys' algorithm: p256, p384, rsa2048, rsa3072 (default: as the card's)"),
+                    name: "key-algorithm",
+                    summary: "the new keys' algorithm: p256, p384, rsa2048, rsa3072 (default: as the card's)",
+                    formerName: "algorithm"),
             ])
     }
 
@@ -56,10 +57,10 @@ public struct DerivationProvider: CredentialProvider {
             throw DCError(
                 .usage, "provider '\(caID)' cannot certify derived keys", hint: "use a CA provider such as testca")
         }
-        let algorithm = try request.value("algorithm").map { name in
+        let algorithm = try request.value("key-algorithm", formerly: "algorithm").map { name in
             guard let algorithm = KeyAlgorithm(rawValue: name) else {
                 throw DCError(
-                    .usage, "unknown algorithm '\(name)'",
+                    .usage, "unknown key algorithm '\(name)'",
                     hint: "use \(KeyAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             return algorithm

@@ -64,13 +64,39 @@ final class PKCS11URI {
                 hint: "give the PIN with --pin-file, --pin-fd, --pin-env or at the prompt")
         }
         if p11_kit_uri_any_unrecognized(uri) != 0 {
+            let unknown = Self.unrecognizedAttributes(text)
             throw DCError(
-                .usage, "the URI has attributes this toolkit does not understand",
-                subject: text.escapingControlCharacters)
+                .usage,
+                "the URI has attributes this toolkit does not understand"
+                    + (unknown.isEmpty ? "" : ": " + unknown.joined(separator: ", ").escapingControlCharacters),
+                subject: text.escapingControlCharacters,
+                hint:
+                    "remove or correct them; RFC 7512 attributes are \(Self.knownAttributes.filter { !$0.hasPrefix("pin-") }.joined(separator: ", "))"
+            )
         }
     }
 
     deinit { p11_kit_uri_free(pointer) }
+
+    /// The attributes of RFC 7512 that p11-kit understands: the path's, then the query's.
+    static let knownAttributes = [
+        "token", "manufacturer", "serial", "model", "library-manufacturer", "library-description",
+        "library-version", "slot-manufacturer", "slot-description", "slot-id", "object", "type", "id",
+        "module-name", "module-path", "pin-source", "pin-value",
+    ]
+
+    /// The names in a URI's path (`;`-separated) and query (`&`-separated) that are not in
+    /// ``knownAttributes`` — what p11-kit counts as unrecognized without naming it.
+    static func unrecognizedAttributes(_ text: String) -> [String] {
+        guard text.lowercased().hasPrefix("pkcs11:") else { return [] }
+        let body = text.dropFirst("pkcs11:".count)
+        let parts = body.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        let path = parts[0].split(separator: ";")
+        let query = parts.count > 1 ? parts[1].split(separator: "&") : []
+        let names = (path + query).map { String($0.prefix { $0 != "=" }).lowercased() }
+        var seen = Set<String>()
+        return names.filter { !$0.isEmpty && !knownAttributes.contains($0) && seen.insert($0).inserted }
+    }
 
     /// The modules the URI names (module-name / module-path), or nil for any.
     var modules: [String]? {

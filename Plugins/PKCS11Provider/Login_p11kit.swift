@@ -2,7 +2,7 @@ internal import CP11Kit
 import DerivedCredentials
 import Foundation
 
-/// How to log in to a token. PINs are precious (docs/ARCHITECTURE.md): the token's flags are read
+/// How to log in to a token. PINs are precious: the token's flags are read
 /// before `C_Login`; a locked PIN is refused, the final try is refused unless allowed, a low
 /// count is reported; a wrong PIN is never retried; a PIN pad logs in with no PIN.
 public struct LoginPolicy: Sendable {

@@ -12,7 +12,9 @@ public struct TestCAProvider: CredentialProvider {
         options: [
             ProviderOption(name: "dir", summary: "the test CA directory (dcprovision testca init DIR)", required: true),
             ProviderOption(name: "common-name", summary: "the subject's CN (default: Test User)"),
-            ProviderOption(name: "algorithm", summary: "p256 (default: the CA's), p384, rsa2048, rsa3072"),
+            ProviderOption(
+                name: "key-algorithm", summary: "p256, p384, rsa2048, rsa3072 (default: the CA's)",
+                formerName: "algorithm"),
             ProviderOption(name: "escrow-history", summary: "retired escrow pairs to issue, 0-20 (default 0)"),
             ProviderOption(name: "validity-days", summary: "certificate lifetime in days (default 365)"),
             ProviderOption(name: "email", summary: "an rfc822Name for the subjectAltName"),
@@ -33,20 +35,24 @@ public struct TestCAProvider: CredentialProvider {
     public static func issueRequest(from request: ProviderRequest) throws -> TestCAIssueRequest {
         var issue = TestCAIssueRequest()
         if let name = try request.value("common-name") { issue.commonName = name }
-        if let algorithm = try request.value("algorithm") {
+        if let algorithm = try request.value("key-algorithm", formerly: "algorithm") {
             guard let parsed = KeyAlgorithm(rawValue: algorithm) else {
                 throw DCError(
-                    .usage, "unknown algorithm '\(algorithm)'",
+                    .usage, "unknown key algorithm '\(algorithm)'",
                     hint: "use \(KeyAlgorithm.allCases.map(\.rawValue).joined(separator: ", "))")
             }
             issue.algorithm = parsed
         }
         if let history = try request.value("escrow-history") {
-            guard let count = Int(history) else { throw DCError(.usage, "escrow-history must be a number") }
+            guard let count = Int(history) else {
+                throw DCError(.usage, "escrow-history must be a number", hint: "give 0 to 20")
+            }
             issue.escrowHistory = count
         }
         if let days = try request.value("validity-days") {
-            guard let count = Int(days) else { throw DCError(.usage, "validity-days must be a number") }
+            guard let count = Int(days) else {
+                throw DCError(.usage, "validity-days must be a number", hint: "give a number of days, such as 365")
+            }
             issue.validityDays = count
         }
         issue.email = try request.value("email")

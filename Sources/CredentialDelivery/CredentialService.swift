@@ -22,13 +22,19 @@ public struct CredentialService: Sendable {
         brand: String, callbackScheme: String, locations: DeliveryLocations = DeliveryLocations(),
         open: @escaping Opener
     ) throws {
-        guard !brand.trimmingCharacters(in: .whitespaces).isEmpty else { throw DCError(.invalid, "the brand is empty") }
+        guard !brand.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw DCError(.invalid, "the brand is empty", hint: "give the name users know the provider by")
+        }
         let scheme = callbackScheme.lowercased()
         guard let first = scheme.unicodeScalars.first, ("a"..."z").contains(first),
             scheme.unicodeScalars.allSatisfy({
                 ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0)
             })
-        else { throw DCError(.invalid, "'\(callbackScheme.escapingControlCharacters)' is not a valid URL scheme") }
+        else {
+            throw DCError(
+                .invalid, "'\(callbackScheme.escapingControlCharacters)' is not a valid URL scheme",
+                hint: "use letters, digits, +, - and ., starting with a letter (org.example.provider)")
+        }
         self.brand = brand
         self.callbackScheme = scheme
         self.locations = locations
@@ -57,12 +63,28 @@ public struct CredentialService: Sendable {
         guard
             let registration = try Registrations.read(
                 ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased()))
-        else {
-            throw DCError(
-                .missingClient, "no managed client is registered for \(clientScheme):",
-                hint: "install and register the client")
-        }
+        else { throw Self.missingClient("for \(clientScheme):") }
         return registration
+    }
+
+    /// The registration of the client whose id is `clientId` (a `new` request names its client by id).
+    public func registration(clientId: String) throws -> ClientRegistration {
+        let clients = locations.registrations + "/clients"
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: clients)) ?? []
+        for name in names.sorted() where name.hasSuffix(".json") {
+            if let registration = try Registrations.read(ClientRegistration.self, at: clients + "/" + name),
+                registration.clientId == clientId
+            {
+                return registration
+            }
+        }
+        throw Self.missingClient("with the id '\(clientId)'")
+    }
+
+    static func missingClient(_ which: String) -> DCError {
+        DCError(
+            .missingClient, "no managed client is registered \(which)",
+            hint: "register the client (dcclient register, after dcclient init), then try again")
     }
 
     /// What a send did, step by step, for people.
@@ -78,15 +100,19 @@ public struct CredentialService: Sendable {
     /// queued (AppConnect's "wait for the availability notification and retry"): it goes out when
     /// the client announces availability (``deliverQueued(clientId:progress:)``), within the
     /// request's time limit. Without it, the send fails with `serviceUnavailable`.
+    ///
+    /// `answering` is the request id of a client's `new` that ``reserve(request:clientId:)``
+    /// recorded: the delivery then carries that id, so the client can match it to its request.
+    /// Without it the send is the provider's own and gets a fresh random request id.
     public func send(
         _ credential: Credential, clientScheme: String, validator: CredentialValidator = CredentialValidator(),
-        queueIfUnavailable: Bool = false, progress: @Sendable (String) -> Void = { _ in }
+        queueIfUnavailable: Bool = false, answering: String? = nil, progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> Receipt {
         var steps: [String] = [] {
             didSet { progress(steps.last!) }
         }
         switch try support(clientScheme: clientScheme) {
-        case .missingClient: throw DCError(.missingClient, "no managed client is registered for \(clientScheme):")
+        case .missingClient: throw Self.missingClient("for \(clientScheme):")
         case .oldClient:
             throw DCError(.oldClient, "the managed client speaks an older delivery protocol", hint: "update the client")
         case .present: steps.append("client support: present (protocol \(ClientRegistration.currentProtocol))")
@@ -106,16 +132,33 @@ public struct CredentialService: Sendable {
         guard verdict.passes() else {
             throw DCError(
                 .invalid,
-                "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))")
+                "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))",
+                hint: "fix the credential's source; dcprovision inspect shows every finding")
         }
         steps.append("validated: \(credential.entries.count) entries, \(verdict.warnings.count) warning(s)")
 
-        let request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
         let resultKey = try Digests.random(32)
-        try ledger.create(
-            RequestLedger.Record(
-                request: request, clientScheme: registration.scheme, credentialName: credential.name, created: Date(),
-                resultKey: resultKey.withUnsafeBytes { Data($0).base64EncodedString() }))
+        let resultKeyText = resultKey.withUnsafeBytes { Data($0).base64EncodedString() }
+        let request: String
+        if let answering {
+            guard var reserved = ledger.record(answering), reserved.resultKey == nil, reserved.outcome == nil,
+                reserved.clientScheme == registration.scheme
+            else {
+                throw DCError(
+                    .usage, "not a pending request of this client", subject: answering,
+                    hint: "reserve the client's request id first (reserve(request:clientId:))")
+            }
+            reserved.credentialName = credential.name
+            reserved.resultKey = resultKeyText
+            try ledger.write(reserved, replacing: true)
+            request = answering
+        } else {
+            request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
+            try ledger.create(
+                RequestLedger.Record(
+                    request: request, clientScheme: registration.scheme, credentialName: credential.name,
+                    created: Date(), resultKey: resultKeyText))
+        }
         let payload = DeliveryPayload(
             requestId: request, clientId: registration.clientId, issuedAt: Date(), resultKey: resultKey,
             credential: credential)
@@ -143,14 +186,47 @@ public struct CredentialService: Sendable {
                 hint: "see dcclient's output; the request id stays valid for \(Int(ledger.timeLimit)) s")
         }
         guard outcome == "ok" else {
-            throw DCError(.invalid, "the client rejected the credential: \(outcome)", subject: request)
+            throw DCError(
+                .invalid, "the client rejected the credential: \(outcome)", subject: request,
+                hint: "see the client's messages above; dcprovision inspect shows what the client would find")
         }
         steps.append("result: the client installed the credential and confirmed (MAC verified)")
         return Receipt(request: request, steps: steps)
     }
 
+    /// Records the request id of a client's `new` (see ``RequestLedger/reserve(request:clientScheme:now:)``)
+    /// and returns the client's registration. A request id already used is refused, before
+    /// anything is issued.
+    public func reserve(request: String, clientId: String) throws -> ClientRegistration {
+        let registration = try registration(clientId: clientId)
+        try ledger.reserve(request: request, clientScheme: registration.scheme)
+        return registration
+    }
+
+    /// Answers a client's `new` request: records its request id (a replay is refused and
+    /// nothing is issued), has `issue` make the credential, and sends it answering that id. If
+    /// issuing or sending fails before anything was sealed, the request is marked
+    /// ``RequestLedger/notSent``.
+    public func answer(
+        client: String, request: String, queueIfUnavailable: Bool = false,
+        progress: @Sendable (String) -> Void = { _ in },
+        issue: (ClientRegistration) async throws -> Credential
+    ) async throws -> Receipt {
+        let registration = try reserve(request: request, clientId: client)
+        do {
+            let credential = try await issue(registration)
+            return try await send(
+                credential, clientScheme: registration.scheme, queueIfUnavailable: queueIfUnavailable,
+                answering: request, progress: progress)
+        } catch {
+            ledger.abandon(request)
+            throw error
+        }
+    }
+
     /// Delivers what was queued for a client that announced availability; returns the requests sent.
-    /// Expired entries are dropped (their spool files stay for the client to refuse and remove).
+    /// Expired entries are dropped and their spool files removed: nothing sealed waits longer
+    /// than the request's time limit.
     public func deliverQueued(clientId: String, progress: @Sendable (String) -> Void = { _ in }) async throws
         -> [String]
     {
@@ -161,7 +237,10 @@ public struct CredentialService: Sendable {
             else { continue }
             try ledger.dequeue(record.request)
             guard Date().timeIntervalSince(record.created) <= ledger.timeLimit else {
-                progress("dropped queued request \(record.request): older than \(Int(ledger.timeLimit)) s")
+                Spool(directory: registration.spool).remove(request: record.request)
+                progress(
+                    "dropped queued request \(record.request): older than \(Int(ledger.timeLimit)) s; spool file removed"
+                )
                 continue
             }
             progress("delivering queued request \(record.request)")
@@ -175,7 +254,7 @@ public struct CredentialService: Sendable {
     public func handleResult(_ url: String) throws -> RequestLedger.Record {
         guard case .result(let request, let status, let mac) = try DeliveryMessage.parse(url, scheme: callbackScheme)
         else {
-            throw DCError(.invalid, "not a result URL")
+            throw DCError(.invalid, "not a result URL", hint: "results are <provider-scheme>:/result?… URLs")
         }
         return try ledger.complete(request: request, status: status, mac: mac)
     }

@@ -105,15 +105,22 @@ public struct DeliveryPayload: Sendable {
         do {
             wire = try bytes.withUnsafeBytes { try JSONDecoder().decode(Wire.self, from: Data($0)) }
         } catch {
-            throw DCError(.invalid, "the delivered payload is not valid")
+            throw DCError(
+                .invalid, "the delivered payload is not valid",
+                hint: "nothing was installed; ask the provider to send again")
         }
-        guard wire.v == version else { throw DCError(.invalid, "payload version \(wire.v) is not supported") }
+        guard wire.v == version else {
+            throw DCError(
+                .invalid, "payload version \(wire.v) is not supported",
+                hint: "nothing was installed; ask the provider to send again")
+        }
         let reader = CredentialReader()
         func pair(_ certificate: String, _ key: String, _ place: String) throws -> CertifiedKey {
             guard let certificateDER = Data(base64Encoded: certificate),
                 var keyDER = Data(base64Encoded: key).map(Array.init)
             else {
-                throw DCError(.invalid, "\(place): not base64")
+                throw DCError(
+                    .invalid, "\(place): not base64", hint: "nothing was installed; ask the provider to send again")
             }
             defer { keyDER.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
             return try KeyMaterial.paired(
@@ -124,7 +131,9 @@ public struct DeliveryPayload: Sendable {
         var entries: [CredentialEntry] = []
         for entry in wire.credential.entries {
             guard let tag = CredentialTag(rawValue: entry.tag) else {
-                throw DCError(.invalid, "unknown tag in the payload")
+                throw DCError(
+                    .invalid, "unknown tag in the payload",
+                    hint: "nothing was installed; ask the provider to send again")
             }
             let current = try pair(entry.certificate, entry.privateKey, entry.tag)
             let history = try entry.keyHistory.enumerated().map {
@@ -135,7 +144,9 @@ public struct DeliveryPayload: Sendable {
                     tag: tag, certificate: current.certificate, privateKey: current.privateKey, keyHistory: history))
         }
         guard var resultKey = Data(base64Encoded: wire.resultKey).map(Array.init), resultKey.count == 32 else {
-            throw DCError(.invalid, "the payload's result key is not valid")
+            throw DCError(
+                .invalid, "the payload's result key is not valid",
+                hint: "nothing was installed; ask the provider to send again")
         }
         return DeliveryPayload(
             requestId: wire.requestId, clientId: wire.clientId,

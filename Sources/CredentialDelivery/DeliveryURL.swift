@@ -1,10 +1,11 @@
 import DerivedCredentials
 import Foundation
 
-/// The three messages of the conversation, as URLs. They are world-readable (a launched
+/// The four messages of the conversation, as URLs. They are world-readable (a launched
 /// handler's argv is in `/proc/PID/cmdline`), so they carry only a version, single-use ids, a
-/// status and a digest or MAC — never a secret. Parsing is strict: the exact parameters, each
-/// once, from fixed character sets, under a length cap; anything else is refused.
+/// status and a digest or MAC — never a secret. Parsing is strict: `scheme:/path` with no
+/// authority, the exact parameters, each once, from fixed character sets, under a length cap;
+/// anything else is refused.
 ///
 /// - `<provider-scheme>:/new?v=1&client=ID&request=HEX32` — the client asks for a credential.
 /// - `<client-scheme>:/deliver?v=1&client=ID&request=HEX32&digest=HEX64` — the sealed payload is
@@ -59,9 +60,10 @@ public enum DeliveryMessage: Sendable, Equatable {
         let prefix = scheme.lowercased() + ":"
         guard text.lowercased().hasPrefix(prefix) else { throw refuse("not for the scheme \(scheme)") }
         var rest = text.dropFirst(prefix.count)
-        // "scheme:/path" or "scheme:///path" (an empty authority), nothing else.
-        if rest.hasPrefix("///") { rest = rest.dropFirst(2) }
-        guard rest.hasPrefix("/"), !rest.hasPrefix("//") else { throw refuse("unexpected authority or path") }
+        // "scheme:/path" only: no authority, not even an empty one ("scheme:///path"), and no
+        // rootless path ("scheme:path").
+        guard rest.hasPrefix("/") else { throw refuse("a path that does not start with '/'") }
+        guard !rest.hasPrefix("//") else { throw refuse("an authority ('//'); write scheme:/path") }
         rest = rest.dropFirst()
         guard let question = rest.firstIndex(of: "?") else { throw refuse("no parameters") }
         let path = String(rest[..<question])

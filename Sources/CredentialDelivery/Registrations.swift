@@ -58,7 +58,9 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
 
     public func sealingCertificate() throws -> Certificate {
         guard let der = Data(base64Encoded: certificate) else {
-            throw DCError(.invalid, "the client registration's certificate is not base64")
+            throw DCError(
+                .invalid, "the client registration's certificate is not base64",
+                hint: "the client publishes it again with dcclient register")
         }
         return try CredentialReader().certificate(der: Array(der), source: "client registration")
     }
@@ -103,11 +105,17 @@ public enum Registrations {
         var info = stat()
         guard lstat(path, &info) == 0 else { return nil }
         guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
-            throw DCError(.invalid, "the registration is not a private regular file of this user", subject: path)
+            throw DCError(
+                .invalid, "the registration is not a private regular file of this user", subject: path,
+                hint: "remove it; the program that owns it publishes it again when it registers")
         }
         guard let data = FileManager.default.contents(atPath: path), data.count < 1 << 20,
             let value = try? JSONDecoder().decode(T.self, from: data)
-        else { throw DCError(.invalid, "the registration cannot be read", subject: path) }
+        else {
+            throw DCError(
+                .invalid, "the registration cannot be read", subject: path,
+                hint: "remove it; the program that owns it publishes it again when it registers")
+        }
         return value
     }
 

@@ -9,11 +9,13 @@ public struct RequestLedger: Sendable {
     public struct Record: Codable, Sendable {
         public var request: String
         public var clientScheme: String
+        /// The credential sent; empty while a client's request is being answered (reserved).
         public var credentialName: String
         public var created: Date
-        /// base64 of the result MAC key; removed once the result is in.
+        /// base64 of the result MAC key; nil while reserved, removed once the result is in.
         public var resultKey: String?
-        /// nil while pending; then `ok` or the client's error status.
+        /// nil while pending; then `ok` or the client's error status, or ``notSent`` when the
+        /// provider could not issue or send what a client asked for.
         public var outcome: String?
         public var completed: Date?
         /// The MAC of the accepted result, to recognise the same result sent again (a retry).
@@ -41,8 +43,39 @@ public struct RequestLedger: Sendable {
 
     func path(_ request: String) -> String { directory + "/\(request).json" }
 
+    /// The outcome of a client's request the provider could not answer (issuing or sending failed).
+    public static let notSent = "not-sent"
+
+    /// Records a new request id; refuses one the ledger already has.
     public func create(_ record: Record) throws {
-        try write(record, replacing: false)
+        do {
+            try write(record, replacing: false)
+        } catch let error as DCError where error.code == .outputExists {
+            throw Self.replayed(record.request)
+        }
+    }
+
+    /// Records the request id a client's `new` carried, before anything is issued for it: once,
+    /// atomically (two handlers racing on the same URL cannot both win). A request id the ledger
+    /// already has — a replayed `new`, or an id of the provider's own sends — is refused
+    /// (``DCError/Code/refusedMessage``), so a replay issues nothing.
+    public func reserve(request: String, clientScheme: String, now: Date = Date()) throws {
+        guard !FileManager.default.fileExists(atPath: path(request)) else { throw Self.replayed(request) }
+        try create(
+            Record(request: request, clientScheme: clientScheme, credentialName: "", created: now, resultKey: nil))
+    }
+
+    static func replayed(_ request: String) -> DCError {
+        DCError(
+            .refusedMessage, "a replayed request: this request id was used already", subject: request,
+            hint: "a client asks again with a new request id (dcclient request)")
+    }
+
+    /// Marks a reserved request the provider could not answer, so that it is not left pending.
+    public func abandon(_ request: String) {
+        guard var record = record(request), record.outcome == nil, record.resultKey == nil else { return }
+        record.outcome = Self.notSent
+        try? write(record, replacing: true)
     }
 
     func write(_ record: Record, replacing: Bool) throws {
@@ -66,25 +99,33 @@ public struct RequestLedger: Sendable {
     /// time limit, for a request that has no outcome yet. The identical result again (a client
     /// retrying after a crash) is acknowledged without any change; any other is refused.
     public func complete(request: String, status: String, mac: String, now: Date = Date()) throws -> Record {
+        let hint = "results come only from the client the credential was sealed to; nothing was changed"
         guard var record = record(request) else {
-            throw DCError(.invalid, "a result for an unknown request", subject: request)
+            throw DCError(.refusedMessage, "a result for an unknown request", subject: request, hint: hint)
         }
         if let outcome = record.outcome {
             guard outcome == status, let accepted = record.acceptedMAC,
                 Digests.constantTimeEqual(Array(accepted.utf8), Array(mac.utf8))
-            else { throw DCError(.invalid, "a replayed result: the request is already complete", subject: request) }
+            else {
+                throw DCError(
+                    .refusedMessage, "a replayed result: the request is already complete", subject: request, hint: hint)
+            }
             return record
         }
         guard let keyText = record.resultKey, var key = Data(base64Encoded: keyText).map(Array.init) else {
-            throw DCError(.invalid, "the request has no result key", subject: request)
+            throw DCError(
+                .refusedMessage, "a result for a request that was never sent", subject: request, hint: hint)
         }
         let secret = SecretBytes(consuming: &key)
         let expected = DeliveryPayload.resultMAC(key: secret, request: request, status: status)
         guard Digests.constantTimeEqual(Array(expected.utf8), Array(mac.utf8)) else {
-            throw DCError(.invalid, "the result's MAC does not verify (forged or altered)", subject: request)
+            throw DCError(
+                .refusedMessage, "the result's MAC does not verify (forged or altered)", subject: request, hint: hint)
         }
         guard now.timeIntervalSince(record.created) <= timeLimit else {
-            throw DCError(.invalid, "the result came after the request's time limit", subject: request)
+            throw DCError(
+                .refusedMessage, "the result came after the request's time limit", subject: request,
+                hint: "send the credential again (dcprovision send, or the client asks again)")
         }
         record.outcome = status
         record.completed = now

@@ -20,7 +20,9 @@ public struct Spool: Sendable {
     /// Writes a sealed payload; returns its SHA-256 as hex.
     public func write(_ sealed: [UInt8], request: String) throws -> String {
         guard sealed.count <= Self.maximumFileSize else {
-            throw DCError(.inputTooLarge, "the sealed payload is larger than the spool's limit")
+            throw DCError(
+                .inputTooLarge, "the sealed payload is larger than the spool's limit",
+                hint: "send fewer escrow history pairs")
         }
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
@@ -38,7 +40,10 @@ public struct Spool: Sendable {
             case ENOENT:
                 throw DCError(
                     .notReady, "no spool file for this request (already processed, or never written)", subject: path)
-            case ELOOP: throw DCError(.invalid, "the spool file is a symbolic link", subject: path)
+            case ELOOP:
+                throw DCError(
+                    .invalid, "the spool file is a symbolic link", subject: path,
+                    hint: "nothing was installed; remove it and ask the provider to send again")
             default:
                 throw DCError(
                     .ioError, "cannot open the spool file: \(String(cString: strerror(errno)))", subject: path)
@@ -48,16 +53,20 @@ public struct Spool: Sendable {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw DCError(.ioError, "cannot stat the spool file", subject: path) }
         guard info.st_mode & S_IFMT == S_IFREG else {
-            throw DCError(.invalid, "the spool file is not a regular file", subject: path)
+            throw DCError(
+                .invalid, "the spool file is not a regular file", subject: path,
+                hint: "nothing was installed; remove it and ask the provider to send again")
         }
         guard info.st_uid == geteuid() else {
-            throw DCError(.invalid, "the spool file belongs to another user", subject: path)
+            throw DCError(
+                .invalid, "the spool file belongs to another user", subject: path,
+                hint: "nothing was installed; run the provider and the client as the same user")
         }
         guard info.st_mode & 0o077 == 0 else {
             throw DCError(
                 .invalid,
                 "the spool file is readable or writable by others (mode \(String(info.st_mode & 0o777, radix: 8)))",
-                subject: path)
+                subject: path, hint: "nothing was installed; remove it and ask the provider to send again")
         }
         guard Int(info.st_size) <= Self.maximumFileSize else {
             throw DCError(.inputTooLarge, "the spool file is too large", subject: path)
@@ -72,12 +81,15 @@ public struct Spool: Sendable {
             filled += count
         }
         guard filled == Int(info.st_size) else {
-            throw DCError(.invalid, "the spool file changed while it was read", subject: path)
+            throw DCError(
+                .invalid, "the spool file changed while it was read", subject: path,
+                hint: "nothing was installed; handle the same URL again")
         }
         let sealed = Array(bytes.prefix(filled))
         guard Digests.constantTimeEqual(Array(Digests.hex(Digests.sha256(sealed)).utf8), Array(digest.utf8)) else {
             throw DCError(
-                .invalid, "the spool file does not match the digest in the URL (altered or replaced)", subject: path)
+                .refusedMessage, "the spool file does not match the digest in the URL (altered or replaced)",
+                subject: path, hint: "nothing was installed; ask the provider to send again")
         }
         return sealed
     }

@@ -49,7 +49,9 @@ public struct ManagedClient: Sendable {
         clientId: String, scheme: String, providerScheme: String, executable: String, passphrase: SecretBytes
     ) throws {
         guard !FileManager.default.fileExists(atPath: configFile) else {
-            throw DCError(.outputExists, "the client is already set up", subject: base)
+            throw DCError(
+                .outputExists, "the client is already set up", subject: base,
+                hint: "use it as it is (dcclient unlock, dcclient register), or remove the directory to start afresh")
         }
         try AtomicFileSet.ensureDirectory(base)
         chmod(base, 0o700)
@@ -79,18 +81,34 @@ public struct ManagedClient: Sendable {
         try files.add("client.pem", .bytes(PEM.certificate(certificate)), mode: 0o644)
         try files.add("client.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
         try files.commit()
-        try Registrations.publish(
-            ClientRegistration(
-                clientId: clientId, scheme: config.scheme, executable: executable, certificate: certificate,
-                spool: spool.directory, status: statusFile),
-            at: locations.clientRegistration(config.scheme))
+        try publishRegistration(executable: executable)
         try AtomicFileSet.ensureDirectory(spool.directory)
         try unlock(passphrase: passphrase)
     }
 
+    /// Publishes (again) what providers read: the client's id, scheme, certificate, spool, status
+    /// and the executable that must handle its scheme. `dcclient init` and `dcclient register` do it.
+    public func publishRegistration(executable: String) throws {
+        let config = try config()
+        let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
+        try Registrations.publish(
+            ClientRegistration(
+                clientId: config.clientId, scheme: config.scheme, executable: executable, certificate: certificate,
+                spool: spool.directory, status: statusFile),
+            at: locations.clientRegistration(config.scheme))
+    }
+
+    /// Withdraws the registration: providers then see `missingClient` and send nothing. The store
+    /// and the installed credential stay; `publishRegistration(executable:)` brings it back.
+    public func withdrawRegistration() throws {
+        Registrations.remove(at: locations.clientRegistration(try config().scheme))
+    }
+
     func config() throws -> Config {
         guard let data = FileManager.default.contents(atPath: configFile) else {
-            throw DCError(.fileNotFound, "the client is not set up", subject: base, hint: "run dcclient init")
+            throw DCError(
+                .fileNotFound, "the client is not set up", subject: base,
+                hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
         }
         return try JSONDecoder().decode(Config.self, from: data)
     }
@@ -104,13 +122,19 @@ public struct ManagedClient: Sendable {
             let salt = (object["salt"] as? String).flatMap({ Data(base64Encoded: $0) }),
             let sealed = (object["sealed"] as? String).flatMap({ Data(base64Encoded: $0) }),
             let iterations = object["iterations"] as? Int
-        else { throw DCError(.fileNotFound, "the client is not set up", subject: base, hint: "run dcclient init") }
+        else {
+            throw DCError(
+                .fileNotFound, "the client is not set up", subject: base,
+                hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
+        }
         let kek = try AtRest.deriveKey(passphrase: passphrase, salt: Array(salt), iterations: iterations)
         let storeKey: SecretBytes
         do {
             storeKey = try AtRest.open(Array(sealed), key: kek, context: "store-key")
         } catch {
-            throw DCError(.wrongPassphrase, "the passphrase does not unlock the client")
+            throw DCError(
+                .wrongPassphrase, "the passphrase does not unlock the client",
+                hint: "give the passphrase dcclient init was given; it is never retried")
         }
         let run = (runKey as NSString).deletingLastPathComponent
         try AtomicFileSet.ensureDirectory(run)
@@ -180,9 +204,13 @@ public struct ManagedClient: Sendable {
         AtomicFileSet.removeStaleStagingFiles(in: store + "/processed")
         guard case .deliver(let client, let request, let digest) = try DeliveryMessage.parse(url, scheme: config.scheme)
         else {
-            throw DCError(.invalid, "not a delivery URL")
+            throw DCError(.invalid, "not a delivery URL", hint: "deliveries are <client-scheme>:/deliver?… URLs")
         }
-        guard client == config.clientId else { throw DCError(.invalid, "a delivery for another client (\(client))") }
+        guard client == config.clientId else {
+            throw DCError(
+                .invalid, "a delivery for another client (\(client))",
+                hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
+        }
         let processed = store + "/processed/\(request)"
         if let recorded = FileManager.default.contents(atPath: processed),
             let line = String(data: recorded, encoding: .utf8)
@@ -200,13 +228,15 @@ public struct ManagedClient: Sendable {
         let payload = try DeliveryPayload.decode(opened)
         guard payload.requestId == request, payload.clientId == config.clientId else {
             throw DCError(
-                .invalid, "the payload is bound to another request or client (a replayed or swapped spool file)")
+                .refusedMessage, "the payload is bound to another request or client (a replayed or swapped spool file)",
+                subject: request, hint: "nothing was installed; ask the provider again (dcclient request)")
         }
         // Request ids are good for a limited time (as the provider's ledger is).
         guard abs(payload.issuedAt.timeIntervalSinceNow) <= Self.requestTimeLimit else {
             spool.remove(request: request)
             throw DCError(
-                .invalid, "the delivery is older than \(Int(Self.requestTimeLimit)) s; ask the provider again")
+                .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request,
+                hint: "nothing was installed; ask the provider again (dcclient request)")
         }
         var status = "ok"
         let verdict = validator.validate(payload.credential)
@@ -244,7 +274,9 @@ public struct ManagedClient: Sendable {
 
     func bytes(_ path: String) throws -> [UInt8] {
         guard let data = FileManager.default.contents(atPath: path) else {
-            throw DCError(.fileNotFound, "missing", subject: path)
+            throw DCError(
+                .fileNotFound, "missing from the client's store", subject: path,
+                hint: "the store is incomplete: remove it and set the client up again (dcclient init)")
         }
         return Array(data)
     }

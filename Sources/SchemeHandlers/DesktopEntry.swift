@@ -50,7 +50,11 @@ public struct DesktopEntry: Sendable, Equatable {
                 case "\"": quoted = false
                 case "\\":
                     guard let next = iterator.next(), "\"`$\\".contains(next) else {
-                        throw DCError(.invalid, "invalid escape in Exec", subject: path)
+                        throw DCError(
+                            .invalid, "invalid escape in Exec", subject: path,
+                            hint:
+                                "fix or remove the desktop entry; the program that owns the scheme writes it again when it registers"
+                        )
                     }
                     current.append(next)
                 default: current.append(character)
@@ -68,7 +72,13 @@ public struct DesktopEntry: Sendable, Equatable {
                 quoted = true
                 inArgument = true
             case "%":
-                guard let code = iterator.next() else { throw DCError(.invalid, "a lone % in Exec", subject: path) }
+                guard let code = iterator.next() else {
+                    throw DCError(
+                        .invalid, "a lone % in Exec", subject: path,
+                        hint:
+                            "fix or remove the desktop entry; the program that owns the scheme writes it again when it registers"
+                    )
+                }
                 switch code {
                 case "%":
                     current.append("%")
@@ -76,24 +86,49 @@ public struct DesktopEntry: Sendable, Equatable {
                 case "u", "U", "f", "F":
                     // A field code must be a whole argument.
                     guard !inArgument else {
-                        throw DCError(.invalid, "a field code inside an argument in Exec", subject: path)
+                        throw DCError(
+                            .invalid, "a field code inside an argument in Exec", subject: path,
+                            hint:
+                                "fix or remove the desktop entry; the program that owns the scheme writes it again when it registers"
+                        )
                     }
                     arguments.append(url)
                     usedURL = true
                 case "i", "c", "k", "d", "D", "n", "N", "v", "m": break
-                default: throw DCError(.invalid, "unknown field code %\(code) in Exec", subject: path)
+                default:
+                    throw DCError(
+                        .invalid, "unknown field code %\(code) in Exec", subject: path,
+                        hint:
+                            "fix or remove the desktop entry; the program that owns the scheme writes it again when it registers"
+                    )
                 }
             default:
                 current.append(character)
                 inArgument = true
             }
         }
-        guard !quoted else { throw DCError(.invalid, "unterminated quote in Exec", subject: path) }
+        guard !quoted else {
+            throw DCError(
+                .invalid, "unterminated quote in Exec", subject: path,
+                hint:
+                    "fix or remove the desktop entry; the program that owns the scheme writes it again when it registers"
+            )
+        }
         if inArgument { arguments.append(current) }
         guard let program = arguments.first, !program.isEmpty else {
-            throw DCError(.invalid, "an empty Exec", subject: path)
+            throw DCError(
+                .invalid, "an empty Exec", subject: path,
+                hint:
+                    "fix or remove the desktop entry; the program that owns the scheme writes it again when it registers"
+            )
         }
-        guard usedURL else { throw DCError(.invalid, "the handler's Exec takes no URL (%u)", subject: path) }
+        guard usedURL else {
+            throw DCError(
+                .invalid, "the handler's Exec takes no URL (%u)", subject: path,
+                hint:
+                    "fix or remove the desktop entry; the program that owns the scheme writes it again when it registers"
+            )
+        }
         return arguments
     }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
@@ -11,10 +12,20 @@ struct DCClient: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dcclient",
         abstract: "The reference managed client: receives derived credentials through URL-scheme callbacks.",
+        discussion: Toolkit.exitStatuses,
+        version: Toolkit.version,
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
             Unlock.self,
         ])
+
+    /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
+    /// keep working, hidden, for one release.
+    static let formerNames = FormerNames(["init": ["scheme": "client-scheme"]])
+
+    static func main() async {
+        await main(formerNames.rewrite(Array(CommandLine.arguments.dropFirst())))
+    }
 }
 
 /// One line on stderr and a sysexits status for a DCError.
@@ -44,6 +55,13 @@ struct PassphraseSourceOptions: ParsableArguments {
     }
 }
 
+/// The error for a command that needs a client that `dcclient init` has not set up.
+func notSetUp() -> DCError {
+    DCError(
+        .fileNotFound, "the client is not set up",
+        hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
+}
+
 /// This executable's absolute path (what the scheme handler must run).
 var selfPath: String {
     (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
@@ -53,14 +71,17 @@ extension DCClient {
     struct Init: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Set up the client: keys, the encrypted store, the registration.")
-        @Option(help: "This client's URL scheme.") var scheme: String
-        @Option(help: "The provider's URL scheme (where requests and results go).") var providerScheme: String
-        @Option(help: "This client's id (lowercase letters, digits, -).") var clientId: String = "dcclient"
+        @Option(help: ArgumentHelp("This client's URL scheme (reverse DNS, no digits).", valueName: "scheme"))
+        var clientScheme: String
+        @Option(help: ArgumentHelp("The provider's URL scheme (where requests and results go).", valueName: "scheme"))
+        var providerScheme: String
+        @Option(help: ArgumentHelp("This client's id (lowercase letters, digits, -).", valueName: "id"))
+        var clientId: String = "dcclient"
         @OptionGroup var passphrase: PassphraseSourceOptions
         func run() async throws {
             try await reporting {
                 try ManagedClient().initialize(
-                    clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: scheme),
+                    clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: clientScheme),
                     providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: selfPath,
                     passphrase: try passphrase.read())
                 print("client \(clientId) set up; registration published; unlocked")
@@ -69,12 +90,13 @@ extension DCClient {
     }
 
     struct Register: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Register this client as the handler of its scheme.")
+        static let configuration = CommandConfiguration(
+            abstract: "Register this client as the handler of its scheme and publish its registration.")
         func run() async throws {
             try await reporting {
-                guard let scheme = ManagedClient().scheme else {
-                    throw DCError(.fileNotFound, "the client is not set up", hint: "run dcclient init")
-                }
+                let client = ManagedClient()
+                guard let scheme = client.scheme else { throw notSetUp() }
+                try client.publishRegistration(executable: selfPath)
                 try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcclient (managed client)")
                 print("registered as the handler of \(scheme):")
             }
@@ -82,14 +104,15 @@ extension DCClient {
     }
 
     struct Unregister: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Remove this client's scheme handler.")
+        static let configuration = CommandConfiguration(
+            abstract: "Remove this client's scheme handler and its registration (the store stays).")
         func run() async throws {
             try await reporting {
-                guard let scheme = ManagedClient().scheme else {
-                    throw DCError(.fileNotFound, "the client is not set up")
-                }
+                let client = ManagedClient()
+                guard let scheme = client.scheme else { throw notSetUp() }
                 try SchemeHandlers().unregister(scheme: scheme)
-                print("unregistered \(scheme):")
+                try client.withdrawRegistration()
+                print("unregistered \(scheme): (registration withdrawn; dcclient register brings it back)")
             }
         }
     }
@@ -107,7 +130,8 @@ extension DCClient {
                 else {
                     throw DCError(
                         .missingClient, "no provider is registered for \(providerScheme):",
-                        hint: "run dcprovision register")
+                        hint:
+                            "register one (dcprovision register --provider-scheme \(providerScheme) …), then ask again")
                 }
                 print("requesting: \(url)")
                 try await SchemeHandlers().openForwardingOutput(
@@ -169,12 +193,17 @@ extension DCClient {
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Show one entry's certificate details (never key material).")
-        @Argument var tag: String
+        @Argument(help: "authentication, signing, encryption or escrow.") var tag: String
         func run() async throws {
             try await reporting {
-                guard let tag = CredentialTag(wireName: tag) else { throw DCError(.usage, "unknown tag '\(tag)'") }
+                guard let tag = CredentialTag(wireName: tag) else {
+                    throw DCError(
+                        .usage, "unknown tag '\(tag.escapingControlCharacters)'",
+                        hint: "use authentication, signing, encryption or escrow")
+                }
                 guard let entry = try ManagedClient().installed()?[tag] else {
-                    throw DCError(.fileNotFound, "no \(tag) entry installed")
+                    throw DCError(
+                        .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
                 }
                 let details = try CertificateDetails(entry.certificate)
                 print(

@@ -17,7 +17,7 @@ struct Convert: AsyncParsableCommand {
     var inputs: [String] = []
 
     @OptionGroup(title: "Or a source (writes <tag>.cert.der, <tag>.key.der, chain.pem, manifest.json)")
-    var source: SourceOptions
+    var source: SourceOptions<PINOptions>
 
     @Option(help: ArgumentHelp("Directory to write into (created with mode 0700 if missing).", valueName: "dir"))
     var outDir: String

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
 import Foundation
@@ -9,17 +10,29 @@ struct DCProvision: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dcprovision",
         abstract: "Provision derived credentials (certificates and keys, by tag) into a managed client.",
-        discussion: """
-            Exit status: 0 ok, 64 usage, 65 bad input data, 66 input missing, 69 unavailable, \
-            70 internal error, 73 cannot create output, 74 I/O error, 77 passphrase/PIN/permission refused.
-            """,
-        version: "0.1.0",
+        discussion: Toolkit.exitStatuses,
+        version: Toolkit.version,
         subcommands: [
             Demo.self, Send.self, HandleURL.self, Register.self, Unregister.self, Status.self, Convert.self,
             Inspect.self,
             Providers.self, TestCACommand.self, Tokens.self, Objects.self,
         ]
     )
+
+    /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
+    /// keep working, hidden, for one release.
+    static let formerNames = FormerNames([
+        "register": ["scheme": "provider-scheme", "pkcs11-module": "module"],
+        "send": ["callback-scheme": "provider-scheme", "pkcs11-module": "module"],
+        "convert": ["pkcs11-module": "module"],
+        "inspect": ["pkcs11-module": "module"],
+        "testca init": ["algorithm": "key-algorithm"],
+        "testca issue": ["algorithm": "key-algorithm"],
+    ])
+
+    static func main() async {
+        await main(formerNames.rewrite(Array(CommandLine.arguments.dropFirst())))
+    }
 }
 
 /// Runs a command body, turning a ``DCError`` into one line on stderr and a sysexits status.

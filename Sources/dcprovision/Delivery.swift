@@ -46,19 +46,17 @@ func service(brand: String, scheme: String) throws -> CredentialService {
 struct Register: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Register dcprovision as the handler of the provider scheme, with the source that answers requests.")
-    @Option(help: "The provider's URL scheme (reverse DNS, no digits: org.example.provider).") var scheme: String
+    @Option(
+        help: ArgumentHelp(
+            "The provider's URL scheme (reverse DNS, no digits: org.example.provider).", valueName: "scheme"))
+    var providerScheme: String
     @Option(help: "The provider's brand, shown to users.") var brand: String
-    @OptionGroup(title: "The source for credential requests") var source: SourceOptions
+    @OptionGroup(title: "The source for credential requests") var source: SourceOptions<UnattendedPINOptions>
 
     func run() async throws {
         try await runReportingErrors {
-            let scheme = try SchemeHandlers.normalize(scheme: scheme)
+            let scheme = try SchemeHandlers.normalize(scheme: providerScheme)
             let (provider, options) = try source.resolve(ProviderDirectory.registry())
-            if source.pin.pinFd != nil || source.pin.pinEnv != nil || source.pin.pinPrompt {
-                throw DCError(
-                    .usage, "a registered source reads its PIN later, unattended, when a client asks",
-                    hint: "give --pin-file FILE (its path is kept, not the PIN), or none for a PIN pad")
-            }
             let pinFile = source.pin.pinFile.map {
                 $0.hasPrefix("/") ? $0 : FileManager.default.currentDirectoryPath + "/" + $0
             }
@@ -95,7 +93,8 @@ struct Unregister: AsyncParsableCommand {
 
 struct HandleURL: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "handle-url", abstract: "The x-scheme-handler entry point: `new` requests and `result` callbacks.")
+        commandName: "handle-url",
+        abstract: "The x-scheme-handler entry point: `new` requests, availability notices and `result` callbacks.")
     @Argument var url: String
 
     func run() async throws {
@@ -104,25 +103,24 @@ struct HandleURL: AsyncParsableCommand {
             let config = try ProviderConfig.load(locations)
             let service = try service(brand: config.brand, scheme: config.scheme)
             switch try DeliveryMessage.parse(url, scheme: config.scheme) {
-            case .new(let client, _):
-                let clients = locations.registrations + "/clients"
-                let names = (try? FileManager.default.contentsOfDirectory(atPath: clients)) ?? []
-                guard
-                    let registration = try names.sorted().compactMap({
-                        try Registrations.read(ClientRegistration.self, at: clients + "/" + $0)
-                    })
-                    .first(where: { $0.clientId == client })
-                else { throw DCError(.missingClient, "no registered client '\(client)'") }
-                print("dcprovision: request from client \(client); issuing with provider '\(config.provider)'")
-                let provider = try ProviderDirectory.provider(config.provider, registry: ProviderDirectory.registry())
-                let pin: any PassphraseSource =
-                    try config.pinFile.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
-                let provided = try await provider.provide(
-                    ProviderRequest(
-                        options: config.options, passphrase: pin,
-                        workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
-                _ = try await service.send(try provided.credential(), clientScheme: registration.scheme) { step in
-                    print("dcprovision:   \(step)")
+            case .new(let client, let request):
+                // The delivery answers the request id the client chose; a replayed one is refused
+                // before anything is issued.
+                _ = try await service.answer(
+                    client: client, request: request, progress: { print("dcprovision:   \($0)") }
+                ) { _ in
+                    print(
+                        "dcprovision: request \(request) from client \(client); issuing with provider '\(config.provider)'"
+                    )
+                    let provider = try ProviderDirectory.provider(
+                        config.provider, registry: ProviderDirectory.registry())
+                    let pin: any PassphraseSource =
+                        try config.pinFile.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
+                    let provided = try await provider.provide(
+                        ProviderRequest(
+                            options: config.options, passphrase: pin,
+                            workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
+                    return try provided.credential()
                 }
             case .available(let client):
                 print("dcprovision: client \(client) announced availability")
@@ -132,7 +130,9 @@ struct HandleURL: AsyncParsableCommand {
                 let record = try service.handleResult(url)
                 print("dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
             case .deliver:
-                throw DCError(.invalid, "a delivery URL sent to the provider")
+                throw DCError(
+                    .invalid, "a delivery URL sent to the provider",
+                    hint: "deliveries go to the client's scheme: check which scheme each program registered")
             }
         }
     }
@@ -141,13 +141,20 @@ struct HandleURL: AsyncParsableCommand {
 struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send a credential from a source to a registered managed client.")
-    @OptionGroup(title: "Source") var source: SourceOptions
+    @OptionGroup(title: "Source") var source: SourceOptions<PINOptions>
     @Option(help: "The credential's name (default: the provider's suggestion).") var name: String?
-    @Option(help: "The credential's serial number.") var serial: String?
-    @Option(help: "The expiration date, ISO 8601 (2027-11-22 or 2027-11-22T00:00:00Z).") var expires: String?
+    @Option(help: "The credential's serial number (default: the provider's suggestion).") var serial: String?
+    @Option(
+        help: "The expiration date, ISO 8601 (2027-11-22 or 2027-11-22T00:00:00Z; default: the provider's suggestion).")
+    var expires: String?
     @Option(help: "The provider's brand.") var brand: String
-    @Option(help: "The provider's callback scheme (results come back here).") var callbackScheme: String
-    @Option(help: "The managed client's scheme.") var clientScheme: String
+    @Option(
+        help: ArgumentHelp(
+            "The provider's URL scheme: the client's result comes back here (dcprovision register).",
+            valueName: "scheme"))
+    var providerScheme: String
+    @Option(help: ArgumentHelp("The managed client's URL scheme (dcclient init).", valueName: "scheme"))
+    var clientScheme: String
     @Flag(help: "If the client is locked, seal and queue the delivery until it announces availability.") var queue =
         false
     @OptionGroup var passphrase: PassphraseOptions
@@ -160,13 +167,15 @@ struct Send: AsyncParsableCommand {
                 let day = ISO8601DateFormatter()
                 day.formatOptions = [.withFullDate]
                 guard let parsed = full.date(from: expires) ?? day.date(from: expires) else {
-                    throw DCError(.usage, "--expires is not an ISO 8601 date", subject: expires)
+                    throw DCError(
+                        .usage, "--expires is not an ISO 8601 date", subject: expires,
+                        hint: "write 2027-11-22 or 2027-11-22T00:00:00Z")
                 }
                 expiry = parsed
             }
             let provided = try await source.provide(passphrase: try passphrase.source())
             let credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
-            _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: callbackScheme))
+            _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))
                 .send(
                     credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme),
                     queueIfUnavailable: queue
@@ -185,8 +194,9 @@ struct Status: AsyncParsableCommand {
             let formatter = ISO8601DateFormatter()
             for record in records {
                 let state = record.outcome ?? (record.queuedURL != nil ? "queued" : "pending")
+                let name = record.credentialName.isEmpty ? "-" : record.credentialName.escapingControlCharacters
                 print(
-                    "\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(record.credentialName.escapingControlCharacters)  \(state)"
+                    "\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(name)  \(state)"
                 )
             }
         }

@@ -73,14 +73,14 @@ struct Demo: AsyncParsableCommand {
             try await run(
                 "The managed client sets up its encrypted store and publishes its registration", dcclient,
                 [
-                    "init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
+                    "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
                     "--passphrase-file", passphrase,
                 ])
             try await run("The client registers as the handler of org.example.dcclient:", dcclient, ["register"])
             try await run(
                 "The provider registers as the handler of org.example.dcprovision:", dcprovision,
                 [
-                    "register", "--scheme", "org.example.dcprovision", "--brand", "Example Provider", "--testca",
+                    "register", "--provider-scheme", "org.example.dcprovision", "--brand", "Example Provider", "--testca",
                     sandbox + "/ca",
                     "--option", "common-name=Demo User", "--option", "escrow-history=2",
                 ])
@@ -93,7 +93,7 @@ struct Demo: AsyncParsableCommand {
                 "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
                 dcprovision,
                 [
-                    "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--callback-scheme",
+                    "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--provider-scheme",
                     "org.example.dcprovision",
                     "--client-scheme", "org.example.dcclient",
                 ], expectFailure: 69)
@@ -102,7 +102,7 @@ struct Demo: AsyncParsableCommand {
                 [
                     "send", "--queue", "--testca", sandbox + "/ca", "--option", "common-name=Demo User", "--name",
                     "Demo credential, renewed",
-                    "--brand", "Example Provider", "--callback-scheme", "org.example.dcprovision", "--client-scheme",
+                    "--brand", "Example Provider", "--provider-scheme", "org.example.dcprovision", "--client-scheme",
                     "org.example.dcclient",
                 ])
             try await run(

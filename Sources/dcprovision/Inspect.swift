@@ -15,7 +15,7 @@ struct Inspect: AsyncParsableCommand {
             """
     )
 
-    @OptionGroup(title: "Source") var source: SourceOptions
+    @OptionGroup(title: "Source") var source: SourceOptions<PINOptions>
 
     @Option(
         name: .customLong("trust-anchor"),

@@ -7,9 +7,11 @@ import PEMFileProvider
 import PKCS11Provider
 import TestCAProvider
 
-/// Where a credential comes from (a `<source>` on the command line, docs/CLI.md): files through the PEM-file provider,
-/// the test CA, or any provider by id with `--option KEY=VALUE`.
-struct SourceOptions: ParsableArguments {
+/// Where a credential comes from (docs/CLI.md, "Sources"): files through the PEM-file provider,
+/// the test CA, a smart card, or any provider by id with `--option KEY=VALUE`. `PIN` says how a
+/// card's PIN may be given: any way for a command that runs now, only a file for `register`,
+/// whose handler runs later, unattended.
+struct SourceOptions<PIN: PINInput>: ParsableArguments {
     @Option(
         name: .customLong("pem"),
         help: ArgumentHelp("A tagged certificate (PEM, DER or PKCS#12) and key.", valueName: "TAG=CERT[,KEY]"))
@@ -59,11 +61,12 @@ struct SourceOptions: ParsableArguments {
     var keyAlgorithm: String?
 
     @Option(
-        name: .customLong("pkcs11-module"),
-        help: ArgumentHelp("With --pkcs11: a module by p11-kit name or path.", valueName: "module"))
+        name: .customLong("module"),
+        help: ArgumentHelp(
+            "With --pkcs11: a module by p11-kit name or absolute path (repeatable).", valueName: "module"))
     var pkcs11Modules: [String] = []
 
-    @OptionGroup(title: "PIN (with --pkcs11)") var pin: PINOptions
+    @OptionGroup(title: "PIN (with --pkcs11)") var pin: PIN
 
     @Option(help: ArgumentHelp("A provider by id (see 'dcprovision providers'), or exec:PATH.", valueName: "id"))
     var provider: String?
@@ -83,7 +86,7 @@ struct SourceOptions: ParsableArguments {
                 "give files (--pem, --pkcs12, --manifest, --classify), --testca, --pkcs11 or --provider, not several")
         }
         if pkcs11 == nil && (layout != nil || !pkcs11Modules.isEmpty || derive) {
-            throw ValidationError("--layout, --derive and --pkcs11-module go with --pkcs11")
+            throw ValidationError("--layout, --derive and --module go with --pkcs11")
         }
         if derive && (testca == nil) == (provider == nil) {
             throw ValidationError("--derive needs the CA that certifies the new keys: --testca DIR or --provider ID")
@@ -122,7 +125,7 @@ struct SourceOptions: ParsableArguments {
             card["ca"] = [testca != nil ? "testca" : provider!]
             card["ca-option"] = providerOptions + (testca.map { ["dir=\($0)"] } ?? [])
             if !cardTrustAnchors.isEmpty { card["trust-anchor"] = cardTrustAnchors }
-            if let keyAlgorithm { card["algorithm"] = [keyAlgorithm] }
+            if let keyAlgorithm { card["key-algorithm"] = [keyAlgorithm] }
             return (try registry.provider(id: "derive"), card.filter { !$0.value.isEmpty })
         }
         if let testca {
@@ -167,13 +170,30 @@ enum ProviderDirectory {
     static func provider(_ id: String, registry: ProviderRegistry) throws -> any CredentialProvider {
         if id.hasPrefix("exec:") {
             let path = String(id.dropFirst("exec:".count))
-            guard !path.isEmpty else { throw DCError(.usage, "expected exec:PATH") }
+            guard !path.isEmpty else {
+                throw DCError(
+                    .usage, "expected exec:PATH", hint: "name the plug-in's executable: --provider exec:./my-plugin")
+            }
             let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
             guard access(absolute, X_OK) == 0 else {
-                throw DCError(.fileNotFound, "no executable provider here", subject: path)
+                throw DCError(
+                    .fileNotFound, "no executable provider here", subject: path,
+                    hint: "give the path of an executable that speaks docs/PROVIDER-PROTOCOL.md (chmod +x)")
             }
             return ExecProvider(path: absolute)
         }
+        guard registry.ids.contains(id) else { throw notFound(id, registry: registry) }
         return try registry.provider(id: id)
+    }
+
+    /// A provider that is neither built in nor an exec plug-in on the provider path.
+    static func notFound(_ id: String, registry: ProviderRegistry) -> DCError {
+        let path = searchPath.map { "DCPROVISION_PROVIDER_PATH=\($0)" } ?? "DCPROVISION_PROVIDER_PATH is not set"
+        return DCError(
+            .usage,
+            "no provider '\(id.escapingControlCharacters)' (built in, or dcprovider-\(id.escapingControlCharacters) on the provider path; \(path.escapingControlCharacters))",
+            hint:
+                "put the directory that holds dcprovider-\(id.escapingControlCharacters) on DCPROVISION_PROVIDER_PATH, give --provider exec:PATH, or use one of: \(registry.ids.joined(separator: ", "))"
+        )
     }
 }

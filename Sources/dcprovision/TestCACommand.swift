@@ -14,14 +14,15 @@ struct TestCACommand: AsyncParsableCommand {
             abstract: "Create a root and an issuing CA in DIR (0700; keys 0600). Refuses to overwrite.")
 
         @Argument(help: "The directory to create.") var directory: String
-        @Option(help: "p256 (default), p384, rsa2048, rsa3072.") var algorithm: String = "p256"
+        @Option(help: ArgumentHelp("The CA keys' algorithm: p256, p384, rsa2048, rsa3072.", valueName: "algorithm"))
+        var keyAlgorithm: String = "p256"
         @Option(help: "The organization in the CA names.") var organization: String = "Derived Credentials Test"
 
         func run() async throws {
             try await runReportingErrors {
-                guard let algorithm = KeyAlgorithm(rawValue: algorithm) else {
+                guard let algorithm = KeyAlgorithm(rawValue: keyAlgorithm) else {
                     throw DCError(
-                        .usage, "unknown algorithm '\(algorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
+                        .usage, "unknown key algorithm '\(keyAlgorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
                 }
                 let ca = try TestCA.initialize(at: directory, algorithm: algorithm, organization: organization)
                 print("test CA created in \(ca.directory.escapingControlCharacters) (\(algorithm))")
@@ -35,10 +36,15 @@ struct TestCACommand: AsyncParsableCommand {
             discussion: "Writes one file set per entry (see --format), chain.pem and manifest.json.")
 
         @Argument(help: "The test CA directory.") var directory: String
-        @Option(help: "Where to write the credential.") var outDir: String
+        @Option(help: ArgumentHelp("Where to write the credential (created 0700 if missing).", valueName: "dir"))
+        var outDir: String
         @Option(help: "der (cert.der + key.der) or pem (one file per entry).") var format: String = "der"
         @Option(help: "The subject's common name.") var commonName: String = "Test User"
-        @Option(help: "p256, p384, rsa2048, rsa3072 (default: the CA's).") var algorithm: String?
+        @Option(
+            help: ArgumentHelp(
+                "The new keys' algorithm: p256, p384, rsa2048, rsa3072 (default: the CA's).",
+                valueName: "algorithm"))
+        var keyAlgorithm: String?
         @Option(help: "Retired escrow pairs to issue (0-20).") var escrowHistory: Int = 0
         @Option(help: "Certificate lifetime in days.") var validityDays: Int = 365
         @Option(help: "An e-mail address for the subjectAltName.") var email: String?
@@ -49,13 +55,13 @@ struct TestCACommand: AsyncParsableCommand {
         func run() async throws {
             try await runReportingErrors {
                 guard let format = ConversionOutputs.Format(rawValue: format) else {
-                    throw DCError(.usage, "unknown format '\(format)'", hint: "use der or pem")
+                    throw DCError(.usage, "unknown format '\(format)'", hint: "use --format der or --format pem")
                 }
                 var options: [String: [String]] = [
                     "dir": [directory], "common-name": [commonName], "escrow-history": [String(escrowHistory)],
                     "validity-days": [String(validityDays)],
                 ]
-                if let algorithm { options["algorithm"] = [algorithm] }
+                if let keyAlgorithm { options["key-algorithm"] = [keyAlgorithm] }
                 if let email { options["email"] = [email] }
                 if let negative { options["negative"] = [negative] }
                 let provided = try await TestCAProvider().provide(ProviderRequest(options: options))

@@ -22,6 +22,12 @@ struct Tokens: AsyncParsableCommand {
     func run() async throws {
         try await runReportingErrors {
             let tokens = try PKCS11Discovery.tokens(modules: module.isEmpty ? nil : module)
+            if tokens.isEmpty {
+                let searched = module.isEmpty ? "the modules registered with p11-kit" : module.joined(separator: ", ")
+                printError(
+                    "tokens: no token in \(searched.escapingControlCharacters); insert the card (is pcscd running?), "
+                        + "or name its module with --module NAME|PATH (p11-kit list-modules shows the registered ones)")
+            }
             if json { return try printJSON(tokens) }
             if tokens.isEmpty { print("no tokens") }
             for token in tokens {
@@ -45,9 +51,19 @@ struct Tokens: AsyncParsableCommand {
     }
 }
 
+/// How a command takes a token's PIN.
+protocol PINInput: ParsableArguments {
+    /// The PIN file, if one was named (`register` keeps its path, never the PIN).
+    var pinFile: String? { get }
+    /// Whether the final PIN try before the token locks may be used.
+    var allowFinalPinTry: Bool { get }
+    /// Where the PIN comes from and what to do about the token's PIN state.
+    func policy() throws -> LoginPolicy
+}
+
 /// Where a PIN comes from: a file, a descriptor, an environment variable the user names, or a
 /// prompt the user asked for. Never a flag's value, never a URI.
-struct PINOptions: ParsableArguments {
+struct PINOptions: PINInput {
     @Option(help: ArgumentHelp("Read the PIN from the first line of FILE.", valueName: "file")) var pinFile: String?
     @Option(help: ArgumentHelp("Read the PIN from descriptor N.", valueName: "n")) var pinFd: Int32?
     @Option(help: ArgumentHelp("Read the PIN from the environment variable NAME.", valueName: "name")) var pinEnv:
@@ -110,5 +126,35 @@ struct Objects: AsyncParsableCommand {
                 print("    \(object.uri.escapingControlCharacters)")
             }
         }
+    }
+}
+
+/// The PIN of a source that `register` keeps: its handler runs later, unattended, so only a PIN
+/// file (its path is kept, never the PIN) or a PIN pad (no PIN option) will do. The other PIN
+/// options are not offered; given anyway, they are refused with that explanation.
+struct UnattendedPINOptions: PINInput {
+    @Option(
+        help: ArgumentHelp(
+            "Read the PIN from the first line of FILE when a client asks (the path is kept, never the PIN).",
+            valueName: "file"))
+    var pinFile: String?
+    @Flag(help: "Try the PIN even when one more wrong PIN would lock the token.") var allowFinalPinTry = false
+    @Option(help: .hidden) var pinFd: Int32?
+    @Option(help: .hidden) var pinEnv: String?
+    @Flag(help: .hidden) var pinPrompt = false
+
+    func validate() throws {
+        if pinFd != nil || pinEnv != nil || pinPrompt {
+            throw ValidationError(
+                "a registered source reads its PIN later, unattended, when a client asks; "
+                    + "give --pin-file FILE (its path is kept, not the PIN), or none for a PIN pad")
+        }
+    }
+
+    func policy() throws -> LoginPolicy {
+        let source: any PassphraseSource =
+            try pinFile.map { FixedPassphrase(try SecretInput.read(file: $0)) }
+            ?? NoPassphrase()
+        return LoginPolicy(pin: source, allowFinalPINTry: allowFinalPinTry) { printError("warning: \($0)") }
     }
 }

@@ -27,9 +27,6 @@ struct DeliveryURLTests {
         for message in messages {
             let url = message.url(scheme: "org.example.dc")
             #expect(try DeliveryMessage.parse(url, scheme: "org.example.dc") == message)
-            #expect(
-                try DeliveryMessage.parse(url.replacingOccurrences(of: ":/", with: ":///"), scheme: "org.example.dc")
-                    == message)
         }
         #expect(
             DeliveryMessage.new(client: "c", request: request).url(scheme: "x.y")
@@ -59,6 +56,29 @@ struct DeliveryURLTests {
         ])
     func hostile(url: String) {
         #expect(throws: DCError.self) { try DeliveryMessage.parse(url, scheme: "org.example.dc") }
+    }
+}
+
+@Suite("Delivery URL forms (docs/PROTOCOL.md: scheme:/path, no authority)", .timeLimit(.minutes(3)))
+struct DeliveryURLFormTests {
+    static let query = "?v=1&client=dcclient&request=\(request)"
+
+    @Test("scheme:/new is the one accepted form")
+    func accepted() throws {
+        #expect(
+            try DeliveryMessage.parse("org.example.dc:/new" + Self.query, scheme: "org.example.dc")
+                == .new(client: "dcclient", request: request))
+    }
+
+    @Test(
+        "An authority (even an empty one) or a rootless path is refused",
+        arguments: ["org.example.dc://host/new", "org.example.dc:///new", "org.example.dc:new", "org.example.dc://new"])
+    func refused(prefix: String) throws {
+        let error = try #require(throws: DCError.self) {
+            try DeliveryMessage.parse(prefix + Self.query, scheme: "org.example.dc")
+        }
+        #expect(error.code == .invalid)
+        #expect(error.description.contains("refused URL"))
     }
 }
 

@@ -90,7 +90,7 @@ struct ErrorTests {
         #expect(ClientSupport.missingClient.rawValue == 2)
     }
 
-    @Test("Categories exit with the sysexits statuses of docs/ARCHITECTURE.md")
+    @Test("Categories exit with the sysexits statuses of docs/CLI.md")
     func exitStatuses() {
         let expected: [(DCError.Category, Int32)] = [
             (.usage, 64), (.dataError, 65), (.inputMissing, 66), (.unavailable, 69), (.internalError, 70),

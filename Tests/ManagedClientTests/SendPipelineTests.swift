@@ -178,18 +178,18 @@ struct SendPipelineTests {
             try DeliveryMessage.parse(result, scheme: "org.example.provider").resultParts)
         let other = DeliveryMessage.result(request: done, status: "invalid", mac: doneMAC).url(
             scheme: "org.example.provider")
-        #expect(await thrownCode { _ = try world.service.handleResult(other) } == .invalid)
+        #expect(await thrownCode { _ = try world.service.handleResult(other) } == .refusedMessage)
         // A forged result for a pending request.
         let pending = World.Pending(world)
         let request = try pending.start()
         let forged = DeliveryMessage.result(request: request, status: "ok", mac: String(repeating: "0", count: 64)).url(
             scheme: "org.example.provider")
-        #expect(await thrownCode { _ = try world.service.handleResult(forged) } == .invalid)
+        #expect(await thrownCode { _ = try world.service.handleResult(forged) } == .refusedMessage)
         // The right MAC after the time limit.
         var late = world.service.ledger
         late.timeLimit = -1
         let mac = DeliveryPayload.resultMAC(key: pending.resultKey, request: request, status: "ok")
-        #expect(await thrownCode { _ = try late.complete(request: request, status: "ok", mac: mac) } == .invalid)
+        #expect(await thrownCode { _ = try late.complete(request: request, status: "ok", mac: mac) } == .refusedMessage)
         #expect(try world.service.ledger.complete(request: request, status: "ok", mac: mac).outcome == "ok")
     }
 

@@ -45,7 +45,9 @@ public enum AtRest {
     public static func open(_ sealed: [UInt8], key: SecretBytes, context: String) throws -> SecretBytes {
         guard key.count == 32 else { throw DCError(.usage, "an at-rest key has 32 bytes") }
         guard sealed.count >= magic.count + 12 + 16, Array(sealed.prefix(magic.count)) == magic else {
-            throw DCError(.invalid, "not an encrypted store file")
+            throw DCError(
+                .invalid, "not an encrypted store file",
+                hint: "the client's store is damaged or was altered: set the client up again (dcclient init)")
         }
         let nonce = Array(sealed[magic.count..<(magic.count + 12)])
         let ciphertext = Array(sealed[(magic.count + 12)..<(sealed.count - 16)])
@@ -70,7 +72,9 @@ public enum AtRest {
                 == 1
         else {
             OpenSSLError.clear()
-            throw DCError(.invalid, "the encrypted store file cannot be opened with this key, or it was altered")
+            throw DCError(
+                .invalid, "the encrypted store file cannot be opened with this key, or it was altered",
+                hint: "the client's store is damaged or was altered: set the client up again (dcclient init)")
         }
         return SecretBytes(output.prefix(total))
     }

@@ -110,29 +110,47 @@ public enum KeyImport {
             EVP_DecryptInit_ex(context, EVP_aes_256_wrap_pad(), nil, keyBytes.baseAddress, nil) == 1
                 && EVP_DecryptUpdate(context, &output, &length, wrapped, Int32(wrapped.count)) == 1
         }
-        guard ok else { throw DCError(.invalid, "the wrapped key does not unwrap", underlying: OpenSSLError.drain()) }
+        guard ok else {
+            throw DCError(
+                .invalid, "the wrapped key does not unwrap",
+                hint: "the token gave a damaged key: try again, or derive new keys (--derive)",
+                underlying: OpenSSLError.drain())
+        }
         total = length
         guard
             output.withUnsafeMutableBufferPointer({
                 EVP_DecryptFinal_ex(context, $0.baseAddress! + Int(total), &length)
             }) == 1
         else {
-            throw DCError(.invalid, "the wrapped key does not unwrap", underlying: OpenSSLError.drain())
+            throw DCError(
+                .invalid, "the wrapped key does not unwrap",
+                hint: "the token gave a damaged key: try again, or derive new keys (--derive)",
+                underlying: OpenSSLError.drain())
         }
         total += length
         let plain = Array(output.prefix(Int(total)))
         // The DER length of the outer SEQUENCE: cut the token's zero padding.
-        guard plain.count >= 2, plain[0] == 0x30 else { throw DCError(.invalid, "the unwrapped key is not DER") }
+        guard plain.count >= 2, plain[0] == 0x30 else {
+            throw DCError(
+                .invalid, "the unwrapped key is not DER",
+                hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
+        }
         var derLength = Int(plain[1])
         var header = 2
         if plain[1] & 0x80 != 0 {
             let count = Int(plain[1] & 0x7F)
-            guard count <= 4, plain.count >= 2 + count else { throw DCError(.invalid, "the unwrapped key is not DER") }
+            guard count <= 4, plain.count >= 2 + count else {
+                throw DCError(
+                    .invalid, "the unwrapped key is not DER",
+                    hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
+            }
             derLength = plain[2..<(2 + count)].reduce(0) { $0 << 8 | Int($1) }
             header = 2 + count
         }
         guard header + derLength <= plain.count, plain[(header + derLength)...].allSatisfy({ $0 == 0 }) else {
-            throw DCError(.invalid, "the unwrapped key has unexpected trailing bytes")
+            throw DCError(
+                .invalid, "the unwrapped key has unexpected trailing bytes",
+                hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
         }
         var exact = Array(plain.prefix(header + derLength))
         return SecretBytes(consuming: &exact)

@@ -59,7 +59,7 @@ public enum Sealing {
         guard CMS_decrypt(cms, pkey.pointer, x509.pointer, nil, output, UInt32(CMS_BINARY)) == 1 else {
             throw DCError(
                 .invalid, "the sealed message cannot be opened with this key, or it was altered",
-                underlying: OpenSSLError.drain())
+                hint: "nothing was installed; ask the provider to send again", underlying: OpenSSLError.drain())
         }
         var pointer: UnsafeMutablePointer<CChar>?
         let length = dc_BIO_get_mem_data(output, &pointer)

@@ -9,7 +9,7 @@ public struct DCError: Error, Sendable, CustomStringConvertible {
     public var message: String
     /// Where: a file path, a tag, a URI. Printed with control characters escaped.
     public var subject: String?
-    /// What the user can do about it.
+    /// What the user can do about it; without one, the code's ``Code/defaultHint`` is shown.
     public var hint: String?
     /// The lower-level cause, such as OpenSSL's drained error queue.
     public var underlying: (any Error & Sendable)?
@@ -33,13 +33,13 @@ public struct DCError: Error, Sendable, CustomStringConvertible {
         self.location = SourceLocation(fileID: fileID, line: line)
     }
 
-    /// One line: `subject: message (cause); hint`.
+    /// One line: `subject: message (cause); what to do` — the hint, or the code's default one.
     public var description: String {
         var line = ""
         if let subject { line += subject.escapingControlCharacters + ": " }
         line += message
         if let underlying { line += " (\(String(describing: underlying).escapingControlCharacters))" }
-        if let hint { line += "; " + hint }
+        if let next = hint ?? code.defaultHint { line += "; " + next }
         return line
     }
 
@@ -75,7 +75,7 @@ extension DCError {
         /// A passphrase, PIN or permission was refused or is missing (EX_NOPERM, 77).
         case refused
 
-        /// The sysexits status the command-line tools exit with (docs/ARCHITECTURE.md, "What always holds").
+        /// The sysexits status the command-line tools exit with (docs/CLI.md).
         public var exitStatus: Int32 {
             switch self {
             case .usage: 64
@@ -98,11 +98,18 @@ extension DCError {
         public let category: Category
         /// The AppConnect `ACDerivedCredentialError` value this failure reports as when it ends a send.
         public let appConnectValue: Int
+        /// What to do next when an error of this code carries no ``DCError/hint`` of its own.
+        public let defaultHint: String?
 
-        public init(_ name: String, _ category: Category, appConnect: AppConnectSendError = .invalid) {
+        /// A code named `name` (stable, compared), failing as `category`, reported to AppConnect
+        /// callers as `appConnect`, with `hint` as the next step its errors suggest by default.
+        public init(
+            _ name: String, _ category: Category, appConnect: AppConnectSendError = .invalid, hint: String? = nil
+        ) {
             self.name = name
             self.category = category
             self.appConnectValue = appConnect.rawValue
+            self.defaultHint = hint
         }
 
         public var description: String { name }
@@ -114,88 +121,187 @@ extension DCError {
 
 extension DCError.Code {
     // MARK: The AppConnect send errors, one-to-one.
-    public static let unknown = Self("unknown", .internalError, appConnect: .unknown)
+    public static let unknown = Self(
+        "unknown", .internalError, appConnect: .unknown,
+        hint: "see the messages above; if they do not explain it, report a bug with the command that failed")
     public static let invalid = Self("invalid", .dataError, appConnect: .invalid)
-    public static let serviceUnavailable = Self("serviceUnavailable", .unavailable, appConnect: .serviceUnavailable)
-    public static let missingClient = Self("missingClient", .unavailable, appConnect: .missingClient)
-    public static let oldClient = Self("oldClient", .unavailable, appConnect: .oldClient)
-    public static let notReady = Self("notReady", .unavailable, appConnect: .notReady)
+    public static let serviceUnavailable = Self(
+        "serviceUnavailable", .unavailable, appConnect: .serviceUnavailable,
+        hint: "unlock the client (dcclient unlock) and try again, or send with --queue")
+    public static let missingClient = Self(
+        "missingClient", .unavailable, appConnect: .missingClient,
+        hint: "register the client (dcclient register, after dcclient init), then try again")
+    public static let oldClient = Self(
+        "oldClient", .unavailable, appConnect: .oldClient,
+        hint: "update the client, then try again")
+    public static let notReady = Self(
+        "notReady", .unavailable, appConnect: .notReady,
+        hint: "see the client's messages above, then try again")
+
+    // MARK: The delivery conversation.
+    /// A URL message or spool file that is well formed but not accepted: forged or altered (its
+    /// MAC or digest does not verify, its payload is bound to another request), replayed (its
+    /// request id was used already) or late (past the request's time limit). Refused like a wrong
+    /// PIN (exit 77); reported to AppConnect callers as `invalid`.
+    public static let refusedMessage = Self(
+        "refusedMessage", .refused,
+        hint: "nothing was changed; ask or send again (a new request id)")
 
     // MARK: Building a credential (all report as AppConnect `invalid`).
-    public static let emptyName = Self("emptyName", .dataError)
-    public static let emptySerialNumber = Self("emptySerialNumber", .dataError)
-    public static let missingExpirationDate = Self("missingExpirationDate", .dataError)
-    public static let noEntries = Self("noEntries", .dataError)
-    public static let duplicateTag = Self("duplicateTag", .dataError)
-    public static let keyHistoryNotAllowed = Self("keyHistoryNotAllowed", .dataError)
-    public static let keyHistoryTooLong = Self("keyHistoryTooLong", .dataError)
-    public static let validationFailed = Self("validationFailed", .dataError)
+    public static let emptyName = Self(
+        "emptyName", .dataError,
+        hint: "give the credential a name (send --name), or use a provider that suggests one")
+    public static let emptySerialNumber = Self(
+        "emptySerialNumber", .dataError,
+        hint: "give a serial number (send --serial), or use a provider that suggests one")
+    public static let missingExpirationDate = Self(
+        "missingExpirationDate", .dataError,
+        hint: "give an expiration date (send --expires), or use a provider that suggests one")
+    public static let noEntries = Self(
+        "noEntries", .dataError,
+        hint: "give at least one tagged certificate and key")
+    public static let duplicateTag = Self(
+        "duplicateTag", .dataError,
+        hint: "give each tag once (several escrow files form the escrow key history)")
+    public static let keyHistoryNotAllowed = Self(
+        "keyHistoryNotAllowed", .dataError,
+        hint: "give retired pairs for the escrow tag only")
+    public static let keyHistoryTooLong = Self(
+        "keyHistoryTooLong", .dataError,
+        hint: "keep at most 20 retired escrow pairs, newest first")
+    public static let validationFailed = Self(
+        "validationFailed", .dataError,
+        hint: "see the findings above (inspect --json lists them); fix the credential or its source")
 
     // MARK: Reading and converting files.
     /// The bytes are not what they claim to be (broken PEM, bad base64, truncated DER, NUL bytes).
-    public static let malformedInput = Self("malformedInput", .dataError)
+    public static let malformedInput = Self(
+        "malformedInput", .dataError,
+        hint: "export the file again, or look at what it holds with openssl (x509, pkey or pkcs12 -info)")
     /// Valid BER but not DER: indefinite or non-minimal lengths, constructed strings.
-    public static let notDER = Self("notDER", .dataError)
+    public static let notDER = Self(
+        "notDER", .dataError,
+        hint: "re-encode it as DER (openssl x509 -outform DER; openssl pkcs8 -topk8 -outform DER)")
     /// Bytes after the end of a DER object.
-    public static let trailingData = Self("trailingData", .dataError)
+    public static let trailingData = Self(
+        "trailingData", .dataError,
+        hint: "remove what follows the object, or export the file again")
     /// A PEM label or file format this toolkit does not take.
-    public static let unsupportedFormat = Self("unsupportedFormat", .dataError)
+    public static let unsupportedFormat = Self(
+        "unsupportedFormat", .dataError,
+        hint: "give a certificate or key as PEM, DER or PKCS#12 (docs/CLI.md, Sources)")
     /// A key algorithm or curve outside the profiles (DSA, Ed25519, explicit EC parameters, …).
-    public static let unsupportedAlgorithm = Self("unsupportedAlgorithm", .dataError)
+    public static let unsupportedAlgorithm = Self(
+        "unsupportedAlgorithm", .dataError,
+        hint: "use RSA (2048 bits or more) or EC P-256, P-384 or P-521 keys, signed with SHA-256 or better")
     /// More than one private key where one is allowed.
-    public static let multipleKeys = Self("multipleKeys", .dataError)
+    public static let multipleKeys = Self(
+        "multipleKeys", .dataError,
+        hint: "give one private key per certificate (split the file)")
     /// A private key that does not belong to the certificate it came with.
-    public static let keyCertificateMismatch = Self("keyCertificateMismatch", .dataError)
+    public static let keyCertificateMismatch = Self(
+        "keyCertificateMismatch", .dataError,
+        hint: "give the private key that belongs to the certificate")
     /// A PKCS#12 file without an integrity MAC.
-    public static let missingMAC = Self("missingMAC", .dataError)
+    public static let missingMAC = Self(
+        "missingMAC", .dataError,
+        hint: "export the PKCS#12 file again with a MAC (openssl pkcs12 -export adds one)")
     /// A key-derivation iteration count above the configured cap.
-    public static let iterationLimitExceeded = Self("iterationLimitExceeded", .dataError)
+    public static let iterationLimitExceeded = Self(
+        "iterationLimitExceeded", .dataError,
+        hint: "export the file again with a lower iteration count")
     /// A file larger than the configured cap.
-    public static let inputTooLarge = Self("inputTooLarge", .dataError)
+    public static let inputTooLarge = Self(
+        "inputTooLarge", .dataError,
+        hint: "check that this is the right file")
     /// No certificate or key where one is needed.
-    public static let missingMaterial = Self("missingMaterial", .dataError)
+    public static let missingMaterial = Self(
+        "missingMaterial", .dataError,
+        hint: "give the certificate and its private key (TAG=CERT,KEY, or both in one file)")
     /// Encrypted input and no passphrase source was given.
-    public static let passphraseRequired = Self("passphraseRequired", .refused)
+    public static let passphraseRequired = Self(
+        "passphraseRequired", .refused,
+        hint: "give --passphrase-file FILE, --passphrase-fd N or --passphrase-prompt")
     /// The passphrase did not open the input.
-    public static let wrongPassphrase = Self("wrongPassphrase", .refused)
+    public static let wrongPassphrase = Self(
+        "wrongPassphrase", .refused,
+        hint: "give the right passphrase (it is never retried)")
 
     // MARK: Providers.
     /// A provider plug-in reported an error, exited non-zero or crashed.
-    public static let providerFailed = Self("providerFailed", .unavailable)
+    public static let providerFailed = Self(
+        "providerFailed", .unavailable,
+        hint: "see the provider's messages above; dcprovision providers shows whether it answers")
     /// A provider plug-in did not answer in time and was killed.
-    public static let providerTimedOut = Self("providerTimedOut", .unavailable)
+    public static let providerTimedOut = Self(
+        "providerTimedOut", .unavailable,
+        hint: "check the provider's service, then try again")
     /// A provider plug-in broke the protocol: invalid or truncated JSON, an unknown version,
     /// output over the cap, malformed entries.
-    public static let providerProtocol = Self("providerProtocol", .dataError)
+    public static let providerProtocol = Self(
+        "providerProtocol", .dataError,
+        hint: "the provider is broken: report it to its vendor (docs/PROVIDER-PROTOCOL.md)")
 
     // MARK: PKCS#11 tokens.
     /// A PKCS#11 call failed; the underlying error names the function and the CKR_ value.
-    public static let pkcs11Failure = Self("pkcs11Failure", .unavailable)
+    public static let pkcs11Failure = Self(
+        "pkcs11Failure", .unavailable,
+        hint: "check the card and its reader, then try again")
     /// A PKCS#11 URI matched no token or object.
-    public static let noSuchObject = Self("noSuchObject", .inputMissing)
+    public static let noSuchObject = Self(
+        "noSuchObject", .inputMissing,
+        hint: "see what is there: dcprovision tokens, then dcprovision objects URI")
     /// A PKCS#11 URI matched more than one object where one is needed.
-    public static let multipleObjects = Self("multipleObjects", .usage)
+    public static let multipleObjects = Self(
+        "multipleObjects", .usage,
+        hint: "narrow the URI (add id= or object=)")
     /// The private key cannot leave the token (CKA_EXTRACTABLE false): derive new keys instead.
-    public static let keyNotExtractable = Self("keyNotExtractable", .dataError)
+    public static let keyNotExtractable = Self(
+        "keyNotExtractable", .dataError,
+        hint: "derive new keys instead: --derive with --testca DIR or --provider CA")
     /// The token refused the PIN (never retried automatically).
-    public static let wrongPIN = Self("wrongPIN", .refused)
+    public static let wrongPIN = Self(
+        "wrongPIN", .refused,
+        hint: "check the PIN before trying again: the token counts wrong tries")
     /// The token's user PIN is locked.
-    public static let pinLocked = Self("pinLocked", .refused)
+    public static let pinLocked = Self(
+        "pinLocked", .refused,
+        hint: "unblock the PIN with the token's SO PIN (its issuer's tools)")
     /// One more wrong PIN would lock the token, and the user did not allow the final try.
-    public static let pinFinalTry = Self("pinFinalTry", .refused)
+    public static let pinFinalTry = Self(
+        "pinFinalTry", .refused,
+        hint: "make sure of the PIN, then add --allow-final-pin-try")
     /// A possession proof failed: the card's signature over the challenge does not verify.
-    public static let possessionNotProven = Self("possessionNotProven", .refused)
+    public static let possessionNotProven = Self(
+        "possessionNotProven", .refused,
+        hint: "use the card that the certificate belongs to")
     /// A certificate that must be trusted is expired, not yet valid, unfit for its use, or does
     /// not chain to the trust anchors.
-    public static let untrustedCertificate = Self("untrustedCertificate", .refused)
+    public static let untrustedCertificate = Self(
+        "untrustedCertificate", .refused,
+        hint: "use a certificate that is valid now, fit for its use, and chains to the trust anchors given")
 
     // MARK: Files and the command line.
-    public static let usage = Self("usage", .usage)
-    public static let fileNotFound = Self("fileNotFound", .inputMissing)
-    public static let permissionDenied = Self("permissionDenied", .refused)
-    public static let outputExists = Self("outputExists", .cannotCreate)
-    public static let cannotCreateOutput = Self("cannotCreateOutput", .cannotCreate)
-    public static let ioError = Self("ioError", .ioError)
+    public static let usage = Self(
+        "usage", .usage,
+        hint: "see the command's --help")
+    public static let fileNotFound = Self(
+        "fileNotFound", .inputMissing,
+        hint: "check the path")
+    public static let permissionDenied = Self(
+        "permissionDenied", .refused,
+        hint: "check the file's owner and mode")
+    public static let outputExists = Self(
+        "outputExists", .cannotCreate,
+        hint: "remove it or choose another path")
+    public static let cannotCreateOutput = Self(
+        "cannotCreateOutput", .cannotCreate,
+        hint: "check that the directory exists and is writable")
+    public static let ioError = Self(
+        "ioError", .ioError,
+        hint: "check the disk and its free space, then try again")
     /// An OpenSSL call failed in a way no input should cause.
-    public static let cryptoFailure = Self("cryptoFailure", .internalError)
+    public static let cryptoFailure = Self(
+        "cryptoFailure", .internalError,
+        hint: "this should not happen: report a bug with the command that failed")
 }

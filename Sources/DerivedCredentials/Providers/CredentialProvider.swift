@@ -35,12 +35,23 @@ public struct ProviderOption: Sendable, Hashable, Codable {
     /// Whether the option may be given several times.
     public var repeatable: Bool
     public var required: Bool
+    /// The option's previous name, still accepted (hidden: not listed, not encoded) for one
+    /// release. Read both with ``ProviderRequest/value(_:formerly:)``.
+    public var formerName: String?
 
-    public init(name: String, summary: String, repeatable: Bool = false, required: Bool = false) {
+    private enum CodingKeys: String, CodingKey {
+        case name, summary, repeatable, required
+    }
+
+    /// An option called `name`, described by `summary`; `formerName` is an old name still accepted.
+    public init(
+        name: String, summary: String, repeatable: Bool = false, required: Bool = false, formerName: String? = nil
+    ) {
         self.name = name
         self.summary = summary
         self.repeatable = repeatable
         self.required = required
+        self.formerName = formerName
     }
 }
 
@@ -67,27 +78,43 @@ public struct ProviderRequest: Sendable {
     public func value(_ name: String) throws -> String? {
         guard let values = options[name] else { return nil }
         guard values.count == 1 else {
-            throw DCError(.usage, "option '\(name)' was given \(values.count) times; it takes one value")
+            throw DCError(
+                .usage, "option '\(name)' was given \(values.count) times; it takes one value",
+                hint: "give --option \(name)=VALUE once")
         }
         return values[0]
     }
 
     public func values(_ name: String) -> [String] { options[name] ?? [] }
 
+    /// The single value of `name`, or of its former name `old`; an error when both are given.
+    public func value(_ name: String, formerly old: String) throws -> String? {
+        guard options[old] != nil else { return try value(name) }
+        guard options[name] == nil else {
+            throw DCError(.usage, "option '\(old)' is the former name of '\(name)'", hint: "give '\(name)' only")
+        }
+        return try value(old)
+    }
+
     /// Refuses options the descriptor does not list, and missing required ones.
     public func check(against descriptor: ProviderDescriptor) throws {
-        let known = Set(descriptor.options.map(\.name))
+        let known = Set(descriptor.options.flatMap { [$0.name] + ($0.formerName.map { [$0] } ?? []) })
         for name in options.keys.sorted() where !known.contains(name) {
             throw DCError(
                 .usage, "provider '\(descriptor.id)' has no option '\(name)'",
                 hint: "its options: \(descriptor.options.map(\.name).joined(separator: ", "))")
         }
         for option in descriptor.options {
-            if option.required && values(option.name).isEmpty {
-                throw DCError(.usage, "provider '\(descriptor.id)' needs the option '\(option.name)'")
+            let given = values(option.name) + (option.formerName.map(values) ?? [])
+            if option.required && given.isEmpty {
+                throw DCError(
+                    .usage, "provider '\(descriptor.id)' needs the option '\(option.name)'",
+                    hint: "add --option \(option.name)=VALUE (\(option.summary))")
             }
-            if !option.repeatable && values(option.name).count > 1 {
-                throw DCError(.usage, "option '\(option.name)' of provider '\(descriptor.id)' takes one value")
+            if !option.repeatable && given.count > 1 {
+                throw DCError(
+                    .usage, "option '\(option.name)' of provider '\(descriptor.id)' takes one value",
+                    hint: "give --option \(option.name)=VALUE once")
             }
         }
     }
@@ -98,7 +125,9 @@ public struct ProviderRequest: Sendable {
         var options: [String: [String]] = [:]
         for argument in arguments {
             guard let equals = argument.firstIndex(of: "="), equals != argument.startIndex else {
-                throw DCError(.usage, "expected \(what)", subject: argument.escapingControlCharacters)
+                throw DCError(
+                    .usage, "expected \(what)", subject: argument.escapingControlCharacters,
+                    hint: "write the option's name, '=' and its value")
             }
             options[String(argument[..<equals]), default: []].append(String(argument[argument.index(after: equals)...]))
         }
@@ -161,7 +190,10 @@ public struct ProviderRegistry: Sendable {
     public func provider(id: String) throws -> any CredentialProvider {
         guard let provider = providers[id] else {
             throw DCError(
-                .usage, "no provider '\(id)'", hint: "known providers: \(ids.joined(separator: ", "))")
+                .usage, "no provider '\(id.escapingControlCharacters)'",
+                hint:
+                    "use one of: \(ids.joined(separator: ", ")); or put an executable dcprovider-\(id.escapingControlCharacters) in a directory on DCPROVISION_PROVIDER_PATH"
+            )
         }
         return provider
     }

@@ -39,7 +39,7 @@ public struct EnvironmentSecret: PassphraseSource {
     }
 }
 
-/// Reading secrets from the places the command-line contract allows (docs/CLI.md): a file, an inherited descriptor, a prompt.
+/// Reading secrets from the places docs/CLI.md allows: a file, an inherited descriptor, a prompt.
 public enum SecretInput {
     /// Secrets are short; a larger "passphrase file" is a mistake (a key file passed by accident).
     public static let maximumLength = 4096

@@ -1,0 +1,273 @@
+import CommandLineSupport
+import Foundation
+import TestSupport
+import Testing
+
+/// The repository's root (this file is Tests/dcprovisionTests/CommandLineTests.swift).
+let repositoryRoot: String = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+    .deletingLastPathComponent().deletingLastPathComponent().path
+
+/// A sandbox whose `PATH` starts with the built tools, and runs them by name.
+struct Tools {
+    let sandbox: Sandbox
+
+    init(_ label: String, extra: [String: String] = [:]) throws {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        sandbox = try Sandbox(label, extra: extra.merging(["PATH": Binaries.directory + ":" + path]) { $1 })
+    }
+
+    /// Runs dcprovision or dcclient from the sandbox's directory.
+    @discardableResult
+    func run(_ tool: String, _ arguments: [String]) throws -> ProcessResult {
+        try sandbox.run(Binaries.directory + "/" + tool, arguments, timeout: 120)
+    }
+
+    /// Runs, and records an issue naming the command unless it exits 0.
+    @discardableResult
+    func check(_ tool: String, _ arguments: [String], _ location: SourceLocation = #_sourceLocation) throws
+        -> ProcessResult
+    {
+        let result = try run(tool, arguments)
+        #expect(
+            result.status == 0, "\(tool) \(arguments.joined(separator: " ")): \(result.stdoutText)\(result.stderrText)",
+            sourceLocation: location)
+        return result
+    }
+
+    /// A client set up and registered for org.example.dcclient, talking to org.example.provider.
+    func setUpClient() throws {
+        try sandbox.write("pass.txt", "correct horse\n")
+        try check(
+            "dcclient",
+            [
+                "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.provider",
+                "--passphrase-file", "pass.txt",
+            ])
+        try check("dcclient", ["register"])
+    }
+}
+
+@Suite("The delivery answers the `new` that asked, through the real handlers", .timeLimit(.minutes(3)))
+struct RequestIdCommandTests {
+    @Test(
+        "dcclient request: the delivery carries the request id of the new; the same new again exits 77, issuing nothing"
+    )
+    func requestIdAndReplay() throws {
+        let tools = try Tools("request-id")
+        defer { tools.sandbox.remove() }
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--format", "pem", "--out-dir", "issued"])
+        // The sample exec provider, behind a wrapper that counts how often it is asked to provide.
+        let log = tools.sandbox.file("provides.log")
+        let wrapper = try tools.sandbox.write(
+            "dcprovider-counted",
+            "#!/bin/sh\necho provide >> '\(log)'\nexec python3 '\(repositoryRoot)/Samples/exec-provider/dcprovider-sample'\n"
+        )
+        chmod(wrapper, 0o755)
+        try tools.setUpClient()
+        try tools.check(
+            "dcprovision",
+            [
+                "register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--provider",
+                "exec:" + wrapper, "--option", "dir=" + tools.sandbox.file("issued"),
+            ])
+
+        let requested = try tools.check("dcclient", ["request"])
+        let lines = requested.stdoutText.split(separator: "\n").map(String.init)
+        let newURL = try #require(lines.first { $0.hasPrefix("requesting: ") }?.dropFirst("requesting: ".count))
+        let request = try #require(newURL.split(separator: "request=").last.map(String.init))
+        #expect(request.count == 32)
+        // What the provider's handler opened, and what the client's handler received.
+        #expect(
+            lines.contains {
+                $0.contains("opening org.example.dcclient:/deliver?v=1&client=dcclient&request=\(request)&")
+            },
+            "\(requested.stdoutText)")
+        #expect(lines.contains("dcclient: received request \(request): installed \"Sample credential\""))
+        #expect(lines.contains("dcprovision: result for request \(request): ok (MAC verified)"))
+        #expect(try readText(log) == "provide\n")
+
+        // The same new URL again: refused before the provider is asked.
+        let replayed = try tools.run("dcprovision", ["handle-url", String(newURL)])
+        #expect(replayed.status == 77, "\(replayed.stderrText)")
+        #expect(
+            replayed.stderrText
+                == "dcprovision: \(request): a replayed request: this request id was used already; "
+                + "a client asks again with a new request id (dcclient request)\n")
+        #expect(try readText(log) == "provide\n")
+        let status = try tools.check("dcprovision", ["status"])
+        #expect(status.stdoutText.split(separator: "\n").count == 1)
+        #expect(status.stdoutText.contains("\(request)  org.example.dcclient  Sample credential  ok"))
+    }
+}
+
+@Suite("One name per idea on the command line (docs/CLI.md)", .timeLimit(.minutes(3)))
+struct VocabularyTests {
+    @Test("Former names are rewritten for their command only, as --old VALUE and --old=VALUE, never after --")
+    func rewriting() {
+        let names = FormerNames([
+            "register": ["scheme": "provider-scheme"], "testca init": ["algorithm": "key-algorithm"],
+        ])
+        #expect(
+            names.rewrite(["register", "--scheme", "a.b", "--brand=X"]) == [
+                "register", "--provider-scheme", "a.b", "--brand=X",
+            ])
+        #expect(names.rewrite(["register", "--scheme=a.b"]) == ["register", "--provider-scheme=a.b"])
+        #expect(names.rewrite(["send", "--scheme", "a.b"]) == ["send", "--scheme", "a.b"])
+        #expect(
+            names.rewrite(["testca", "init", "ca", "--algorithm", "p384"]) == [
+                "testca", "init", "ca", "--key-algorithm", "p384",
+            ])
+        #expect(
+            names.rewrite(["testca", "issue", "--algorithm", "p384"]) == ["testca", "issue", "--algorithm", "p384"])
+        #expect(names.rewrite(["register", "--", "--scheme"]) == ["register", "--", "--scheme"])
+        #expect(names.rewrite(["register", "--schemes"]) == ["register", "--schemes"])
+    }
+
+    @Test("The old names still work, and no --help shows them")
+    func formerNamesWorkHidden() throws {
+        let tools = try Tools("former-names")
+        defer { tools.sandbox.remove() }
+        try tools.sandbox.write("pass.txt", "correct horse\n")
+        try tools.check("dcprovision", ["testca", "init", "ca", "--algorithm", "p384"])
+        let issued = try tools.check(
+            "dcprovision", ["testca", "issue", "ca", "--algorithm", "p256", "--out-dir", "out"])
+        #expect(issued.stderrText.isEmpty)
+        try tools.check(
+            "dcclient",
+            [
+                "init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.provider",
+                "--passphrase-file", "pass.txt",
+            ])
+        try tools.check("dcclient", ["register"])
+        try tools.check(
+            "dcprovision", ["register", "--scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        let sent = try tools.check(
+            "dcprovision",
+            [
+                "send", "--testca", "ca", "--brand", "Example", "--callback-scheme", "org.example.provider",
+                "--client-scheme", "org.example.dcclient",
+            ])
+        #expect(sent.stdoutText.contains("result: the client installed the credential and confirmed"))
+        let inspected = try tools.check("dcprovision", ["inspect", "--manifest", "out/manifest.json", "--json"])
+        #expect(inspected.stdoutText.contains("EC P-256"))
+
+        for (tool, command, old) in [
+            ("dcprovision", ["register"], "--scheme "), ("dcprovision", ["send"], "--callback-scheme"),
+            ("dcprovision", ["send"], "--pkcs11-module"), ("dcprovision", ["inspect"], "--pkcs11-module"),
+            ("dcprovision", ["testca", "init"], "--algorithm"), ("dcprovision", ["testca", "issue"], "--algorithm"),
+            ("dcclient", ["init"], "--scheme "),
+        ] {
+            let help = try tools.check(tool, command + ["--help"])
+            #expect(!help.stdoutText.contains(old), "\(tool) \(command) --help shows \(old)")
+        }
+    }
+
+    @Test("--version on both tools prints the one version")
+    func version() throws {
+        let tools = try Tools("version")
+        defer { tools.sandbox.remove() }
+        for tool in ["dcprovision", "dcclient"] {
+            let result = try tools.check(tool, ["--version"])
+            #expect(result.stdoutText == Toolkit.version + "\n")
+        }
+    }
+
+    @Test("register --help offers only the PIN options it takes; the others are refused with what to do")
+    func registerPINOptions() throws {
+        let tools = try Tools("register-pin")
+        defer { tools.sandbox.remove() }
+        let help = try tools.check("dcprovision", ["register", "--help"])
+        #expect(help.stdoutText.contains("--pin-file"))
+        #expect(help.stdoutText.contains("--allow-final-pin-try"))
+        for refused in ["--pin-fd", "--pin-env", "--pin-prompt"] {
+            #expect(!help.stdoutText.contains(refused))
+        }
+        let refused = try tools.run(
+            "dcprovision",
+            [
+                "register", "--provider-scheme", "org.example.provider", "--brand", "B", "--pkcs11",
+                "pkcs11:token=Card", "--layout", "piv", "--pin-env", "CARD_PIN",
+            ])
+        #expect(refused.status == 64)
+        #expect(refused.stderrText.contains("give --pin-file FILE (its path is kept, not the PIN)"))
+    }
+
+    @Test("dcclient unregister removes the handler and the registration file; register brings both back")
+    func unregister() throws {
+        let tools = try Tools("unregister")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        let registration = tools.sandbox.dataHome + "/derived-credentials/clients/org.example.dcclient.json"
+        let desktop = tools.sandbox.dataHome + "/applications/dc-org.example.dcclient.desktop"
+        #expect(FileManager.default.fileExists(atPath: registration))
+        #expect(FileManager.default.fileExists(atPath: desktop))
+        try tools.check("dcclient", ["unregister"])
+        #expect(!FileManager.default.fileExists(atPath: registration))
+        #expect(!FileManager.default.fileExists(atPath: desktop))
+        try tools.check("dcclient", ["register"])
+        #expect(FileManager.default.fileExists(atPath: registration))
+        #expect(FileManager.default.fileExists(atPath: desktop))
+    }
+}
+
+@Suite("Every error says what to do next", .timeLimit(.minutes(3)))
+struct ErrorHintTests {
+    @Test("A send to a client with no registration: exit 69, and how to register it")
+    func missingClientRegistration() throws {
+        let tools = try Tools("missing-client")
+        defer { tools.sandbox.remove() }
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        let result = try tools.run(
+            "dcprovision",
+            [
+                "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",
+                "--client-scheme", "org.example.nobody",
+            ])
+        #expect(result.status == 69)
+        #expect(
+            result.stderrText
+                == "dcprovision: no managed client is registered for org.example.nobody:; "
+                + "register the client (dcclient register, after dcclient init), then try again\n")
+    }
+
+    @Test("A provider that is not on the provider path: exit 64, naming the variable and the known ids")
+    func providerNotOnPath() throws {
+        let tools = try Tools("provider-path", extra: ["DCPROVISION_PROVIDER_PATH": "/nonexistent"])
+        defer { tools.sandbox.remove() }
+        let result = try tools.run("dcprovision", ["inspect", "--provider", "acme"])
+        #expect(result.status == 64)
+        #expect(
+            result.stderrText
+                == "dcprovision: no provider 'acme' (built in, or dcprovider-acme on the provider path; "
+                + "DCPROVISION_PROVIDER_PATH=/nonexistent); put the directory that holds dcprovider-acme on "
+                + "DCPROVISION_PROVIDER_PATH, give --provider exec:PATH, or use one of: derive, pem, pkcs11, testca\n")
+    }
+
+    @Test("An empty token list says where to look (p11-kit-client with no server: a module without tokens)")
+    func emptyTokenList() throws {
+        let tools = try Tools("no-tokens")
+        defer { tools.sandbox.remove() }
+        let module = "/usr/lib/x86_64-linux-gnu/pkcs11/p11-kit-client.so"
+        let result = try tools.run("dcprovision", ["tokens", "--module", module])
+        #expect(result.status == 0, "\(result.stderrText)")
+        #expect(result.stdoutText == "no tokens\n")
+        #expect(
+            result.stderrText
+                == "dcprovision: tokens: no token in \(module); insert the card (is pcscd running?), or name its "
+                + "module with --module NAME|PATH (p11-kit list-modules shows the registered ones)\n")
+    }
+
+    @Test("A URI attribute nobody knows is named, with the attributes that exist")
+    func unknownURIAttribute() throws {
+        let tools = try Tools("uri-attribute")
+        defer { tools.sandbox.remove() }
+        let result = try tools.run("dcprovision", ["objects", "pkcs11:token=Card;colour=red?x-vendor=1"])
+        #expect(result.status == 64)
+        #expect(
+            result.stderrText.hasPrefix(
+                "dcprovision: pkcs11:token=Card;colour=red?x-vendor=1: the URI has attributes this toolkit does not "
+                    + "understand: colour, x-vendor; remove or correct them; RFC 7512 attributes are token, "))
+        #expect(!result.stderrText.contains("pin-value"))
+    }
+}

@@ -80,7 +80,8 @@ struct Demo: AsyncParsableCommand {
             try await run(
                 "The provider registers as the handler of org.example.dcprovision:", dcprovision,
                 [
-                    "register", "--provider-scheme", "org.example.dcprovision", "--brand", "Example Provider", "--testca",
+                    "register", "--provider-scheme", "org.example.dcprovision", "--brand", "Example Provider",
+                    "--testca",
                     sandbox + "/ca",
                     "--option", "common-name=Demo User", "--option", "escrow-history=2",
                 ])

@@ -194,7 +194,7 @@ struct SendPipelineTests {
     }
 
     @Test(
-        "A spool file with one byte flipped, a URL with one digest digit changed, or a swapped spool file: refused as invalid, nothing installed; the untouched delivery then installs"
+        "A spool file with one byte flipped, a URL with one digest digit changed, or a swapped spool file: refused as altered (exit 77), nothing installed; the untouched delivery then installs"
     )
     func tamperedSpool() async throws {
         let world = try World(deliver: false)
@@ -223,7 +223,7 @@ struct SendPipelineTests {
                 let handled = try world.client.handleDelivery(url)
                 Issue.record("\(what): accepted (\(handled.status))")
             } catch let error as DCError {
-                #expect(error.code == .invalid, "\(what): \(error)")
+                #expect(error.code == .refusedMessage, "\(what): \(error)")
                 #expect(error.subject == spool.path(request: request), "\(what): \(error)")
                 #expect(error.description.contains("does not match the digest in the URL"), "\(what): \(error)")
             } catch {

@@ -65,7 +65,7 @@ enum Documents {
     /// The front door, run by scripts/test: `swift run` would build inside the suite.
     static let frontDoor = "swift run dcprovision demo\nscripts/test\n"
 
-    static let allowedInfo: Set<String> = ["sh", "sh scripts-test", "text", "json"]
+    static let allowedInfo: Set<String> = ["sh", "sh scripts-test", "text", "json", "mermaid"]
 
     /// The blocks this suite runs: every ```sh block but README.md's first.
     static func runnable(_ file: String) throws -> [FencedBlock] {
@@ -90,7 +90,7 @@ func checkoutView(in sandbox: Sandbox) throws -> String {
 
 @Suite("Docs that run as written", .timeLimit(.minutes(10)))
 struct ReadmeTests {
-    @Test("Every fence is ```sh, ```sh scripts-test, ```text or ```json; README.md opens with the front door")
+    @Test("Every fence is sh, sh scripts-test, text, json or mermaid; README.md opens with the front door")
     func fences() throws {
         for file in Documents.all {
             for block in try FencedBlock.blocks(in: file) {

@@ -179,13 +179,16 @@ struct Session {
 
     /// One C_GetAttributeValue into buffers of the template's lengths; nil when one was too small.
     private func read(_ object: CK_OBJECT_HANDLE, _ template: [CK_ATTRIBUTE]) throws -> [CK_ATTRIBUTE_TYPE: [UInt8]]? {
-        var buffers = template.map { [UInt8](repeating: 0, count: Int($0.ulValueLen)) }
-        defer { for index in buffers.indices { buffers[index].withUnsafeMutableBytes { SecretBytes.wipe($0) } } }
+        // One arena for every value: the pointers the token writes through are valid only inside
+        // the one closure that makes them, which also encloses the call.
+        let lengths = template.map { Int($0.ulValueLen) }
+        let offsets = lengths.indices.map { lengths[..<$0].reduce(0, +) }
+        var arena = [UInt8](repeating: 0, count: lengths.reduce(0, +))
+        defer { arena.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
         var request = template
-        let result = buffers.withUnsafeMutableBufferPointer { storage -> CK_RV in
-            for index in request.indices {
-                request[index].pValue = storage[index].withUnsafeMutableBytes { $0.baseAddress }
-            }
+        let result = arena.withUnsafeMutableBytes { raw -> CK_RV in
+            for index in request.indices { request[index].pValue = raw.baseAddress.map { $0 + offsets[index] } }
+            defer { for index in request.indices { request[index].pValue = nil } }
             return module.functions.pointee.C_GetAttributeValue(handle, object, &request, CK_ULONG(request.count))
         }
         if result == CKR_BUFFER_TOO_SMALL { return nil }
@@ -194,7 +197,9 @@ struct Session {
         }
         var values: [CK_ATTRIBUTE_TYPE: [UInt8]] = [:]
         for (index, attribute) in request.enumerated() where attribute.ulValueLen != CK_ULONG.max {
-            values[attribute.type] = Array(buffers[index].prefix(Int(attribute.ulValueLen)))
+            // A token that claims more than the buffer it was given is not believed.
+            let length = min(Int(attribute.ulValueLen), lengths[index])
+            values[attribute.type] = Array(arena[offsets[index]..<offsets[index] + length])
         }
         return values
     }
@@ -212,16 +217,18 @@ struct Session {
     }
 }
 
-/// `template` as CK_ATTRIBUTE values pointing into copies of its bytes that live while `body` runs.
+/// `template` as CK_ATTRIBUTE values pointing into one copy of its bytes that lives while `body`
+/// runs (and no longer: `body` must not keep the attributes).
 func withAttributes<R>(_ template: [(CK_ATTRIBUTE_TYPE, [UInt8])], _ body: (inout [CK_ATTRIBUTE]) throws -> R) rethrows
     -> R
 {
-    var storage = template.map { $0.1 }
-    return try storage.withUnsafeMutableBufferPointer { values in
+    var arena = template.flatMap { $0.1 }
+    let offsets = template.indices.map { index in template[..<index].reduce(0) { $0 + $1.1.count } }
+    return try arena.withUnsafeMutableBytes { raw in
         var attributes = template.indices.map { index in
             CK_ATTRIBUTE(
-                type: template[index].0, pValue: values[index].withUnsafeMutableBytes { $0.baseAddress },
-                ulValueLen: CK_ULONG(values[index].count))
+                type: template[index].0, pValue: raw.baseAddress.map { $0 + offsets[index] },
+                ulValueLen: CK_ULONG(template[index].1.count))
         }
         return try body(&attributes)
     }

@@ -167,12 +167,43 @@ extension DCClient {
         }
     }
 
+    /// What `list --json` and `show --json` print of an entry: its certificate's details and how
+    /// many retired pairs it carries, never key material.
+    struct EntryView: Encodable {
+        var tag: String
+        var certificate: CertificateDetails
+        var keyHistory: Int
+        init(_ entry: CredentialEntry) throws {
+            tag = entry.tag.rawValue
+            certificate = try CertificateDetails(entry.certificate)
+            keyHistory = entry.keyHistory.count
+        }
+    }
+
+    /// What `list --json` prints of the installed credential.
+    struct CredentialView: Encodable {
+        var name: String
+        var serialNumber: String
+        var expirationDate: Date
+        var entries: [EntryView]
+    }
+
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "List the installed credential's entries (never key material).")
+        @Flag(help: "Print JSON (docs/JSON.md); the credential is null when none is installed.") var json = false
         func run() async throws {
             try await reporting {
-                guard let credential = try ManagedClient().installed() else {
+                let installed = try ManagedClient().installed()
+                if json {
+                    let view = try installed.map {
+                        CredentialView(
+                            name: $0.name, serialNumber: $0.serialNumber, expirationDate: $0.expirationDate,
+                            entries: try $0.entries.map(EntryView.init))
+                    }
+                    return print(try JSONDocument("credential", view).rendered())
+                }
+                guard let credential = installed else {
                     print("no credential installed")
                     return
                 }
@@ -194,6 +225,7 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             abstract: "Show one entry's certificate details (never key material).")
         @Argument(help: "authentication, signing, encryption or escrow.") var tag: String
+        @Flag(help: "Print JSON (docs/JSON.md).") var json = false
         func run() async throws {
             try await reporting {
                 guard let tag = CredentialTag(wireName: tag) else {
@@ -205,6 +237,7 @@ extension DCClient {
                     throw DCError(
                         .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
                 }
+                if json { return print(try JSONDocument("entry", try EntryView(entry)).rendered()) }
                 let details = try CertificateDetails(entry.certificate)
                 print(
                     "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter.map { ISO8601DateFormatter().string(from: $0) } ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"

@@ -186,10 +186,32 @@ struct Send: AsyncParsableCommand {
 
 struct Status: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Recent sends and their outcome.")
+    @Flag(help: "Print JSON (docs/JSON.md).") var json = false
+
+    /// What `status --json` shows of a ledger record: never its result key.
+    struct Send: Encodable {
+        var request: String
+        var created: Date
+        var completed: Date?
+        var clientScheme: String
+        var credentialName: String
+        var state: String
+    }
+
     func run() async throws {
         try await runReportingErrors {
             let ledger = RequestLedger(directory: DeliveryLocations().stateHome + "/dcprovision/requests")
             let records = ledger.recent()
+            if json {
+                return try printJSON(
+                    "sends",
+                    records.map {
+                        Send(
+                            request: $0.request, created: $0.created, completed: $0.completed,
+                            clientScheme: $0.clientScheme, credentialName: $0.credentialName,
+                            state: $0.outcome ?? ($0.queuedURL != nil ? "queued" : "pending"))
+                    })
+            }
             if records.isEmpty { print("no sends yet") }
             let formatter = ISO8601DateFormatter()
             for record in records {

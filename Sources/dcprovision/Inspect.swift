@@ -46,7 +46,7 @@ struct Inspect: AsyncParsableCommand {
             let verdict = validator.validate(entries: provided.entries)
             let report = try InspectionReport(
                 entries: provided.entries, verdict: verdict, strict: strict, friendlyNames: provided.friendlyNames)
-            print(json ? try report.json() : ReportTable(report).render())
+            if json { try printJSON("report", report) } else { print(ReportTable(report).render()) }
             if !report.valid {
                 throw DCError(
                     .validationFailed,

@@ -38,12 +38,7 @@ struct Providers: AsyncParsableCommand {
                         Listing(id: provider.descriptor.id, kind: "built-in", descriptor: provider.descriptor))
                 }
             }
-            if json {
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-                print(String(decoding: try encoder.encode(listings), as: UTF8.self))
-                return
-            }
+            if json { return try printJSON("providers", listings) }
             for listing in listings {
                 let name = listing.descriptor.map { "\($0.displayName), version \($0.version)" } ?? "unavailable"
                 print("\(listing.id.escapingControlCharacters)  [\(listing.kind)]  \(name.escapingControlCharacters)")

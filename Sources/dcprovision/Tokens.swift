@@ -1,13 +1,12 @@
 import ArgumentParser
+import CommandLineSupport
 import DerivedCredentials
 import Foundation
 import PKCS11Provider
 
-/// Encodes any value as the tools' JSON (sorted keys, no escaped slashes).
-func printJSON<T: Encodable>(_ value: T) throws {
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-    print(String(decoding: try encoder.encode(value), as: UTF8.self))
+/// Prints `value` as the tools' JSON document of `kind` (docs/JSON.md) on standard output.
+func printJSON<T: Encodable>(_ kind: String, _ value: T) throws {
+    print(try JSONDocument(kind, value).rendered())
 }
 
 struct Tokens: AsyncParsableCommand {
@@ -28,7 +27,7 @@ struct Tokens: AsyncParsableCommand {
                     "tokens: no token in \(searched.escapingControlCharacters); insert the card (is pcscd running?), "
                         + "or name its module with --module NAME|PATH (p11-kit list-modules shows the registered ones)")
             }
-            if json { return try printJSON(tokens) }
+            if json { return try printJSON("tokens", tokens) }
             if tokens.isEmpty { print("no tokens") }
             for token in tokens {
                 var pin = [
@@ -108,7 +107,7 @@ struct Objects: AsyncParsableCommand {
         try await runReportingErrors {
             let objects = try PKCS11Discovery.objects(
                 matching: uri, modules: module.isEmpty ? nil : module, login: login ? try pin.policy() : nil)
-            if json { return try printJSON(objects) }
+            if json { return try printJSON("objects", objects) }
             if objects.isEmpty {
                 throw DCError(.noSuchObject, "no object matches the URI", subject: uri.escapingControlCharacters)
             }

@@ -221,3 +221,20 @@ public struct SpawnedProcess: Sendable {
     /// Whether a raw wait status says the process was killed by a signal.
     public static func wasSignaled(_ status: Int32) -> Bool { (status & 0x7F) != 0 && (status & 0x7F) != 0x7F }
 }
+
+/// What a `--json` document (docs/JSON.md) holds under `kind`, after checking that it is a JSON
+/// object with exactly `version` (the current schema's) and `kind` at the top.
+public func jsonPayload(_ output: [UInt8], _ kind: String) throws -> Any {
+    struct NotADocument: Error, CustomStringConvertible {
+        var description: String
+    }
+    let object = try JSONSerialization.jsonObject(with: Data(output), options: [.fragmentsAllowed])
+    guard let document = object as? [String: Any] else {
+        throw NotADocument(description: "not a JSON object: \(String(decoding: output.prefix(200), as: UTF8.self))")
+    }
+    guard document["version"] as? Int == 1, Set(document.keys) == ["version", kind], let payload = document[kind]
+    else {
+        throw NotADocument(description: "expected {\"version\": 1, \"\(kind)\": …}, got keys \(document.keys.sorted())")
+    }
+    return payload
+}

@@ -66,7 +66,7 @@ struct CardToClientTests {
         let sandbox = try Sandbox()
         let tokens = try sandbox.run("dcprovision", ["tokens", "--module", "softhsm2", "--json"])
         try sandbox.check(tokens)
-        let listed = try JSONSerialization.jsonObject(with: Data(tokens.stdout)) as? [[String: Any]] ?? []
+        let listed = try jsonPayload(tokens.stdout, "tokens") as? [[String: Any]] ?? []
         let card = try #require(listed.first { $0["label"] as? String == "PIV Card" }?["uri"] as? String)
 
         let derived = try sandbox.send([

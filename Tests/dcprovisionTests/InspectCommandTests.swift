@@ -39,7 +39,7 @@ struct InspectCommandTests {
     func json() throws {
         let result = try dcprovision(["inspect", "--json"] + pemArguments())
         #expect(result.status == 0)
-        let object = try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [String: Any]
+        let object = try jsonPayload(result.stdout, "report") as? [String: Any]
         let rows = object?["rows"] as? [[String: Any]]
         #expect(rows?.map { $0["tag"] as? String } == ["authentication", "signing", "encryption", "escrow", "escrow"])
         #expect(object?["valid"] as? Bool == true)
@@ -115,7 +115,7 @@ struct InspectCommandTests {
             "inspect", "--json", "--pkcs12", "authentication=\(p12)", "--passphrase-file", pass,
         ])
         let rows =
-            (try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [String: Any])?["rows"] as? [[String: Any]]
+            (try jsonPayload(json.stdout, "report") as? [String: Any])?["rows"] as? [[String: Any]]
         #expect(rows?.first?["friendlyName"] as? String == "Alice\u{1B}]0;pwned\u{7}")
     }
 

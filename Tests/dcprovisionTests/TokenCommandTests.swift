@@ -19,7 +19,7 @@ struct TokenCommandTests {
         #expect(text.stdoutText.contains("login required"))
         #expect(text.stdoutText.contains("pkcs11:model=SoftHSM%20v2;manufacturer=SoftHSM%20project;serial="))
         let json = try dcprovision(["tokens", "--module", "softhsm2", "--json"])
-        let tokens = try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [[String: Any]]
+        let tokens = try jsonPayload(json.stdout, "tokens") as? [[String: Any]]
         #expect(
             tokens?.contains { $0["label"] as? String == "PIV Card" && $0["loginRequired"] as? Bool == true } == true)
     }
@@ -34,7 +34,7 @@ struct TokenCommandTests {
         func json(_ arguments: [String]) throws -> [[String: Any]] {
             let result = try sandbox.run(Binaries.dcprovision, arguments, environment: environment)
             try #require(result.status == 0, "dcprovision \(arguments): \(result.stderrText)")
-            return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout)) as? [[String: Any]])
+            return try #require(try jsonPayload(result.stdout, arguments[0]) as? [[String: Any]])
         }
         func p11tool(_ arguments: [String]) throws -> String {
             let result = try SoftHSM.p11tool(arguments, in: sandbox)
@@ -117,7 +117,7 @@ struct TokenCommandTests {
         #expect(listed.stdoutText.contains("certificate  id 01  \"Certificate for PIV Authentication\"  EC 256"))
         #expect(listed.stdoutText.contains("subject: CN=Alice signing,O=Derived Credentials Test"))
         let json = try dcprovision(["objects", "pkcs11:token=PIV%20Card;id=%03", "--module", "softhsm2", "--json"])
-        let objects = try JSONSerialization.jsonObject(with: Data(json.stdout)) as? [[String: Any]]
+        let objects = try jsonPayload(json.stdout, "objects") as? [[String: Any]]
         #expect(objects?.map { $0["id"] as? String } == ["03"])
         #expect(try dcprovision(["objects", "pkcs11:token=Nobody", "--module", "softhsm2"]).status == 66)
         let pin = try dcprovision(["objects", "pkcs11:token=PIV%20Card;pin-value=123456", "--module", "softhsm2"])

@@ -63,7 +63,9 @@ let package = Package(
         .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials"]),
 
         // What both command-line tools share: the version, the table of renamed flags.
-        .target(name: "CommandLineSupport"),
+        .target(
+            name: "CommandLineSupport",
+            dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")]),
 
         // The reference managed client, and its thin CLI.
         .target(name: "ManagedClient", dependencies: ["DerivedCredentials", "CredentialCoding", "CredentialDelivery"]),

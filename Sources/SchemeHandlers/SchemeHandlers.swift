@@ -214,11 +214,15 @@ public struct SchemeHandlers: Sendable {
     }
 
     /// ``open(_:scheme:expectedExecutable:limits:environment:)`` for command-line tools: our own
-    /// buffered output first, then the handler's output passed on, and an error if it failed.
-    public func openForwardingOutput(_ url: String, scheme: String, expectedExecutable: String) async throws {
+    /// buffered output first, then the handler's output passed on (its standard output only when
+    /// `passingStandardOutput`, as a quiet command wants; its errors always), and an error if it
+    /// failed.
+    public func openForwardingOutput(
+        _ url: String, scheme: String, expectedExecutable: String, passingStandardOutput: Bool = true
+    ) async throws {
         fflush(nil)
         let outcome = try await open(url, scheme: scheme, expectedExecutable: expectedExecutable)
-        if !outcome.stdout.isEmpty { FileHandle.standardOutput.write(Data(outcome.stdout)) }
+        if passingStandardOutput && !outcome.stdout.isEmpty { FileHandle.standardOutput.write(Data(outcome.stdout)) }
         if !outcome.stderr.isEmpty { FileHandle.standardError.write(Data(outcome.stderr)) }
         guard outcome.termination == .exited(0) else {
             throw DCError(

@@ -78,13 +78,16 @@ extension DCClient {
         @Option(help: ArgumentHelp("This client's id (lowercase letters, digits, -).", valueName: "id"))
         var clientId: String = "dcclient"
         @OptionGroup var passphrase: PassphraseSourceOptions
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 try ManagedClient().initialize(
                     clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: clientScheme),
                     providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: selfPath,
                     passphrase: try passphrase.read())
-                print("client \(clientId) set up; registration published; unlocked")
+                Console.say("client \(clientId) set up; registration published; unlocked")
             }
         }
     }
@@ -92,13 +95,16 @@ extension DCClient {
     struct Register: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Register this client as the handler of its scheme and publish its registration.")
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 let client = ManagedClient()
                 guard let scheme = client.scheme else { throw notSetUp() }
                 try client.publishRegistration(executable: selfPath)
                 try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcclient (managed client)")
-                print("registered as the handler of \(scheme):")
+                Console.say("registered as the handler of \(scheme):")
             }
         }
     }
@@ -106,13 +112,16 @@ extension DCClient {
     struct Unregister: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Remove this client's scheme handler and its registration (the store stays).")
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 let client = ManagedClient()
                 guard let scheme = client.scheme else { throw notSetUp() }
                 try SchemeHandlers().unregister(scheme: scheme)
                 try client.withdrawRegistration()
-                print("unregistered \(scheme): (registration withdrawn; dcclient register brings it back)")
+                Console.say("unregistered \(scheme): (registration withdrawn; dcclient register brings it back)")
             }
         }
     }
@@ -120,7 +129,10 @@ extension DCClient {
     struct Request: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Ask the provider for a credential (opens <provider-scheme>:/new…).")
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 let client = ManagedClient()
                 let (url, providerScheme) = try client.requestURL()
@@ -133,9 +145,10 @@ extension DCClient {
                         hint:
                             "register one (dcprovision register --provider-scheme \(providerScheme) …), then ask again")
                 }
-                print("requesting: \(url)")
+                Console.say("requesting: \(url)")
                 try await SchemeHandlers().openForwardingOutput(
-                    url, scheme: providerScheme, expectedExecutable: provider.executable)
+                    url, scheme: providerScheme, expectedExecutable: provider.executable,
+                    passingStandardOutput: !Console.isQuiet)
             }
         }
     }
@@ -144,16 +157,19 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries).")
         @Argument var url: String
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 let client = ManagedClient()
                 let handled = try client.handleDelivery(url)
                 if handled.replay {
-                    print(
+                    Console.say(
                         "dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again"
                     )
                 } else {
-                    print(
+                    Console.say(
                         "dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
                     )
                 }
@@ -162,7 +178,8 @@ extension DCClient {
                         ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
                 else { return }
                 try await SchemeHandlers().openForwardingOutput(
-                    result, scheme: providerScheme, expectedExecutable: provider.executable)
+                    result, scheme: providerScheme, expectedExecutable: provider.executable,
+                    passingStandardOutput: !Console.isQuiet)
             }
         }
     }
@@ -192,7 +209,10 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             abstract: "List the installed credential's entries (never key material).")
         @Flag(help: "Print JSON (docs/JSON.md); the credential is null when none is installed.") var json = false
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 let installed = try ManagedClient().installed()
                 if json {
@@ -226,7 +246,10 @@ extension DCClient {
             abstract: "Show one entry's certificate details (never key material).")
         @Argument(help: "authentication, signing, encryption or escrow.") var tag: String
         @Flag(help: "Print JSON (docs/JSON.md).") var json = false
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 guard let tag = CredentialTag(wireName: tag) else {
                     throw DCError(
@@ -249,10 +272,13 @@ extension DCClient {
     struct Lock: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Make secure services unavailable (destroys the unlocked store key).")
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 try ManagedClient().lock()
-                print("locked")
+                Console.say("locked")
             }
         }
     }
@@ -260,19 +286,23 @@ extension DCClient {
     struct Unlock: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Make secure services available.")
         @OptionGroup var passphrase: PassphraseSourceOptions
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await reporting {
                 let client = ManagedClient()
                 try client.unlock(passphrase: try passphrase.read())
-                print("unlocked")
+                Console.say("unlocked")
                 // The availability notification: queued deliveries may come now.
                 guard let providerScheme = client.providerScheme, let url = try client.availabilityURL(),
                     let provider = try Registrations.read(
                         ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
                 else { return }
-                print("announcing: \(url)")
+                Console.say("announcing: \(url)")
                 try await SchemeHandlers().openForwardingOutput(
-                    url, scheme: providerScheme, expectedExecutable: provider.executable)
+                    url, scheme: providerScheme, expectedExecutable: provider.executable,
+                    passingStandardOutput: !Console.isQuiet)
             }
         }
     }

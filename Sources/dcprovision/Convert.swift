@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
 import Foundation
@@ -32,7 +33,10 @@ struct Convert: AsyncParsableCommand {
         if inputs.isEmpty == source.isEmpty { throw ValidationError("give input files or a source, not both") }
     }
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         global.bootstrapLogging()
         try await runReportingErrors {
             var outputs = AtomicFileSet(directory: outDir)

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
@@ -39,7 +40,8 @@ var selfPath: String {
 func service(brand: String, scheme: String) throws -> CredentialService {
     try CredentialService(brand: brand, callbackScheme: scheme) { url, registration in
         try await SchemeHandlers().openForwardingOutput(
-            url, scheme: registration.scheme, expectedExecutable: registration.executable)
+            url, scheme: registration.scheme, expectedExecutable: registration.executable,
+            passingStandardOutput: !Console.isQuiet)
     }
 }
 
@@ -53,7 +55,10 @@ struct Register: AsyncParsableCommand {
     @Option(help: "The provider's brand, shown to users.") var brand: String
     @OptionGroup(title: "The source for credential requests") var source: SourceOptions<UnattendedPINOptions>
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             let scheme = try SchemeHandlers.normalize(scheme: providerScheme)
             let (provider, options) = try source.resolve(ProviderDirectory.registry())
@@ -73,20 +78,23 @@ struct Register: AsyncParsableCommand {
             try Registrations.publish(
                 ProviderRegistration(scheme: scheme, brand: brand, executable: selfPath),
                 at: locations.providerRegistration(scheme))
-            print("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
+            Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
         }
     }
 }
 
 struct Unregister: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Remove the provider's scheme handler and registration.")
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             let locations = DeliveryLocations()
             let config = try ProviderConfig.load(locations)
             try SchemeHandlers().unregister(scheme: config.scheme)
             Registrations.remove(at: locations.providerRegistration(config.scheme))
-            print("unregistered \(config.scheme):")
+            Console.say("unregistered \(config.scheme):")
         }
     }
 }
@@ -97,7 +105,10 @@ struct HandleURL: AsyncParsableCommand {
         abstract: "The x-scheme-handler entry point: `new` requests, availability notices and `result` callbacks.")
     @Argument var url: String
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             let locations = DeliveryLocations()
             let config = try ProviderConfig.load(locations)
@@ -107,9 +118,9 @@ struct HandleURL: AsyncParsableCommand {
                 // The delivery answers the request id the client chose; a replayed one is refused
                 // before anything is issued.
                 _ = try await service.answer(
-                    client: client, request: request, progress: { print("dcprovision:   \($0)") }
+                    client: client, request: request, progress: { Console.say("dcprovision:   \($0)") }
                 ) { _ in
-                    print(
+                    Console.say(
                         "dcprovision: request \(request) from client \(client); issuing with provider '\(config.provider)'"
                     )
                     let provider = try ProviderDirectory.provider(
@@ -123,12 +134,13 @@ struct HandleURL: AsyncParsableCommand {
                     return try provided.credential()
                 }
             case .available(let client):
-                print("dcprovision: client \(client) announced availability")
-                let sent = try await service.deliverQueued(clientId: client) { print("dcprovision:   \($0)") }
-                if sent.isEmpty { print("dcprovision:   nothing queued") }
+                Console.say("dcprovision: client \(client) announced availability")
+                let sent = try await service.deliverQueued(clientId: client) { Console.say("dcprovision:   \($0)") }
+                if sent.isEmpty { Console.say("dcprovision:   nothing queued") }
             case .result:
                 let record = try service.handleResult(url)
-                print("dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
+                Console.say(
+                    "dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
             case .deliver:
                 throw DCError(
                     .invalid, "a delivery URL sent to the provider",
@@ -159,7 +171,10 @@ struct Send: AsyncParsableCommand {
         false
     @OptionGroup var passphrase: PassphraseOptions
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             var expiry: Date?
             if let expires {
@@ -179,7 +194,7 @@ struct Send: AsyncParsableCommand {
                 .send(
                     credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme),
                     queueIfUnavailable: queue
-                ) { print($0) }
+                ) { Console.say($0) }
         }
     }
 }
@@ -198,7 +213,10 @@ struct Status: AsyncParsableCommand {
         var state: String
     }
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             let ledger = RequestLedger(directory: DeliveryLocations().stateHome + "/dcprovision/requests")
             let records = ledger.recent()

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import DerivedCredentials
 import Foundation
 
@@ -16,7 +17,10 @@ struct Demo: AsyncParsableCommand {
 
     @Flag(help: "Keep the sandbox and print where it is.") var keep = false
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             let started = ContinuousClock.now
             var template = Array("\(NSTemporaryDirectory())/dcprovision-demo-XXXXXX".utf8CString)
@@ -46,28 +50,28 @@ struct Demo: AsyncParsableCommand {
             try Data((UUID().uuidString + "\n").utf8).write(to: URL(fileURLWithPath: passphrase))
             chmod(passphrase, 0o600)
 
-            print("Derived-credential round trip in a sandbox (\(sandbox))\n")
+            Console.say("Derived-credential round trip in a sandbox (\(sandbox))\n")
             var step = 0
             func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil)
                 async throws
             {
                 step += 1
-                print("\(step). \(title)")
+                Console.say("\(step). \(title)")
                 let shown = arguments.map { argument -> String in
                     let text = argument.replacingOccurrences(of: sandbox, with: "$SANDBOX")
                     return text.contains(" ") ? "'\(text)'" : text
                 }
-                print("   $ \((executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
+                Console.say("   $ \((executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
                 let outcome = try await ChildProcess.run(
                     executable, arguments: arguments, environment: environment, limits: .init(timeout: .seconds(60)))
                 for line in String(decoding: outcome.stdout + outcome.stderr, as: UTF8.self).split(separator: "\n") {
-                    print("   " + line.replacingOccurrences(of: sandbox, with: "$SANDBOX"))
+                    Console.say("   " + line.replacingOccurrences(of: sandbox, with: "$SANDBOX"))
                 }
                 guard outcome.termination == .exited(expectFailure ?? 0) else {
                     throw DCError(.unknown, "demo step \(step) failed (\(outcome.termination))")
                 }
-                if let expectFailure { print("   (exit status \(expectFailure), as expected)") }
-                print("")
+                if let expectFailure { Console.say("   (exit status \(expectFailure), as expected)") }
+                Console.say("")
             }
             try await run("A test CA for the provider", dcprovision, ["testca", "init", sandbox + "/ca"])
             try await run(
@@ -113,7 +117,7 @@ struct Demo: AsyncParsableCommand {
             try await run("What the client holds now", dcclient, ["list"])
             try await run("The provider's record of its sends", dcprovision, ["status"])
             let elapsed = ContinuousClock.now - started
-            print(
+            Console.say(
                 "Done in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))).\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"
             )
         }

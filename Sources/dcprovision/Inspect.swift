@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
 import Foundation
@@ -37,7 +38,10 @@ struct Inspect: AsyncParsableCommand {
         }
     }
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         global.bootstrapLogging()
         try await runReportingErrors {
             let provided = try await source.provide(passphrase: try passphrase.source())

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import DerivedCredentials
 import ExecProvider
 import Foundation
@@ -18,7 +19,10 @@ struct Providers: AsyncParsableCommand {
         var problem: String?
     }
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             var listings: [Listing] = []
             for provider in ProviderDirectory.registry().all {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
 import Foundation
@@ -18,14 +19,17 @@ struct TestCACommand: AsyncParsableCommand {
         var keyAlgorithm: String = "p256"
         @Option(help: "The organization in the CA names.") var organization: String = "Derived Credentials Test"
 
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await runReportingErrors {
                 guard let algorithm = KeyAlgorithm(rawValue: keyAlgorithm) else {
                     throw DCError(
                         .usage, "unknown key algorithm '\(keyAlgorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
                 }
                 let ca = try TestCA.initialize(at: directory, algorithm: algorithm, organization: organization)
-                print("test CA created in \(ca.directory.escapingControlCharacters) (\(algorithm))")
+                Console.say("test CA created in \(ca.directory.escapingControlCharacters) (\(algorithm))")
             }
         }
     }
@@ -52,7 +56,10 @@ struct TestCACommand: AsyncParsableCommand {
         var negative: String?
         @Flag(help: "Replace files that already exist.") var force = false
 
+        @OptionGroup var output: OutputOptions
+
         func run() async throws {
+            output.apply()
             try await runReportingErrors {
                 guard let format = ConversionOutputs.Format(rawValue: format) else {
                     throw DCError(.usage, "unknown format '\(format)'", hint: "use --format der or --format pem")

@@ -18,7 +18,10 @@ struct Tokens: AsyncParsableCommand {
     var module: [String] = []
     @Flag(help: "Print JSON.") var json = false
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             let tokens = try PKCS11Discovery.tokens(modules: module.isEmpty ? nil : module)
             if tokens.isEmpty {
@@ -103,7 +106,10 @@ struct Objects: AsyncParsableCommand {
     @Flag(help: "Log in (PIN needed) to list private objects too.") var login = false
     @OptionGroup(title: "PIN") var pin: PINOptions
 
+    @OptionGroup var output: OutputOptions
+
     func run() async throws {
+        output.apply()
         try await runReportingErrors {
             let objects = try PKCS11Discovery.objects(
                 matching: uri, modules: module.isEmpty ? nil : module, login: login ? try pin.policy() : nil)

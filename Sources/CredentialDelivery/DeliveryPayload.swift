@@ -3,7 +3,7 @@ import DerivedCredentials
 import Foundation
 
 /// What travels sealed in the spool file: the credential and everything that binds it to one
-/// request. Encoded canonically (see ``encode()``) and sealed with ``Sealing``.
+/// request. Encoded canonically (see ``encode()``) and sealed with `Sealing`.
 public struct DeliveryPayload: Sendable {
     public static let version = 1
 

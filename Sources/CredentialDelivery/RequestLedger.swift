@@ -58,7 +58,7 @@ public struct RequestLedger: Sendable {
     /// Records the request id a client's `new` carried, before anything is issued for it: once,
     /// atomically (two handlers racing on the same URL cannot both win). A request id the ledger
     /// already has — a replayed `new`, or an id of the provider's own sends — is refused
-    /// (``DCError/Code/refusedMessage``), so a replay issues nothing.
+    /// (`refusedMessage`), so a replay issues nothing.
     public func reserve(request: String, clientScheme: String, now: Date = Date()) throws {
         guard !FileManager.default.fileExists(atPath: path(request)) else { throw Self.replayed(request) }
         try create(

@@ -3,7 +3,7 @@ import DerivedCredentials
 import Foundation
 
 /// The client's spool: a 0700 directory where the provider drops sealed payloads as 0600 files
-/// named `<request>.cms`, written atomically (``AtomicFileSet``: `O_EXCL|O_NOFOLLOW`, fsync,
+/// named `<request>.cms`, written atomically (`AtomicFileSet`: `O_EXCL|O_NOFOLLOW`, fsync,
 /// publish, fsync the directory). The client reads one only if it is a regular file (not a
 /// symlink), owned by the client's user, readable by nobody else, under the size cap, and its
 /// SHA-256 is the digest in the delivery URL.

@@ -43,7 +43,7 @@ public enum ProviderConformance {
     ///   match them, one entry per tag, key history only on escrow and at most 20 pairs, and a
     ///   credential can be built from them; with `validateProfiles`, they also pass validation;
     /// - a call in a cancelled task throws `CancellationError` promptly;
-    /// - each of `failingRequests` fails with a ``DCError`` whose description is one line.
+    /// - each of `failingRequests` fails with a `DCError` whose description is one line.
     public static func check(
         _ provider: any CredentialProvider, request: ProviderRequest, failingRequests: [ProviderRequest] = [],
         validateProfiles: Bool = true, trustAnchors: [Certificate] = []

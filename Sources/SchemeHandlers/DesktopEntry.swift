@@ -35,7 +35,7 @@ public struct DesktopEntry: Sendable, Equatable {
     }
 
     /// The command line for opening `url`, as an argv array (Desktop Entry spec, "The Exec key"):
-    /// double-quoted arguments with `\"`, `` \` ``, `\$`, `\\` escapes; `%u`/`%U`/`%f`/`%F` become
+    /// double-quoted arguments with `\"`, a backslash before a backquote, `\$`, `\\` escapes; `%u`/`%U`/`%f`/`%F` become
     /// the URL as one argument; `%%` is `%`; other field codes are dropped. Never a shell.
     public func arguments(for url: String) throws -> [String] {
         var arguments: [String] = []

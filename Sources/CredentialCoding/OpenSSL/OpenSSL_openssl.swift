@@ -1,7 +1,7 @@
 internal import COpenSSL
 import DerivedCredentials
 
-/// OpenSSL's error queue, drained into a value. Carried as a ``DCError``'s `underlying` cause.
+/// OpenSSL's error queue, drained into a value. Carried as a `DCError`'s `underlying` cause.
 public struct OpenSSLError: Error, Sendable, CustomStringConvertible {
     /// Reason strings, oldest first, e.g. `error:1C800064:Provider routines::bad decrypt`.
     public let reasons: [String]

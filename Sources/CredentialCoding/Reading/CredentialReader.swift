@@ -9,7 +9,7 @@ import Logging
 /// Where OpenSSL is lenient the reader refuses: trailing bytes, BER, two keys in one file, a key
 /// that does not match its certificate, MAC-less PKCS#12, hostile iteration counts, explicit curve
 /// parameters, unknown algorithms, wrong PEM labels, broken base64, NUL bytes, missing END lines.
-/// Every refusal is a ``DCError`` whose subject is the input.
+/// Every refusal is a `DCError` whose subject is the input.
 public struct CredentialReader: Sendable {
     public var passphrase: any PassphraseSource
     public var limits: ReadLimits

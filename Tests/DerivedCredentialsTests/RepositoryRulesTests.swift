@@ -3,7 +3,7 @@ import Testing
 
 /// The repository stands alone: nothing in it (README, docs, code, comments, samples, scripts)
 /// points at a file outside it. The design is explained in docs/ in the project's own words.
-@Suite("The repository stands alone", .timeLimit(.minutes(1)))
+@Suite("The repository stands alone", .timeLimit(.minutes(3)))
 struct RepositoryRulesTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path

@@ -5,7 +5,7 @@ import Testing
 /// a new test cannot quietly break them: each suite has a time limit, no test function lives
 /// outside a suite, no test returns early from a failed match, and no test starts a process
 /// without the bounded runner or hands a child the test process's own environment.
-@Suite("The test suite's own rules", .timeLimit(.minutes(1)))
+@Suite("The test suite's own rules", .timeLimit(.minutes(3)))
 struct TestSuiteRulesTests {
     /// Every Swift file under Tests/, except TestSupport (which implements the runner and the sandbox).
     static let testFiles: [(path: String, text: String)] = {

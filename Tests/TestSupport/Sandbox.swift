@@ -10,8 +10,8 @@ import Foundation
 /// process's own `XDG_*` at sentinel directories and fails if anything appears in them.)
 ///
 /// The environment is minimal: the sandbox's directories, `PATH`, `LANG`, `TMPDIR`, and
-/// `SOFTHSM2_CONF` when the SoftHSM fixture has set it, plus what the test adds. Nothing else of
-/// the test process's environment reaches the child.
+/// `SOFTHSM2_CONF` when the SoftHSM fixture has set it, the sanitizers' settings when set, plus
+/// what the test adds. Nothing else of the test process's environment reaches the child.
 public struct Sandbox: Sendable {
     /// The temporary directory that holds everything.
     public let directory: TemporaryDirectory
@@ -57,6 +57,10 @@ public struct Sandbox: Sendable {
         environment["LANG"] = "C.UTF-8"
         environment["TMPDIR"] = inherited["TMPDIR"] ?? "/tmp"
         if let softHSM = inherited["SOFTHSM2_CONF"] { environment["SOFTHSM2_CONF"] = softHSM }
+        // A sanitizer run (ASan, LSan, UBSan builds) configures the programs the tests start alike.
+        for key in ["ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"] {
+            if let value = inherited[key] { environment[key] = value }
+        }
         return environment.merging(extra) { $1 }
     }
 

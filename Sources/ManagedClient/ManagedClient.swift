@@ -195,7 +195,8 @@ public struct ManagedClient: Sendable {
         public var request: String
         /// `ok` when the credential was installed, `invalid` when it failed validation and was not.
         public var status: String
-        /// The MAC-authenticated `<provider-scheme>:/result?…` URL to open; for a replay, the one recorded the first time.
+        /// The MAC-authenticated `<provider-scheme>:/result?…` URL to open; for a replay, the one
+        /// recorded the first time.
         public var resultURL: String?
         /// True when the request was handled before and its recorded result is returned; nothing was installed now.
         public var replay: Bool

@@ -20,7 +20,7 @@ public struct InspectionReport: Sendable, Codable {
         public var findings: [Finding]
     }
 
-    /// One row per pair: entries in tag order, each current pair before its key history.
+    /// One row per pair: entries in the order given, each current pair before its key history.
     public var rows: [Row]
     /// Findings about the credential as a whole (no tag).
     public var findings: [Finding]

@@ -12,11 +12,11 @@ import Foundation
 /// atomically if the name exists, and a clash rolls back what was already published. A full disk,
 /// a size limit or a permission problem while staging leaves the directory as it was.
 public struct AtomicFileSet {
-    /// What one file holds: plain bytes, or a secret that is written straight from its locked buffer.
+    /// What one file holds: plain bytes, or a secret that is written from its own buffer.
     public enum Contents: Sendable {
         /// Bytes that are not secret, such as a certificate.
         case bytes([UInt8])
-        /// A secret, such as a private key; no unprotected copy is made while writing it.
+        /// A secret, such as a private key; writing it makes no copy of the bytes.
         case secret(SecretBytes)
     }
 

@@ -30,7 +30,7 @@ public enum ChildProcess {
     public enum Termination: Sendable, Equatable {
         /// It exited with this status (0–255).
         case exited(Int32)
-        /// A signal with this number killed it; SIGKILL (9) after a timeout, an overflow or a cancellation.
+        /// A signal with this number killed it; SIGKILL (9) after a timeout or an output overflow.
         case signaled(Int32)
     }
 

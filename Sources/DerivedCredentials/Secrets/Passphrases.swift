@@ -34,7 +34,7 @@ extension PassphraseSource where Self == NoPassphrase {
 /// A secret from an environment variable the user named (`--pin-env NAME`): the user chose to
 /// put it there; this toolkit never puts a secret into any environment.
 public struct EnvironmentSecret: PassphraseSource {
-    /// The name of the environment variable, such as `DC_PIN`; not its value.
+    /// The name of the environment variable the user chose; never its value.
     public let name: String
     /// A source that reads the variable `name` when asked, not now.
     public init(name: String) { self.name = name }

@@ -12,14 +12,20 @@ import Foundation
 /// parsed strictly and every certificate and key goes through the same strict reader as files.
 /// Its stderr is passed on, line by line, with control characters escaped.
 public struct ExecProvider: CredentialProvider {
+    /// The plug-in executable, run directly with no arguments.
     public let path: String
+    /// A local descriptor (`exec:PATH` unless an id was given) with no options;
+    /// ``describe()`` asks the plug-in for its own.
     public let descriptor: ProviderDescriptor
+    /// The timeout and output caps of each run of the plug-in.
     public var limits: ChildProcess.Limits
     /// Receives the plug-in's stderr, one escaped line at a time.
     public var stderrHandler: @Sendable (String) -> Void
 
+    /// The file-name prefix that makes an executable on `DCPROVISION_PROVIDER_PATH` a provider: `dcprovider-NAME`.
     public static let namePrefix = "dcprovider-"
 
+    /// A provider for the executable at `path`, known as `id` (default `exec:PATH`); nothing runs until it is asked.
     public init(
         path: String, id: String? = nil, limits: ChildProcess.Limits = ChildProcess.Limits(),
         stderrHandler: @escaping @Sendable (String) -> Void = ExecProvider.writeToStandardError
@@ -33,6 +39,7 @@ public struct ExecProvider: CredentialProvider {
             options: [])
     }
 
+    /// Writes `line` and a newline to this process's standard error: the default ``stderrHandler``.
     @Sendable public static func writeToStandardError(_ line: String) {
         FileHandle.standardError.write(Data((line + "\n").utf8))
     }

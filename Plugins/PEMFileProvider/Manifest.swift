@@ -21,13 +21,18 @@ import Foundation
 /// `--classify`). `name` and `serialNumber` are optional suggestions. Unknown keys are refused, so
 /// a typo does not pass silently.
 public struct Manifest: Sendable, Decodable {
+    /// One entry of `entries`: a certificate file, an optional key file and an optional tag.
     public struct Entry: Sendable, Decodable {
+        /// The tag, read case-insensitively; nil to classify the file.
         public var tag: CredentialTag?
+        /// The certificate file, relative to the manifest's directory unless absolute.
         public var certificate: String
+        /// A separate key file, relative to the manifest's directory unless absolute.
         public var key: String?
 
         enum CodingKeys: String, CodingKey, CaseIterable { case tag, certificate, key }
 
+        /// Decodes an entry, refusing unknown keys and unknown tags with a `DecodingError`.
         public init(from decoder: any Decoder) throws {
             try Manifest.refuseUnknownKeys(decoder, known: CodingKeys.allCases.map(\.rawValue))
             let container = try decoder.container(keyedBy: CodingKeys.self)
@@ -43,13 +48,18 @@ public struct Manifest: Sendable, Decodable {
         }
     }
 
+    /// The manifest format version; only 1 is accepted.
     public var version: Int
+    /// A suggested credential name.
     public var name: String?
+    /// A suggested credential serial number.
     public var serialNumber: String?
+    /// The files, in the order given.
     public var entries: [Entry]
 
     enum CodingKeys: String, CodingKey, CaseIterable { case version, name, serialNumber, entries }
 
+    /// Decodes a manifest, refusing unknown keys with a `DecodingError`; ``load(_:)`` turns that into a ``DCError``.
     public init(from decoder: any Decoder) throws {
         try Self.refuseUnknownKeys(decoder, known: CodingKeys.allCases.map(\.rawValue))
         let container = try decoder.container(keyedBy: CodingKeys.self)

@@ -10,8 +10,10 @@ import Foundation
 /// certificates are ordered the same way: the newest is the encryption entry, the rest go to
 /// escrow. Any other tag given twice is an error naming both files.
 public struct PEMFileProvider: CredentialProvider {
+    /// The provider; it has no state.
     public init() {}
 
+    /// Id `pem`, with the repeatable options `pem` and `classify` and the single option `manifest`.
     public let descriptor = ProviderDescriptor(
         id: "pem", displayName: "PEM, DER and PKCS#12 files", version: "1",
         options: [
@@ -23,6 +25,8 @@ public struct PEMFileProvider: CredentialProvider {
                 name: "classify", summary: "CERT[,KEY]: a file whose tag is read from its key usage", repeatable: true),
         ])
 
+    /// Reads every file named by the request's options, tags or classifies each, and assembles the
+    /// entries. Throws ``DCError/Code/usage`` when no file is given, and the reader's errors for a bad file.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         var sources = try request.values("pem").map { try FileSource(argument: $0) }

@@ -5,19 +5,29 @@ import Foundation
 
 /// A token in a slot, as `dcprovision tokens` shows it.
 public struct TokenInfo: Sendable, Codable, Hashable {
+    /// The module holding the token, as it was named: a p11-kit name or an absolute path.
     public var module: String
+    /// The PKCS#11 slot id within that module.
     public var slot: UInt
+    /// The token label (CK_TOKEN_INFO), trailing padding removed.
     public var label: String
+    /// The token's manufacturer id, trailing padding removed.
     public var manufacturer: String
+    /// The token's model, trailing padding removed.
     public var model: String
+    /// The token's serial number as the token reports it, trailing padding removed.
     public var serialNumber: String
     /// False for an empty slot waiting for `C_InitToken` (SoftHSM's free slot).
     public var initialized: Bool
+    /// CKF_LOGIN_REQUIRED: private objects need a PIN (or the PIN pad).
     public var loginRequired: Bool
     /// The token has its own PIN pad: log in with no PIN.
     public var protectedAuthenticationPath: Bool
+    /// CKF_USER_PIN_COUNT_LOW: a wrong user PIN was entered since the last successful login.
     public var userPINCountLow: Bool
+    /// CKF_USER_PIN_FINAL_TRY: one more wrong PIN locks the token; logging in then needs explicit consent.
     public var userPINFinalTry: Bool
+    /// CKF_USER_PIN_LOCKED: the user PIN is locked and no login is tried.
     public var userPINLocked: Bool
     /// The RFC 7512 URI of the token.
     public var uri: String
@@ -30,14 +40,20 @@ public struct TokenObject: Sendable, Codable, Hashable {
     public var kind: String
     /// CKA_ID in lowercase hex (PIV: 01 authentication, 02 signing, 03 key management).
     public var id: String
+    /// CKA_LABEL as UTF-8; may be empty.
     public var label: String
     /// `EC` or `RSA` for keys; the key algorithm of a certificate.
     public var keyType: String?
+    /// The key size in bits: the RSA modulus, or the curve size (256 for P-256); nil for EC key objects,
+    /// which carry no size attribute, and for objects that are not keys or certificates.
     public var keyBits: Int?
+    /// CKA_SENSITIVE of a key: its value cannot be read in plain; nil for other objects.
     public var sensitive: Bool?
+    /// CKA_EXTRACTABLE of a key: it may leave the token (wrapped); nil for other objects.
     public var extractable: Bool?
     /// For certificates: the subject, RFC 4514.
     public var subject: String?
+    /// The RFC 7512 URI of the object (token, type, id and label): what `tag=` and `objects` take.
     public var uri: String
 }
 

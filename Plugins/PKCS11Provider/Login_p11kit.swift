@@ -6,11 +6,14 @@ import Foundation
 /// before `C_Login`; a locked PIN is refused, the final try is refused unless allowed, a low
 /// count is reported; a wrong PIN is never retried; a PIN pad logs in with no PIN.
 public struct LoginPolicy: Sendable {
+    /// Where the user PIN comes from; asked at most once, only when the token needs a PIN, never retried.
     public var pin: any PassphraseSource
+    /// Whether to log in when the token reports that one more wrong PIN locks it; refused by default.
     public var allowFinalPINTry: Bool
     /// Receives warnings (a low PIN count) for the user.
     public var warn: @Sendable (String) -> Void
 
+    /// A policy that reads the PIN from `pin`; by default the final try is refused and warnings are dropped.
     public init(
         pin: any PassphraseSource, allowFinalPINTry: Bool = false, warn: @escaping @Sendable (String) -> Void = { _ in }
     ) {

@@ -4,9 +4,12 @@ import Foundation
 
 /// A failed PKCS#11 call: the function and its `CKR_` value (as Rust `cryptoki` keeps them).
 public struct PKCS11Error: Error, Sendable, CustomStringConvertible {
+    /// The PKCS#11 function that failed, such as `C_Login`.
     public var function: String
+    /// The `CK_RV` it returned, such as 0xA0 (`CKR_PIN_INCORRECT`).
     public var returnValue: UInt
 
+    /// `C_Login returned CKR_PIN_INCORRECT`; unknown values as `CKR_0x…`.
     public var description: String { "\(function) returned \(Self.name(returnValue))" }
 
     static func name(_ value: UInt) -> String {

@@ -16,8 +16,10 @@ import Foundation
 /// card's keys normally cannot leave it — then ``prove(_:challenge:)`` lets a CA derive a
 /// credential instead (SP 800-157, the `derive` provider).
 public struct PKCS11Provider: PossessionProvider {
+    /// The provider; it has no state. Modules are loaded on first use, once per process.
     public init() {}
 
+    /// Id `pkcs11`: the required `uri`, and `module`, `layout`, `tag` and `allow-final-pin-try`.
     public let descriptor = ProviderDescriptor(
         id: "pkcs11", displayName: "PKCS#11 token (smart card) through p11-kit", version: "1",
         options: [
@@ -33,6 +35,9 @@ public struct PKCS11Provider: PossessionProvider {
                 summary: "true: try the PIN even when one more wrong PIN would lock the token"),
         ])
 
+    /// Reads the selected certificates and exports each one's private key as PKCS#8; suggests the
+    /// first certificate's common name and serial number, and the earliest non-escrow expiry. Throws
+    /// ``DCError/Code/keyNotExtractable`` when a key cannot leave the token.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()

@@ -17,20 +17,27 @@ public enum NegativeProfile: String, Sendable, CaseIterable, Codable {
 
 /// What to issue.
 public struct TestCAIssueRequest: Sendable {
+    /// The subject's commonName in the default subject.
     public var commonName: String
     /// The subject to use instead of `O=<organization>, OU=Derived PIV, CN=<commonName>` (for example
     /// a smart card certificate's subject, copied byte for byte).
     public var subject: DistinguishedName?
     /// nil: the CA's algorithm.
     public var algorithm: KeyAlgorithm?
+    /// The tags to issue, each at most once; at least one.
     public var tags: [CredentialTag]
     /// Retired escrow pairs (0–20), newest first, each expired, 90 days apart.
     public var escrowHistory: Int
+    /// Certificate lifetime in days from ``now``, at least 1, cut at the issuing CA's own expiry.
     public var validityDays: Int
+    /// An rfc822Name added to each certificate's subjectAltName.
     public var email: String?
+    /// A deliberately broken profile for the authentication entry; nil for a valid credential.
     public var negative: NegativeProfile?
+    /// The issue time; certificates start 60 seconds before it, to tolerate clock skew.
     public var now: Date
 
+    /// A request with these settings; by default `Test User`, all four tags, no history, 365 days.
     public init(
         commonName: String = "Test User", subject: DistinguishedName? = nil, algorithm: KeyAlgorithm? = nil,
         tags: [CredentialTag] = CredentialTag.allCases, escrowHistory: Int = 0, validityDays: Int = 365,

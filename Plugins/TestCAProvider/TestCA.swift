@@ -16,16 +16,25 @@ import Foundation
 /// It issues four-tag derived credentials following the FPKI derived-PIV profiles.
 /// The CA keys are unencrypted: this CA is for tests and must never be trusted for anything else.
 public struct TestCA: Sendable {
+    /// What `testca.json` holds.
     public struct Metadata: Codable, Sendable {
+        /// The directory format version; only 1 is opened.
         public var version: Int
+        /// The algorithm of the CA keys, and of issued keys unless a request names another.
         public var algorithm: KeyAlgorithm
+        /// The organization (`O=`) of the CA names and of issued subjects.
         public var organization: String
+        /// When the CA was created.
         public var created: Date
     }
 
+    /// The CA's directory, as given.
     public let directory: String
+    /// The contents of `testca.json`.
     public let metadata: Metadata
+    /// The self-signed root certificate (`root.pem`): the trust anchor for what this CA issues.
     public let rootCertificate: Certificate
+    /// The issuing CA certificate (`issuing.pem`), signed by the root; it signs every credential.
     public let issuingCertificate: Certificate
     let issuer: CertificateSigner
     let issuingNotAfter: Date

@@ -5,8 +5,11 @@ import Foundation
 /// The test CA as a provider (id `testca`): each call issues a fresh four-tag credential from the
 /// CA in the `dir` option.
 public struct TestCAProvider: CredentialProvider {
+    /// The provider; it has no state. The CA is opened from `dir` on each call.
     public init() {}
 
+    /// Id `testca`: the required `dir`, and `common-name`, `key-algorithm`, `escrow-history`,
+    /// `validity-days`, `email` and `negative`.
     public let descriptor = ProviderDescriptor(
         id: "testca", displayName: "Test CA (for CI; never trust it)", version: "1",
         options: [
@@ -24,6 +27,8 @@ public struct TestCAProvider: CredentialProvider {
                     + NegativeProfile.allCases.map(\.rawValue).joined(separator: ", ")),
         ])
 
+    /// Opens the CA in `dir` and issues a fresh credential with new keys. Throws
+    /// ``DCError/Code/fileNotFound`` if `dir` is not a test CA, ``DCError/Code/usage`` for a bad option.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()

@@ -7,9 +7,13 @@ import Foundation
 /// can send now, and sends a credential sealed to the client, completing when the client's
 /// authenticated result arrives.
 public struct CredentialService: Sendable {
+    /// The provider's name as users know it; never empty.
     public let brand: String
+    /// The provider's own URL scheme, lowercased; results and `new` requests come back on it.
     public let callbackScheme: String
+    /// The XDG directories registrations and the request ledger are found in.
     public let locations: DeliveryLocations
+    /// The record of this provider's requests, in `$XDG_STATE_HOME/dcprovision/requests`.
     public var ledger: RequestLedger
     /// How a delivery URL is opened: the scheme-handler launcher, injected so that the library
     /// does not depend on how handlers are found. Arguments: URL, client registration.
@@ -89,7 +93,9 @@ public struct CredentialService: Sendable {
 
     /// What a send did, step by step, for people.
     public struct Receipt: Sendable {
+        /// The request id of the send: 32 lowercase hex digits.
         public var request: String
+        /// One line per step taken, in order, as passed to `progress`.
         public var steps: [String]
     }
 

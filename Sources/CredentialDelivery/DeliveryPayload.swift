@@ -5,16 +5,21 @@ import Foundation
 /// What travels sealed in the spool file: the credential and everything that binds it to one
 /// request. Encoded canonically (see ``encode()``) and sealed with `Sealing`.
 public struct DeliveryPayload: Sendable {
+    /// The payload format version, written as `"v":1`.
     public static let version = 1
 
+    /// The request id the payload answers: 32 lowercase hex digits, also in the delivery URL.
     public var requestId: String
+    /// The id of the client the payload is sealed to.
     public var clientId: String
     /// Whole seconds since 1970.
     public var issuedAt: Date
     /// The key the client MACs its result with (32 random bytes).
     public var resultKey: SecretBytes
+    /// The credential delivered, private keys included; its keys redact themselves.
     public var credential: Credential
 
+    /// A payload with these fields; `issuedAt` is rounded down to whole seconds.
     public init(requestId: String, clientId: String, issuedAt: Date, resultKey: SecretBytes, credential: Credential) {
         self.requestId = requestId
         self.clientId = clientId

@@ -15,14 +15,21 @@ import Foundation
 /// - `<provider-scheme>:/available?v=1&client=ID` — the client's secure services became
 ///   available: queued deliveries may go now.
 public enum DeliveryMessage: Sendable, Equatable {
+    /// A client asks its provider for a credential, under a fresh request id.
     case new(client: String, request: String)
+    /// A client's secure services became available; queued deliveries to it may go.
     case available(client: String)
+    /// A provider tells a client that `<request>.cms` is in its spool, with this SHA-256 in hex.
     case deliver(client: String, request: String, digest: String)
+    /// A client answers a delivery with a status (`ok` or an error name) and its HMAC-SHA-256 in hex.
     case result(request: String, status: String, mac: String)
 
+    /// The protocol version every URL carries as `v=1`; any other is refused.
     public static let version = "1"
+    /// The longest URL parsed, in UTF-8 bytes; longer ones are refused before anything else is read.
     public static let maximumLength = 512
 
+    /// The URL path without its slash: `new`, `available`, `deliver` or `result`.
     public var path: String {
         switch self {
         case .new: "new"

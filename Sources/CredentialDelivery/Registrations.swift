@@ -4,10 +4,15 @@ import Foundation
 
 /// Where the toolkit keeps things, from the XDG base directories of an environment.
 public struct DeliveryLocations: Sendable {
+    /// `$XDG_DATA_HOME`, or `~/.local/share` when it is unset or not absolute.
     public var dataHome: String
+    /// `$XDG_STATE_HOME`, or `~/.local/state` when it is unset or not absolute.
     public var stateHome: String
+    /// `$XDG_CONFIG_HOME`, or `~/.config` when it is unset or not absolute.
     public var configHome: String
 
+    /// Locations from `environment`: relative values are ignored, as the XDG specification says, and
+    /// `HOME` falls back to the account's home directory.
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
         let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
         func value(_ name: String, _ fallback: String) -> String {
@@ -20,7 +25,9 @@ public struct DeliveryLocations: Sendable {
 
     /// Published registrations: `$XDG_DATA_HOME/derived-credentials/{clients,providers}/<scheme>.json`.
     public var registrations: String { dataHome + "/derived-credentials" }
+    /// The path of the registration a client publishes for `scheme`.
     public func clientRegistration(_ scheme: String) -> String { registrations + "/clients/\(scheme).json" }
+    /// The path of the registration a provider publishes for `scheme`.
     public func providerRegistration(_ scheme: String) -> String { registrations + "/providers/\(scheme).json" }
 }
 
@@ -30,7 +37,9 @@ public struct DeliveryLocations: Sendable {
 public struct ClientRegistration: Codable, Sendable, Equatable {
     /// The delivery protocol this client speaks (support is `oldClient` below ``currentProtocol``).
     public var protocolVersion: Int
+    /// The client's id, as its URLs carry it; URLs parse only ids of lowercase letters, digits and `-`.
     public var clientId: String
+    /// The client's URL scheme, lowercase; deliveries are opened on it.
     public var scheme: String
     /// The handler that must receive deliveries (anything else claiming the scheme is a hijack).
     public var executable: String
@@ -41,8 +50,10 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
     /// A JSON file `{"servicesAvailable": true|false}` the client keeps current (lock/unlock).
     public var status: String
 
+    /// The delivery protocol version this build speaks.
     public static let currentProtocol = 1
 
+    /// A registration for a client speaking `protocolVersion`; `certificate` is stored as base64 DER.
     public init(
         protocolVersion: Int = currentProtocol, clientId: String, scheme: String, executable: String,
         certificate: Certificate, spool: String, status: String
@@ -56,6 +67,8 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
         self.status = status
     }
 
+    /// The certificate to seal payloads to, decoded and read strictly. Throws ``DCError/Code/invalid``
+    /// if it is not base64, or the reader's error if it is not one DER certificate.
     public func sealingCertificate() throws -> Certificate {
         guard let der = Data(base64Encoded: certificate) else {
             throw DCError(
@@ -76,10 +89,14 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
 
 /// What a provider publishes so that a client can send to it and detect a hijacked scheme.
 public struct ProviderRegistration: Codable, Sendable, Equatable {
+    /// The provider's URL scheme, lowercase; `new` and result URLs are opened on it.
     public var scheme: String
+    /// The provider's name as users know it.
     public var brand: String
+    /// The handler that must receive the provider's URLs (anything else claiming the scheme is a hijack).
     public var executable: String
 
+    /// A registration with these fields as given.
     public init(scheme: String, brand: String, executable: String) {
         self.scheme = scheme
         self.brand = brand
@@ -89,6 +106,8 @@ public struct ProviderRegistration: Codable, Sendable, Equatable {
 
 /// Reading and writing registration files.
 public enum Registrations {
+    /// Writes `value` as pretty JSON with sorted keys to `path` (0644), atomically, replacing what was
+    /// there and creating the directory if needed. Throws the ``AtomicFileSet`` errors.
     public static func publish<T: Encodable>(_ value: T, at path: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
@@ -119,5 +138,6 @@ public enum Registrations {
         return value
     }
 
+    /// Removes the file at `path`, if any; never fails.
     public static func remove(at path: String) { unlink(path) }
 }

@@ -6,17 +6,22 @@ import Foundation
 /// (`$XDG_STATE_HOME/dcprovision/requests`). It holds the result key, so a result callback can be
 /// authenticated, and the outcome, so a request id completes once and a replayed result is refused.
 public struct RequestLedger: Sendable {
+    /// One request, as stored in `<request>.json`.
     public struct Record: Codable, Sendable {
+        /// The request id: 32 lowercase hex digits.
         public var request: String
+        /// The scheme of the client the request belongs to.
         public var clientScheme: String
         /// The credential sent; empty while a client's request is being answered (reserved).
         public var credentialName: String
+        /// When the request was recorded; the time limit counts from here.
         public var created: Date
         /// base64 of the result MAC key; nil while reserved, removed once the result is in.
         public var resultKey: String?
         /// nil while pending; then `ok` or the client's error status, or ``notSent`` when the
         /// provider could not issue or send what a client asked for.
         public var outcome: String?
+        /// When the result was accepted; nil while pending.
         public var completed: Date?
         /// The MAC of the accepted result, to recognise the same result sent again (a retry).
         public var acceptedMAC: String?
@@ -24,6 +29,7 @@ public struct RequestLedger: Sendable {
         /// availability notification.
         public var queuedURL: String?
 
+        /// A record of a new request, pending: no outcome, no completion, nothing queued.
         public init(request: String, clientScheme: String, credentialName: String, created: Date, resultKey: String?) {
             self.request = request
             self.clientScheme = clientScheme
@@ -33,10 +39,12 @@ public struct RequestLedger: Sendable {
         }
     }
 
+    /// The directory holding one `<request>.json` per request; created (0700) on the first write.
     public let directory: String
     /// How long a request id stays valid.
     public var timeLimit: TimeInterval = 600
 
+    /// A ledger kept in `directory`; nothing is read or created until it is used.
     public init(directory: String) {
         self.directory = directory
     }
@@ -88,6 +96,7 @@ public struct RequestLedger: Sendable {
         try files.commit(replacingExisting: replacing)
     }
 
+    /// The record of `request`, or nil when there is none or it cannot be decoded.
     public func record(_ request: String) -> Record? {
         guard let data = FileManager.default.contents(atPath: path(request)) else { return nil }
         let decoder = JSONDecoder()

@@ -8,13 +8,17 @@ import Foundation
 /// symlink), owned by the client's user, readable by nobody else, under the size cap, and its
 /// SHA-256 is the digest in the delivery URL.
 public struct Spool: Sendable {
+    /// The spool directory; created (0700) on the first write.
     public let directory: String
+    /// The largest sealed payload written or read: 8 MiB.
     public static let maximumFileSize = 8 << 20
 
+    /// The spool in `directory`; nothing touches the disk until it is used.
     public init(directory: String) {
         self.directory = directory
     }
 
+    /// Where the payload for `request` is (or would be): `<directory>/<request>.cms`.
     public func path(request: String) -> String { (directory as NSString).appendingPathComponent("\(request).cms") }
 
     /// Writes a sealed payload; returns its SHA-256 as hex.
@@ -94,5 +98,6 @@ public struct Spool: Sendable {
         return sealed
     }
 
+    /// Deletes the payload for `request`, if any; never fails.
     public func remove(request: String) { unlink(path(request: request)) }
 }

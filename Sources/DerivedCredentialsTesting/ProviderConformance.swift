@@ -16,17 +16,27 @@ import Foundation
 /// }
 /// ```
 public enum ProviderConformance {
+    /// One check that failed, and why.
     public struct Failure: Sendable, CustomStringConvertible {
+        /// The check's name, a sentence such as `each tag appears once`.
         public var check: String
+        /// What was wrong, for a person: the provider's error or the value that broke the rule.
         public var message: String
+        /// `check: message`.
         public var description: String { "\(check): \(message)" }
     }
 
+    /// The outcome of ``check(_:request:failingRequests:validateProfiles:trustAnchors:)``: every check by name.
     public struct Report: Sendable, CustomStringConvertible {
+        /// The id of the provider checked.
         public var provider: String
+        /// The names of the checks that passed, in the order they ran.
         public var passed: [String] = []
+        /// The checks that failed, in the order they ran.
         public var failures: [Failure] = []
+        /// True when no check failed.
         public var isConforming: Bool { failures.isEmpty }
+        /// A summary line with the counts, then one `✘ check: message` line per failure.
         public var description: String {
             (["\(provider): \(passed.count) checks passed, \(failures.count) failed"] + failures.map { "  ✘ \($0)" })
                 .joined(separator: "\n")

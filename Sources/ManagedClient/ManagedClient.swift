@@ -18,12 +18,15 @@ import Foundation
 ///   run/store.key                 the store key — only while unlocked
 /// ```
 public struct ManagedClient: Sendable {
+    /// The client's directory, `$XDG_DATA_HOME/dcclient`; everything it keeps is under it.
     public let base: String
+    /// The XDG directories the client lives in and publishes its registration to.
     public let locations: DeliveryLocations
     static let iterations = 200_000
     /// How long a delivery stays acceptable after the provider issued it.
     public static let requestTimeLimit: TimeInterval = 600
 
+    /// The client kept under `locations`; nothing is read or created until it is used.
     public init(locations: DeliveryLocations = DeliveryLocations()) {
         self.locations = locations
         base = locations.dataHome + "/dcclient"
@@ -33,6 +36,7 @@ public struct ManagedClient: Sendable {
     var spool: Spool { Spool(directory: base + "/spool") }
     var statusFile: String { base + "/status.json" }
     var runKey: String { base + "/run/store.key" }
+    /// `store/client.json`: the client id and the two schemes; its presence means the client is set up.
     public var configFile: String { store + "/client.json" }
 
     struct Config: Codable {
@@ -150,6 +154,7 @@ public struct ManagedClient: Sendable {
         try publishStatus(available: false)
     }
 
+    /// Whether the store key is in `run/`, so deliveries can be installed and the credential read.
     public var isUnlocked: Bool { FileManager.default.fileExists(atPath: runKey) }
 
     func publishStatus(available: Bool) throws {
@@ -186,10 +191,16 @@ public struct ManagedClient: Sendable {
 
     /// The outcome of handling a delivery URL, and the result URL to send back (if any).
     public struct Handled: Sendable {
+        /// The request id of the delivery: 32 lowercase hex digits.
         public var request: String
+        /// `ok` when the credential was installed, `invalid` when it failed validation and was not.
         public var status: String
+        /// The MAC-authenticated `<provider-scheme>:/result?…` URL to open; for a replay, the one
+        /// recorded the first time.
         public var resultURL: String?
+        /// True when the request was handled before and its recorded result is returned; nothing was installed now.
         public var replay: Bool
+        /// The delivered credential's name; nil for a replay.
         public var credentialName: String?
     }
 
@@ -269,7 +280,9 @@ public struct ManagedClient: Sendable {
             .credential
     }
 
+    /// The client's URL scheme, or nil when the client is not set up.
     public var scheme: String? { try? config().scheme }
+    /// The provider's URL scheme the client asks and answers on, or nil when the client is not set up.
     public var providerScheme: String? { try? config().providerScheme }
 
     func bytes(_ path: String) throws -> [UInt8] {

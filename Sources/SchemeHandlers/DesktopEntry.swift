@@ -3,10 +3,15 @@ import Foundation
 
 /// The parts of a `.desktop` file (Desktop Entry spec) that matter for URL-scheme handlers.
 public struct DesktopEntry: Sendable, Equatable {
+    /// The desktop file ID, such as `dc-org.example.provider.desktop`.
     public var id: String
+    /// The file the entry was read from.
     public var path: String
+    /// The `Exec` value as written, field codes and quoting included; see ``arguments(for:)``.
     public var exec: String
+    /// The `MimeType` list, such as `x-scheme-handler/org.example.provider`.
     public var mimeTypes: [String]
+    /// `Hidden=true`: the entry counts as deleted and is never chosen.
     public var hidden: Bool
 
     /// Parses the `[Desktop Entry]` group; nil if it is not a usable application entry.

@@ -5,8 +5,10 @@ import Foundation
 /// MIME types in `.desktop` files, defaults in `mimeapps.list`), headless and without xdg-utils:
 /// Debian's `xdg-open` ignores scheme handlers without `DISPLAY` and misreads schemes with digits.
 public struct SchemeHandlers: Sendable {
+    /// Where handlers are installed, defaults written and lookups made.
     public var directories: XDGDirectories
 
+    /// Handlers in `directories`; the process's own XDG directories by default.
     public init(directories: XDGDirectories = XDGDirectories()) {
         self.directories = directories
     }
@@ -27,6 +29,7 @@ public struct SchemeHandlers: Sendable {
     }
 
     static func mimeType(_ scheme: String) -> String { "x-scheme-handler/\(scheme)" }
+    /// The desktop file ID this toolkit installs for `scheme`: `dc-<scheme>.desktop`.
     public static func desktopID(_ scheme: String) -> String { "dc-\(scheme).desktop" }
 
     // MARK: - Registration
@@ -121,8 +124,11 @@ public struct SchemeHandlers: Sendable {
         case fallback
     }
 
+    /// The handler found for a scheme and how it was chosen.
     public struct Resolved: Sendable, Equatable {
+        /// The handler's desktop entry.
         public var entry: DesktopEntry
+        /// Whether it was an explicit default or only a fallback (which callers may refuse as a possible hijack).
         public var choice: Choice
     }
 

@@ -3,8 +3,10 @@ import Foundation
 
 /// Key algorithms the toolkit generates (the derived-PIV profiles allow these).
 public enum KeyAlgorithm: String, Sendable, Hashable, Codable, CaseIterable, CustomStringConvertible {
+    /// The NIST curves P-256 and P-384, and RSA with 2048- or 3072-bit moduli (exponent 65537).
     case p256, p384, rsa2048, rsa3072
 
+    /// The name people read, such as `EC P-256` or `RSA 3072`.
     public var description: String {
         switch self {
         case .p256: "EC P-256"
@@ -14,26 +16,32 @@ public enum KeyAlgorithm: String, Sendable, Hashable, Codable, CaseIterable, Cus
         }
     }
 
+    /// Whether this is an elliptic-curve algorithm (P-256, P-384) rather than RSA.
     public var isEC: Bool { self == .p256 || self == .p384 }
 }
 
 /// An X.500 name as an ordered list of attributes, most significant first (`O=…`, then `CN=…`).
 public struct DistinguishedName: Sendable, Hashable, Codable, CustomStringConvertible {
+    /// One `type=value` pair of a name.
     public struct Attribute: Sendable, Hashable, Codable {
         /// A short name OpenSSL knows (`C`, `O`, `OU`, `CN`, `serialNumber`, `UID`, …) or a dotted OID.
         public var type: String
+        /// The value, as UTF-8 text.
         public var value: String
 
+        /// An attribute of `type` (a short name or dotted OID) with `value`.
         public init(_ type: String, _ value: String) {
             self.type = type
             self.value = value
         }
     }
 
+    /// The attributes, most significant first; empty when the name is held as ``der``.
     public var attributes: [Attribute]
     /// The DER encoding, when the name was copied from a certificate (kept byte for byte).
     public var der: [UInt8]?
 
+    /// A name built from `attributes`, most significant first.
     public init(_ attributes: [Attribute]) {
         self.attributes = attributes
         self.der = nil
@@ -45,6 +53,7 @@ public struct DistinguishedName: Sendable, Hashable, Codable, CustomStringConver
         self.der = der
     }
 
+    /// `O=Example,CN=Alice` for attributes, or the size only for a name held as DER.
     public var description: String {
         der != nil
             ? "<DER name, \(der!.count) bytes>" : attributes.map { "\($0.type)=\($0.value)" }.joined(separator: ",")
@@ -53,7 +62,9 @@ public struct DistinguishedName: Sendable, Hashable, Codable, CustomStringConver
 
 /// A subjectAltName entry.
 public enum SubjectAlternativeName: Sendable, Hashable, Codable {
+    /// A uniformResourceIdentifier, such as `urn:uuid:…`.
     case uri(String)
+    /// An rfc822Name: an email address.
     case email(String)
     /// A Microsoft user principal name (otherName 1.3.6.1.4.1.311.20.2.3), used for smart-card logon.
     case userPrincipalName(String)
@@ -61,10 +72,13 @@ public enum SubjectAlternativeName: Sendable, Hashable, Codable {
 
 /// Everything that goes into a certificate apart from its keys.
 public struct CertificateProfile: Sendable, Hashable {
+    /// The subject name; the issuer's name comes from the signer.
     public var subject: DistinguishedName
     /// 1–20 bytes, positive; nil gives 16 random bytes.
     public var serialNumber: [UInt8]?
+    /// The start of validity, to the second.
     public var notBefore: Date
+    /// The end of validity, to the second; issuing throws ``DCError/Code/usage`` unless it is after ``notBefore``.
     public var notAfter: Date
     /// `KeyUsage` bits; the extension is critical. Zero leaves it out.
     public var keyUsage: UInt32
@@ -72,11 +86,14 @@ public struct CertificateProfile: Sendable, Hashable {
     public var extendedKeyUsage: [String]
     /// basicConstraints cA (critical for CAs, non-critical `CA:FALSE` otherwise).
     public var isCA: Bool
+    /// basicConstraints pathLenConstraint for a CA; nil leaves it unlimited. Ignored unless ``isCA``.
     public var pathLength: Int?
+    /// subjectAltName entries, in order; empty leaves the extension out.
     public var subjectAlternativeNames: [SubjectAlternativeName]
     /// certificatePolicies OIDs.
     public var policies: [String]
 
+    /// A profile with these fields; nothing is checked until a signer issues it.
     public init(
         subject: DistinguishedName, serialNumber: [UInt8]? = nil, notBefore: Date, notAfter: Date, keyUsage: UInt32,
         extendedKeyUsage: [String] = [], isCA: Bool = false, pathLength: Int? = nil,

@@ -8,6 +8,7 @@ extension CredentialValidator {
 
 /// Hashes, MACs and random bytes from OpenSSL.
 public enum Digests {
+    /// SHA-256 of `bytes`: 32 bytes. Traps rather than return a wrong digest if OpenSSL fails.
     public static func sha256(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
         var length: UInt32 = 0
@@ -30,6 +31,7 @@ public enum Digests {
         }
     }
 
+    /// SHA-256 of `bytes`: 32 bytes.
     public static func sha256(_ bytes: [UInt8]) -> [UInt8] { bytes.withUnsafeBytes { sha256($0) } }
 
     /// HMAC-SHA-256 of `message` under `key`.

@@ -4,6 +4,7 @@ import Foundation
 
 /// Generates private keys with OpenSSL.
 public enum KeyGeneration {
+    /// A new private key of `algorithm`, as PKCS#8. Throws ``DCError/Code/cryptoFailure`` if OpenSSL fails.
     public static func generate(_ algorithm: KeyAlgorithm) throws -> PrivateKey {
         try generatePKey(algorithm).pkcs8()
     }
@@ -32,7 +33,9 @@ public enum KeyGeneration {
 
 /// A signing authority: a key and, unless it signs itself, its certificate.
 public struct CertificateSigner: Sendable {
+    /// The signer's certificate, whose subject becomes the issuer; nil for a self-signing root.
     public let certificate: Certificate?
+    /// The signing key; it redacts itself.
     public let privateKey: PrivateKey
     /// The signing key and issuer certificate, parsed once for all the certificates this signer issues.
     private let parsed: Parsed

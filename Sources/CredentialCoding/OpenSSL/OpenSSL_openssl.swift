@@ -6,6 +6,7 @@ public struct OpenSSLError: Error, Sendable, CustomStringConvertible {
     /// Reason strings, oldest first, e.g. `error:1C800064:Provider routines::bad decrypt`.
     public let reasons: [String]
 
+    /// The reasons joined with `; `, or `no OpenSSL reason` when the queue was empty.
     public var description: String {
         reasons.isEmpty ? "no OpenSSL reason" : reasons.joined(separator: "; ")
     }

@@ -175,6 +175,7 @@ extension PEMDocument {
 
 /// PEM output for certificates and keys.
 public enum PEM {
+    /// The certificate as one `CERTIFICATE` block, base64 in 64 columns, ending in a newline.
     public static func certificate(_ certificate: Certificate) -> [UInt8] {
         certificate.derBytes.withUnsafeBytes { PEMDocument.encode(label: "CERTIFICATE", der: $0) }
     }

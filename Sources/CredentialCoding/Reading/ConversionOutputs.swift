@@ -28,6 +28,7 @@ public enum ConversionOutputs {
 }
 
 extension ConversionOutputs {
+    /// How converted files are written.
     public enum Format: String, Sendable, CaseIterable {
         /// `<tag>.cert.der` + `<tag>.key.der` (PKCS#8, 0600).
         case der

@@ -11,10 +11,13 @@ import Logging
 /// parameters, unknown algorithms, wrong PEM labels, broken base64, NUL bytes, missing END lines.
 /// Every refusal is a `DCError` whose subject is the input.
 public struct CredentialReader: Sendable {
+    /// Asked at most once per input, and only when the input is encrypted.
     public var passphrase: any PassphraseSource
+    /// The size and iteration caps applied to every input.
     public var limits: ReadLimits
     private let logger: Logger
 
+    /// A reader that refuses encrypted input unless `passphrase` can open it; loads OpenSSL's providers once.
     public init(
         passphrase: any PassphraseSource = NoPassphrase(),
         limits: ReadLimits = ReadLimits(),

@@ -12,6 +12,7 @@ public struct KeyMaterial: Sendable, Equatable {
     /// PKCS#12 friendly names, as found (print them with `escapingControlCharacters`).
     public var friendlyNames: [String]
 
+    /// Material as given; ``CredentialReader`` is what checks that the key matches the first certificate.
     public init(source: String, certificates: [Certificate], privateKey: PrivateKey?, friendlyNames: [String] = []) {
         self.source = source
         self.certificates = certificates
@@ -42,6 +43,7 @@ public struct ReadLimits: Sendable, Equatable {
     /// Largest PBKDF2 / PKCS#12 KDF / MAC iteration count computed.
     public var maximumIterations: Int
 
+    /// Defaults: 4 MiB per file, 1,000,000 iterations.
     public init(maximumFileSize: Int = 4 << 20, maximumIterations: Int = 1_000_000) {
         self.maximumFileSize = maximumFileSize
         self.maximumIterations = maximumIterations

@@ -4,14 +4,19 @@ import Foundation
 /// What a person wants to see about a certificate. Strings from inside the certificate (subject,
 /// issuer) are as found: escape them with `escapingControlCharacters` before printing.
 public struct CertificateDetails: Sendable, Codable, Hashable {
+    /// The subject name in RFC 2253 form (`CN=Alice,O=Example`), UTF-8.
     public var subject: String
+    /// The issuer name in RFC 2253 form, UTF-8.
     public var issuer: String
     /// Hexadecimal, upper case.
     public var serialNumber: String
+    /// The start of validity; nil if OpenSSL cannot read the time.
     public var notBefore: Date?
+    /// The end of validity; nil if OpenSSL cannot read the time.
     public var notAfter: Date?
     /// `RSA 2048`, `EC P-256`.
     public var keyAlgorithm: String
+    /// OpenSSL's long name of the signature algorithm, such as `ecdsa-with-SHA256`.
     public var signatureAlgorithm: String
     /// Key usage names as in RFC 5280 (`digitalSignature`, …).
     public var keyUsage: [String]?
@@ -21,8 +26,11 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
     public var subjectAlternativeNames: [String]
     /// The subject's commonName, when it has exactly one.
     public var commonName: String?
+    /// SHA-256 of the DER, upper-case hex pairs joined by `:`, as `openssl x509 -fingerprint -sha256` prints it.
     public var sha256Fingerprint: String
 
+    /// Reads the details out of `certificate`. Throws ``DCError/Code/malformedInput``,
+    /// ``DCError/Code/notDER`` or ``DCError/Code/trailingData`` unless it is one strict-DER certificate.
     public init(_ certificate: Certificate) throws {
         let x509 = try X509Certificate(certificate)
         subject = x509.subject

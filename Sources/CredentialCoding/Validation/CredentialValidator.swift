@@ -19,6 +19,7 @@ public struct CredentialValidator: Sendable {
     /// Certificates that expire within this interval get an `expires-soon` warning.
     public var expiryWarningInterval: TimeInterval
 
+    /// A validator with these settings; by default no chain check, the current time and a 30-day expiry warning.
     public init(
         trustAnchors: [Certificate] = [], intermediates: [Certificate] = [], now: Date = Date(),
         expiryWarningInterval: TimeInterval = 30 * 24 * 3600
@@ -29,6 +30,8 @@ public struct CredentialValidator: Sendable {
         self.expiryWarningInterval = expiryWarningInterval
     }
 
+    /// Every finding for the credential's entries, plus a `credential-outlives-certificate` warning for
+    /// each non-escrow entry whose certificate expires before the credential does. Never throws.
     public func validate(_ credential: Credential) -> Verdict {
         var verdict = validate(entries: credential.entries)
         for entry in credential.entries where entry.tag != .escrow {
@@ -42,6 +45,7 @@ public struct CredentialValidator: Sendable {
         return verdict
     }
 
+    /// Every finding for `entries`, each current pair and each key-history pair checked on its own.
     public func validate(entries: [CredentialEntry]) -> Verdict {
         let anchors = trustAnchors.compactMap { try? X509Certificate($0) }
         let helpers = intermediates.compactMap { try? X509Certificate($0) }

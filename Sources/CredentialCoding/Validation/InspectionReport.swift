@@ -4,25 +4,37 @@ import Foundation
 /// What `inspect` shows: each entry's certificate details and findings, and the verdict.
 /// Encodes to the documented `inspect --json` format.
 public struct InspectionReport: Sendable, Codable {
+    /// One certificate and key pair: an entry's current pair or one of its retired escrow pairs.
     public struct Row: Sendable, Codable {
+        /// The entry this pair belongs to.
         public var tag: CredentialTag
         /// Position in the escrow key history (0 = newest retired pair); nil for the current pair.
         public var historyIndex: Int?
+        /// What the certificate says.
         public var certificate: CertificateDetails
         /// The PKCS#12 friendly name of the current pair, as found.
         public var friendlyName: String?
+        /// The key's algorithm and size (`RSA 2048`, `EC P-256`) or `unreadable`; never the key itself.
         public var privateKey: String
+        /// The findings about this pair.
         public var findings: [Finding]
     }
 
+    /// One row per pair: entries in the order given, each current pair before its key history.
     public var rows: [Row]
     /// Findings about the credential as a whole (no tag).
     public var findings: [Finding]
+    /// The number of error findings, rows and credential together.
     public var errorCount: Int
+    /// The number of warning findings, rows and credential together.
     public var warningCount: Int
+    /// Whether warnings count as failures, as asked for with `--strict`.
     public var strict: Bool
+    /// The verdict's ``Verdict/passes(strict:)`` under ``strict``.
     public var valid: Bool
 
+    /// A report of `entries` with the findings of `verdict` sorted into rows. Throws if a certificate
+    /// cannot be read (see ``CertificateDetails/init(_:)``).
     public init(
         entries: [CredentialEntry], verdict: Verdict, strict: Bool, friendlyNames: [CredentialTag: String] = [:]
     ) throws {
@@ -47,6 +59,7 @@ public struct InspectionReport: Sendable, Codable {
         self.valid = verdict.passes(strict: strict)
     }
 
+    /// The `inspect --json` text: pretty-printed, keys sorted, dates in ISO 8601.
     public func json() throws -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]

@@ -4,6 +4,7 @@
 /// (what to do) are for people and may change. An error never carries a secret: messages are built
 /// from file names, tags, sizes and OpenSSL's reason strings only.
 public struct DCError: Error, Sendable, CustomStringConvertible {
+    /// What failed; two errors are the same failure when their codes are equal.
     public var code: Code
     /// What went wrong, in one line.
     public var message: String
@@ -16,6 +17,9 @@ public struct DCError: Error, Sendable, CustomStringConvertible {
     /// Where in our source the error was raised, for bug reports.
     public var location: SourceLocation
 
+    /// An error of `code` saying `message`, about `subject`, suggesting `hint`, caused by `underlying`.
+    ///
+    /// `fileID` and `line` default to the caller's position and become ``location``.
     public init(
         _ code: Code,
         _ message: String,
@@ -43,9 +47,13 @@ public struct DCError: Error, Sendable, CustomStringConvertible {
         return line
     }
 
+    /// A position in the toolkit's source, printed as `fileID:line`.
     public struct SourceLocation: Sendable, Hashable, CustomStringConvertible {
+        /// The `#fileID` of the raising file: `Module/File.swift`.
         public var fileID: String
+        /// The 1-based line in that file.
         public var line: Int
+        /// `fileID:line`, as bug reports quote it.
         public var description: String { "\(fileID):\(line)" }
     }
 }
@@ -94,7 +102,9 @@ extension DCError {
     ///
     /// A struct rather than an enum so that later releases can add codes without breaking callers.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
+        /// The stable identifier, such as `wrongPassphrase`; equality and hashing use it alone.
         public let name: String
+        /// The kind of failure, which decides the command-line tools' exit status.
         public let category: Category
         /// The AppConnect `ACDerivedCredentialError` value this failure reports as when it ends a send.
         public let appConnectValue: Int
@@ -112,28 +122,37 @@ extension DCError {
             self.defaultHint = hint
         }
 
+        /// The code's ``name``.
         public var description: String { name }
 
+        /// Codes are equal when their names are; category and hint are not compared.
         public static func == (lhs: Code, rhs: Code) -> Bool { lhs.name == rhs.name }
+        /// Hashes the ``name`` only, matching `==`.
         public func hash(into hasher: inout Hasher) { hasher.combine(name) }
     }
 }
 
 extension DCError.Code {
     // MARK: The AppConnect send errors, one-to-one.
+    /// A failure nothing more specific describes, such as a demo step that failed (AppConnect `unknown`).
     public static let unknown = Self(
         "unknown", .internalError, appConnect: .unknown,
         hint: "see the messages above; if they do not explain it, report a bug with the command that failed")
+    /// A request, URL, payload or stored file that is not valid (AppConnect `invalid`, exit 65).
     public static let invalid = Self("invalid", .dataError, appConnect: .invalid)
+    /// The managed client is locked and cannot take a credential now (AppConnect `serviceUnavailable`).
     public static let serviceUnavailable = Self(
         "serviceUnavailable", .unavailable, appConnect: .serviceUnavailable,
         hint: "unlock the client (dcclient unlock) and try again, or send with --queue")
+    /// No managed client, or no handler for its scheme, is registered (AppConnect `missingClient`).
     public static let missingClient = Self(
         "missingClient", .unavailable, appConnect: .missingClient,
         hint: "register the client (dcclient register, after dcclient init), then try again")
+    /// The managed client speaks an older delivery protocol than the provider (AppConnect `oldClient`).
     public static let oldClient = Self(
         "oldClient", .unavailable, appConnect: .oldClient,
         hint: "update the client, then try again")
+    /// The client did not confirm a delivery, or the awaited spool file is not there (AppConnect `notReady`).
     public static let notReady = Self(
         "notReady", .unavailable, appConnect: .notReady,
         hint: "see the client's messages above, then try again")
@@ -148,27 +167,35 @@ extension DCError.Code {
         hint: "nothing was changed; ask or send again (a new request id)")
 
     // MARK: Building a credential (all report as AppConnect `invalid`).
+    /// The credential name is empty or only whitespace.
     public static let emptyName = Self(
         "emptyName", .dataError,
         hint: "give the credential a name (send --name), or use a provider that suggests one")
+    /// The credential serial number is empty or only whitespace.
     public static let emptySerialNumber = Self(
         "emptySerialNumber", .dataError,
         hint: "give a serial number (send --serial), or use a provider that suggests one")
+    /// The credential has no expiration date.
     public static let missingExpirationDate = Self(
         "missingExpirationDate", .dataError,
         hint: "give an expiration date (send --expires), or use a provider that suggests one")
+    /// The credential has no tagged entry.
     public static let noEntries = Self(
         "noEntries", .dataError,
         hint: "give at least one tagged certificate and key")
+    /// A tag appears more than once in one credential.
     public static let duplicateTag = Self(
         "duplicateTag", .dataError,
         hint: "give each tag once (several escrow files form the escrow key history)")
+    /// A key history was given for an entry other than ``CredentialTag/escrow``.
     public static let keyHistoryNotAllowed = Self(
         "keyHistoryNotAllowed", .dataError,
         hint: "give retired pairs for the escrow tag only")
+    /// An escrow key history longer than ``CredentialEntry/maximumKeyHistory`` pairs.
     public static let keyHistoryTooLong = Self(
         "keyHistoryTooLong", .dataError,
         hint: "keep at most 20 retired escrow pairs, newest first")
+    /// Validation found at least one error-severity finding in a credential.
     public static let validationFailed = Self(
         "validationFailed", .dataError,
         hint: "see the findings above (inspect --json lists them); fix the credential or its source")
@@ -282,21 +309,27 @@ extension DCError.Code {
         hint: "use a certificate that is valid now, fit for its use, and chains to the trust anchors given")
 
     // MARK: Files and the command line.
+    /// The command line is wrong: a missing or conflicting option, a bad value (exit 64).
     public static let usage = Self(
         "usage", .usage,
         hint: "see the command's --help")
+    /// A path or one of its directories does not exist (exit 66).
     public static let fileNotFound = Self(
         "fileNotFound", .inputMissing,
         hint: "check the path")
+    /// The file system refused access to a path (EACCES, EPERM; exit 77).
     public static let permissionDenied = Self(
         "permissionDenied", .refused,
         hint: "check the file's owner and mode")
+    /// An output file, test CA directory or client set-up already exists; none is ever overwritten (exit 73).
     public static let outputExists = Self(
         "outputExists", .cannotCreate,
         hint: "remove it or choose another path")
+    /// An output file or directory cannot be created (exit 73).
     public static let cannotCreateOutput = Self(
         "cannotCreateOutput", .cannotCreate,
         hint: "check that the directory exists and is writable")
+    /// Reading, writing, syncing or creating a pipe failed; the message carries `strerror` (exit 74).
     public static let ioError = Self(
         "ioError", .ioError,
         hint: "check the disk and its free space, then try again")

@@ -12,21 +12,27 @@ import Foundation
 /// atomically if the name exists, and a clash rolls back what was already published. A full disk,
 /// a size limit or a permission problem while staging leaves the directory as it was.
 public struct AtomicFileSet {
+    /// What one file holds: plain bytes, or a secret that is written from its own buffer.
     public enum Contents: Sendable {
+        /// Bytes that are not secret, such as a certificate.
         case bytes([UInt8])
+        /// A secret, such as a private key; writing it makes no copy of the bytes.
         case secret(SecretBytes)
     }
 
     /// The suffix of staging files; ``removeStaleStagingFiles(in:)`` cleans those a crash left.
     public static let stagingMarker = ".dcstage-"
 
+    /// The directory the files go into; it must exist when ``commit(replacingExisting:)`` runs.
     public let directory: String
     private var files: [(name: String, contents: Contents, mode: mode_t)] = []
 
+    /// An empty set for `directory`; nothing touches the disk until ``commit(replacingExisting:)``.
     public init(directory: String) {
         self.directory = directory
     }
 
+    /// The file names added so far, in the order they were added.
     public var names: [String] { files.map(\.name) }
 
     /// Adds a file. `name` must be a plain file name, not a path.

@@ -2,9 +2,12 @@ import Foundation
 
 /// A certificate with its private key.
 public struct CertifiedKey: Sendable, Equatable {
+    /// The certificate, DER-encoded.
     public let certificate: Certificate
+    /// The private key that belongs to ``certificate``; it redacts itself.
     public let privateKey: PrivateKey
 
+    /// Pairs `certificate` with `privateKey`; that they match is checked by validation, not here.
     public init(certificate: Certificate, privateKey: PrivateKey) {
         self.certificate = certificate
         self.privateKey = privateKey
@@ -20,12 +23,17 @@ public struct CredentialEntry: Sendable, Equatable {
     /// PIV has twenty retired key-management slots.
     public static let maximumKeyHistory = 20
 
+    /// The role of this entry; unique within a credential.
     public let tag: CredentialTag
+    /// The current certificate for ``tag``.
     public let certificate: Certificate
+    /// The current private key for ``tag``; it redacts itself.
     public let privateKey: PrivateKey
     /// Retired encryption pairs, newest first; empty unless ``tag`` is escrow.
     public let keyHistory: [CertifiedKey]
 
+    /// An entry for `tag`. Throws ``DCError/Code/keyHistoryNotAllowed`` if a non-escrow entry has a
+    /// key history, ``DCError/Code/keyHistoryTooLong`` above ``maximumKeyHistory`` pairs.
     public init(
         tag: CredentialTag,
         certificate: Certificate,
@@ -60,12 +68,18 @@ public struct CredentialEntry: Sendable, Equatable {
 /// repeated tag). Whether the certificates fit their tags is a separate question, answered by a
 /// ``Verdict`` from validation.
 public struct Credential: Sendable, Equatable {
+    /// The credential's display name; never empty or only whitespace.
     public let name: String
+    /// The credential's serial number, as text; never empty or only whitespace.
     public let serialNumber: String
+    /// When the credential stops being valid.
     public let expirationDate: Date
     /// The entries, ordered by tag.
     public let entries: [CredentialEntry]
 
+    /// A credential, with `entries` sorted by tag. Throws ``DCError/Code/emptyName``,
+    /// ``DCError/Code/emptySerialNumber``, ``DCError/Code/missingExpirationDate`` (a nil date),
+    /// ``DCError/Code/noEntries`` or ``DCError/Code/duplicateTag``.
     public init(name: String, serialNumber: String, expirationDate: Date?, entries: [CredentialEntry]) throws {
         guard !name.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
             throw DCError(.emptyName, "the credential name is empty", hint: "give the credential a name")
@@ -91,9 +105,11 @@ public struct Credential: Sendable, Equatable {
         self.entries = entries.sorted { $0.tag < $1.tag }
     }
 
+    /// The entry for `tag`, or nil if the credential has none.
     public subscript(tag: CredentialTag) -> CredentialEntry? {
         entries.first { $0.tag == tag }
     }
 
+    /// The tags present, in tag order.
     public var tags: [CredentialTag] { entries.map(\.tag) }
 }

@@ -12,6 +12,7 @@ public enum CredentialTag: String, CaseIterable, Codable, Sendable, Comparable, 
     /// Escrowed key management: the current decryption key plus retired ones (slots 82–95).
     case escrow
 
+    /// The wire name, such as `escrow`.
     public var description: String { rawValue }
 
     /// Parses a wire name, case-insensitively.
@@ -19,6 +20,7 @@ public enum CredentialTag: String, CaseIterable, Codable, Sendable, Comparable, 
         self.init(rawValue: wireName.lowercased())
     }
 
+    /// Orders tags as they are declared: authentication, signing, encryption, escrow.
     public static func < (lhs: CredentialTag, rhs: CredentialTag) -> Bool {
         allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
     }

@@ -9,11 +9,16 @@ import Foundation
 /// output under a deadline and size caps. The child gets its own process group, so a timeout or
 /// a cancelled task kills whatever it started too.
 public enum ChildProcess {
+    /// How long a child may run and how much output it may write.
     public struct Limits: Sendable {
+        /// Wall-clock time from the start; past it the child's process group is killed with SIGKILL.
         public var timeout: Duration
+        /// The most standard output kept, in bytes; a child that writes more is killed.
         public var stdoutLimit: Int
+        /// The most standard error kept, in bytes; the rest is dropped and the child runs on.
         public var stderrLimit: Int
 
+        /// Defaults: 30 seconds, 4 MiB of standard output, 64 KiB of standard error.
         public init(timeout: Duration = .seconds(30), stdoutLimit: Int = 4 << 20, stderrLimit: Int = 64 << 10) {
             self.timeout = timeout
             self.stdoutLimit = stdoutLimit
@@ -21,19 +26,27 @@ public enum ChildProcess {
         }
     }
 
+    /// How the child ended.
     public enum Termination: Sendable, Equatable {
+        /// It exited with this status (0–255).
         case exited(Int32)
+        /// A signal with this number killed it; SIGKILL (9) after a timeout or an output overflow.
         case signaled(Int32)
     }
 
+    /// What a finished run left: how it ended, what it wrote and which limit it hit.
     public struct Outcome: Sendable {
+        /// How the child ended.
         public var termination: Termination
+        /// Everything the child wrote to standard output, up to ``Limits/stdoutLimit`` bytes.
         public var stdout: [UInt8]
+        /// The first ``Limits/stderrLimit`` bytes the child wrote to standard error.
         public var stderr: [UInt8]
         /// The child wrote more than `stdoutLimit` bytes and was killed.
         public var stdoutOverflowed: Bool
         /// Standard error beyond `stderrLimit` was dropped (the child was not killed for it).
         public var stderrTruncated: Bool
+        /// The deadline passed and the child's process group was killed.
         public var timedOut: Bool
         /// How long the child lived: from its start until it was reaped (or, for a child that
         /// outlived its killed process group's pipes, until this runner stopped waiting).

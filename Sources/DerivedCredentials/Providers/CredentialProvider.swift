@@ -8,7 +8,10 @@ import Foundation
 /// and report failures as ``DCError``s. Every provider should pass the conformance kit in
 /// `DerivedCredentialsTesting`.
 public protocol CredentialProvider: Sendable {
+    /// What the provider is and which options it takes; the same on every call.
     var descriptor: ProviderDescriptor { get }
+    /// Reads or makes the credential `request` describes. Throws a ``DCError`` on failure and
+    /// `CancellationError` when the task is cancelled.
     func provide(_ request: ProviderRequest) async throws -> ProvidedCredential
 }
 
@@ -16,10 +19,14 @@ public protocol CredentialProvider: Sendable {
 public struct ProviderDescriptor: Sendable, Hashable, Codable {
     /// A stable identifier: lowercase letters, digits and `-` (`pem`, `testca`, `exec:/path`).
     public var id: String
+    /// The name shown to people, such as `PEM, DER and PKCS#12 files`.
     public var displayName: String
+    /// The provider's version, free text shown by `dcprovision providers`.
     public var version: String
+    /// The options the provider accepts; ``ProviderRequest/check(against:)`` refuses any other.
     public var options: [ProviderOption]
 
+    /// A descriptor with these fields as given; `id` is not checked here.
     public init(id: String, displayName: String, version: String, options: [ProviderOption] = []) {
         self.id = id
         self.displayName = displayName
@@ -30,10 +37,13 @@ public struct ProviderDescriptor: Sendable, Hashable, Codable {
 
 /// One option a provider takes, passed as `KEY=VALUE` (`--option KEY=VALUE` on the command line).
 public struct ProviderOption: Sendable, Hashable, Codable {
+    /// The option's key, as written before `=`.
     public var name: String
+    /// What the option means, in one line, for listings and error hints.
     public var summary: String
     /// Whether the option may be given several times.
     public var repeatable: Bool
+    /// Whether a request without this option is refused.
     public var required: Bool
     /// The option's previous name, still accepted (hidden: not listed, not encoded) for one
     /// release. Read both with ``ProviderRequest/value(_:formerly:)``.
@@ -65,6 +75,7 @@ public struct ProviderRequest: Sendable {
     /// The directory relative paths in options are resolved against.
     public var workingDirectory: String
 
+    /// A request with these options, no passphrase by default, and the process's current directory.
     public init(
         options: [String: [String]] = [:], passphrase: any PassphraseSource = NoPassphrase(),
         workingDirectory: String = FileManager.default.currentDirectoryPath
@@ -85,6 +96,7 @@ public struct ProviderRequest: Sendable {
         return values[0]
     }
 
+    /// Every value given for `name`, in order; empty when it was not given.
     public func values(_ name: String) -> [String] { options[name] ?? [] }
 
     /// The single value of `name`, or of its former name `old`; an error when both are given.
@@ -142,15 +154,21 @@ public struct ProviderRequest: Sendable {
 
 /// What a provider returns: converted entries and suggestions for the credential around them.
 public struct ProvidedCredential: Sendable {
+    /// The converted entries; their tags are distinct if the provider is well behaved, which
+    /// ``credential(name:serialNumber:expirationDate:)`` checks.
     public var entries: [CredentialEntry]
     /// Certificates that came along but are not entries (issuing CAs, chains).
     public var chain: [Certificate]
+    /// A name found in the source, used when the caller gives none.
     public var suggestedName: String?
+    /// A serial number found in the source, used when the caller gives none.
     public var suggestedSerialNumber: String?
+    /// An expiration date found in the source, used when the caller gives none.
     public var suggestedExpirationDate: Date?
     /// For each tag, a name found inside the source (a PKCS#12 friendly name), as found.
     public var friendlyNames: [CredentialTag: String]
 
+    /// A result holding `entries` and whatever the source suggested.
     public init(
         entries: [CredentialEntry], chain: [Certificate] = [], suggestedName: String? = nil,
         suggestedSerialNumber: String? = nil, suggestedExpirationDate: Date? = nil,
@@ -179,14 +197,17 @@ public struct ProvidedCredential: Sendable {
 public struct ProviderRegistry: Sendable {
     private var providers: [String: any CredentialProvider] = [:]
 
+    /// A registry holding `providers`; a later one replaces an earlier one with the same id.
     public init(_ providers: [any CredentialProvider] = []) {
         for provider in providers { register(provider) }
     }
 
+    /// Adds `provider` under its descriptor's id, replacing any provider already there.
     public mutating func register(_ provider: any CredentialProvider) {
         providers[provider.descriptor.id] = provider
     }
 
+    /// The provider registered as `id`. Throws ``DCError/Code/usage``, listing the known ids, if none is.
     public func provider(id: String) throws -> any CredentialProvider {
         guard let provider = providers[id] else {
             throw DCError(
@@ -198,6 +219,8 @@ public struct ProviderRegistry: Sendable {
         return provider
     }
 
+    /// The registered ids, sorted.
     public var ids: [String] { providers.keys.sorted() }
+    /// The registered providers, in the order of their sorted ids.
     public var all: [any CredentialProvider] { ids.compactMap { providers[$0] } }
 }

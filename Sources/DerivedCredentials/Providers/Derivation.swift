@@ -3,11 +3,13 @@
 public struct PossessionProof: Sendable, Hashable {
     /// The certificate of the key that signed: a PIV card's authentication certificate.
     public var certificate: Certificate
+    /// The bytes that were signed: the verifier's fixed context followed by at least 32 random bytes.
     public var challenge: [UInt8]
     /// SHA-256 with the certificate's key, encoded as in X.509: an ECDSA-Sig-Value for EC keys,
     /// RSASSA-PKCS1-v1_5 for RSA keys.
     public var signature: [UInt8]
 
+    /// A proof as the card made it; nothing is verified until someone checks it.
     public init(certificate: Certificate, challenge: [UInt8], signature: [UInt8]) {
         self.certificate = certificate
         self.challenge = challenge
@@ -33,8 +35,10 @@ public struct CertificationRequest: Sendable {
     public var subject: [UInt8]
     /// A SubjectPublicKeyInfo (DER) for each tag to certify.
     public var publicKeys: [CredentialTag: [UInt8]]
+    /// The card's proof that the caller holds the key of the certificate the subject came from.
     public var proof: PossessionProof
 
+    /// A request with these fields as given; the CA checks them.
     public init(
         request: ProviderRequest, subject: [UInt8], publicKeys: [CredentialTag: [UInt8]], proof: PossessionProof
     ) {
@@ -47,9 +51,12 @@ public struct CertificationRequest: Sendable {
 
 /// The CA's answer: one certificate per requested tag, and the chain above them.
 public struct Certification: Sendable {
+    /// The issued certificate for each tag asked for.
     public var certificates: [CredentialTag: Certificate]
+    /// The issuing CA's certificates above them, nearest first; may be empty.
     public var chain: [Certificate]
 
+    /// An answer holding `certificates` and `chain` as given.
     public init(certificates: [CredentialTag: Certificate], chain: [Certificate] = []) {
         self.certificates = certificates
         self.chain = chain
@@ -60,5 +67,7 @@ public struct Certification: Sendable {
 /// test CA in CI, a vendor's CA plug-in in production). It should check the proof itself rather
 /// than trust its caller.
 public protocol CertifyingProvider: CredentialProvider {
+    /// Issues a certificate for each public key in `request`. It should verify `request.proof` itself
+    /// and throw ``DCError/Code/possessionNotProven`` when the proof does not hold.
     func certify(_ request: CertificationRequest) async throws -> Certification
 }

@@ -4,31 +4,41 @@ import Foundation
 /// once per input; a source that has none returns nil and the input is refused at once. No source
 /// ever prompts unless it was built to (``TerminalPassphrase``).
 public protocol PassphraseSource: Sendable {
+    /// The secret for `subject` (a file name or token label, used in prompts and errors), or nil if
+    /// this source has none. Throws when the source exists but cannot deliver, such as an unset variable.
     func passphrase(for subject: String) throws -> SecretBytes?
 }
 
 /// No passphrase: encrypted input is refused with ``DCError/Code/passphraseRequired``.
 public struct NoPassphrase: PassphraseSource {
+    /// The only value: nothing to configure.
     public init() {}
+    /// Always nil, so the reader refuses encrypted input with ``DCError/Code/passphraseRequired``.
     public func passphrase(for subject: String) throws -> SecretBytes? { nil }
 }
 
 /// A passphrase the caller already holds.
 public struct FixedPassphrase: PassphraseSource {
     private let secret: SecretBytes
+    /// Holds `secret` and hands it out for every subject.
     public init(_ secret: SecretBytes) { self.secret = secret }
+    /// The held secret, whatever `subject` is.
     public func passphrase(for subject: String) throws -> SecretBytes? { secret }
 }
 
 extension PassphraseSource where Self == NoPassphrase {
+    /// No passphrase: `passphrase: .none` reads as the refusal it is.
     public static var none: NoPassphrase { NoPassphrase() }
 }
 
 /// A secret from an environment variable the user named (`--pin-env NAME`): the user chose to
 /// put it there; this toolkit never puts a secret into any environment.
 public struct EnvironmentSecret: PassphraseSource {
+    /// The name of the environment variable the user chose; never its value.
     public let name: String
+    /// A source that reads the variable `name` when asked, not now.
     public init(name: String) { self.name = name }
+    /// The variable's whole value, as bytes. Throws ``DCError/Code/passphraseRequired`` if it is not set.
     public func passphrase(for subject: String) throws -> SecretBytes? {
         guard let value = getenv(name) else {
             throw DCError(.passphraseRequired, "the environment variable \(name) is not set", subject: subject)
@@ -91,10 +101,13 @@ public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
     private var answer: SecretBytes?
     private let prompt: String
 
+    /// A source that asks with `prompt`, followed by ` for <subject>: `.
     public init(prompt: String = "Passphrase") {
         self.prompt = prompt
     }
 
+    /// Asks once on `/dev/tty` with echo off and caches the answer for later subjects. Throws
+    /// ``DCError/Code/passphraseRequired`` when standard input is not a terminal or the terminal cannot be opened.
     public func passphrase(for subject: String) throws -> SecretBytes? {
         lock.lock()
         defer { lock.unlock() }

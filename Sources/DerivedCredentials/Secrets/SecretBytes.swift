@@ -14,6 +14,7 @@ public struct SecretBytes: Sendable, Equatable, CustomStringConvertible, CustomD
 {
     private let storage: Storage
 
+    /// Copies `bytes` into a fresh buffer; the caller remains responsible for wiping its own copy.
     public init(_ bytes: some Collection<UInt8>) {
         storage = Storage(bytes)
     }
@@ -25,7 +26,9 @@ public struct SecretBytes: Sendable, Equatable, CustomStringConvertible, CustomD
         array.removeAll()
     }
 
+    /// The number of bytes, which is not secret.
     public var count: Int { storage.buffer.count }
+    /// Whether there are no bytes.
     public var isEmpty: Bool { storage.buffer.isEmpty }
 
     /// Lends the bytes to `body`; they must not escape it.
@@ -33,6 +36,7 @@ public struct SecretBytes: Sendable, Equatable, CustomStringConvertible, CustomD
         try body(UnsafeRawBufferPointer(storage.buffer))
     }
 
+    /// Equal lengths and equal bytes, compared in constant time for a given length.
     public static func == (lhs: SecretBytes, rhs: SecretBytes) -> Bool {
         guard lhs.count == rhs.count else { return false }
         // Constant-time comparison: the time does not depend on where the bytes differ.
@@ -41,8 +45,11 @@ public struct SecretBytes: Sendable, Equatable, CustomStringConvertible, CustomD
         return difference == 0
     }
 
+    /// Always `SecretBytes(<redacted>)`.
     public var description: String { "SecretBytes(<redacted>)" }
+    /// The same redacted text as ``description``.
     public var debugDescription: String { description }
+    /// A mirror whose one child is `<redacted>`, so that `dump()` does not print the bytes.
     public var customMirror: Mirror { Mirror(self, children: ["bytes": "<redacted>"], displayStyle: .struct) }
 
     /// Zeroes memory in a way the optimiser may not remove.

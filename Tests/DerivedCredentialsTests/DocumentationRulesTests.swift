@@ -12,7 +12,7 @@ import Testing
 /// line one indentation step (four spaces, which `swift format` enforces) inside the type's body.
 /// Documented means a `///` line, or the end of a `/** … */` block, directly above the
 /// declaration; attribute lines may stand in between, blank lines and plain comments may not.
-@Suite("Every public declaration is documented", .timeLimit(.minutes(1)))
+@Suite("Every public declaration is documented", .timeLimit(.minutes(3)))
 struct DocumentationRulesTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path

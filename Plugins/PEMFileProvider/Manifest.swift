@@ -59,7 +59,7 @@ public struct Manifest: Sendable, Decodable {
 
     enum CodingKeys: String, CodingKey, CaseIterable { case version, name, serialNumber, entries }
 
-    /// Decodes a manifest, refusing unknown keys with a `DecodingError`; ``load(_:)`` turns that into a ``DCError``.
+    /// Decodes a manifest, refusing unknown keys with a `DecodingError`; ``load(_:)`` turns that into a `DCError`.
     public init(from decoder: any Decoder) throws {
         try Self.refuseUnknownKeys(decoder, known: CodingKeys.allCases.map(\.rawValue))
         let container = try decoder.container(keyedBy: CodingKeys.self)

@@ -26,7 +26,7 @@ public struct PEMFileProvider: CredentialProvider {
         ])
 
     /// Reads every file named by the request's options, tags or classifies each, and assembles the
-    /// entries. Throws ``DCError/Code/usage`` when no file is given, and the reader's errors for a bad file.
+    /// entries. Throws `DCError/Code/usage` when no file is given, and the reader's errors for a bad file.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         var sources = try request.values("pem").map { try FileSource(argument: $0) }

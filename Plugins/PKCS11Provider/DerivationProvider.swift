@@ -47,8 +47,8 @@ public struct DerivationProvider: CredentialProvider {
     public let descriptor: ProviderDescriptor
 
     /// Proves possession on the card, generates new keys, has the CA certify them and checks its answer.
-    /// Throws ``DCError/Code/usage`` if `ca` names no certifying provider, ``DCError/Code/possessionNotProven``
-    /// or ``DCError/Code/untrustedCertificate`` if the card's proof or certificate fails.
+    /// Throws `DCError/Code/usage` if `ca` names no certifying provider, `DCError/Code/possessionNotProven`
+    /// or `DCError/Code/untrustedCertificate` if the card's proof or certificate fails.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         let cardOptionNames = Set(card.descriptor.options.map(\.name))

@@ -37,7 +37,7 @@ public struct PKCS11Provider: PossessionProvider {
 
     /// Reads the selected certificates and exports each one's private key as PKCS#8; suggests the
     /// first certificate's common name and serial number, and the earliest non-escrow expiry. Throws
-    /// ``DCError/Code/keyNotExtractable`` when a key cannot leave the token.
+    /// `DCError/Code/keyNotExtractable` when a key cannot leave the token.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()

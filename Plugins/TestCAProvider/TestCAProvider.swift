@@ -28,7 +28,7 @@ public struct TestCAProvider: CredentialProvider {
         ])
 
     /// Opens the CA in `dir` and issues a fresh credential with new keys. Throws
-    /// ``DCError/Code/fileNotFound`` if `dir` is not a test CA, ``DCError/Code/usage`` for a bad option.
+    /// `DCError/Code/fileNotFound` if `dir` is not a test CA, `DCError/Code/usage` for a bad option.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()

@@ -67,7 +67,7 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
         self.status = status
     }
 
-    /// The certificate to seal payloads to, decoded and read strictly. Throws ``DCError/Code/invalid``
+    /// The certificate to seal payloads to, decoded and read strictly. Throws `DCError/Code/invalid`
     /// if it is not base64, or the reader's error if it is not one DER certificate.
     public func sealingCertificate() throws -> Certificate {
         guard let der = Data(base64Encoded: certificate) else {
@@ -107,7 +107,7 @@ public struct ProviderRegistration: Codable, Sendable, Equatable {
 /// Reading and writing registration files.
 public enum Registrations {
     /// Writes `value` as pretty JSON with sorted keys to `path` (0644), atomically, replacing what was
-    /// there and creating the directory if needed. Throws the ``AtomicFileSet`` errors.
+    /// there and creating the directory if needed. Throws the `AtomicFileSet` errors.
     public static func publish<T: Encodable>(_ value: T, at path: String) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]

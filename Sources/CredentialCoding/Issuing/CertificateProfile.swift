@@ -78,7 +78,7 @@ public struct CertificateProfile: Sendable, Hashable {
     public var serialNumber: [UInt8]?
     /// The start of validity, to the second.
     public var notBefore: Date
-    /// The end of validity, to the second; issuing throws ``DCError/Code/usage`` unless it is after ``notBefore``.
+    /// The end of validity, to the second; issuing throws `DCError/Code/usage` unless it is after ``notBefore``.
     public var notAfter: Date
     /// `KeyUsage` bits; the extension is critical. Zero leaves it out.
     public var keyUsage: UInt32

@@ -8,7 +8,7 @@ public enum AtRest {
     static let magic = Array("DCAR1".utf8)
 
     /// Encrypts `plaintext` under the 32-byte `key`, binding `context` as AAD; a fresh nonce every call.
-    /// Throws ``DCError/Code/usage`` for a key of another size.
+    /// Throws `DCError/Code/usage` for a key of another size.
     public static func seal(_ plaintext: SecretBytes, key: SecretBytes, context: String) throws -> [UInt8] {
         guard key.count == 32 else { throw DCError(.usage, "an at-rest key has 32 bytes") }
         let nonce = try Digests.random(12).withUnsafeBytes { Array($0) }
@@ -45,7 +45,7 @@ public enum AtRest {
     }
 
     /// Decrypts what ``seal(_:key:context:)`` made with the same `key` and `context`. Throws
-    /// ``DCError/Code/invalid`` if it is not a sealed file, or if the key, the context or a byte differs.
+    /// `DCError/Code/invalid` if it is not a sealed file, or if the key, the context or a byte differs.
     public static func open(_ sealed: [UInt8], key: SecretBytes, context: String) throws -> SecretBytes {
         guard key.count == 32 else { throw DCError(.usage, "an at-rest key has 32 bytes") }
         guard sealed.count >= magic.count + 12 + 16, Array(sealed.prefix(magic.count)) == magic else {

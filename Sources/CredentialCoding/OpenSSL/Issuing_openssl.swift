@@ -4,7 +4,7 @@ import Foundation
 
 /// Generates private keys with OpenSSL.
 public enum KeyGeneration {
-    /// A new private key of `algorithm`, as PKCS#8. Throws ``DCError/Code/cryptoFailure`` if OpenSSL fails.
+    /// A new private key of `algorithm`, as PKCS#8. Throws `DCError/Code/cryptoFailure` if OpenSSL fails.
     public static func generate(_ algorithm: KeyAlgorithm) throws -> PrivateKey {
         try generatePKey(algorithm).pkcs8()
     }

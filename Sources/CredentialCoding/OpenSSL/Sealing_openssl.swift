@@ -9,7 +9,7 @@ public enum Sealing {
     /// Largest sealed message accepted by ``open(_:with:certificate:maximumSize:)`` by default.
     public static let defaultMaximumSize = 8 << 20
 
-    /// Seals `plaintext` to the public key of `recipient`, as DER. Throws ``DCError/Code/cryptoFailure``
+    /// Seals `plaintext` to the public key of `recipient`, as DER. Throws `DCError/Code/cryptoFailure`
     /// when OpenSSL cannot encrypt to that key.
     public static func seal(_ plaintext: SecretBytes, to recipient: Certificate) throws -> [UInt8] {
         OpenSSL.ensureInitialized()

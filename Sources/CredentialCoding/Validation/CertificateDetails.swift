@@ -29,8 +29,8 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
     /// SHA-256 of the DER, upper-case hex pairs joined by `:`, as `openssl x509 -fingerprint -sha256` prints it.
     public var sha256Fingerprint: String
 
-    /// Reads the details out of `certificate`. Throws ``DCError/Code/malformedInput``,
-    /// ``DCError/Code/notDER`` or ``DCError/Code/trailingData`` unless it is one strict-DER certificate.
+    /// Reads the details out of `certificate`. Throws `DCError/Code/malformedInput`,
+    /// `DCError/Code/notDER` or `DCError/Code/trailingData` unless it is one strict-DER certificate.
     public init(_ certificate: Certificate) throws {
         let x509 = try X509Certificate(certificate)
         subject = x509.subject

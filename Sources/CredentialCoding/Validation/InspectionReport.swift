@@ -30,7 +30,7 @@ public struct InspectionReport: Sendable, Codable {
     public var warningCount: Int
     /// Whether warnings count as failures, as asked for with `--strict`.
     public var strict: Bool
-    /// The verdict's ``Verdict/passes(strict:)`` under ``strict``.
+    /// The verdict's `Verdict/passes(strict:)` under ``strict``.
     public var valid: Bool
 
     /// A report of `entries` with the findings of `verdict` sorted into rows. Throws if a certificate

@@ -185,8 +185,9 @@ struct Session {
         // One arena for every value: the pointers the token writes through are valid only inside
         // the one closure that makes them, which also encloses the call.
         let lengths = template.map { Int($0.ulValueLen) }
-        let offsets = lengths.indices.map { lengths[..<$0].reduce(0, +) }
-        var arena = [UInt8](repeating: 0, count: lengths.reduce(0, +))
+        // offsets[i] is where value i starts; the last one is the arena's length.
+        let offsets = lengths.reduce(into: [0]) { $0.append($0[$0.count - 1] + $1) }
+        var arena = [UInt8](repeating: 0, count: offsets[offsets.count - 1])
         defer { arena.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
         var request = template
         let result = arena.withUnsafeMutableBytes { raw -> CK_RV in
@@ -226,7 +227,7 @@ func withAttributes<R>(_ template: [(CK_ATTRIBUTE_TYPE, [UInt8])], _ body: (inou
     -> R
 {
     var arena = template.flatMap { $0.1 }
-    let offsets = template.indices.map { index in template[..<index].reduce(0) { $0 + $1.1.count } }
+    let offsets = template.reduce(into: [0]) { $0.append($0[$0.count - 1] + $1.1.count) }
     return try arena.withUnsafeMutableBytes { raw in
         var attributes = template.indices.map { index in
             CK_ATTRIBUTE(

@@ -6,6 +6,11 @@ extension Toolkit {
     public static let jsonSchemaVersion = 1
 }
 
+/// Prints `value` as the tools' JSON document of `kind` (docs/JSON.md) on standard output.
+public func printJSON<T: Encodable>(_ kind: String, _ value: T) throws {
+    print(try JSONDocument(kind, value).rendered())
+}
+
 /// One JSON document as `--json` prints it: `{"version": 1, "<kind>": <payload>}`, the payload under
 /// a key that names what it is (`tokens`, `report`, `credential`, …). Machine output goes to
 /// standard output alone; messages go to standard error.

@@ -29,6 +29,10 @@ public struct RequestLedger: Sendable {
         /// availability notification.
         public var queuedURL: String?
 
+        /// Where the send stands, as `status` shows it: the outcome once there is one, else
+        /// `queued` while its delivery waits for the client, else `pending`.
+        public var state: String { outcome ?? (queuedURL != nil ? "queued" : "pending") }
+
         /// A record of a new request, pending: no outcome, no completion, nothing queued.
         public init(request: String, clientScheme: String, credentialName: String, created: Date, resultKey: String?) {
             self.request = request

@@ -221,7 +221,7 @@ extension DCClient {
                             name: $0.name, serialNumber: $0.serialNumber, expirationDate: $0.expirationDate,
                             entries: try $0.entries.map(EntryView.init))
                     }
-                    return print(try JSONDocument("credential", view).rendered())
+                    return try printJSON("credential", view)
                 }
                 guard let credential = installed else {
                     print("no credential installed")
@@ -260,7 +260,7 @@ extension DCClient {
                     throw DCError(
                         .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
                 }
-                if json { return print(try JSONDocument("entry", try EntryView(entry)).rendered()) }
+                if json { return try printJSON("entry", try EntryView(entry)) }
                 let details = try CertificateDetails(entry.certificate)
                 print(
                     "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter.map { ISO8601DateFormatter().string(from: $0) } ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"

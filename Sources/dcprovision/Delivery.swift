@@ -227,13 +227,13 @@ struct Status: AsyncParsableCommand {
                         Send(
                             request: $0.request, created: $0.created, completed: $0.completed,
                             clientScheme: $0.clientScheme, credentialName: $0.credentialName,
-                            state: $0.outcome ?? ($0.queuedURL != nil ? "queued" : "pending"))
+                            state: $0.state)
                     })
             }
             if records.isEmpty { print("no sends yet") }
             let formatter = ISO8601DateFormatter()
             for record in records {
-                let state = record.outcome ?? (record.queuedURL != nil ? "queued" : "pending")
+                let state = record.state
                 let name = record.credentialName.isEmpty ? "-" : record.credentialName.escapingControlCharacters
                 print(
                     "\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(name)  \(state)"

@@ -4,11 +4,6 @@ import DerivedCredentials
 import Foundation
 import PKCS11Provider
 
-/// Prints `value` as the tools' JSON document of `kind` (docs/JSON.md) on standard output.
-func printJSON<T: Encodable>(_ kind: String, _ value: T) throws {
-    print(try JSONDocument(kind, value).rendered())
-}
-
 struct Tokens: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List PKCS#11 tokens (smart cards) through p11-kit, with their PIN state and RFC 7512 URIs.")

@@ -14,14 +14,14 @@ private let fuzzReader = CredentialReader(passphrase: FixedPassphrase(SecretByte
 struct FuzzSeedTests {
     @Test("Every harness in FuzzTesting/Sources has its seeds replayed here or in CredentialDeliveryTests")
     func everyHarnessReplayed() throws {
-        let sources = FuzzInputs.packageRoot + "/FuzzTesting/Sources"
+        let sources = Repository.root + "/FuzzTesting/Sources"
         let harnesses = try FileManager.default.contentsOfDirectory(atPath: sources).filter { !$0.hasPrefix(".") }
         #expect(harnesses.sorted() == ["FuzzCredentialReader", "FuzzDeliveryPayload", "FuzzDeliveryURL"])
         for harness in harnesses {
             #expect(FuzzInputs.all(harness).contains { !$0.isCrasher }, "\(harness) has no seeds")
         }
         // The seed directory replayed here is the one fuzz.sh gives the reader harness.
-        let script = try String(contentsOfFile: FuzzInputs.packageRoot + "/FuzzTesting/fuzz.sh", encoding: .utf8)
+        let script = try String(contentsOfFile: Repository.root + "/FuzzTesting/fuzz.sh", encoding: .utf8)
         #expect(script.contains("seeds=(../Samples/credential)"))
     }
 

@@ -14,8 +14,7 @@ struct ProtocolVectorTests {
     static let resultKey = SecretBytes((1...32).map { UInt8($0) })
 
     /// The repository's docs/PROTOCOL.md.
-    static let protocolDocument = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("docs/PROTOCOL.md").path
+    static let protocolDocument = Repository.root + "/docs/PROTOCOL.md"
 
     /// The output column of the document's test-vector table, in order.
     static func documentedVectors() throws -> [String] {

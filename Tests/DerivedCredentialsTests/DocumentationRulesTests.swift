@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// Every public declaration of the libraries, the tools and the plug-ins has a doc comment, so
@@ -14,9 +15,6 @@ import Testing
 /// declaration; attribute lines may stand in between, blank lines and plain comments may not.
 @Suite("Every public declaration is documented", .timeLimit(.minutes(3)))
 struct DocumentationRulesTests {
-    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().path
-
     /// A public declaration without a doc comment: where it is, and its line.
     struct Undocumented: Equatable, CustomStringConvertible {
         var file: String
@@ -95,14 +93,7 @@ struct DocumentationRulesTests {
 
     /// The Swift files under Sources/ and Plugins/, relative to the repository.
     static func sourceFiles() -> [String] {
-        var files: [String] = []
-        for top in ["Sources", "Plugins"] {
-            let enumerator = FileManager.default.enumerator(atPath: root + "/" + top)
-            while let relative = enumerator?.nextObject() as? String {
-                if relative.hasSuffix(".swift") { files.append(top + "/" + relative) }
-            }
-        }
-        return files.sorted()
+        (Repository.files(under: "Sources") + Repository.files(under: "Plugins")).filter { $0.hasSuffix(".swift") }
     }
 
     @Test("Every public declaration in Sources and Plugins has a doc comment")
@@ -110,7 +101,7 @@ struct DocumentationRulesTests {
         var declarations = 0
         var undocumented: [Undocumented] = []
         for file in Self.sourceFiles() {
-            let text = try String(contentsOfFile: Self.root + "/" + file, encoding: .utf8)
+            let text = try Repository.text(file)
             let found = try Self.scan(text, file: file)
             declarations += found.declarations
             undocumented += found.undocumented

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The rules every test in this package keeps, checked over the test sources themselves, so that
@@ -8,18 +9,11 @@ import Testing
 @Suite("The test suite's own rules", .timeLimit(.minutes(3)))
 struct TestSuiteRulesTests {
     /// Every Swift file under Tests/, except TestSupport (which implements the runner and the sandbox).
-    static let testFiles: [(path: String, text: String)] = {
-        let tests = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        let enumerator = FileManager.default.enumerator(atPath: tests.path)
-        var files: [(String, String)] = []
-        while let relative = enumerator?.nextObject() as? String {
-            guard relative.hasSuffix(".swift"), !relative.hasPrefix("TestSupport/"),
-                let text = try? String(contentsOfFile: tests.path + "/" + relative, encoding: .utf8)
-            else { continue }
-            files.append(("Tests/" + relative, text))
-        }
-        return files.sorted { $0.0 < $1.0 }
-    }()
+    static let testFiles: [(path: String, text: String)] = Repository.files(under: "Tests").compactMap { path in
+        guard path.hasSuffix(".swift"), !path.hasPrefix("Tests/TestSupport/"), let text = try? Repository.text(path)
+        else { return nil }
+        return (path, text)
+    }
 
     /// The argument list of each `@Suite` attribute in `text` (one that starts a line), balanced
     /// over parentheses; "" for a bare attribute.

@@ -23,11 +23,8 @@ let issued: (dir: TemporaryDirectory, ca: String, pemFolder: String) = {
     return (dir, ca, dir.file("issued"))
 }()
 
-/// The sample exec provider in Samples/, found from this file's location.
-let sampleExecProvider: String = {
-    URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Samples/exec-provider/dcprovider-sample").path
-}()
+/// The sample exec provider in Samples/.
+let sampleExecProvider = Repository.root + "/Samples/exec-provider/dcprovider-sample"
 
 @Suite("Conformance kit: every provider", .timeLimit(.minutes(3)))
 struct ConformanceTests {

@@ -20,10 +20,6 @@ public struct FuzzInput: Sendable, CustomStringConvertible {
 /// The seeds and crashers of the harnesses in `FuzzTesting/`, found from this source file's path
 /// (so they are read from the checkout the tests were built from, wherever it is).
 public enum FuzzInputs {
-    /// The package root: `Tests/TestSupport/` is two levels below it.
-    public static let packageRoot: String = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent().path
-
     /// The seed directories `fuzz.sh` gives `harness`: `FuzzTesting/Seeds/<harness>`, except the
     /// credential reader, whose seeds are the sample credential's files (`Samples/credential`).
     /// Keep in step with the `seeds=` lines of `FuzzTesting/fuzz.sh`.
@@ -39,7 +35,7 @@ public enum FuzzInputs {
     }
 
     static func files(in directory: String, crashers: Bool) -> [FuzzInput] {
-        let absolute = packageRoot + "/" + directory
+        let absolute = Repository.root + "/" + directory
         let names = (try? FileManager.default.contentsOfDirectory(atPath: absolute)) ?? []
         return names.filter { !$0.hasPrefix(".") }.sorted().compactMap { name in
             guard let data = FileManager.default.contents(atPath: absolute + "/" + name) else { return nil }

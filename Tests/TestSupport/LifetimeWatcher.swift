@@ -12,6 +12,7 @@ import Foundation
 public final class LifetimeWatcher: @unchecked Sendable {
     /// What the watcher saw.
     public struct Observation: Sendable {
+        /// The child's pid, as read from its PID file; nil if the file never appeared.
         public var pid: pid_t?
         /// When the PID file was first read: the child was alive then.
         public var firstSeen: ContinuousClock.Instant?

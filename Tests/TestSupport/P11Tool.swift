@@ -6,7 +6,9 @@ import Foundation
 extension SoftHSM {
     /// One object or token as p11tool lists it: the URL and the indented `Key: value` lines.
     public struct P11ToolEntry: Sendable, Equatable {
+        /// The entry's RFC 7512 URL, as p11tool prints it.
         public var url: String
+        /// The indented `Key: value` lines under it (`Label`, `Serial`, `Type`, …).
         public var fields: [String: String]
     }
 

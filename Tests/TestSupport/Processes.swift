@@ -169,6 +169,7 @@ public func thrownCode(_ body: () async throws -> Void) async -> DCError.Code? {
 /// chosen moment, or to know a pid that has exited. Started like every other child here (argv
 /// array, no inherited descriptors but 0–2, its own process group); ``wait(timeout:)`` is bounded.
 public struct SpawnedProcess: Sendable {
+    /// The child's process id (also its process group's).
     public let pid: Int32
 
     /// Starts `executable` with `/dev/null` as stdin, stdout and stderr.

@@ -15,14 +15,23 @@ import Foundation
 public struct Sandbox: Sendable {
     /// The temporary directory that holds everything.
     public let directory: TemporaryDirectory
+    /// The temporary directory's path.
     public var root: String { directory.path }
+    /// `HOME` (0700).
     public var home: String { root + "/home" }
+    /// `XDG_CONFIG_HOME`.
     public var configHome: String { home + "/.config" }
+    /// `XDG_DATA_HOME`.
     public var dataHome: String { home + "/.local/share" }
+    /// `XDG_STATE_HOME`.
     public var stateHome: String { home + "/.local/state" }
+    /// `XDG_CACHE_HOME`.
     public var cacheHome: String { home + "/.cache" }
+    /// `XDG_RUNTIME_DIR` (0700, as a login session has it).
     public var runtimeDirectory: String { root + "/run" }
+    /// `XDG_CONFIG_DIRS`: the system configuration, here inside the sandbox.
     public var configDirectories: String { root + "/etc/xdg" }
+    /// `XDG_DATA_DIRS`: the system data directories, here inside the sandbox.
     public var dataDirectories: String { root + "/usr/share" }
     /// Variables the test adds or overrides (a provider path, `XDG_CURRENT_DESKTOP`, …).
     public var extra: [String: String]

@@ -3,10 +3,6 @@ import Foundation
 import TestSupport
 import Testing
 
-/// The repository's root (this file is Tests/dcprovisionTests/CommandLineTests.swift).
-let repositoryRoot: String = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-    .deletingLastPathComponent().deletingLastPathComponent().path
-
 /// A sandbox whose `PATH` starts with the built tools, and runs them by name.
 struct Tools {
     let sandbox: Sandbox
@@ -61,7 +57,7 @@ struct RequestIdCommandTests {
         let log = tools.sandbox.file("provides.log")
         let wrapper = try tools.sandbox.write(
             "dcprovider-counted",
-            "#!/bin/sh\necho provide >> '\(log)'\nexec python3 '\(repositoryRoot)/Samples/exec-provider/dcprovider-sample'\n"
+            "#!/bin/sh\necho provide >> '\(log)'\nexec python3 '\(Repository.root)/Samples/exec-provider/dcprovider-sample'\n"
         )
         chmod(wrapper, 0o755)
         try tools.setUpClient()

@@ -9,10 +9,7 @@ private func dcprovision(_ arguments: [String], environment: [String: String]? =
     return try run(Binaries.dcprovision, arguments, environment: env, timeout: 60)
 }
 
-private let sampleFolder: String = {
-    URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        .appendingPathComponent("Samples/exec-provider").path
-}()
+private let sampleFolder = Repository.root + "/Samples/exec-provider"
 
 @Suite("dcprovision testca, providers, and provider sources", .timeLimit(.minutes(3)))
 struct ProviderCommandTests {

@@ -15,7 +15,7 @@ struct FencedBlock: Sendable, CustomStringConvertible {
     /// The blocks of a Markdown file, in order. A fence is a line that starts with three
     /// backticks; its info string is the rest of that line.
     static func blocks(in file: String) throws -> [FencedBlock] {
-        let lines = try readText(repositoryRoot + "/" + file).split(separator: "\n", omittingEmptySubsequences: false)
+        let lines = try readText(Repository.root + "/" + file).split(separator: "\n", omittingEmptySubsequences: false)
         var blocks: [FencedBlock] = []
         var open: (line: Int, info: String, body: [Substring])?
         for (index, line) in lines.enumerated() {
@@ -51,10 +51,10 @@ enum Documents {
     static let all: [String] = {
         var files = ["README.md", "Plugins/README.md"]
         for folder in ["Samples", "docs"] {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: repositoryRoot + "/" + folder)) ?? []
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: Repository.root + "/" + folder)) ?? []
             for name in names.sorted() {
                 if name.hasSuffix(".md") { files.append("\(folder)/\(name)") }
-                if FileManager.default.fileExists(atPath: repositoryRoot + "/\(folder)/\(name)/README.md") {
+                if FileManager.default.fileExists(atPath: Repository.root + "/\(folder)/\(name)/README.md") {
                     files.append("\(folder)/\(name)/README.md")
                 }
             }
@@ -80,9 +80,9 @@ enum Documents {
 func checkoutView(in sandbox: Sandbox) throws -> String {
     let view = sandbox.file("checkout")
     try FileManager.default.createDirectory(atPath: view + "/.build", withIntermediateDirectories: true)
-    for name in try FileManager.default.contentsOfDirectory(atPath: repositoryRoot) where !name.hasPrefix(".") {
+    for name in try FileManager.default.contentsOfDirectory(atPath: Repository.root) where !name.hasPrefix(".") {
         try FileManager.default.createSymbolicLink(
-            atPath: view + "/" + name, withDestinationPath: repositoryRoot + "/" + name)
+            atPath: view + "/" + name, withDestinationPath: Repository.root + "/" + name)
     }
     try FileManager.default.createSymbolicLink(atPath: view + "/.build/debug", withDestinationPath: Binaries.directory)
     return view
@@ -175,7 +175,7 @@ struct ReadmeTests {
 
     @Test("Every command and every flag that --help shows, on both tools, is in docs/CLI.md or README.md")
     func helpIsDocumented() throws {
-        let docs = try readText(repositoryRoot + "/docs/CLI.md") + readText(repositoryRoot + "/README.md")
+        let docs = try readText(Repository.root + "/docs/CLI.md") + readText(Repository.root + "/README.md")
         func documented(_ text: String) throws -> Bool {
             let escaped = NSRegularExpression.escapedPattern(for: text)
             let pattern = try NSRegularExpression(pattern: "(?<![A-Za-z0-9-])\(escaped)(?![A-Za-z0-9-])")

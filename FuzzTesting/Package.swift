@@ -14,6 +14,14 @@ let package = Package(
         .executableTarget(
             name: "FuzzDeliveryURL",
             dependencies: [.product(name: "CredentialDelivery", package: "DerivedCredentials")]),
+        // One harness per message kind: the fuzzer spends its time on that message's query.
+        .target(
+            name: "FuzzMessageHarness",
+            dependencies: [.product(name: "CredentialDelivery", package: "DerivedCredentials")]),
+        .executableTarget(name: "FuzzNewMessage", dependencies: ["FuzzMessageHarness"]),
+        .executableTarget(name: "FuzzDeliverMessage", dependencies: ["FuzzMessageHarness"]),
+        .executableTarget(name: "FuzzResultMessage", dependencies: ["FuzzMessageHarness"]),
+        .executableTarget(name: "FuzzAvailableMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(
             name: "FuzzDeliveryPayload",
             dependencies: [

@@ -13,7 +13,8 @@ if [ $# -gt 0 ]; then
   seconds=$1
   shift
 fi
-all=(FuzzCredentialReader FuzzDeliveryURL FuzzDeliveryPayload)
+all=(FuzzCredentialReader FuzzDeliveryURL FuzzNewMessage FuzzDeliverMessage FuzzResultMessage FuzzAvailableMessage
+  FuzzDeliveryPayload)
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 for target in "${targets[@]}"; do
   [[ " ${all[*]} " == *" $target "* ]] || { echo "fuzz.sh: unknown target '$target' (${all[*]})" >&2; exit 2; }

@@ -19,12 +19,16 @@ public struct CredentialService: Sendable {
     /// does not depend on how handlers are found. Arguments: URL, client registration.
     public typealias Opener = @Sendable (String, ClientRegistration) async throws -> Void
     let open: Opener
+    /// Checks, before anything is sealed, that the client's scheme is handled by the executable
+    /// its registration names (a hijacked scheme must not even get a sealed payload queued).
+    public typealias HandlerCheck = @Sendable (ClientRegistration) throws -> Void
+    let checkHandler: HandlerCheck
 
     /// Fails on an empty brand or an invalid scheme (RFC 3986; compared case-insensitively, kept
     /// lowercase), as AppConnect's service creation does.
     public init(
         brand: String, callbackScheme: String, locations: DeliveryLocations = DeliveryLocations(),
-        open: @escaping Opener
+        checkHandler: @escaping HandlerCheck = { _ in }, open: @escaping Opener
     ) throws {
         guard !brand.trimmingCharacters(in: .whitespaces).isEmpty else {
             throw DCError(.invalid, "the brand is empty", hint: "give the name users know the provider by")
@@ -43,7 +47,101 @@ public struct CredentialService: Sendable {
         self.callbackScheme = scheme
         self.locations = locations
         self.ledger = RequestLedger(directory: locations.stateHome + "/dcprovision/requests")
+        self.checkHandler = checkHandler
         self.open = open
+    }
+
+    // MARK: - Identity and pairing
+
+    var stateDirectory: String { locations.stateHome + "/dcprovision" }
+
+    /// The provider's message-signing key (`$XDG_STATE_HOME/dcprovision/signing-key`, 0600), made
+    /// on first use. Every delivery is signed with it; clients pin its public half.
+    public func signingKey() throws -> MessageSigningKey {
+        try PinnedKeys.signingKey(at: stateDirectory + "/signing-key")
+    }
+
+    /// What the provider publishes for clients: its scheme, brand, handler and public signing key.
+    public func registration(executable: String) throws -> ProviderRegistration {
+        ProviderRegistration(
+            scheme: callbackScheme, brand: brand, executable: executable, signingKey: try signingKey().publicKey)
+    }
+
+    func pairingPath(_ clientId: String) -> String { locations.configHome + "/dcprovision/clients/\(clientId).json" }
+
+    /// The pairing with the client whose id is `clientId`, or nil when the operator never paired it.
+    public func pairing(clientId: String) throws -> ClientPairing? {
+        guard DeliveryMessage.isIdentifier(clientId) else { return nil }
+        return try PinnedKeys.read(ClientPairing.self, at: pairingPath(clientId))
+    }
+
+    /// Pairs with the client registered for `clientScheme`: pins its message-signing key, so that
+    /// its `new` and `available` messages are acted on from now on, and records whether it may
+    /// make the provider use a card unattended. Pairing again replaces the pin (after a client was
+    /// set up afresh). This is the operator's decision; no URL can make it.
+    public func pair(clientScheme: String, allowCardRequests: Bool = false, cardRequestsPerHour: Int = 4) throws
+        -> ClientPairing
+    {
+        guard try support(clientScheme: clientScheme) == .present else {
+            throw DCError(
+                .oldClient, "the client registered for \(clientScheme): speaks an older delivery protocol",
+                hint: "update the client and register it again")
+        }
+        let registration = try registration(clientScheme)
+        guard let key = registration.signingKey, PinnedKeys.decode(key) != nil else {
+            throw DCError(
+                .invalid, "the client's registration has no usable signing key",
+                subject: locations.clientRegistration(registration.scheme), hint: "register the client again")
+        }
+        guard (1...3600).contains(cardRequestsPerHour) else {
+            throw DCError(.usage, "the card request limit must be 1 to 3600 an hour")
+        }
+        let pairing = ClientPairing(
+            clientId: registration.clientId, scheme: registration.scheme, signingKey: key,
+            allowCardRequests: allowCardRequests, cardRequestsPerHour: cardRequestsPerHour)
+        try PinnedKeys.write(pairing, to: pairingPath(registration.clientId))
+        return pairing
+    }
+
+    /// Checks a client's signed message (`new` or `available`): the client was paired, the
+    /// signature is its pinned key's, the time is within the request time limit, and its
+    /// registration still shows the pinned key. Returns the registration and the pairing. Anything
+    /// else is `refusedMessage` (exit 77), and nothing has been done.
+    public func authenticate(_ message: DeliveryMessage, now: Date = Date()) throws -> (
+        registration: ClientRegistration, pairing: ClientPairing
+    ) {
+        let client: String
+        let time: Int64
+        switch message {
+        case .new(let id, _, let sent, _), .available(let id, let sent, _):
+            client = id
+            time = sent
+        case .deliver, .result:
+            throw DCError(.invalid, "not a client's signed message", hint: "only new and available are signed by clients")
+        }
+        let hint = "nothing was done; the client asks again (dcclient request)"
+        guard let pairing = try pairing(clientId: client) else {
+            throw DCError(
+                .refusedMessage, "the client '\(client)' is not paired with this provider",
+                hint: "if the client is yours, pair it: dcprovision pair --client-scheme SCHEME")
+        }
+        guard let key = pairing.publicKey, message.isSigned(by: key, scheme: callbackScheme) else {
+            throw DCError(
+                .refusedMessage, "the \(message.path) message is not signed by the paired client (forged or altered)",
+                subject: client, hint: hint)
+        }
+        guard abs(now.timeIntervalSince1970 - Double(time)) <= ledger.timeLimit else {
+            throw DCError(
+                .refusedMessage, "the \(message.path) message is older than \(Int(ledger.timeLimit)) s (or from the future)",
+                subject: client, hint: hint)
+        }
+        let registration = try registration(pairing.scheme)
+        guard registration.clientId == pairing.clientId, registration.signingKey == pairing.signingKey else {
+            throw DCError(
+                .refusedMessage, "the client's registration changed since it was paired", subject: client,
+                hint: "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(pairing.scheme)")
+        }
+        return (registration, pairing)
     }
 
     /// present / oldClient / missingClient, from the client's registration.
@@ -69,20 +167,6 @@ public struct CredentialService: Sendable {
                 ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased()))
         else { throw Self.missingClient("for \(clientScheme):") }
         return registration
-    }
-
-    /// The registration of the client whose id is `clientId` (a `new` request names its client by id).
-    public func registration(clientId: String) throws -> ClientRegistration {
-        let clients = locations.registrations + "/clients"
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: clients)) ?? []
-        for name in names.sorted() where name.hasSuffix(".json") {
-            if let registration = try Registrations.read(ClientRegistration.self, at: clients + "/" + name),
-                registration.clientId == clientId
-            {
-                return registration
-            }
-        }
-        throw Self.missingClient("with the id '\(clientId)'")
     }
 
     static func missingClient(_ which: String) -> DCError {
@@ -142,6 +226,15 @@ public struct CredentialService: Sendable {
                 hint: "fix the credential's source; dcprovision inspect shows every finding")
         }
         steps.append("validated: \(credential.entries.count) entries, \(verdict.warnings.count) warning(s)")
+        if let pairing = try pairing(clientId: registration.clientId), pairing.signingKey != registration.signingKey {
+            throw DCError(
+                .refusedMessage, "the client's registration changed since it was paired", subject: registration.scheme,
+                hint: "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(registration.scheme)")
+        }
+        // Before anything is sealed: a scheme another program hijacked gets nothing, not even a
+        // queued payload.
+        try checkHandler(registration)
+        let signingKey = try signingKey()
 
         let resultKey = try Digests.random(32)
         let resultKeyText = resultKey.withUnsafeBytes { Data($0).base64EncodedString() }
@@ -174,8 +267,11 @@ public struct CredentialService: Sendable {
         )
         let digest = try Spool(directory: registration.spool).write(sealed, request: request)
         steps.append("spooled: \(Spool(directory: registration.spool).path(request: request)) (0600)")
-        let url = DeliveryMessage.deliver(client: registration.clientId, request: request, digest: digest).url(
-            scheme: registration.scheme)
+        let sequence = try DeliverySequence(path: stateDirectory + "/sequences/\(registration.clientId)").next()
+        let url = try DeliveryMessage.deliver(
+            client: registration.clientId, request: request, digest: digest, sequence: sequence, signature: ""
+        ).signed(with: signingKey, scheme: registration.scheme).url(scheme: registration.scheme)
+        steps.append("signed: delivery \(sequence) to \(registration.clientId), with the provider's key")
         if !available {
             var record = ledger.record(request)!
             record.queuedURL = url
@@ -192,6 +288,11 @@ public struct CredentialService: Sendable {
                 hint: "see dcclient's output; the request id stays valid for \(Int(ledger.timeLimit)) s")
         }
         guard outcome == "ok" else {
+            if outcome == ResultStatus.stale {
+                throw DCError(
+                    .refusedMessage, "the client holds a newer credential and kept it (stale delivery)",
+                    subject: request, hint: "nothing was changed on the client; send again to replace it")
+            }
             throw DCError(
                 .invalid, "the client rejected the credential: \(outcome)", subject: request,
                 hint: "see the client's messages above; dcprovision inspect shows what the client would find")
@@ -200,25 +301,40 @@ public struct CredentialService: Sendable {
         return Receipt(request: request, steps: steps)
     }
 
-    /// Records the request id of a client's `new` (see ``RequestLedger/reserve(request:clientScheme:now:)``)
-    /// and returns the client's registration. A request id already used is refused, before
-    /// anything is issued.
-    public func reserve(request: String, clientId: String) throws -> ClientRegistration {
-        let registration = try registration(clientId: clientId)
-        try ledger.reserve(request: request, clientScheme: registration.scheme)
-        return registration
-    }
-
-    /// Answers a client's `new` request: records its request id (a replay is refused and
-    /// nothing is issued), has `issue` make the credential, and sends it answering that id. If
-    /// issuing or sending fails before anything was sealed, the request is marked
-    /// ``RequestLedger/notSent``.
+    /// Answers a client's signed `new`: authenticates it (``authenticate(_:now:)``), applies the
+    /// operator's policy for unattended card use (`fromCard`: the source logs in to a card), records
+    /// its request id (a replay is refused and nothing is issued), has `issue` make the credential,
+    /// and sends it answering that id. If issuing or sending fails before anything was sealed, the
+    /// request is marked ``RequestLedger/notSent``.
     public func answer(
-        client: String, request: String, queueIfUnavailable: Bool = false,
+        _ message: DeliveryMessage, fromCard: Bool = false, queueIfUnavailable: Bool = false, now: Date = Date(),
         progress: @Sendable (String) -> Void = { _ in },
         issue: (ClientRegistration) async throws -> Credential
     ) async throws -> Receipt {
-        let registration = try reserve(request: request, clientId: client)
+        guard case .new(_, let request, _, _) = message else {
+            throw DCError(.invalid, "not a new-credential request", hint: "requests are <provider-scheme>:/new?… URLs")
+        }
+        let (registration, pairing) = try authenticate(message, now: now)
+        if fromCard {
+            guard pairing.allowCardRequests else {
+                throw DCError(
+                    .refusedMessage,
+                    "the source uses a card, and requests from '\(pairing.clientId)' may not use it unattended",
+                    hint: "send with an operator present (dcprovision send), or allow it: dcprovision pair --allow-card-requests"
+                )
+            }
+            let recent = ledger.recent(limit: 10_000).filter {
+                $0.clientScheme == registration.scheme && $0.cardRequest == true
+                    && now.timeIntervalSince($0.created) < 3600
+            }
+            guard recent.count < pairing.cardRequestsPerHour else {
+                throw DCError(
+                    .serviceUnavailable,
+                    "'\(pairing.clientId)' made \(recent.count) card requests in the last hour (the limit)",
+                    hint: "try again later, or raise the limit: dcprovision pair --card-requests-per-hour N")
+            }
+        }
+        try ledger.reserve(request: request, clientScheme: registration.scheme, cardRequest: fromCard, now: now)
         do {
             let credential = try await issue(registration)
             return try await send(
@@ -233,16 +349,22 @@ public struct CredentialService: Sendable {
     /// Delivers what was queued for a client that announced availability; returns the requests sent.
     /// Expired entries are dropped and their spool files removed: nothing sealed waits longer
     /// than the request's time limit.
-    public func deliverQueued(clientId: String, progress: @Sendable (String) -> Void = { _ in }) async throws
-        -> [String]
-    {
+    /// Only a signed `available` from a paired client (``authenticate(_:now:)``) changes the queue;
+    /// a replay within the time limit finds the queue already emptied.
+    public func deliverQueued(
+        _ message: DeliveryMessage, now: Date = Date(), progress: @Sendable (String) -> Void = { _ in }
+    ) async throws -> [String] {
+        guard case .available(let clientId, _, _) = message else {
+            throw DCError(.invalid, "not an availability notice", hint: "notices are <provider-scheme>:/available?… URLs")
+        }
+        _ = try authenticate(message, now: now)
         var sent: [String] = []
         for record in ledger.recent(limit: 1000).reversed() where record.queuedURL != nil && record.outcome == nil {
             guard let registration = try? self.registration(record.clientScheme), registration.clientId == clientId,
                 let url = record.queuedURL
             else { continue }
             try ledger.dequeue(record.request)
-            guard Date().timeIntervalSince(record.created) <= ledger.timeLimit else {
+            guard now.timeIntervalSince(record.created) <= ledger.timeLimit else {
                 Spool(directory: registration.spool).remove(request: record.request)
                 progress(
                     "dropped queued request \(record.request): older than \(Int(ledger.timeLimit)) s; spool file removed"
@@ -263,5 +385,26 @@ public struct CredentialService: Sendable {
             throw DCError(.invalid, "not a result URL", hint: "results are <provider-scheme>:/result?… URLs")
         }
         return try ledger.complete(request: request, status: status, mac: mac)
+    }
+
+    /// The outcome of a request that got no answer within its time limit.
+    public static let expired = "expired"
+
+    /// Keeps the ledger and the spool bounded: requests past their time limit with no answer are
+    /// closed as ``expired`` (a queued one's sealed spool file is removed), then old finished
+    /// records are removed (``RequestLedger/prune(now:)``). Every handled URL and every send runs it.
+    public func prune(now: Date = Date()) {
+        for record in ledger.recent(limit: Int.max) where record.outcome == nil {
+            guard now.timeIntervalSince(record.created) > ledger.timeLimit, var closed = ledger.record(record.request)
+            else { continue }
+            if closed.queuedURL != nil, let registration = try? registration(record.clientScheme) {
+                Spool(directory: registration.spool).remove(request: record.request)
+            }
+            closed.queuedURL = nil
+            closed.resultKey = nil
+            closed.outcome = Self.expired
+            try? ledger.write(closed, replacing: true)
+        }
+        ledger.prune(now: now)
     }
 }

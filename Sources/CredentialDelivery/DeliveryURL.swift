@@ -1,33 +1,44 @@
+import CredentialCoding
 import DerivedCredentials
 import Foundation
 
 /// The four messages of the conversation, as URLs. They are world-readable (a launched
 /// handler's argv is in `/proc/PID/cmdline`), so they carry only a version, single-use ids, a
-/// status and a digest or MAC — never a secret. Parsing is strict: `scheme:/path` with no
-/// authority, the exact parameters, each once, from fixed character sets, under a length cap;
-/// anything else is refused.
+/// time or sequence number, a status, and a digest, MAC or signature — never a secret. Parsing is
+/// strict: `scheme:/path` with no authority, the exact parameters in the order written here, each
+/// once, from fixed character sets, under a length cap; anything else is refused.
 ///
-/// - `<provider-scheme>:/new?v=1&client=ID&request=HEX32` — the client asks for a credential.
-/// - `<client-scheme>:/deliver?v=1&client=ID&request=HEX32&digest=HEX64` — the sealed payload is
-///   in the client's spool as `<request>.cms`, with this SHA-256.
-/// - `<provider-scheme>:/result?v=1&request=HEX32&status=STATUS&mac=HEX64` — the client's
+/// - `<provider-scheme>:/new?v=2&client=ID&request=HEX32&time=N&sig=HEX128` — the client asks for
+///   a credential; signed with the client's message-signing key, which the provider pinned when it
+///   paired with the client.
+/// - `<client-scheme>:/deliver?v=2&client=ID&request=HEX32&digest=HEX64&seq=N&sig=HEX128` — the
+///   sealed payload is in the client's spool as `<request>.cms`, with this SHA-256; signed with the
+///   provider's key, which the client pinned; `seq` grows with every delivery to the client.
+/// - `<provider-scheme>:/result?v=2&request=HEX32&status=STATUS&mac=HEX64` — the client's
 ///   answer, authenticated with the key sealed in the payload.
-/// - `<provider-scheme>:/available?v=1&client=ID` — the client's secure services became
-///   available: queued deliveries may go now.
+/// - `<provider-scheme>:/available?v=2&client=ID&time=N&sig=HEX128` — the client's secure
+///   services became available: queued deliveries may go now; signed like `new`.
+///
+/// A signature covers ``signingInput(scheme:)``: a fixed context line, then the URL as written
+/// without its `&sig=` parameter, so it binds the scheme, the path and every value.
 public enum DeliveryMessage: Sendable, Equatable {
-    /// A client asks its provider for a credential, under a fresh request id.
-    case new(client: String, request: String)
-    /// A client's secure services became available; queued deliveries to it may go.
-    case available(client: String)
-    /// A provider tells a client that `<request>.cms` is in its spool, with this SHA-256 in hex.
-    case deliver(client: String, request: String, digest: String)
+    /// A client asks its provider for a credential, under a fresh request id, at `time` (seconds
+    /// since 1970), with its Ed25519 `signature` in hex.
+    case new(client: String, request: String, time: Int64, signature: String)
+    /// A client's secure services became available at `time`; queued deliveries to it may go.
+    case available(client: String, time: Int64, signature: String)
+    /// A provider tells a client that `<request>.cms` is in its spool, with this SHA-256 in hex,
+    /// as its delivery number `sequence` to that client, with its Ed25519 `signature` in hex.
+    case deliver(client: String, request: String, digest: String, sequence: UInt64, signature: String)
     /// A client answers a delivery with a status (`ok` or an error name) and its HMAC-SHA-256 in hex.
     case result(request: String, status: String, mac: String)
 
-    /// The protocol version every URL carries as `v=1`; any other is refused.
-    public static let version = "1"
+    /// The protocol version every URL carries as `v=2`; any other is refused.
+    public static let version = "2"
     /// The longest URL parsed, in UTF-8 bytes; longer ones are refused before anything else is read.
     public static let maximumLength = 512
+    /// What every signature starts with, so that no signature made for another purpose can pass.
+    public static let signingContext = "derived-credentials delivery v2\n"
 
     /// The URL path without its slash: `new`, `available`, `deliver` or `result`.
     public var path: String {
@@ -41,10 +52,15 @@ public enum DeliveryMessage: Sendable, Equatable {
 
     var parameters: [(String, String)] {
         switch self {
-        case .new(let client, let request): [("v", Self.version), ("client", client), ("request", request)]
-        case .available(let client): [("v", Self.version), ("client", client)]
-        case .deliver(let client, let request, let digest):
-            [("v", Self.version), ("client", client), ("request", request), ("digest", digest)]
+        case .new(let client, let request, let time, let signature):
+            [("v", Self.version), ("client", client), ("request", request), ("time", String(time)), ("sig", signature)]
+        case .available(let client, let time, let signature):
+            [("v", Self.version), ("client", client), ("time", String(time)), ("sig", signature)]
+        case .deliver(let client, let request, let digest, let sequence, let signature):
+            [
+                ("v", Self.version), ("client", client), ("request", request), ("digest", digest),
+                ("seq", String(sequence)), ("sig", signature),
+            ]
         case .result(let request, let status, let mac):
             [("v", Self.version), ("request", request), ("status", status), ("mac", mac)]
         }
@@ -52,7 +68,73 @@ public enum DeliveryMessage: Sendable, Equatable {
 
     /// `scheme:/path?k=v&…` (RFC 3986; every value is from an unreserved character set).
     public func url(scheme: String) -> String {
-        "\(scheme):/\(path)?" + parameters.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
+        Self.render(scheme: scheme, path: path, parameters)
+    }
+
+    static func render(scheme: String, path: String, _ parameters: [(String, String)]) -> String {
+        "\(scheme.lowercased()):/\(path)?" + parameters.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
+    }
+
+    /// The bytes a signed message's signature covers: ``signingContext``, then the URL for
+    /// `scheme` without its `sig` parameter. Empty for a `result`, which is MAC'd instead.
+    public func signingInput(scheme: String) -> [UInt8] {
+        guard case .result = self else {
+            return Array(
+                (Self.signingContext + Self.render(scheme: scheme, path: path, parameters.filter { $0.0 != "sig" }))
+                    .utf8)
+        }
+        return []
+    }
+
+    /// The signature a signed message carries, in hex; nil for a `result`.
+    public var signature: String? {
+        switch self {
+        case .new(_, _, _, let signature), .available(_, _, let signature), .deliver(_, _, _, _, let signature):
+            signature
+        case .result: nil
+        }
+    }
+
+    /// This message signed with `key` for `scheme`: the same values, with the signature replaced.
+    /// A `result` is returned unchanged (it is MAC'd, not signed).
+    public func signed(with key: MessageSigningKey, scheme: String) throws -> DeliveryMessage {
+        let signature = Digests.hex(try key.sign(signingInput(scheme: scheme)))
+        switch self {
+        case .new(let client, let request, let time, _):
+            return .new(client: client, request: request, time: time, signature: signature)
+        case .available(let client, let time, _):
+            return .available(client: client, time: time, signature: signature)
+        case .deliver(let client, let request, let digest, let sequence, _):
+            return .deliver(client: client, request: request, digest: digest, sequence: sequence, signature: signature)
+        case .result:
+            return self
+        }
+    }
+
+    /// Whether the message's signature is `publicKey`'s over ``signingInput(scheme:)``; false for a
+    /// `result` and for anything malformed.
+    public func isSigned(by publicKey: [UInt8], scheme: String) -> Bool {
+        guard let signature, let bytes = Self.bytes(hex: signature) else { return false }
+        return MessageSigningKey.verify(bytes, of: signingInput(scheme: scheme), publicKey: publicKey)
+    }
+
+    static func bytes(hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        func value(_ digit: UInt8) -> UInt8? {
+            switch digit {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+            default: nil
+            }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return bytes
     }
 
     /// Parses a URL addressed to `scheme`, strictly.
@@ -89,17 +171,29 @@ public enum DeliveryMessage: Sendable, Equatable {
             guard valid(value) else { throw refuse("invalid '\(name)'") }
             return value
         }
-        guard try take("v", { $0 == version }) == version else { throw refuse("unsupported version") }
+        guard let version = values["v"] else { throw refuse("missing 'v'") }
+        guard version == Self.version else {
+            throw DCError(
+                .invalid,
+                "refused URL: protocol version '\(version.escapingControlCharacters)'; this program speaks version \(Self.version)",
+                hint: "update the program that made the URL (dcprovision and dcclient speak the same version)")
+        }
+        _ = try take("v", { $0 == Self.version })
         let message: DeliveryMessage
         switch path {
         case "new":
-            message = .new(client: try take("client", isIdentifier), request: try take("request", { isHex($0, 32) }))
+            message = .new(
+                client: try take("client", isIdentifier), request: try take("request", { isHex($0, 32) }),
+                time: Int64(try take("time", isNumber))!, signature: try take("sig", { isHex($0, 128) }))
         case "available":
-            message = .available(client: try take("client", isIdentifier))
+            message = .available(
+                client: try take("client", isIdentifier), time: Int64(try take("time", isNumber))!,
+                signature: try take("sig", { isHex($0, 128) }))
         case "deliver":
             message = .deliver(
                 client: try take("client", isIdentifier), request: try take("request", { isHex($0, 32) }),
-                digest: try take("digest", { isHex($0, 64) }))
+                digest: try take("digest", { isHex($0, 64) }), sequence: UInt64(try take("seq", isNumber))!,
+                signature: try take("sig", { isHex($0, 128) }))
         case "result":
             message = .result(
                 request: try take("request", { isHex($0, 32) }), status: try take("status", isIdentifier),
@@ -108,7 +202,18 @@ public enum DeliveryMessage: Sendable, Equatable {
             throw refuse("unknown path '\(path.escapingControlCharacters)'")
         }
         guard values.isEmpty else { throw refuse("unexpected parameter '\(values.keys.sorted()[0])'") }
+        // One spelling only: the parameters in the documented order, so that what was signed is
+        // exactly what was sent.
+        guard message.url(scheme: scheme) == prefix + "/" + String(rest) else {
+            throw refuse("parameters out of order")
+        }
         return message
+    }
+
+    /// Decimal digits, 1–18 of them, no leading zero: a time or a sequence number.
+    static func isNumber(_ value: String) -> Bool {
+        (1...18).contains(value.count) && !(value.hasPrefix("0") && value.count > 1)
+            && value.unicodeScalars.allSatisfy { ("0"..."9").contains($0) }
     }
 
     /// Lowercase letters, digits and `-`, 1–64 characters, not starting with `-`.
@@ -120,4 +225,15 @@ public enum DeliveryMessage: Sendable, Equatable {
     static func isHex(_ value: String, _ count: Int) -> Bool {
         value.count == count && value.unicodeScalars.allSatisfy { ("0"..."9").contains($0) || ("a"..."f").contains($0) }
     }
+}
+
+/// The statuses a client's `result` carries.
+public enum ResultStatus {
+    /// The credential was installed.
+    public static let ok = "ok"
+    /// The credential failed the client's validation; nothing was installed.
+    public static let invalid = "invalid"
+    /// The delivery was older than the installed credential (its sequence number was not above
+    /// the installed one's); the client kept what it had.
+    public static let stale = "stale"
 }

@@ -10,6 +10,11 @@ public struct DeliveryLocations: Sendable {
     public var stateHome: String
     /// `$XDG_CONFIG_HOME`, or `~/.config` when it is unset or not absolute.
     public var configHome: String
+    /// `$XDG_RUNTIME_DIR` when it is set and absolute; there is no fallback (the specification
+    /// asks for a warning and a replacement; the toolkit refuses instead, see ``privateRuntimeDirectory()``).
+    public var runtimeDirectory: String?
+    /// The home directory the locations were derived from.
+    public var home: String
 
     /// Locations from `environment`: relative values are ignored, as the XDG specification says, and
     /// `HOME` falls back to the account's home directory.
@@ -21,6 +26,36 @@ public struct DeliveryLocations: Sendable {
         dataHome = value("XDG_DATA_HOME", home + "/.local/share")
         stateHome = value("XDG_STATE_HOME", home + "/.local/state")
         configHome = value("XDG_CONFIG_HOME", home + "/.config")
+        runtimeDirectory = environment["XDG_RUNTIME_DIR"].flatMap { $0.hasPrefix("/") ? $0 : nil }
+        self.home = home
+    }
+
+    /// The runtime directory, checked to be a place for a secret that must not outlive the login
+    /// or be copied with the home directory: set, a directory owned by this user with mode 0700,
+    /// and not inside the home directory. Throws `serviceUnavailable` with what to do otherwise.
+    public func privateRuntimeDirectory() throws -> String {
+        guard let runtime = runtimeDirectory else {
+            throw DCError(
+                .serviceUnavailable, "XDG_RUNTIME_DIR is not set: there is no private place for the unlocked key",
+                hint: "log in through a session that sets it (systemd does: /run/user/$UID)")
+        }
+        var info = stat()
+        guard stat(runtime, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid(),
+            info.st_mode & 0o077 == 0
+        else {
+            throw DCError(
+                .serviceUnavailable, "XDG_RUNTIME_DIR is not a private directory of this user (mode 0700)",
+                subject: runtime, hint: "log in through a session that sets it up (systemd does: /run/user/$UID)")
+        }
+        let resolved = (runtime as NSString).resolvingSymlinksInPath
+        let resolvedHome = (home as NSString).resolvingSymlinksInPath
+        guard resolved != resolvedHome, !resolved.hasPrefix(resolvedHome.hasSuffix("/") ? resolvedHome : resolvedHome + "/")
+        else {
+            throw DCError(
+                .serviceUnavailable, "XDG_RUNTIME_DIR is inside the home directory, which backups copy",
+                subject: runtime, hint: "use the session's runtime directory (/run/user/$UID)")
+        }
+        return runtime
     }
 
     /// Published registrations: `$XDG_DATA_HOME/derived-credentials/{clients,providers}/<scheme>.json`.
@@ -49,20 +84,25 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
     public var spool: String
     /// A JSON file `{"servicesAvailable": true|false}` the client keeps current (lock/unlock).
     public var status: String
+    /// The client's Ed25519 message-signing public key, base64 of 32 bytes: it signs the client's
+    /// `new` and `available` messages. Absent in registrations of protocol 1 clients.
+    public var signingKey: String?
 
     /// The delivery protocol version this build speaks.
-    public static let currentProtocol = 1
+    public static let currentProtocol = 2
 
-    /// A registration for a client speaking `protocolVersion`; `certificate` is stored as base64 DER.
+    /// A registration for a client speaking `protocolVersion`; `certificate` is stored as base64 DER,
+    /// `signingKey` (raw Ed25519) as base64.
     public init(
         protocolVersion: Int = currentProtocol, clientId: String, scheme: String, executable: String,
-        certificate: Certificate, spool: String, status: String
+        certificate: Certificate, signingKey: [UInt8], spool: String, status: String
     ) {
         self.protocolVersion = protocolVersion
         self.clientId = clientId
         self.scheme = scheme
         self.executable = executable
         self.certificate = Data(certificate.derBytes).base64EncodedString()
+        self.signingKey = PinnedKeys.encode(signingKey)
         self.spool = spool
         self.status = status
     }
@@ -95,12 +135,16 @@ public struct ProviderRegistration: Codable, Sendable, Equatable {
     public var brand: String
     /// The handler that must receive the provider's URLs (anything else claiming the scheme is a hijack).
     public var executable: String
+    /// The provider's Ed25519 message-signing public key, base64 of 32 bytes: it signs every
+    /// delivery. A client pins it the first time its user asks this provider.
+    public var signingKey: String?
 
-    /// A registration with these fields as given.
-    public init(scheme: String, brand: String, executable: String) {
+    /// A registration with these fields as given; `signingKey` is the raw Ed25519 public key.
+    public init(scheme: String, brand: String, executable: String, signingKey: [UInt8]) {
         self.scheme = scheme
         self.brand = brand
         self.executable = executable
+        self.signingKey = PinnedKeys.encode(signingKey)
     }
 }
 

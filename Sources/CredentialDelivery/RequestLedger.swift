@@ -28,6 +28,8 @@ public struct RequestLedger: Sendable {
         /// A delivery sealed and spooled while the client was locked, waiting for its
         /// availability notification.
         public var queuedURL: String?
+        /// True when a client's `new` made a card source log in unattended (the rate limit counts these).
+        public var cardRequest: Bool?
 
         /// Where the send stands, as `status` shows it: the outcome once there is one, else
         /// `queued` while its delivery waits for the client, else `pending`.
@@ -71,10 +73,11 @@ public struct RequestLedger: Sendable {
     /// atomically (two handlers racing on the same URL cannot both win). A request id the ledger
     /// already has — a replayed `new`, or an id of the provider's own sends — is refused
     /// (`refusedMessage`), so a replay issues nothing.
-    public func reserve(request: String, clientScheme: String, now: Date = Date()) throws {
+    public func reserve(request: String, clientScheme: String, cardRequest: Bool = false, now: Date = Date()) throws {
         guard !FileManager.default.fileExists(atPath: path(request)) else { throw Self.replayed(request) }
-        try create(
-            Record(request: request, clientScheme: clientScheme, credentialName: "", created: now, resultKey: nil))
+        var record = Record(request: request, clientScheme: clientScheme, credentialName: "", created: now, resultKey: nil)
+        record.cardRequest = cardRequest ? true : nil
+        try create(record)
     }
 
     static func replayed(_ request: String) -> DCError {
@@ -153,6 +156,28 @@ public struct RequestLedger: Sendable {
         guard var record = record(request), record.queuedURL != nil else { return }
         record.queuedURL = nil
         try write(record, replacing: true)
+    }
+
+    /// How long a finished record is kept for `dcprovision status`.
+    public var retention: TimeInterval = 7 * 86400
+    /// The most records kept; the oldest finished ones go first.
+    public var capacity = 1000
+
+    /// Removes finished records older than ``retention``, and the oldest finished ones beyond
+    /// ``capacity``. Records still within the time limit stay whatever the bound (they are what
+    /// refuses a replayed request id); pending ones past it are the caller's to close first.
+    /// Returns the request ids removed.
+    @discardableResult
+    public func prune(now: Date = Date()) -> [String] {
+        let records = recent(limit: Int.max)
+        var removed: [String] = []
+        for (index, record) in records.enumerated() where record.outcome != nil {
+            let age = now.timeIntervalSince(record.created)
+            guard age > timeLimit, age > retention || index >= capacity else { continue }
+            unlink(path(record.request))
+            removed.append(record.request)
+        }
+        return removed
     }
 
     /// Recent records, newest first.

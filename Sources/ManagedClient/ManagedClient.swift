@@ -11,11 +11,14 @@ import Foundation
 ///   store/wrapped-key.json        the store key, sealed under a key derived from the passphrase
 ///   store/client-key              the client's private key, sealed under the store key
 ///   store/client.pem              its certificate (deliveries are sealed to it)
+///   store/signing-key             the client's Ed25519 message-signing key, sealed under the store key
+///   store/provider.json           the provider's signing key, pinned when the user first asked it
 ///   store/credential              the installed credential, sealed under the store key
+///   store/credential.sequence     the delivery number of the installed credential (no rollback)
 ///   store/processed/<request>     the outcome of each request handled (idempotency, replays)
 ///   spool/                        sealed deliveries from providers
 ///   status.json                   {"servicesAvailable": …}, read by providers
-///   run/store.key                 the store key — only while unlocked
+/// $XDG_RUNTIME_DIR/dcclient/<id>.key   the store key — only while unlocked, never under $HOME
 /// ```
 public struct ManagedClient: Sendable {
     /// The client's directory, `$XDG_DATA_HOME/dcclient`; everything it keeps is under it.
@@ -35,7 +38,18 @@ public struct ManagedClient: Sendable {
     var store: String { base + "/store" }
     var spool: Spool { Spool(directory: base + "/spool") }
     var statusFile: String { base + "/status.json" }
-    var runKey: String { base + "/run/store.key" }
+    /// Where the unlocked store key lives: the user's runtime directory (a tmpfs that systemd
+    /// makes per login, mode 0700), never persistent storage. One file per store, named by a hash
+    /// of the store's path.
+    var runKey: String {
+        get throws {
+            let runtime = try locations.privateRuntimeDirectory()
+            return runtime + "/dcclient/" + Digests.hex(Array(Digests.sha256(Array(base.utf8)).prefix(16))) + ".key"
+        }
+    }
+    /// Where versions before the runtime directory kept the unlocked key; removed on sight.
+    var legacyRunKey: String { base + "/run/store.key" }
+    var providerPinFile: String { store + "/provider.json" }
     /// `store/client.json`: the client id and the two schemes; its presence means the client is set up.
     public var configFile: String { store + "/client.json" }
 
@@ -43,6 +57,8 @@ public struct ManagedClient: Sendable {
         var clientId: String
         var scheme: String
         var providerScheme: String
+        /// The public half of the client's message-signing key, base64 (published in the registration).
+        var signingKey: String?
     }
 
     // MARK: - Setup
@@ -70,8 +86,15 @@ public struct ManagedClient: Sendable {
                 subject: DistinguishedName([.init("CN", "dcclient \(clientId)")]),
                 notBefore: Date().addingTimeInterval(-60),
                 notAfter: Date().addingTimeInterval(5 * 365 * 86400), keyUsage: KeyUsage.keyAgreement), for: clientKey)
+        guard DeliveryMessage.isIdentifier(clientId) else {
+            throw DCError(
+                .usage, "'\(clientId.escapingControlCharacters)' is not a valid client id",
+                hint: "use 1 to 64 lowercase letters, digits and -, not starting with -")
+        }
+        let signingKey = try MessageSigningKey.generate()
         let config = Config(
-            clientId: clientId, scheme: scheme.lowercased(), providerScheme: providerScheme.lowercased())
+            clientId: clientId, scheme: scheme.lowercased(), providerScheme: providerScheme.lowercased(),
+            signingKey: PinnedKeys.encode(signingKey.publicKey))
         let wrappedJSON = try JSONSerialization.data(withJSONObject: [
             "salt": Data(salt).base64EncodedString(), "iterations": Self.iterations,
             "sealed": Data(wrapped).base64EncodedString(),
@@ -81,6 +104,10 @@ public struct ManagedClient: Sendable {
         try files.add(
             "client-key",
             .bytes(try AtRest.seal(clientKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "client-key")),
+            mode: 0o600)
+        try files.add(
+            "signing-key",
+            .bytes(try AtRest.seal(signingKey.privateKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "signing-key")),
             mode: 0o600)
         try files.add("client.pem", .bytes(PEM.certificate(certificate)), mode: 0o644)
         try files.add("client.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
@@ -95,11 +122,58 @@ public struct ManagedClient: Sendable {
     public func publishRegistration(executable: String) throws {
         let config = try config()
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
+        guard let signingKey = config.signingKey.flatMap(PinnedKeys.decode) else {
+            throw DCError(
+                .oldClient, "this client was set up by an older version and has no message-signing key", subject: base,
+                hint: "set the client up afresh: remove the directory, then dcclient init")
+        }
         try Registrations.publish(
             ClientRegistration(
                 clientId: config.clientId, scheme: config.scheme, executable: executable, certificate: certificate,
-                spool: spool.directory, status: statusFile),
+                signingKey: signingKey, spool: spool.directory, status: statusFile),
             at: locations.clientRegistration(config.scheme))
+        _ = try pinnedProvider(pinning: true)
+    }
+
+    // MARK: - The provider's key
+
+    /// The provider's pinned signing key. With `pinning`, a provider registration seen for the
+    /// first time is pinned (the user ran a command that asks this provider). A registration that
+    /// shows another key than the pinned one is refused: the provider cannot be swapped behind
+    /// the user's back. Returns nil when nothing is pinned (and, with `pinning`, no provider is
+    /// registered yet).
+    @discardableResult
+    public func pinnedProvider(pinning: Bool = false) throws -> ProviderPin? {
+        let config = try config()
+        let pinned = try PinnedKeys.read(ProviderPin.self, at: providerPinFile)
+        guard pinning,
+            let registration = try Registrations.read(
+                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
+        else { return pinned }
+        guard let key = registration.signingKey, PinnedKeys.decode(key) != nil else {
+            throw DCError(
+                .oldClient, "the provider registered for \(config.providerScheme): has no signing key (an older version)",
+                hint: "update the provider and register it again")
+        }
+        if let pinned {
+            guard pinned.signingKey == key else {
+                throw DCError(
+                    .refusedMessage, "the provider's signing key is not the one this client pinned",
+                    subject: locations.providerRegistration(config.providerScheme),
+                    hint: "if the provider was really set up afresh, pin it again: dcclient register --repin-provider")
+            }
+            return pinned
+        }
+        let pin = ProviderPin(scheme: config.providerScheme, signingKey: key)
+        try PinnedKeys.write(pin, to: providerPinFile)
+        return pin
+    }
+
+    /// Forgets the pinned provider key, so that the next `register` or `request` pins the key the
+    /// provider's registration shows then. For a provider that was set up afresh.
+    public func forgetProvider() throws {
+        _ = try config()
+        unlink(providerPinFile)
     }
 
     /// Withdraws the registration: providers then see `missingClient` and send nothing. The store
@@ -140,22 +214,27 @@ public struct ManagedClient: Sendable {
                 .wrongPassphrase, "the passphrase does not unlock the client",
                 hint: "give the passphrase dcclient init was given; it is never retried")
         }
-        let run = (runKey as NSString).deletingLastPathComponent
+        let keyPath = try runKey
+        let run = (keyPath as NSString).deletingLastPathComponent
         try AtomicFileSet.ensureDirectory(run)
+        chmod(run, 0o700)
         var files = AtomicFileSet(directory: run)
-        try files.add("store.key", .secret(storeKey), mode: 0o600)
+        try files.add((keyPath as NSString).lastPathComponent, .secret(storeKey), mode: 0o600)
         try files.commit(replacingExisting: true)
+        unlink(legacyRunKey)
         try publishStatus(available: true)
     }
 
     /// Makes secure services unavailable: the store key is destroyed; the store cannot be read.
     public func lock() throws {
-        unlink(runKey)
+        if let key = try? runKey { unlink(key) }
+        unlink(legacyRunKey)
         try publishStatus(available: false)
     }
 
-    /// Whether the store key is in `run/`, so deliveries can be installed and the credential read.
-    public var isUnlocked: Bool { FileManager.default.fileExists(atPath: runKey) }
+    /// Whether the store key is in the runtime directory, so deliveries can be installed and the
+    /// credential read.
+    public var isUnlocked: Bool { (try? runKey).map { FileManager.default.fileExists(atPath: $0) } ?? false }
 
     func publishStatus(available: Bool) throws {
         var files = AtomicFileSet(directory: base)
@@ -164,7 +243,7 @@ public struct ManagedClient: Sendable {
     }
 
     func storeKey() throws -> SecretBytes {
-        guard let data = FileManager.default.contents(atPath: runKey), data.count == 32 else {
+        guard let data = FileManager.default.contents(atPath: try runKey), data.count == 32 else {
             throw DCError(.serviceUnavailable, "the client is locked", hint: "run dcclient unlock")
         }
         var bytes = Array(data)
@@ -174,19 +253,29 @@ public struct ManagedClient: Sendable {
     // MARK: - Requesting and receiving
 
     /// The URL that asks the provider for a credential.
-    public func requestURL() throws -> (url: String, providerScheme: String) {
+    /// It is signed with the client's key (so the store must be unlocked), and the provider's key
+    /// is pinned now if it was not yet.
+    /// `request` is the request id to use, 32 lowercase hex digits; by default a fresh random one.
+    public func requestURL(request: String? = nil, now: Date = Date()) throws -> (url: String, providerScheme: String) {
         let config = try config()
-        let request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
-        return (
-            DeliveryMessage.new(client: config.clientId, request: request).url(scheme: config.providerScheme),
-            config.providerScheme
-        )
+        try pinnedProvider(pinning: true)
+        let request = try request ?? Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
+        let message = try DeliveryMessage.new(
+            client: config.clientId, request: request, time: Int64(now.timeIntervalSince1970), signature: ""
+        ).signed(with: try signingKey(), scheme: config.providerScheme)
+        return (message.url(scheme: config.providerScheme), config.providerScheme)
     }
 
-    /// The availability notification for the provider.
-    public func availabilityURL() throws -> String? {
+    /// The availability notification for the provider, signed with the client's key.
+    public func availabilityURL(now: Date = Date()) throws -> String? {
         let config = try config()
-        return DeliveryMessage.available(client: config.clientId).url(scheme: config.providerScheme)
+        return try DeliveryMessage.available(client: config.clientId, time: Int64(now.timeIntervalSince1970), signature: "")
+            .signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
+    }
+
+    func signingKey() throws -> MessageSigningKey {
+        try MessageSigningKey(
+            pkcs8DER: try AtRest.open(try bytes(store + "/signing-key"), key: try storeKey(), context: "signing-key"))
     }
 
     /// The outcome of handling a delivery URL, and the result URL to send back (if any).
@@ -202,25 +291,45 @@ public struct ManagedClient: Sendable {
         public var replay: Bool
         /// The delivered credential's name; nil for a replay.
         public var credentialName: String?
+        /// The delivery number of the credential installed before this one, if any (what a
+        /// `stale` delivery was compared with).
+        public var installedSequence: UInt64?
+        /// The delivery number this delivery carried; nil for a replay.
+        public var sequence: UInt64?
     }
 
-    /// Handles `<scheme>:/deliver…`: checks the URL and the spool file, opens the payload,
-    /// validates the credential and installs it atomically, then returns the authenticated result.
-    /// A request already handled is not installed again; its recorded result is returned (idempotent).
-    public func handleDelivery(_ url: String, validator: CredentialValidator = CredentialValidator()) throws -> Handled
-    {
+    /// Handles `<scheme>:/deliver…`: checks the URL, its signature by the pinned provider and the
+    /// spool file, opens the payload, validates the credential and installs it atomically, then
+    /// returns the authenticated result. A request already handled is not installed again; its
+    /// recorded result is returned (idempotent). A delivery whose number is not above the installed
+    /// credential's is kept out (status `stale`) unless `allowOlder`: no rollback.
+    public func handleDelivery(
+        _ url: String, validator: CredentialValidator = CredentialValidator(), allowOlder: Bool = false,
+        now: Date = Date()
+    ) throws -> Handled {
         let config = try config()
         // A crash mid-install leaves at most staging files; they are never read, only removed.
         AtomicFileSet.removeStaleStagingFiles(in: store)
         AtomicFileSet.removeStaleStagingFiles(in: store + "/processed")
-        guard case .deliver(let client, let request, let digest) = try DeliveryMessage.parse(url, scheme: config.scheme)
-        else {
+        prune(now: now)
+        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
+        guard case .deliver(let client, let request, let digest, let sequence, _) = message else {
             throw DCError(.invalid, "not a delivery URL", hint: "deliveries are <client-scheme>:/deliver?… URLs")
         }
         guard client == config.clientId else {
             throw DCError(
                 .invalid, "a delivery for another client (\(client))",
                 hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
+        }
+        guard let pin = try pinnedProvider(), let providerKey = pin.publicKey else {
+            throw DCError(
+                .refusedMessage, "no provider is pinned, so no delivery can be authenticated", subject: request,
+                hint: "nothing was installed; ask the provider yourself first (dcclient request)")
+        }
+        guard message.isSigned(by: providerKey, scheme: config.scheme) else {
+            throw DCError(
+                .refusedMessage, "the delivery is not signed by the pinned provider (forged or altered)",
+                subject: request, hint: "nothing was installed; ask the provider again (dcclient request)")
         }
         let processed = store + "/processed/\(request)"
         if let recorded = FileManager.default.contents(atPath: processed),
@@ -243,20 +352,23 @@ public struct ManagedClient: Sendable {
                 subject: request, hint: "nothing was installed; ask the provider again (dcclient request)")
         }
         // Request ids are good for a limited time (as the provider's ledger is).
-        guard abs(payload.issuedAt.timeIntervalSinceNow) <= Self.requestTimeLimit else {
+        guard abs(payload.issuedAt.timeIntervalSince(now)) <= Self.requestTimeLimit else {
             spool.remove(request: request)
             throw DCError(
                 .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request,
                 hint: "nothing was installed; ask the provider again (dcclient request)")
         }
-        var status = "ok"
-        let verdict = validator.validate(payload.credential)
-        if !verdict.passes() {
-            status = "invalid"
+        var status = ResultStatus.ok
+        let installedSequence = self.installedSequence
+        if let installedSequence, sequence <= installedSequence, !allowOlder {
+            status = ResultStatus.stale
+        } else if !validator.validate(payload.credential).passes() {
+            status = ResultStatus.invalid
         } else {
-            // All or nothing: the new credential replaces the old one in a single rename.
+            // All or nothing: the new credential and its number replace the old ones together.
             var files = AtomicFileSet(directory: store)
             try files.add("credential", .bytes(try AtRest.seal(opened, key: key, context: "credential")), mode: 0o600)
+            try files.add("credential.sequence", .bytes(Array("\(sequence)\n".utf8)), mode: 0o600)
             try files.commit(replacingExisting: true)
         }
         let result = DeliveryMessage.result(
@@ -269,7 +381,45 @@ public struct ManagedClient: Sendable {
         try record.commit(replacingExisting: true)
         spool.remove(request: request)
         return Handled(
-            request: request, status: status, resultURL: result, replay: false, credentialName: payload.credential.name)
+            request: request, status: status, resultURL: result, replay: false, credentialName: payload.credential.name,
+            installedSequence: installedSequence, sequence: sequence)
+    }
+
+    /// The delivery number of the installed credential, or nil when none is installed (or it came
+    /// before delivery numbers did).
+    public var installedSequence: UInt64? {
+        FileManager.default.contents(atPath: store + "/credential.sequence").flatMap {
+            UInt64(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+    }
+
+    /// How long the record of a handled request is kept, and the most records kept.
+    public static let processedRetention: TimeInterval = 7 * 86400
+    static let processedCapacity = 1000
+
+    /// Keeps the spool and the records of handled requests bounded: spool files older than the
+    /// request time limit can no longer be installed and are removed; records of handled requests
+    /// older than ``processedRetention``, or beyond the newest 1000, are removed (a delivery that
+    /// old is refused as late anyway).
+    public func prune(now: Date = Date()) {
+        func entries(_ directory: String) -> [(path: String, modified: Date)] {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+            return names.compactMap { name in
+                let path = directory + "/" + name
+                var info = stat()
+                guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+                return (path, Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec)))
+            }.sorted { $0.modified > $1.modified }
+        }
+        for file in entries(spool.directory) where now.timeIntervalSince(file.modified) > Self.requestTimeLimit {
+            unlink(file.path)
+        }
+        for (index, file) in entries(store + "/processed").enumerated()
+        where now.timeIntervalSince(file.modified) > Self.requestTimeLimit
+            && (now.timeIntervalSince(file.modified) > Self.processedRetention || index >= Self.processedCapacity)
+        {
+            unlink(file.path)
+        }
     }
 
     /// The installed credential (needs the client unlocked).

@@ -205,6 +205,19 @@ public struct SchemeHandlers: Sendable {
         limits: ChildProcess.Limits = .init(timeout: .seconds(60)),
         environment: [String: String]? = nil
     ) async throws -> ChildProcess.Outcome {
+        let arguments = try checkedArguments(url, scheme: scheme, expectedExecutable: expectedExecutable)
+        return try await ChildProcess.run(
+            arguments[0], arguments: Array(arguments.dropFirst()), environment: environment, limits: limits)
+    }
+
+    /// Checks that `scheme` resolves to `expectedExecutable` as the explicit default, without
+    /// launching anything: a sender runs it before it seals, so that a hijacked scheme gets
+    /// nothing. Throws what ``open(_:scheme:expectedExecutable:limits:environment:)`` would.
+    public func verifyHandler(scheme: String, expectedExecutable: String) throws {
+        _ = try checkedArguments(try Self.normalize(scheme: scheme) + ":/", scheme: scheme, expectedExecutable: expectedExecutable)
+    }
+
+    private func checkedArguments(_ url: String, scheme: String, expectedExecutable: String) throws -> [String] {
         guard let resolved = try resolve(scheme: scheme) else {
             throw DCError(.missingClient, "no handler is registered for \(scheme):", hint: "register it first")
         }
@@ -215,8 +228,7 @@ public struct SchemeHandlers: Sendable {
                 "another handler claims \(scheme): (\(resolved.entry.id.escapingControlCharacters) runs \(arguments[0].escapingControlCharacters)); refusing to send to it",
                 subject: resolved.entry.path, hint: "remove it, or register the client again")
         }
-        return try await ChildProcess.run(
-            arguments[0], arguments: Array(arguments.dropFirst()), environment: environment, limits: limits)
+        return arguments
     }
 
     /// ``open(_:scheme:expectedExecutable:limits:environment:)`` for command-line tools: our own

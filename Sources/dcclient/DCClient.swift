@@ -94,7 +94,13 @@ extension DCClient {
 
     struct Register: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Register this client as the handler of its scheme and publish its registration.")
+            abstract: "Register this client as the handler of its scheme and publish its registration.",
+            discussion: """
+                If the provider is registered already, its signing key is pinned now (otherwise at the first \
+                dcclient request); deliveries are installed only when signed with the pinned key.
+                """)
+        @Flag(help: "Forget the pinned provider key and pin the one the provider's registration shows now.")
+        var repinProvider = false
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
@@ -102,6 +108,7 @@ extension DCClient {
             try await reporting {
                 let client = ManagedClient()
                 guard let scheme = client.scheme else { throw notSetUp() }
+                if repinProvider { try client.forgetProvider() }
                 try client.publishRegistration(executable: selfPath)
                 try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcclient (managed client)")
                 Console.say("registered as the handler of \(scheme):")
@@ -157,13 +164,15 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries).")
         @Argument var url: String
+        @Flag(help: "Install the delivery even if it is older than the installed credential (a rollback).")
+        var allowOlder = false
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
             output.apply()
             try await reporting {
                 let client = ManagedClient()
-                let handled = try client.handleDelivery(url)
+                let handled = try client.handleDelivery(url, allowOlder: allowOlder)
                 if handled.replay {
                     Console.say(
                         "dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again"
@@ -180,6 +189,12 @@ extension DCClient {
                 try await SchemeHandlers().openForwardingOutput(
                     result, scheme: providerScheme, expectedExecutable: provider.executable,
                     passingStandardOutput: !Console.isQuiet)
+                if handled.status == ResultStatus.stale && !handled.replay {
+                    throw DCError(
+                        .refusedMessage,
+                        "the delivery (number \(handled.sequence ?? 0)) is older than the installed credential (number \(handled.installedSequence ?? 0)); kept the installed one",
+                        subject: handled.request, hint: "to install it anyway: dcclient handle-url --allow-older URL")
+                }
             }
         }
     }

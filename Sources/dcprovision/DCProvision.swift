@@ -13,7 +13,7 @@ struct DCProvision: AsyncParsableCommand {
         discussion: Toolkit.exitStatuses,
         version: Toolkit.version,
         subcommands: [
-            Demo.self, Send.self, HandleURL.self, Register.self, Unregister.self, Status.self, Convert.self,
+            Demo.self, Send.self, HandleURL.self, Register.self, Pair.self, Unregister.self, Status.self, Convert.self,
             Inspect.self,
             Providers.self, TestCACommand.self, Tokens.self, Objects.self,
         ]

@@ -21,6 +21,9 @@ struct ProviderConfig: Codable {
 
     static func path(_ locations: DeliveryLocations) -> String { locations.configHome + "/dcprovision/config.json" }
 
+    /// Whether answering a request logs in to a card: a PKCS#11 source, or any source given a PIN.
+    var usesCard: Bool { provider == "pkcs11" || pinFile != nil }
+
     static func load(_ locations: DeliveryLocations = DeliveryLocations()) throws -> ProviderConfig {
         guard let data = FileManager.default.contents(atPath: path(locations)) else {
             throw DCError(
@@ -38,7 +41,10 @@ var selfPath: String {
 /// A service that opens delivery URLs with the client's registered handler (refusing a hijacker)
 /// and forwards the handler's output.
 func service(brand: String, scheme: String) throws -> CredentialService {
-    try CredentialService(brand: brand, callbackScheme: scheme) { url, registration in
+    try CredentialService(
+        brand: brand, callbackScheme: scheme,
+        checkHandler: { try SchemeHandlers().verifyHandler(scheme: $0.scheme, expectedExecutable: $0.executable) }
+    ) { url, registration in
         try await SchemeHandlers().openForwardingOutput(
             url, scheme: registration.scheme, expectedExecutable: registration.executable,
             passingStandardOutput: !Console.isQuiet)
@@ -76,9 +82,39 @@ struct Register: AsyncParsableCommand {
             try files.commit(replacingExisting: true)
             try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcprovision (\(brand))")
             try Registrations.publish(
-                ProviderRegistration(scheme: scheme, brand: brand, executable: selfPath),
+                try service(brand: brand, scheme: scheme).registration(executable: selfPath),
                 at: locations.providerRegistration(scheme))
             Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
+        }
+    }
+}
+
+struct Pair: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Pair with a registered managed client: pin its signing key so that its requests are answered.",
+        discussion: """
+            A client's requests (new, available) are acted on only when they are signed with the key \
+            pinned here. Pairing again replaces the pin, after the client was set up afresh. With a card \
+            source, the client's requests make the provider log in to the card with no one present: \
+            that needs --allow-card-requests, and is limited per hour.
+            """)
+    @Option(help: ArgumentHelp("The managed client's URL scheme (dcclient init).", valueName: "scheme"))
+    var clientScheme: String
+    @Flag(help: "Let this client's requests use a card source unattended.") var allowCardRequests = false
+    @Option(help: ArgumentHelp("At most N card requests from this client an hour (1–3600).", valueName: "n"))
+    var cardRequestsPerHour = 4
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        output.apply()
+        try await runReportingErrors {
+            let config = try ProviderConfig.load()
+            let pairing = try service(brand: config.brand, scheme: config.scheme).pair(
+                clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), allowCardRequests: allowCardRequests,
+                cardRequestsPerHour: cardRequestsPerHour)
+            Console.say(
+                "paired with client \(pairing.clientId) (\(pairing.scheme):); card requests \(pairing.allowCardRequests ? "allowed, at most \(pairing.cardRequestsPerHour) an hour" : "not allowed")"
+            )
         }
     }
 }
@@ -113,12 +149,14 @@ struct HandleURL: AsyncParsableCommand {
             let locations = DeliveryLocations()
             let config = try ProviderConfig.load(locations)
             let service = try service(brand: config.brand, scheme: config.scheme)
-            switch try DeliveryMessage.parse(url, scheme: config.scheme) {
-            case .new(let client, let request):
-                // The delivery answers the request id the client chose; a replayed one is refused
-                // before anything is issued.
+            service.prune()
+            let message = try DeliveryMessage.parse(url, scheme: config.scheme)
+            switch message {
+            case .new(let client, let request, _, _):
+                // Only a paired client's signed request is answered, with the request id it chose;
+                // a forged or replayed one is refused before anything is issued or a card touched.
                 _ = try await service.answer(
-                    client: client, request: request, progress: { Console.say("dcprovision:   \($0)") }
+                    message, fromCard: config.usesCard, progress: { Console.say("dcprovision:   \($0)") }
                 ) { _ in
                     Console.say(
                         "dcprovision: request \(request) from client \(client); issuing with provider '\(config.provider)'"
@@ -133,9 +171,9 @@ struct HandleURL: AsyncParsableCommand {
                             workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
                     return try provided.credential()
                 }
-            case .available(let client):
+            case .available(let client, _, _):
                 Console.say("dcprovision: client \(client) announced availability")
-                let sent = try await service.deliverQueued(clientId: client) { Console.say("dcprovision:   \($0)") }
+                let sent = try await service.deliverQueued(message) { Console.say("dcprovision:   \($0)") }
                 if sent.isEmpty { Console.say("dcprovision:   nothing queued") }
             case .result:
                 let record = try service.handleResult(url)

@@ -90,6 +90,9 @@ struct Demo: AsyncParsableCommand {
                     "--option", "common-name=Demo User", "--option", "escrow-history=2",
                 ])
             try await run(
+                "The provider's operator pairs with the client: its signed requests are answered from now on",
+                dcprovision, ["pair", "--client-scheme", "org.example.dcclient"])
+            try await run(
                 "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
                 dcclient, ["request"])
             try await run("What the client holds (no key material is ever printed)", dcclient, ["list"])

@@ -8,6 +8,7 @@ import Testing
 
 private let request = "0123456789abcdef0123456789abcdef"
 private let digest = String(repeating: "ab", count: 32)
+private let signature = String(repeating: "5a", count: 64)
 
 private let issued: (ca: TestCA, credential: Credential, dir: TemporaryDirectory) = {
     let dir = try! TemporaryDirectory("delivery")
@@ -17,11 +18,12 @@ private let issued: (ca: TestCA, credential: Credential, dir: TemporaryDirectory
 
 @Suite("Delivery URLs", .timeLimit(.minutes(3)))
 struct DeliveryURLTests {
-    @Test("The three messages round-trip, and carry no secret")
+    @Test("The four messages round-trip, and carry no secret")
     func roundTrip() throws {
         let messages: [DeliveryMessage] = [
-            .new(client: "dcclient", request: request),
-            .deliver(client: "dcclient", request: request, digest: digest),
+            .new(client: "dcclient", request: request, time: 1_795_000_000, signature: signature),
+            .available(client: "dcclient", time: 1_795_000_000, signature: signature),
+            .deliver(client: "dcclient", request: request, digest: digest, sequence: 42, signature: signature),
             .result(request: request, status: "ok", mac: digest),
         ]
         for message in messages {
@@ -29,45 +31,87 @@ struct DeliveryURLTests {
             #expect(try DeliveryMessage.parse(url, scheme: "org.example.dc") == message)
         }
         #expect(
-            DeliveryMessage.new(client: "c", request: request).url(scheme: "x.y")
-                == "x.y:/new?v=1&client=c&request=\(request)")
+            DeliveryMessage.new(client: "c", request: request, time: 7, signature: signature).url(scheme: "x.y")
+                == "x.y:/new?v=2&client=c&request=\(request)&time=7&sig=\(signature)")
     }
+
+    @Test("A signature covers the scheme, the path and every value; a change to any of them fails it")
+    func signatures() throws {
+        let key = try MessageSigningKey.generate()
+        let message = try DeliveryMessage.deliver(
+            client: "dcclient", request: request, digest: digest, sequence: 42, signature: ""
+        ).signed(with: key, scheme: "org.example.dc")
+        #expect(message.isSigned(by: key.publicKey, scheme: "org.example.dc"))
+        #expect(!message.isSigned(by: key.publicKey, scheme: "org.example.other"))
+        #expect(!message.isSigned(by: try MessageSigningKey.generate().publicKey, scheme: "org.example.dc"))
+        let url = message.url(scheme: "org.example.dc")
+        for (from, to) in [("seq=42", "seq=43"), ("client=dcclient", "client=dcclienu"), ("digest=ab", "digest=ac")] {
+            let changed = try DeliveryMessage.parse(url.replacingOccurrences(of: from, with: to), scheme: "org.example.dc")
+            #expect(!changed.isSigned(by: key.publicKey, scheme: "org.example.dc"), "\(from) → \(to)")
+        }
+        #expect(String(describing: key).contains("redacted"))
+        var dumped = ""
+        dump(key, to: &dumped)
+        #expect(!dumped.contains(Digests.hex(key.privateKey.withPKCS8DER { Array($0) })))
+    }
+
+    @Test("An old-version message gets a clear error naming both versions")
+    func oldVersion() throws {
+        let error = try #require(throws: DCError.self) {
+            try DeliveryMessage.parse("org.example.dc:/new?v=1&client=dcclient&request=\(request)", scheme: "org.example.dc")
+        }
+        #expect(error.code == .invalid)
+        #expect(error.description.contains("protocol version '1'") && error.description.contains("version 2"))
+    }
+
+    static let deliver: String = "org.example.dc:/deliver?v=2&client=dcclient&request=\(request)&digest=\(digest)&seq=1&sig=\(signature)"
 
     @Test(
         "Hostile URLs are refused",
-        arguments: [
-            "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)&extra=1",
-            "org.example.dc:/deliver?v=1&client=dcclient&client=evil&request=\(request)&digest=\(digest)",
-            "org.example.dc:/deliver?v=1&client=dc client&request=\(request)&digest=\(digest)",
-            "org.example.dc:/deliver?v=1&client=$(reboot)&request=\(request)&digest=\(digest)",
-            "org.example.dc:/deliver?v=1&client=--help&request=\(request)&digest=\(digest)",
-            "--help",
-            "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)#frag",
-            "org.example.dc://host/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)",
-            "org.example.dc:/deliver?v=2&client=dcclient&request=\(request)&digest=\(digest)",
-            "org.example.dc:/deliver?v=1&client=dcclient&request=\(request.uppercased())&digest=\(digest)",
-            "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)",
-            "org.example.dc:/../deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)",
-            "other.scheme:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)",
-            "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)&pad="
-                + String(repeating: "a", count: 200_000),
-            "org.example.dc:/new?v=1&client=d%63client&request=\(request)",
-            "org.example.dc:/deliver?v=1&client=dcclient&request=\(request)&digest=\(digest)\u{0}",
-        ])
+        arguments: hostileURLs)
     func hostile(url: String) {
         #expect(throws: DCError.self) { try DeliveryMessage.parse(url, scheme: "org.example.dc") }
     }
+
+    static let newWithEncodedClient: String =
+        "org.example.dc:/new?v=2&client=d%63client&request=\(request)&time=1&sig=\(signature)"
+    static let padded: String = deliver + "&pad=" + String(repeating: "a", count: 200_000)
+
+    static let hostileURLs: [String] = [
+            deliver + "&extra=1",
+            deliver.replacingOccurrences(of: "client=dcclient", with: "client=dcclient&client=evil"),
+            deliver.replacingOccurrences(of: "client=dcclient", with: "client=dc client"),
+            deliver.replacingOccurrences(of: "client=dcclient", with: "client=$(reboot)"),
+            deliver.replacingOccurrences(of: "client=dcclient", with: "client=--help"),
+            "--help",
+            deliver + "#frag",
+            deliver.replacingOccurrences(of: "org.example.dc:/", with: "org.example.dc://host/"),
+            deliver.replacingOccurrences(of: "v=2", with: "v=3"),
+            deliver.replacingOccurrences(of: request, with: request.uppercased()),
+            deliver.replacingOccurrences(of: "&sig=\(signature)", with: ""),
+            deliver.replacingOccurrences(of: "seq=1", with: "seq=01"),
+            deliver.replacingOccurrences(of: "seq=1", with: "seq=-1"),
+            deliver.replacingOccurrences(of: "seq=1", with: "seq=1234567890123456789"),
+            deliver.replacingOccurrences(of: signature, with: String(signature.dropLast(2))),
+            // The same parameters in another order: one spelling only, so what is signed is what is sent.
+            "org.example.dc:/deliver?client=dcclient&v=2&request=\(request)&digest=\(digest)&seq=1&sig=\(signature)",
+            deliver.replacingOccurrences(of: "/deliver", with: "/../deliver"),
+            deliver.replacingOccurrences(of: "org.example.dc:", with: "other.scheme:"),
+            padded,
+            newWithEncodedClient,
+            deliver + "\u{0}",
+        ]
 }
 
 @Suite("Delivery URL forms (docs/PROTOCOL.md: scheme:/path, no authority)", .timeLimit(.minutes(3)))
 struct DeliveryURLFormTests {
-    static let query = "?v=1&client=dcclient&request=\(request)"
+    static let query = "?v=2&client=dcclient&request=\(request)&time=1&sig=\(signature)"
 
     @Test("scheme:/new is the one accepted form")
     func accepted() throws {
         #expect(
             try DeliveryMessage.parse("org.example.dc:/new" + Self.query, scheme: "org.example.dc")
-                == .new(client: "dcclient", request: request))
+                == .new(client: "dcclient", request: request, time: 1, signature: signature))
     }
 
     @Test(

@@ -34,6 +34,29 @@ struct DeliveryFuzzSeedTests {
         #expect(reparsed.url(scheme: fuzzScheme) == again)
     }
 
+    /// The per-message harnesses' inputs: the query of one message kind (FuzzMessageHarness).
+    static let messageInputs: [FuzzInput] = ["New", "Deliver", "Result", "Available"].flatMap {
+        FuzzInputs.all("Fuzz\($0)Message")
+    }
+
+    @Test(
+        "Fuzz*Message: a query is parsed or refused; what parses round-trips and no signature verifies under a key nobody holds",
+        arguments: messageInputs)
+    func message(input: FuzzInput) throws {
+        let path = input.harness.dropFirst(4).dropLast(7).lowercased()
+        let query = String(decoding: input.bytes, as: UTF8.self)
+        let message: DeliveryMessage
+        do {
+            message = try DeliveryMessage.parse("\(fuzzScheme):/\(path)?\(query)", scheme: fuzzScheme)
+        } catch is DCError {
+            #expect(input.isCrasher, "the seed \(input.name) is refused")
+            return
+        }
+        #expect(message.path == path)
+        #expect(try DeliveryMessage.parse(message.url(scheme: fuzzScheme), scheme: fuzzScheme) == message)
+        #expect(!message.isSigned(by: [UInt8](repeating: 0x42, count: 32), scheme: fuzzScheme))
+    }
+
     @Test(
         "FuzzDeliveryPayload: decoded or refused with a DCError",
         arguments: FuzzInputs.all("FuzzDeliveryPayload"))

@@ -34,17 +34,46 @@ struct ProtocolVectorTests {
         return result.stdoutText.split(separator: "\n").map(String.init)
     }
 
-    @Test("URLs")
-    func urls() {
+    /// RFC 8032's first Ed25519 test key (section 7.1, TEST 1), as PKCS#8 DER (RFC 8410): a fixed
+    /// key, so that the signature in the table can be reproduced by anyone.
+    static let rfc8032Seed = "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60"
+    static let rfc8032PKCS8 = "302e020100300506032b657004220420" + rfc8032Seed
+    static let time: Int64 = 1_795_000_000
+
+    static func signedNew() throws -> DeliveryMessage {
+        let key = try MessageSigningKey(pkcs8DER: SecretBytes(try #require(bytes(hex: rfc8032PKCS8))))
+        #expect(Digests.hex(key.publicKey) == "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+        return try DeliveryMessage.new(client: "dcclient", request: request, time: time, signature: "").signed(
+            with: key, scheme: "org.example.provider")
+    }
+
+    static func bytes(hex: String) -> [UInt8]? {
+        var bytes: [UInt8] = []
+        var index = hex.startIndex
+        while index < hex.endIndex {
+            let next = hex.index(index, offsetBy: 2)
+            guard let byte = UInt8(hex[index..<next], radix: 16) else { return nil }
+            bytes.append(byte)
+            index = next
+        }
+        return bytes
+    }
+
+    @Test("URLs: the signed new, and a deliver")
+    func urls() throws {
+        let signed = try Self.signedNew()
         #expect(
-            DeliveryMessage.new(client: "dcclient", request: Self.request).url(scheme: "org.example.provider")
-                == "org.example.provider:/new?v=1&client=dcclient&request=00112233445566778899aabbccddeeff")
+            signed.url(scheme: "org.example.provider")
+                == "org.example.provider:/new?v=2&client=dcclient&request=00112233445566778899aabbccddeeff&time=1795000000&sig="
+                + (signed.signature ?? ""))
         #expect(
             DeliveryMessage.deliver(
-                client: "dcclient", request: Self.request, digest: Digests.hex(Digests.sha256(Array("sealed".utf8)))
+                client: "dcclient", request: Self.request, digest: Digests.hex(Digests.sha256(Array("sealed".utf8))),
+                sequence: 7, signature: String(repeating: "0", count: 128)
             )
             .url(scheme: "org.example.dcclient")
-                == "org.example.dcclient:/deliver?v=1&client=dcclient&request=00112233445566778899aabbccddeeff&digest=c9d0036bed6744bcdf692fc980d8717d7e5f5a4f4e8266b4a84982602fb1cd09"
+                == "org.example.dcclient:/deliver?v=2&client=dcclient&request=00112233445566778899aabbccddeeff&digest=c9d0036bed6744bcdf692fc980d8717d7e5f5a4f4e8266b4a84982602fb1cd09&seq=7&sig="
+                + String(repeating: "0", count: 128)
         )
     }
 
@@ -55,8 +84,10 @@ struct ProtocolVectorTests {
                 == "adae2e8e978337516622bb2383d4fb4ab5eef354db93d9a8b98190594b9d921e")
     }
 
-    @Test("The document's table, our code and Python (hashlib, hmac, urllib.parse) give the same three values")
-    func documentCodeAndPythonAgree() throws {
+    @Test(
+        "The document's table, our code, Python (hashlib, hmac, urllib.parse) and the openssl CLI (Ed25519) give the same four values"
+    )
+    func documentCodeAndPeersAgree() throws {
         let sandbox = try Sandbox("vectors")
         defer { sandbox.remove() }
         let python = try Self.python(
@@ -64,17 +95,31 @@ struct ProtocolVectorTests {
             import hashlib, hmac, urllib.parse
             request = "00112233445566778899aabbccddeeff"
             print("org.example.provider:/new?" + urllib.parse.urlencode(
-                [("v", "1"), ("client", "dcclient"), ("request", request)]))
+                [("v", "2"), ("client", "dcclient"), ("request", request), ("time", "1795000000")]))
             print(hashlib.sha256(b"sealed").hexdigest())
             print(hmac.new(bytes(range(1, 33)), ("v1|" + request + "|ok").encode(), hashlib.sha256).hexdigest())
             """, in: sandbox)
+        try #require(python.count == 3)
+        // The openssl CLI signs what the document says is signed, with the same key.
+        let key = sandbox.file("ed25519.der")
+        let message = sandbox.file("signed-input")
+        try Data(try #require(Self.bytes(hex: Self.rfc8032PKCS8))).write(to: URL(fileURLWithPath: key))
+        try Data((DeliveryMessage.signingContext + python[0]).utf8).write(to: URL(fileURLWithPath: message))
+        let signed = try sandbox.run(
+            "openssl", ["pkeyutl", "-sign", "-rawin", "-keyform", "DER", "-inkey", key, "-in", message])
+        try #require(signed.status == 0, "openssl pkeyutl: \(signed.stderrText)")
+        let peers = [python[0], Digests.hex(signed.stdout), python[1], python[2]]
+
+        let new = try Self.signedNew()
+        let input = new.signingInput(scheme: "org.example.provider")
         let ours = [
-            DeliveryMessage.new(client: "dcclient", request: Self.request).url(scheme: "org.example.provider"),
+            String(decoding: input.dropFirst(DeliveryMessage.signingContext.utf8.count), as: UTF8.self),
+            try #require(new.signature),
             Digests.hex(Digests.sha256(Array("sealed".utf8))),
             DeliveryPayload.resultMAC(key: Self.resultKey, request: Self.request, status: "ok"),
         ]
-        #expect(ours == python)
-        #expect(try Self.documentedVectors() == python, "docs/PROTOCOL.md's table")
+        #expect(ours == peers)
+        #expect(try Self.documentedVectors() == peers, "docs/PROTOCOL.md's table")
     }
 
     @Test("Random keys, requests, statuses and spool contents: our MACs and digests are Python's")

@@ -22,25 +22,23 @@ struct RequestIdTests {
     func answersTheRequest() async throws {
         let world = try World()
         defer { world.dir.remove() }
-        let (url, providerScheme) = try world.client.requestURL()
-        guard case .new(let client, let request) = try DeliveryMessage.parse(url, scheme: providerScheme) else {
-            throw DCError(.invalid, "not a new URL", subject: url)
-        }
+        let message = try world.new()
+        guard case .new(_, let request, _, _) = message else { throw DCError(.invalid, "not a new URL") }
         let issued = Counter()
-        let receipt = try await world.service.answer(client: client, request: request) { registration in
+        let receipt = try await world.service.answer(message) { registration in
             issued.increment()
             #expect(registration.clientId == "dcclient")
             return try world.credential(TestCAIssueRequest(commonName: "Asked for"))
         }
         #expect(receipt.request == request)
         let delivery = try #require(world.deliveries.all.first)
-        #expect(delivery.hasPrefix("org.example.dcclient:/deliver?v=1&client=dcclient&request=\(request)&digest="))
+        #expect(delivery.hasPrefix("org.example.dcclient:/deliver?v=2&client=dcclient&request=\(request)&digest="))
         #expect(try world.client.installed()?.name == "Asked for (test CA)")
         #expect(world.service.ledger.record(request)?.outcome == "ok")
 
         // Replayed: refused before the issuing step, nothing delivered again.
         let replay = try await #require(throws: DCError.self) {
-            _ = try await world.service.answer(client: client, request: request) { _ in
+            _ = try await world.service.answer(message) { _ in
                 issued.increment()
                 return try world.credential()
             }
@@ -52,28 +50,88 @@ struct RequestIdTests {
         #expect(world.deliveries.all.count == 1)
     }
 
-    @Test("A request id the provider used for its own send cannot be answered; an unknown client is missingClient")
+    @Test(
+        "A request id the provider used for its own send cannot be answered; a client that was never paired, a forged signature, a late or early new, a registration changed since pairing: refused, nothing issued"
+    )
     func refusals() async throws {
         let world = try World()
         defer { world.dir.remove() }
         let own = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
         let issued = Counter()
-        let reused = await thrownCode {
-            _ = try await world.service.answer(client: "dcclient", request: own.request) { _ in
-                issued.increment()
-                return try world.credential()
+        func answer(_ message: DeliveryMessage, _ service: CredentialService? = nil) async -> DCError.Code? {
+            await thrownCode {
+                _ = try await (service ?? world.service).answer(message) { _ in
+                    issued.increment()
+                    return try world.credential()
+                }
             }
         }
-        #expect(reused == .refusedMessage)
-        let stranger = try await #require(throws: DCError.self) {
-            _ = try await world.service.answer(client: "nobody", request: String(repeating: "1", count: 32)) { _ in
-                issued.increment()
-                return try world.credential()
-            }
+        #expect(await answer(try world.new(request: own.request)) == .refusedMessage)
+        // Forged: every value of a genuine request, with one bit of the signature changed.
+        guard case .new(let client, let request, let time, let signature) = try world.new() else { return }
+        let flipped = String(signature.dropLast()) + (signature.hasSuffix("0") ? "1" : "0")
+        #expect(await answer(.new(client: client, request: request, time: time, signature: flipped)) == .refusedMessage)
+        // Signed by another key (a program that made its own key pair).
+        let stranger = try DeliveryMessage.new(client: client, request: request, time: time, signature: "")
+            .signed(with: try MessageSigningKey.generate(), scheme: "org.example.provider")
+        #expect(await answer(stranger) == .refusedMessage)
+        // Late and early.
+        let limit = world.service.ledger.timeLimit
+        #expect(await answer(try world.new(now: Date().addingTimeInterval(-limit - 60))) == .refusedMessage)
+        #expect(await answer(try world.new(now: Date().addingTimeInterval(limit + 60))) == .refusedMessage)
+        // A client id nobody paired.
+        let unpaired = try DeliveryMessage.new(client: "nobody", request: request, time: time, signature: "")
+            .signed(with: try MessageSigningKey.generate(), scheme: "org.example.provider")
+        let nobody = await thrownError {
+            _ = try await world.service.answer(unpaired) { _ in try world.credential() }
         }
-        #expect(stranger.code == .missingClient)
-        #expect(stranger.hint?.contains("dcclient register") == true)
+        #expect(nobody?.code == .refusedMessage)
+        #expect(nobody?.hint?.contains("dcprovision pair") == true)
+        // The registration now shows another key than the one paired (a program replaced it).
+        let path = world.locations.clientRegistration("org.example.dcclient")
+        var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
+        let genuine = registration
+        registration.signingKey = PinnedKeys.encode(try MessageSigningKey.generate().publicKey)
+        try Registrations.publish(registration, at: path)
+        #expect(await answer(try world.new()) == .refusedMessage)
+        try Registrations.publish(genuine, at: path)
         #expect(issued.value == 0)
+        #expect(world.deliveries.all.count == 1)
+        // The control: the same client's genuine request is answered.
+        #expect(await answer(try world.new()) == nil)
+        #expect(issued.value == 1)
+    }
+
+    @Test("A provider that never paired with the client answers none of its requests")
+    func unpairedProvider() async throws {
+        let world = try World(paired: false)
+        defer { world.dir.remove() }
+        let refused = await thrownError { _ = try await world.service.answer(try world.new()) { _ in try world.credential() } }
+        #expect(refused?.code == .refusedMessage)
+        #expect(world.deliveries.all.isEmpty)
+        #expect(world.service.ledger.recent().isEmpty)
+    }
+
+    @Test("Card sources: refused unless the operator allowed this client, then at most N an hour")
+    func cardRequests() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let issued = Counter()
+        func answer() async -> DCError.Code? {
+            await thrownCode {
+                _ = try await world.service.answer(try world.new(), fromCard: true) { _ in
+                    issued.increment()
+                    return try world.credential()
+                }
+            }
+        }
+        #expect(await answer() == .refusedMessage)
+        #expect(issued.value == 0)
+        _ = try world.service.pair(clientScheme: "org.example.dcclient", allowCardRequests: true, cardRequestsPerHour: 2)
+        #expect(await answer() == nil)
+        #expect(await answer() == nil)
+        #expect(await answer() == .serviceUnavailable)
+        #expect(issued.value == 2)
     }
 
     @Test("Issuing fails: the request is marked not-sent, not left pending, and cannot be answered later")
@@ -82,7 +140,7 @@ struct RequestIdTests {
         defer { world.dir.remove() }
         let request = String(repeating: "2", count: 32)
         let failed = await thrownCode {
-            _ = try await world.service.answer(client: "dcclient", request: request) { _ in
+            _ = try await world.service.answer(try world.new(request: request)) { _ in
                 throw DCError(.providerFailed, "the CA is down")
             }
         }
@@ -106,9 +164,8 @@ struct RequestIdTests {
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
         #expect(FileManager.default.fileExists(atPath: spool.path(request: receipt.request)))
         try world.client.unlock(passphrase: world.passphrase)
-        var late = world.service
-        late.ledger.timeLimit = -1
-        #expect(try await late.deliverQueued(clientId: "dcclient").isEmpty)
+        let later = Date().addingTimeInterval(world.service.ledger.timeLimit + 60)
+        #expect(try await world.service.deliverQueued(try world.available(now: later), now: later).isEmpty)
         #expect(!FileManager.default.fileExists(atPath: spool.path(request: receipt.request)))
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool.directory).isEmpty)
         #expect(world.deliveries.all.isEmpty)

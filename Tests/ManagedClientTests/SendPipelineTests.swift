@@ -28,9 +28,13 @@ struct World {
     let passphrase = SecretBytes(Array("client passphrase".utf8))
     let deliveries = Box()
 
-    init(deliver: Bool = true) throws {
+    /// A client and a provider set up as `dcclient init`, `dcprovision register` and (when
+    /// `paired`) `dcprovision pair` leave them: each has pinned the other's signing key.
+    init(deliver: Bool = true, paired: Bool = true) throws {
         dir = try TemporaryDirectory("world")
-        locations = DeliveryLocations(environment: ["HOME": dir.file("home")])
+        let runtime = dir.file("run")
+        try #require(mkdir(runtime, 0o700) == 0)
+        locations = DeliveryLocations(environment: ["HOME": dir.file("home"), "XDG_RUNTIME_DIR": runtime])
         client = ManagedClient(locations: locations)
         try client.initialize(
             clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider",
@@ -51,6 +55,21 @@ struct World {
         serviceBox = service
         holder.service = serviceBox
         ca = try TestCA.initialize(at: dir.file("ca"))
+        try Registrations.publish(
+            try service.registration(executable: "/usr/bin/dcprovision"),
+            at: locations.providerRegistration("org.example.provider"))
+        try client.pinnedProvider(pinning: true)
+        if paired { _ = try service.pair(clientScheme: "org.example.dcclient") }
+    }
+
+    /// The client's signed availability notice, parsed, made at `now`.
+    func available(now: Date = Date()) throws -> DeliveryMessage {
+        try DeliveryMessage.parse(try client.availabilityURL(now: now)!, scheme: "org.example.provider")
+    }
+
+    /// The client's signed `new`, parsed, with request id `request` (a fresh one by default).
+    func new(request: String? = nil, now: Date = Date()) throws -> DeliveryMessage {
+        try DeliveryMessage.parse(try client.requestURL(request: request, now: now).url, scheme: "org.example.provider")
     }
 
     func credential(_ request: TestCAIssueRequest = TestCAIssueRequest()) throws -> Credential {
@@ -218,14 +237,19 @@ struct SendPipelineTests {
 
         /// Handles `url` and expects the digest check's refusal of `request`'s spool file, with
         /// nothing installed or recorded.
-        func expectRefused(_ url: String, request: String, _ what: String) {
+        func expectRefused(_ url: String, request: String, _ what: String, bySignature: Bool = false) {
             do {
                 let handled = try world.client.handleDelivery(url)
                 Issue.record("\(what): accepted (\(handled.status))")
             } catch let error as DCError {
                 #expect(error.code == .refusedMessage, "\(what): \(error)")
-                #expect(error.subject == spool.path(request: request), "\(what): \(error)")
-                #expect(error.description.contains("does not match the digest in the URL"), "\(what): \(error)")
+                if bySignature {
+                    #expect(error.subject == request, "\(what): \(error)")
+                    #expect(error.description.contains("not signed by the pinned provider"), "\(what): \(error)")
+                } else {
+                    #expect(error.subject == spool.path(request: request), "\(what): \(error)")
+                    #expect(error.description.contains("does not match the digest in the URL"), "\(what): \(error)")
+                }
             } catch {
                 Issue.record("\(what): \(error)")
             }
@@ -249,19 +273,30 @@ struct SendPipelineTests {
         let digit = second.digest.last == "0" ? "1" : "0"
         let wrongDigest = String(second.digest.dropLast()) + digit
         try #require(wrongDigest != second.digest)
-        let tamperedURL = DeliveryMessage.deliver(client: second.client, request: second.request, digest: wrongDigest)
-            .url(scheme: "org.example.dcclient")
-        try #require(tamperedURL == urls[1].replacingOccurrences(of: second.digest, with: wrongDigest))
-        expectRefused(tamperedURL, request: second.request, "a changed digit in the URL's digest")
+        let tamperedURL = urls[1].replacingOccurrences(of: second.digest, with: wrongDigest)
+        try #require(tamperedURL != urls[1])
+        expectRefused(tamperedURL, request: second.request, "a changed digit in the URL's digest", bySignature: true)
+        // The same change, signed again by the provider (as if its key were stolen): the spool
+        // file's digest no longer matches, so the file check refuses it on its own.
+        let resigned = try DeliveryMessage.parse(tamperedURL, scheme: "org.example.dcclient")
+        let resignedURL = try DeliveryMessage.deliver(
+            client: second.client, request: second.request, digest: wrongDigest, sequence: second.sequence,
+            signature: ""
+        ).signed(with: try world.service.signingKey(), scheme: "org.example.dcclient").url(
+            scheme: "org.example.dcclient")
+        #expect(resigned.signature != nil)
+        expectRefused(resignedURL, request: second.request, "a changed digest, signed again")
 
         // Swapped: the second request's file under the first request's name, with the digest
         // recomputed for it: the digest matches, the payload is bound to the other request.
         let secondBytes = try readBytes(spool.path(request: second.request))
         unlink(firstPath)
         _ = try spool.write(secondBytes, request: first.request)
-        let swappedURL = DeliveryMessage.deliver(
-            client: "dcclient", request: first.request, digest: Digests.hex(Digests.sha256(secondBytes))
-        ).url(scheme: "org.example.dcclient")
+        let swappedURL = try DeliveryMessage.deliver(
+            client: "dcclient", request: first.request, digest: Digests.hex(Digests.sha256(secondBytes)),
+            sequence: 1000, signature: ""
+        ).signed(with: try world.service.signingKey(), scheme: "org.example.dcclient").url(
+            scheme: "org.example.dcclient")
         #expect(throws: DCError.self) { try world.client.handleDelivery(swappedURL) }
         #expect(try world.client.installed() == nil)
 
@@ -283,24 +318,25 @@ struct SendPipelineTests {
         #expect(world.deliveries.all.isEmpty)
         #expect(world.service.ledger.recent().first?.queuedURL != nil)
         try world.client.unlock(passphrase: world.passphrase)
-        #expect(try world.client.availabilityURL() == "org.example.provider:/available?v=1&client=dcclient")
-        let sent = try await world.service.deliverQueued(clientId: "dcclient")
+        #expect(try world.client.availabilityURL()?.hasPrefix("org.example.provider:/available?v=2&client=dcclient&time=") == true)
+        let sent = try await world.service.deliverQueued(try world.available())
         #expect(sent == [receipt.request])
         #expect(try world.client.installed() == credential)
         #expect(world.service.ledger.recent().first?.outcome == "ok")
-        #expect(try await world.service.deliverQueued(clientId: "dcclient").isEmpty)  // not sent twice
+        #expect(try await world.service.deliverQueued(try world.available()).isEmpty)  // not sent twice
         // An entry older than the time limit is dropped, not delivered.
         try world.client.lock()
         _ = try await world.service.send(
             try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
         try world.client.unlock(passphrase: world.passphrase)
-        var strict = world.service
-        strict.ledger.timeLimit = -1
-        #expect(try await strict.deliverQueued(clientId: "dcclient").isEmpty)
+        let later = Date().addingTimeInterval(world.service.ledger.timeLimit + 60)
+        #expect(try await world.service.deliverQueued(try world.available(now: later), now: later).isEmpty)
         #expect(try world.client.installed() == credential)
     }
 
-    @Test("Twenty concurrent sends are each delivered exactly once")
+    @Test(
+        "Twenty concurrent sends are each delivered exactly once; the client ends with the highest-numbered one, never rolled back"
+    )
     func concurrentSends() async throws {
         let world = try World()
         defer { world.dir.remove() }
@@ -309,17 +345,31 @@ struct SendPipelineTests {
         }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for credential in credentials {
-                group.addTask { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+                group.addTask {
+                    do {
+                        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+                    } catch let error as DCError where error.code == .refusedMessage {
+                        // Arrived after a higher-numbered delivery: kept out, answered `stale`.
+                    }
+                }
             }
             try await group.waitForAll()
         }
         let records = world.service.ledger.recent(limit: 100)
         #expect(records.count == 20)
-        #expect(records.allSatisfy { $0.outcome == "ok" })
+        #expect(records.allSatisfy { $0.outcome == ResultStatus.ok || $0.outcome == ResultStatus.stale })
+        #expect(records.contains { $0.outcome == ResultStatus.ok })
         #expect(Set(world.deliveries.all).count == 20)
         let processed = try FileManager.default.contentsOfDirectory(
             atPath: world.locations.dataHome + "/dcclient/store/processed")
         #expect(processed.count == 20)
+        // The installed credential is the one delivered with the highest number.
+        let numbered = try world.deliveries.all.map { url in
+            try #require(try DeliveryMessage.parse(url, scheme: "org.example.dcclient").deliverParts)
+        }
+        let highest = try #require(numbered.max { $0.sequence < $1.sequence })
+        #expect(world.client.installedSequence == highest.sequence)
+        #expect(world.service.ledger.record(highest.request)?.outcome == ResultStatus.ok)
         #expect(credentials.contains(try #require(try world.client.installed())))
     }
 }
@@ -346,8 +396,10 @@ extension World {
 
 extension DeliveryMessage {
     /// The parts of a `deliver` message, or nil for another message (for `#require`).
-    var deliverParts: (client: String, request: String, digest: String)? {
-        if case .deliver(let client, let request, let digest) = self { return (client, request, digest) }
+    var deliverParts: (client: String, request: String, digest: String, sequence: UInt64)? {
+        if case .deliver(let client, let request, let digest, let sequence, _) = self {
+            return (client, request, digest, sequence)
+        }
         return nil
     }
 

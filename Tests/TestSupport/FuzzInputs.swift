@@ -12,6 +12,8 @@ public struct FuzzInput: Sendable, CustomStringConvertible {
 
     /// The file name without its directory.
     public var name: String { (path as NSString).lastPathComponent }
+    /// The harness the file belongs to: the name of its directory (`FuzzDeliveryURL`).
+    public var harness: String { ((path as NSString).deletingLastPathComponent as NSString).lastPathComponent }
 
     /// The relative path, which names the test case.
     public var description: String { path }

@@ -155,11 +155,16 @@ private final class ExitCleanup: @unchecked Sendable {
 
 /// The code of the DCError `body` throws, or nil if it throws nothing (or something else).
 public func thrownCode(_ body: () async throws -> Void) async -> DCError.Code? {
+    await thrownError(body)?.code
+}
+
+/// The DCError `body` throws, or nil if it throws nothing (or something else).
+public func thrownError(_ body: () async throws -> Void) async -> DCError? {
     do {
         try await body()
         return nil
     } catch let error as DCError {
-        return error.code
+        return error
     } catch {
         return nil
     }

@@ -1,0 +1,180 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// What a provider knows of a client it was paired with: the client's message-signing key as it
+/// was when the operator paired them (`dcprovision pair`), and what the operator allowed. A `new`
+/// or `available` message is acted on only when it is signed with this key; a registration that
+/// later shows another key is refused rather than trusted.
+public struct ClientPairing: Codable, Sendable, Equatable {
+    /// The client's id, as its URLs carry it.
+    public var clientId: String
+    /// The client's URL scheme, lowercase.
+    public var scheme: String
+    /// The client's Ed25519 public key, base64 of the 32 raw bytes.
+    public var signingKey: String
+    /// Whether the client's `new` may make the provider log in to a card on its own, with no
+    /// operator present. Off unless the operator turned it on for this client.
+    public var allowCardRequests: Bool
+    /// At most this many card requests from the client in any hour, when they are allowed.
+    public var cardRequestsPerHour: Int
+    /// When the operator paired the client.
+    public var paired: Date
+
+    /// A pairing with these values.
+    public init(
+        clientId: String, scheme: String, signingKey: String, allowCardRequests: Bool = false,
+        cardRequestsPerHour: Int = 4, paired: Date = Date()
+    ) {
+        self.clientId = clientId
+        self.scheme = scheme
+        self.signingKey = signingKey
+        self.allowCardRequests = allowCardRequests
+        self.cardRequestsPerHour = cardRequestsPerHour
+        self.paired = paired
+    }
+
+    /// The raw public key, or nil when the stored text is not base64 of 32 bytes.
+    public var publicKey: [UInt8]? { PinnedKeys.decode(signingKey) }
+}
+
+/// What a client knows of its provider: the provider's message-signing key as it was the first
+/// time the user ran a command that asks the provider (`dcclient register` or `dcclient
+/// request`). A delivery is installed only when it is signed with this key.
+public struct ProviderPin: Codable, Sendable, Equatable {
+    /// The provider's URL scheme, lowercase.
+    public var scheme: String
+    /// The provider's Ed25519 public key, base64 of the 32 raw bytes.
+    public var signingKey: String
+    /// When the key was pinned.
+    public var pinned: Date
+
+    /// A pin with these values.
+    public init(scheme: String, signingKey: String, pinned: Date = Date()) {
+        self.scheme = scheme
+        self.signingKey = signingKey
+        self.pinned = pinned
+    }
+
+    /// The raw public key, or nil when the stored text is not base64 of 32 bytes.
+    public var publicKey: [UInt8]? { PinnedKeys.decode(signingKey) }
+}
+
+/// Reading, writing and comparing pinned keys and the small JSON files that hold them.
+public enum PinnedKeys {
+    /// base64 of a raw public key, as registrations and pins hold it.
+    public static func encode(_ publicKey: [UInt8]) -> String { Data(publicKey).base64EncodedString() }
+
+    /// The 32 raw bytes of a base64 public key, or nil.
+    public static func decode(_ text: String) -> [UInt8]? {
+        guard let data = Data(base64Encoded: text), data.count == 32 else { return nil }
+        return Array(data)
+    }
+
+    /// Writes `value` to `path` (0600, atomically, replacing), creating the directory (0700).
+    public static func write<T: Encodable>(_ value: T, to path: String) throws {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let directory = (path as NSString).deletingLastPathComponent
+        try AtomicFileSet.ensureDirectory(directory)
+        var files = AtomicFileSet(directory: directory)
+        try files.add((path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: 0o600)
+        try files.commit(replacingExisting: true)
+    }
+
+    /// The value at `path`, or nil when there is none; a file that is not a private regular file
+    /// of this user, or does not decode, is an error.
+    public static func read<T: Decodable>(_ type: T.Type, at path: String) throws -> T? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0,
+            info.st_size < 1 << 16, let data = FileManager.default.contents(atPath: path)
+        else {
+            throw DCError(
+                .refusedMessage, "a pinned key file that is not a private regular file of this user", subject: path,
+                hint: "remove it and pair again")
+        }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        guard let value = try? decoder.decode(T.self, from: data) else {
+            throw DCError(.invalid, "a pinned key file that cannot be read", subject: path, hint: "remove it and pair again")
+        }
+        return value
+    }
+
+    /// The key in `path` (PKCS#8 DER, 0600), made and stored on first use. Two processes making it
+    /// at once agree on one: the loser of the race reads the winner's.
+    public static func signingKey(at path: String) throws -> MessageSigningKey {
+        if let existing = try readKey(path) { return existing }
+        let key = try MessageSigningKey.generate()
+        let directory = (path as NSString).deletingLastPathComponent
+        try AtomicFileSet.ensureDirectory(directory)
+        var files = AtomicFileSet(directory: directory)
+        try key.privateKey.withPKCS8DER { bytes in
+            var copy = Array(bytes)
+            try files.add((path as NSString).lastPathComponent, .secret(SecretBytes(consuming: &copy)), mode: 0o600)
+        }
+        do {
+            try files.commit()
+            return key
+        } catch let error as DCError where error.code == .outputExists {
+            guard let winner = try readKey(path) else { throw error }
+            return winner
+        }
+    }
+
+    private static func readKey(_ path: String) throws -> MessageSigningKey? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return nil }
+        guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0,
+            info.st_size < 1 << 12, var bytes = FileManager.default.contents(atPath: path).map(Array.init)
+        else {
+            throw DCError(
+                .permissionDenied, "the message-signing key is not a private regular file of this user",
+                subject: path, hint: "make it mode 0600, or remove it and pair again")
+        }
+        return try MessageSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
+    }
+}
+
+/// A number that grows by one with every delivery a provider makes to one client, kept in a file
+/// under an exclusive lock, so that concurrent sends (threads or processes) never share one. The
+/// client refuses a delivery whose number is not above the installed credential's: no rollback.
+public struct DeliverySequence: Sendable {
+    /// The file holding the last number given out, as decimal text.
+    public let path: String
+
+    /// A counter kept in `path`; nothing is read or created until it is used.
+    public init(path: String) {
+        self.path = path
+    }
+
+    /// The next number: one more than the last given out (1 the first time).
+    public func next() throws -> UInt64 {
+        let directory = (path as NSString).deletingLastPathComponent
+        try AtomicFileSet.ensureDirectory(directory)
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0 else {
+            throw DCError(.cannotCreateOutput, "cannot open the delivery counter", subject: path, underlying: nil)
+        }
+        defer { close(descriptor) }
+        // flock locks belong to the open file description: two opens in one process exclude each other too.
+        guard flock(descriptor, LOCK_EX) == 0 else {
+            throw DCError(.ioError, "cannot lock the delivery counter", subject: path)
+        }
+        var buffer = [UInt8](repeating: 0, count: 32)
+        let count = read(descriptor, &buffer, buffer.count)
+        let text = String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let last = text.isEmpty ? 0 : UInt64(text) ?? 0
+        let next = last + 1
+        let output = Array("\(next)\n".utf8)
+        guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, output, output.count, 0) == output.count,
+            fsync(descriptor) == 0
+        else {
+            throw DCError(.ioError, "cannot write the delivery counter", subject: path)
+        }
+        return next
+    }
+}

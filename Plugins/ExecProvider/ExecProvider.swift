@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// A provider that is a separate executable speaking a small versioned JSON protocol over
 /// standard input and output (docs/PROVIDER-PROTOCOL.md), the way git credential helpers and

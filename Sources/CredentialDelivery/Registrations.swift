@@ -1,28 +1,10 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
-/// Where the toolkit keeps things, from the XDG base directories of an environment.
-public struct DeliveryLocations: Sendable {
-    /// `$XDG_DATA_HOME`, or `~/.local/share` when it is unset or not absolute.
-    public var dataHome: String
-    /// `$XDG_STATE_HOME`, or `~/.local/state` when it is unset or not absolute.
-    public var stateHome: String
-    /// `$XDG_CONFIG_HOME`, or `~/.config` when it is unset or not absolute.
-    public var configHome: String
-
-    /// Locations from `environment`: relative values are ignored, as the XDG specification says, and
-    /// `HOME` falls back to the account's home directory.
-    public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
-        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-        func value(_ name: String, _ fallback: String) -> String {
-            environment[name].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? fallback
-        }
-        dataHome = value("XDG_DATA_HOME", home + "/.local/share")
-        stateHome = value("XDG_STATE_HOME", home + "/.local/state")
-        configHome = value("XDG_CONFIG_HOME", home + "/.config")
-    }
-
+/// Where the toolkit publishes registrations, under the XDG data directory.
+extension XDGDirectories {
     /// Published registrations: `$XDG_DATA_HOME/derived-credentials/{clients,providers}/<scheme>.json`.
     public var registrations: String { dataHome + "/derived-credentials" }
     /// The path of the registration a client publishes for `scheme`.

@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// Registers, resolves and launches URL-scheme handlers the freedesktop way (`x-scheme-handler/…`
 /// MIME types in `.desktop` files, defaults in `mimeapps.list`), headless and without xdg-utils:

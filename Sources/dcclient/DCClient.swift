@@ -6,6 +6,7 @@ import DerivedCredentials
 import Foundation
 import ManagedClient
 import SchemeHandlers
+import SystemSupport
 
 @main
 struct DCClient: AsyncParsableCommand {

@@ -4,6 +4,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 import Logging
+import SystemSupport
 
 @main
 struct DCProvision: AsyncParsableCommand {

@@ -3,6 +3,7 @@ import CommandLineSupport
 import DerivedCredentials
 import Foundation
 import PKCS11Provider
+import SystemSupport
 
 struct Tokens: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -3,6 +3,7 @@ import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import ManagedClient
+import SystemSupport
 import TestCAProvider
 import TestSupport
 import Testing
@@ -21,7 +22,7 @@ final class Box: @unchecked Sendable {
 /// launches are tested by the demo test and SchemeHandlersTests).
 struct World {
     let dir: TemporaryDirectory
-    let locations: DeliveryLocations
+    let locations: XDGDirectories
     let client: ManagedClient
     let service: CredentialService
     let ca: TestCA
@@ -30,7 +31,7 @@ struct World {
 
     init(deliver: Bool = true) throws {
         dir = try TemporaryDirectory("world")
-        locations = DeliveryLocations(environment: ["HOME": dir.file("home")])
+        locations = XDGDirectories(environment: ["HOME": dir.file("home")])
         client = ManagedClient(locations: locations)
         try client.initialize(
             clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider",

@@ -2,6 +2,7 @@ import CredentialCoding
 import DerivedCredentials
 import ExecProvider
 import Foundation
+import SystemSupport
 import TestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 internal import CSystem
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// The result of running a process to completion.
 public struct ProcessResult: Sendable {

@@ -1,4 +1,5 @@
 internal import CSystem
+import DerivedCredentials
 import Foundation
 
 #if canImport(Glibc)

@@ -78,7 +78,8 @@ public struct ExecProvider: CredentialProvider {
         -> Wire.Response
     {
         let input = try Wire.request(operation: operation, options: options, passphrase: passphrase, certify: certify)
-        let outcome = try await ChildProcess.run(path, arguments: [], stdin: input, limits: limits)
+        let outcome = try await ChildProcess.run(
+            path, arguments: [], stdin: input, environment: ChildEnvironment.minimal(), limits: limits)
         forward(outcome.stderr, truncated: outcome.stderrTruncated)
         if outcome.timedOut {
             throw DCError(

@@ -217,7 +217,8 @@ public struct SchemeHandlers: Sendable {
                 subject: resolved.entry.path, hint: "remove it, or register the client again")
         }
         return try await ChildProcess.run(
-            arguments[0], arguments: Array(arguments.dropFirst()), environment: environment, limits: limits)
+            arguments[0], arguments: Array(arguments.dropFirst()),
+            environment: environment ?? ChildEnvironment.minimal(), limits: limits)
     }
 
     /// ``open(_:scheme:expectedExecutable:limits:environment:)`` for command-line tools: our own

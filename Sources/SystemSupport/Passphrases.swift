@@ -5,43 +5,80 @@ import Foundation
     import Glibc
 #endif
 
-/// A secret from an environment variable the user named (`--pin-env NAME`): the user chose to
-/// put it there; this toolkit never puts a secret into any environment.
-public struct EnvironmentSecret: PassphraseSource {
-    /// The name of the environment variable the user chose; never its value.
-    public let name: String
-    /// A source that reads the variable `name` when asked, not now.
-    public init(name: String) { self.name = name }
-    /// The variable's whole value, as bytes. Throws ``DCError/Code/passphraseRequired`` if it is not set.
-    public func passphrase(for subject: String) throws -> SecretBytes? {
-        guard let value = getenv(name) else {
-            throw DCError(.passphraseRequired, "the environment variable \(name) is not set", subject: subject)
-        }
-        return SecretBytes(
-            UnsafeBufferPointer(
-                start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: strlen(value)))
-    }
-}
-
-/// Reading secrets from the places docs/CLI.md allows: a file, an inherited descriptor, a prompt.
+/// Reading secrets from the places docs/CLI.md allows: a file, an inherited descriptor, an
+/// environment variable the user named, a prompt. Every reader refuses an empty secret, and none
+/// leaves the secret where a child process could find it.
 public enum SecretInput {
     /// Secrets are short; a larger "passphrase file" is a mistake (a key file passed by accident).
     public static let maximumLength = 4096
+    /// How long a pipe or FIFO given as a secret file may take to deliver its line.
+    static let pipeWait: Duration = .seconds(10)
 
     /// The first line of `path`, without its line ending. Symbolic links are followed, so that
-    /// process substitution (`--passphrase-file <(pass show x)`, a `/dev/fd/N` link) works.
+    /// process substitution (`--passphrase-file <(pass show x)`, a `/dev/fd/N` link) works. The file
+    /// must be a regular file or a pipe that group and other can neither read nor write (as ssh
+    /// asks of keys); it is opened without blocking, so a FIFO nobody writes cannot hang the tool.
     public static func read(file path: String) throws -> SecretBytes {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
             let code: DCError.Code = errno == ENOENT ? .fileNotFound : .permissionDenied
             throw DCError(code, "cannot open the secret file: \(String(cString: strerror(errno)))", subject: path)
         }
         defer { close(fd) }
-        return try read(descriptor: fd, subject: path)
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw DCError(.ioError, "cannot read the secret file: \(String(cString: strerror(errno)))", subject: path)
+        }
+        let type = info.st_mode & S_IFMT
+        guard type == S_IFREG || type == S_IFIFO else {
+            throw DCError(.usage, "the secret file is not a regular file or a pipe", subject: path)
+        }
+        guard info.st_mode & 0o066 == 0 else {
+            let mode = String(info.st_mode & 0o7777, radix: 8)
+            throw DCError(
+                .permissionDenied, "the secret file has mode 0\(mode): group or other can read or write it",
+                subject: path, hint: "chmod 600 the file")
+        }
+        return try nonEmpty(try read(descriptor: fd, subject: path, waitingUpTo: pipeWait), subject: path)
     }
 
-    /// The first line read from an open descriptor (for `--passphrase-fd`), up to end of file.
-    public static func read(descriptor fd: Int32, subject: String) throws -> SecretBytes {
+    /// The first line of a descriptor the caller inherited (`--pin-fd N`, `--passphrase-fd N`). It
+    /// is made close-on-exec before anything is read, and closed afterwards: no child sees it.
+    public static func read(inheritedDescriptor fd: Int32) throws -> SecretBytes {
+        let subject = "fd \(fd)"
+        guard fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 else {
+            throw DCError(.fileNotFound, "descriptor \(fd) is not open", subject: subject)
+        }
+        defer { close(fd) }
+        return try nonEmpty(try read(descriptor: fd, subject: subject), subject: subject)
+    }
+
+    /// The whole value of the environment variable `name` (`--pin-env NAME`): the user chose to
+    /// put it there; this toolkit never puts a secret into any environment. The variable is removed
+    /// from this process's environment as soon as it is read, before any child can start.
+    public static func read(environment name: String) throws -> SecretBytes {
+        guard let value = getenv(name) else {
+            throw DCError(.passphraseRequired, "the environment variable \(name) is not set")
+        }
+        let secret = SecretBytes(
+            UnsafeBufferPointer(
+                start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: strlen(value)))
+        unsetenv(name)
+        return try nonEmpty(secret, subject: "$" + name)
+    }
+
+    /// `secret`, unless it is empty: an empty PIN or passphrase is a mistake, not a choice.
+    static func nonEmpty(_ secret: SecretBytes, subject: String) throws -> SecretBytes {
+        guard !secret.isEmpty else { throw DCError(.usage, "the secret is empty", subject: subject) }
+        return secret
+    }
+
+    /// The first line read from an open descriptor, up to end of file, at most ``maximumLength``
+    /// bytes. A descriptor in non-blocking mode is waited for up to `wait` in all.
+    static func read(descriptor fd: Int32, subject: String, waitingUpTo wait: Duration = .seconds(0)) throws
+        -> SecretBytes
+    {
+        let deadline = ContinuousClock.now + wait
         var bytes: [UInt8] = []
         defer { bytes.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
         var chunk = [UInt8](repeating: 0, count: 512)
@@ -50,6 +87,11 @@ public enum SecretInput {
             let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if count < 0 {
                 if errno == EINTR { continue }
+                if errno == EAGAIN && ContinuousClock.now < deadline {
+                    var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    _ = poll(&entry, 1, 100)
+                    continue
+                }
                 throw DCError(.ioError, "cannot read the secret: \(String(cString: strerror(errno)))", subject: subject)
             }
             if count == 0 { break }
@@ -64,6 +106,12 @@ public enum SecretInput {
                 Array.init) ?? []
         if line.last == UInt8(ascii: "\r") { line.removeLast() }
         return SecretBytes(consuming: &line)
+    }
+
+    /// The number of characters (Unicode scalars) in a UTF-8 secret, counted without making a
+    /// `String` copy of it: bytes that do not continue a sequence.
+    public static func characterCount(_ secret: SecretBytes) -> Int {
+        secret.withUnsafeBytes { bytes in bytes.reduce(0) { $0 + ($1 & 0xC0 == 0x80 ? 0 : 1) } }
     }
 }
 
@@ -104,7 +152,7 @@ public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
         defer { tcsetattr(tty, TCSANOW, &saved) }
         let question = Array("\(prompt) for \(subject.escapingControlCharacters): ".utf8)
         _ = question.withUnsafeBytes { write(tty, $0.baseAddress, $0.count) }
-        let secret = try SecretInput.read(descriptor: tty, subject: subject)
+        let secret = try SecretInput.nonEmpty(SecretInput.read(descriptor: tty, subject: subject), subject: subject)
         _ = write(tty, "\n", 1)
         answer = secret
         return secret

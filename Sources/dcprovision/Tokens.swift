@@ -80,9 +80,9 @@ struct PINOptions: PINInput {
         if let pinFile {
             source = FixedPassphrase(try SecretInput.read(file: pinFile))
         } else if let pinFd {
-            source = FixedPassphrase(try SecretInput.read(descriptor: pinFd, subject: "fd \(pinFd)"))
+            source = FixedPassphrase(try SecretInput.read(inheritedDescriptor: pinFd))
         } else if let pinEnv {
-            source = EnvironmentSecret(name: pinEnv)
+            source = FixedPassphrase(try SecretInput.read(environment: pinEnv))
         } else if pinPrompt {
             source = TerminalPassphrase(prompt: "PIN")
         } else {

@@ -157,7 +157,8 @@ let package = Package(
 
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
         .target(
-            name: "TestSupport", dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystem"],
+            name: "TestSupport",
+            dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystem"],
             path: "Tests/TestSupport"),
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
@@ -179,7 +180,8 @@ let package = Package(
         .testTarget(
             name: "ManagedClientTests",
             dependencies: [
-                "ManagedClient", "CredentialDelivery", "CredentialCoding", "SystemSupport", "TestCAProvider", "TestSupport",
+                "ManagedClient", "CredentialDelivery", "CredentialCoding", "SystemSupport", "TestCAProvider",
+                "TestSupport",
             ]
         ),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),

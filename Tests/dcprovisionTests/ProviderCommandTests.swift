@@ -11,6 +11,15 @@ private func dcprovision(_ arguments: [String], environment: [String: String]? =
 
 private let sampleFolder = Repository.root + "/Samples/exec-provider"
 
+/// A test CA in `dir/ca` and a credential it issued as PEM files in `dir/issued`, the folder the
+/// sample exec provider reads.
+private func issuePEMFolder(in dir: TemporaryDirectory) throws {
+    #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
+    #expect(
+        try dcprovision(["testca", "issue", dir.file("ca"), "--out-dir", dir.file("issued"), "--format", "pem"])
+            .status == 0)
+}
+
 @Suite("dcprovision testca, providers, and provider sources", .timeLimit(.minutes(3)))
 struct ProviderCommandTests {
     @Test("testca init, issue (der and pem), and the output reads back through its manifest")
@@ -89,10 +98,7 @@ struct ProviderCommandTests {
     func detachedGrandchild() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
-        #expect(
-            try dcprovision(["testca", "issue", dir.file("ca"), "--out-dir", dir.file("issued"), "--format", "pem"])
-                .status == 0)
+        try issuePEMFolder(in: dir)
         // The grandchild leaves the plug-in's process group and session (setsid) and keeps its
         // stdout and stderr open for 30 s; the plug-in then becomes the sample provider and answers.
         let marker = "dcdetached-\(UUID().uuidString)"
@@ -114,10 +120,7 @@ struct ProviderCommandTests {
     func execProviders() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
-        #expect(
-            try dcprovision(["testca", "issue", dir.file("ca"), "--out-dir", dir.file("issued"), "--format", "pem"])
-                .status == 0)
+        try issuePEMFolder(in: dir)
         let environment = ["DCPROVISION_PROVIDER_PATH": sampleFolder]
 
         let listing = try dcprovision(["providers"], environment: environment)

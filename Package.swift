@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v13)],
     products: [
         .library(name: "DerivedCredentials", targets: ["DerivedCredentials"]),
+        .library(name: "SystemSupport", targets: ["SystemSupport"]),
         .library(name: "CredentialCoding", targets: ["CredentialCoding"]),
         .library(name: "PEMFileProvider", targets: ["PEMFileProvider"]),
         .library(name: "TestCAProvider", targets: ["TestCAProvider"]),
@@ -45,24 +46,31 @@ let package = Package(
         // child); header-only, nothing to link.
         .systemLibrary(name: "CSystem"),
 
-        // Core: tags, credential, errors, verdicts, secrets. No C but the glibc shims above.
-        .target(name: "DerivedCredentials", dependencies: ["CSystem"]),
+        // Core: what a credential is: tags, credential, errors, verdicts, secret values, the
+        // provider protocols. No C, no operating-system machinery.
+        .target(name: "DerivedCredentials"),
+
+        // What is about the operating system: child processes, all-or-nothing file writes,
+        // reading PINs and passphrases, the XDG base directories. Errors are the core's DCError.
+        .target(name: "SystemSupport", dependencies: ["DerivedCredentials", "CSystem"]),
 
         // OpenSSL-backed parsing, conversion and validation.
         .target(
             name: "CredentialCoding",
             dependencies: [
                 "DerivedCredentials",
+                "SystemSupport",
                 "COpenSSL",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
 
         // Delivery: the URL messages, the sealed canonical payload, the spool.
-        .target(name: "CredentialDelivery", dependencies: ["DerivedCredentials", "CredentialCoding"]),
+        .target(
+            name: "CredentialDelivery", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
 
         // freedesktop x-scheme-handler registration, resolution and launch.
-        .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials"]),
+        .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials", "SystemSupport"]),
 
         // What both command-line tools share: the version, the table of renamed flags.
         .target(
@@ -70,11 +78,14 @@ let package = Package(
             dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")]),
 
         // The reference managed client, and its thin CLI.
-        .target(name: "ManagedClient", dependencies: ["DerivedCredentials", "CredentialCoding", "CredentialDelivery"]),
+        .target(
+            name: "ManagedClient",
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery"]),
         .executableTarget(
             name: "dcclient",
             dependencies: [
-                "ManagedClient", "CredentialDelivery", "SchemeHandlers", "DerivedCredentials", "CredentialCoding",
+                "ManagedClient", "CredentialDelivery", "SchemeHandlers", "DerivedCredentials", "SystemSupport",
+                "CredentialCoding",
                 "CommandLineSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -90,7 +101,7 @@ let package = Package(
         ),
         .target(
             name: "TestCAProvider",
-            dependencies: ["DerivedCredentials", "CredentialCoding"],
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"],
             path: "Plugins/TestCAProvider"
         ),
 
@@ -101,7 +112,7 @@ let package = Package(
         ),
         .target(
             name: "ExecProvider",
-            dependencies: ["DerivedCredentials", "CredentialCoding"],
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"],
             path: "Plugins/ExecProvider"
         ),
 
@@ -126,6 +137,7 @@ let package = Package(
             dependencies: [
                 "dcclient",
                 "DerivedCredentials",
+                "SystemSupport",
                 "CredentialCoding",
                 "PEMFileProvider",
                 "TestCAProvider",
@@ -145,7 +157,8 @@ let package = Package(
 
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
         .target(
-            name: "TestSupport", dependencies: ["DerivedCredentials", "COpenSSL", "CP11Kit", "CSystem"],
+            name: "TestSupport",
+            dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystem"],
             path: "Tests/TestSupport"),
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
@@ -154,7 +167,8 @@ let package = Package(
             path: "Benchmarks/dcbench"
         ),
 
-        .testTarget(name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials", "TestSupport"]),
+        .testTarget(
+            name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "CredentialCodingTests",
             dependencies: ["CredentialCoding", "DerivedCredentials", "TestSupport", "COpenSSL"]
@@ -165,22 +179,25 @@ let package = Package(
         ),
         .testTarget(
             name: "ManagedClientTests",
-            dependencies: ["ManagedClient", "CredentialDelivery", "CredentialCoding", "TestCAProvider", "TestSupport"]
+            dependencies: [
+                "ManagedClient", "CredentialDelivery", "CredentialCoding", "SystemSupport", "TestCAProvider",
+                "TestSupport",
+            ]
         ),
-        .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "TestSupport"]),
+        .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(
             name: "ProviderTests",
             dependencies: [
                 "PEMFileProvider", "TestCAProvider", "ExecProvider", "PKCS11Provider", "DerivedCredentialsTesting",
-                "CredentialCoding", "TestSupport",
+                "CredentialCoding", "SystemSupport", "TestSupport",
             ]
         ),
         .testTarget(
             name: "dcprovisionTests",
             dependencies: [
                 "dcprovision", "dcclient", "TestSupport", "DerivedCredentials", "CredentialCoding",
-                "CredentialDelivery", "CommandLineSupport",
+                "CredentialDelivery", "CommandLineSupport", "SystemSupport",
                 "ManagedClient", "TestCAProvider",
             ]
         ),

@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// A provider that is a separate executable speaking a small versioned JSON protocol over
 /// standard input and output (docs/PROVIDER-PROTOCOL.md), the way git credential helpers and
@@ -77,7 +78,8 @@ public struct ExecProvider: CredentialProvider {
         -> Wire.Response
     {
         let input = try Wire.request(operation: operation, options: options, passphrase: passphrase, certify: certify)
-        let outcome = try await ChildProcess.run(path, arguments: [], stdin: input, limits: limits)
+        let outcome = try await ChildProcess.run(
+            path, arguments: [], stdin: input, environment: ChildEnvironment.minimal(), limits: limits)
         forward(outcome.stderr, truncated: outcome.stderrTruncated)
         if outcome.timedOut {
             throw DCError(

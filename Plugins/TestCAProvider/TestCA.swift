@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// A persistent two-level test CA (root → issuing CA) for CI pipelines, in a directory:
 ///

@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// The provider's side of the AppConnect derived-credential API, on Linux: a service made from a
 /// brand and the provider's own callback scheme that checks a client's support, checks whether it
@@ -12,7 +13,7 @@ public struct CredentialService: Sendable {
     /// The provider's own URL scheme, lowercased; results and `new` requests come back on it.
     public let callbackScheme: String
     /// The XDG directories registrations and the request ledger are found in.
-    public let locations: DeliveryLocations
+    public let locations: XDGDirectories
     /// The record of this provider's requests, in `$XDG_STATE_HOME/dcprovision/requests`.
     public var ledger: RequestLedger
     /// How a delivery URL is opened: the scheme-handler launcher, injected so that the library
@@ -27,7 +28,7 @@ public struct CredentialService: Sendable {
     /// Fails on an empty brand or an invalid scheme (RFC 3986; compared case-insensitively, kept
     /// lowercase), as AppConnect's service creation does.
     public init(
-        brand: String, callbackScheme: String, locations: DeliveryLocations = DeliveryLocations(),
+        brand: String, callbackScheme: String, locations: XDGDirectories = XDGDirectories(),
         checkHandler: @escaping HandlerCheck = { _ in }, open: @escaping Opener
     ) throws {
         guard !brand.trimmingCharacters(in: .whitespaces).isEmpty else {

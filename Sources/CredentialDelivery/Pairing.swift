@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// What a provider knows of a client it was paired with: the client's message-signing key as it
 /// was when the operator paired them (`dcprovision pair`), and what the operator allowed. A `new`

@@ -1,63 +1,10 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
-/// Where the toolkit keeps things, from the XDG base directories of an environment.
-public struct DeliveryLocations: Sendable {
-    /// `$XDG_DATA_HOME`, or `~/.local/share` when it is unset or not absolute.
-    public var dataHome: String
-    /// `$XDG_STATE_HOME`, or `~/.local/state` when it is unset or not absolute.
-    public var stateHome: String
-    /// `$XDG_CONFIG_HOME`, or `~/.config` when it is unset or not absolute.
-    public var configHome: String
-    /// `$XDG_RUNTIME_DIR` when it is set and absolute; there is no fallback (the specification
-    /// asks for a warning and a replacement; the toolkit refuses instead, see ``privateRuntimeDirectory()``).
-    public var runtimeDirectory: String?
-    /// The home directory the locations were derived from.
-    public var home: String
-
-    /// Locations from `environment`: relative values are ignored, as the XDG specification says, and
-    /// `HOME` falls back to the account's home directory.
-    public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
-        let home = environment["HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? NSHomeDirectory()
-        func value(_ name: String, _ fallback: String) -> String {
-            environment[name].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? fallback
-        }
-        dataHome = value("XDG_DATA_HOME", home + "/.local/share")
-        stateHome = value("XDG_STATE_HOME", home + "/.local/state")
-        configHome = value("XDG_CONFIG_HOME", home + "/.config")
-        runtimeDirectory = environment["XDG_RUNTIME_DIR"].flatMap { $0.hasPrefix("/") ? $0 : nil }
-        self.home = home
-    }
-
-    /// The runtime directory, checked to be a place for a secret that must not outlive the login
-    /// or be copied with the home directory: set, a directory owned by this user with mode 0700,
-    /// and not inside the home directory. Throws `serviceUnavailable` with what to do otherwise.
-    public func privateRuntimeDirectory() throws -> String {
-        guard let runtime = runtimeDirectory else {
-            throw DCError(
-                .serviceUnavailable, "XDG_RUNTIME_DIR is not set: there is no private place for the unlocked key",
-                hint: "log in through a session that sets it (systemd does: /run/user/$UID)")
-        }
-        var info = stat()
-        guard stat(runtime, &info) == 0, info.st_mode & S_IFMT == S_IFDIR, info.st_uid == geteuid(),
-            info.st_mode & 0o077 == 0
-        else {
-            throw DCError(
-                .serviceUnavailable, "XDG_RUNTIME_DIR is not a private directory of this user (mode 0700)",
-                subject: runtime, hint: "log in through a session that sets it up (systemd does: /run/user/$UID)")
-        }
-        let resolved = (runtime as NSString).resolvingSymlinksInPath
-        let resolvedHome = (home as NSString).resolvingSymlinksInPath
-        guard resolved != resolvedHome, !resolved.hasPrefix(resolvedHome.hasSuffix("/") ? resolvedHome : resolvedHome + "/")
-        else {
-            throw DCError(
-                .serviceUnavailable, "XDG_RUNTIME_DIR is inside the home directory, which backups copy",
-                subject: runtime, hint: "use the session's runtime directory (/run/user/$UID)")
-        }
-        return runtime
-    }
-
+/// Where the toolkit publishes registrations, under the XDG data directory.
+extension XDGDirectories {
     /// Published registrations: `$XDG_DATA_HOME/derived-credentials/{clients,providers}/<scheme>.json`.
     public var registrations: String { dataHome + "/derived-credentials" }
     /// The path of the registration a client publishes for `scheme`.

@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// The provider's record of its sends: one 0600 JSON file per request id in a 0700 directory
 /// (`$XDG_STATE_HOME/dcprovision/requests`). It holds the result key, so a result callback can be

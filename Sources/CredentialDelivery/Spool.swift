@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// The client's spool: a 0700 directory where the provider drops sealed payloads as 0600 files
 /// named `<request>.cms`, written atomically (`AtomicFileSet`: `O_EXCL|O_NOFOLLOW`, fsync,

@@ -2,6 +2,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// The reference managed client: it registers a scheme, asks a provider for a credential,
 /// receives, opens, validates and installs it all-or-nothing, and calls back.
@@ -24,13 +25,13 @@ public struct ManagedClient: Sendable {
     /// The client's directory, `$XDG_DATA_HOME/dcclient`; everything it keeps is under it.
     public let base: String
     /// The XDG directories the client lives in and publishes its registration to.
-    public let locations: DeliveryLocations
+    public let locations: XDGDirectories
     static let iterations = 200_000
     /// How long a delivery stays acceptable after the provider issued it.
     public static let requestTimeLimit: TimeInterval = 600
 
     /// The client kept under `locations`; nothing is read or created until it is used.
-    public init(locations: DeliveryLocations = DeliveryLocations()) {
+    public init(locations: XDGDirectories = XDGDirectories()) {
         self.locations = locations
         base = locations.dataHome + "/dcclient"
     }

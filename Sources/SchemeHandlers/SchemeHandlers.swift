@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// Registers, resolves and launches URL-scheme handlers the freedesktop way (`x-scheme-handler/…`
 /// MIME types in `.desktop` files, defaults in `mimeapps.list`), headless and without xdg-utils:
@@ -207,7 +208,8 @@ public struct SchemeHandlers: Sendable {
     ) async throws -> ChildProcess.Outcome {
         let arguments = try checkedArguments(url, scheme: scheme, expectedExecutable: expectedExecutable)
         return try await ChildProcess.run(
-            arguments[0], arguments: Array(arguments.dropFirst()), environment: environment, limits: limits)
+            arguments[0], arguments: Array(arguments.dropFirst()),
+            environment: environment ?? ChildEnvironment.minimal(), limits: limits)
     }
 
     /// Checks that `scheme` resolves to `expectedExecutable` as the explicit default, without

@@ -6,6 +6,7 @@ import DerivedCredentials
 import Foundation
 import ManagedClient
 import SchemeHandlers
+import SystemSupport
 
 @main
 struct DCClient: AsyncParsableCommand {
@@ -48,7 +49,7 @@ struct PassphraseSourceOptions: ParsableArguments {
 
     func read() throws -> SecretBytes {
         if let passphraseFile { return try SecretInput.read(file: passphraseFile) }
-        if let passphraseFd { return try SecretInput.read(descriptor: passphraseFd, subject: "fd \(passphraseFd)") }
+        if let passphraseFd { return try SecretInput.read(inheritedDescriptor: passphraseFd) }
         throw DCError(
             .passphraseRequired, "the client's passphrase is needed",
             hint: "pass --passphrase-file FILE or --passphrase-fd N")
@@ -79,14 +80,25 @@ extension DCClient {
         var clientId: String = "dcclient"
         @OptionGroup var passphrase: PassphraseSourceOptions
         @OptionGroup var output: OutputOptions
+        /// The fewest characters a new store's passphrase may have.
+        static let minimumPassphraseLength = 8
 
         func run() async throws {
             output.apply()
             try await reporting {
+                // A new store's passphrase must have some length; unlocking an existing store takes
+                // whatever passphrase it was made with.
+                let secret = try passphrase.read()
+                guard SecretInput.characterCount(secret) >= Self.minimumPassphraseLength else {
+                    throw DCError(
+                        .usage,
+                        "the passphrase for a new store is shorter than \(Self.minimumPassphraseLength) characters",
+                        hint: "choose a longer one")
+                }
                 try ManagedClient().initialize(
                     clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: clientScheme),
                     providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: selfPath,
-                    passphrase: try passphrase.read())
+                    passphrase: secret)
                 Console.say("client \(clientId) set up; registration published; unlocked")
             }
         }

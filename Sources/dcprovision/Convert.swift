@@ -3,6 +3,7 @@ import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 struct Convert: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

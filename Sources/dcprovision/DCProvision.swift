@@ -4,6 +4,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 import Logging
+import SystemSupport
 
 @main
 struct DCProvision: AsyncParsableCommand {
@@ -87,7 +88,7 @@ struct PassphraseOptions: ParsableArguments {
     func source() throws -> any PassphraseSource {
         if let passphraseFile { return FixedPassphrase(try SecretInput.read(file: passphraseFile)) }
         if let passphraseFd {
-            return FixedPassphrase(try SecretInput.read(descriptor: passphraseFd, subject: "fd \(passphraseFd)"))
+            return FixedPassphrase(try SecretInput.read(inheritedDescriptor: passphraseFd))
         }
         if passphrasePrompt { return TerminalPassphrase() }
         return NoPassphrase()

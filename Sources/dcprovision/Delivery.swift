@@ -5,6 +5,7 @@ import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import SchemeHandlers
+import SystemSupport
 
 /// The provider's configuration: its scheme and brand, and the source that answers `new`
 /// requests. `$XDG_CONFIG_HOME/dcprovision/config.json`, 0600.
@@ -19,12 +20,12 @@ struct ProviderConfig: Codable {
     /// since the handler is started from wherever the desktop starts it.
     var workingDirectory: String?
 
-    static func path(_ locations: DeliveryLocations) -> String { locations.configHome + "/dcprovision/config.json" }
+    static func path(_ locations: XDGDirectories) -> String { locations.configHome + "/dcprovision/config.json" }
 
     /// Whether answering a request logs in to a card: a PKCS#11 source, or any source given a PIN.
     var usesCard: Bool { provider == "pkcs11" || pinFile != nil }
 
-    static func load(_ locations: DeliveryLocations = DeliveryLocations()) throws -> ProviderConfig {
+    static func load(_ locations: XDGDirectories = XDGDirectories()) throws -> ProviderConfig {
         guard let data = FileManager.default.contents(atPath: path(locations)) else {
             throw DCError(
                 .fileNotFound, "the provider is not registered", subject: path(locations),
@@ -71,7 +72,7 @@ struct Register: AsyncParsableCommand {
             let pinFile = source.pin.pinFile.map {
                 $0.hasPrefix("/") ? $0 : FileManager.default.currentDirectoryPath + "/" + $0
             }
-            let locations = DeliveryLocations()
+            let locations = XDGDirectories()
             let config = ProviderConfig(
                 scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options, pinFile: pinFile,
                 workingDirectory: FileManager.default.currentDirectoryPath)
@@ -126,7 +127,7 @@ struct Unregister: AsyncParsableCommand {
     func run() async throws {
         output.apply()
         try await runReportingErrors {
-            let locations = DeliveryLocations()
+            let locations = XDGDirectories()
             let config = try ProviderConfig.load(locations)
             try SchemeHandlers().unregister(scheme: config.scheme)
             Registrations.remove(at: locations.providerRegistration(config.scheme))
@@ -146,7 +147,7 @@ struct HandleURL: AsyncParsableCommand {
     func run() async throws {
         output.apply()
         try await runReportingErrors {
-            let locations = DeliveryLocations()
+            let locations = XDGDirectories()
             let config = try ProviderConfig.load(locations)
             let service = try service(brand: config.brand, scheme: config.scheme)
             service.prune()
@@ -256,7 +257,7 @@ struct Status: AsyncParsableCommand {
     func run() async throws {
         output.apply()
         try await runReportingErrors {
-            let ledger = RequestLedger(directory: DeliveryLocations().stateHome + "/dcprovision/requests")
+            let ledger = RequestLedger(directory: XDGDirectories().stateHome + "/dcprovision/requests")
             let records = ledger.recent()
             if json {
                 return try printJSON(

@@ -2,6 +2,7 @@ import ArgumentParser
 import CommandLineSupport
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// The embedded default: the whole round trip in a throw-away sandbox, through real processes.
 struct Demo: AsyncParsableCommand {

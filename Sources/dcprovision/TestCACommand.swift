@@ -3,6 +3,7 @@ import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 import TestCAProvider
 
 struct TestCACommand: AsyncParsableCommand {

@@ -3,6 +3,7 @@ import CommandLineSupport
 import DerivedCredentials
 import Foundation
 import PKCS11Provider
+import SystemSupport
 
 struct Tokens: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -79,9 +80,9 @@ struct PINOptions: PINInput {
         if let pinFile {
             source = FixedPassphrase(try SecretInput.read(file: pinFile))
         } else if let pinFd {
-            source = FixedPassphrase(try SecretInput.read(descriptor: pinFd, subject: "fd \(pinFd)"))
+            source = FixedPassphrase(try SecretInput.read(inheritedDescriptor: pinFd))
         } else if let pinEnv {
-            source = EnvironmentSecret(name: pinEnv)
+            source = FixedPassphrase(try SecretInput.read(environment: pinEnv))
         } else if pinPrompt {
             source = TerminalPassphrase(prompt: "PIN")
         } else {

@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import SystemSupport
 import TestSupport
 import Testing
 

@@ -3,6 +3,7 @@ import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import ManagedClient
+import SystemSupport
 import TestCAProvider
 import TestSupport
 import Testing
@@ -21,7 +22,7 @@ final class Box: @unchecked Sendable {
 /// launches are tested by the demo test and SchemeHandlersTests).
 struct World {
     let dir: TemporaryDirectory
-    let locations: DeliveryLocations
+    let locations: XDGDirectories
     let client: ManagedClient
     let service: CredentialService
     let ca: TestCA
@@ -34,7 +35,7 @@ struct World {
         dir = try TemporaryDirectory("world")
         let runtime = dir.file("run")
         try #require(mkdir(runtime, 0o700) == 0)
-        locations = DeliveryLocations(environment: ["HOME": dir.file("home"), "XDG_RUNTIME_DIR": runtime])
+        locations = XDGDirectories(environment: ["HOME": dir.file("home"), "XDG_RUNTIME_DIR": runtime])
         client = ManagedClient(locations: locations)
         try client.initialize(
             clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider",

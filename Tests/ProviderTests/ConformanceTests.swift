@@ -4,6 +4,7 @@ import DerivedCredentialsTesting
 import ExecProvider
 import Foundation
 import PEMFileProvider
+import SystemSupport
 import TestCAProvider
 import TestSupport
 import Testing

@@ -2,6 +2,7 @@ import CredentialCoding
 import DerivedCredentials
 import ExecProvider
 import Foundation
+import SystemSupport
 import TestSupport
 import Testing
 
@@ -246,7 +247,7 @@ struct ExecProviderTests {
     }
 
     @Test(
-        "The passphrase goes over stdin only: the plug-in's argv is exactly its path, its environment exactly ours, and no encoding of the passphrase is in either or in its forwarded stderr"
+        "The passphrase goes over stdin only: the plug-in's argv is exactly its path, its environment exactly the minimal one taken from ours, it has only descriptors 0, 1 and 2 (and bash's own script descriptor), and no encoding of the passphrase is in either or in its forwarded stderr"
     )
     func secretsOnStdinOnly() async throws {
         let sandbox = try Sandbox("exec-secrets")
@@ -265,6 +266,7 @@ struct ExecProviderTests {
             cat > '\(dir.file("stdin"))'
             printf '%s\\0' "$0" "$@" > '\(dir.file("argv"))'
             cat /proc/$$/environ > '\(dir.file("environ"))'
+            ls /proc/$$/fd > '\(dir.file("fds"))'
             echo "working for $USER" >&2
             cat '\(answer)'
             """)
@@ -273,7 +275,7 @@ struct ExecProviderTests {
         _ = try await provide(path, options: ["account": ["alice"]], passphrase: secret, lines: lines)
         let after = ProcessInfo.processInfo.environment
 
-        // The contract (docs/PROVIDER-PROTOCOL.md): started with no arguments, with our environment.
+        // The contract (docs/PROVIDER-PROTOCOL.md): started with no arguments, with the minimal environment.
         let argv = try readBytes(dir.file("argv")).split(separator: 0, omittingEmptySubsequences: false).dropLast()
             .map { String(decoding: $0, as: UTF8.self) }
         #expect(argv == [path])
@@ -285,9 +287,19 @@ struct ExecProviderTests {
             }, uniquingKeysWith: { first, _ in first })
         // (Another test may set SOFTHSM2_CONF in this process meanwhile: either snapshot is ours.)
         #expect(
-            environment == before || environment == after,
-            "differs in \(Set(environment.keys).symmetricDifference(before.keys).sorted()) or in a value")
-        #expect(lines.all == ["dcprovider-spy: working for \(before["USER"] ?? "")"])
+            environment == ChildEnvironment.minimal(from: before)
+                || environment == ChildEnvironment.minimal(from: after),
+            "differs in \(Set(environment.keys).symmetricDifference(ChildEnvironment.minimal(from: before).keys).sorted()) or in a value"
+        )
+        // Nothing but what the test's Sandbox-free process would pass anyway: not the whole of ours.
+        #expect(environment.keys.allSatisfy { ChildEnvironment.minimal(from: [$0: ""]).count == 1 })
+        // Descriptors: 0, 1, 2, and 255, where bash keeps the script it reads.
+        #expect(
+            String(decoding: try readBytes(dir.file("fds")), as: UTF8.self).split(separator: "\n") == [
+                "0", "1", "2", "255",
+            ])
+        // USER is not among the variables passed on.
+        #expect(lines.all == ["dcprovider-spy: working for "])
 
         // No form of the passphrase anywhere the plug-in's command line, environment or chatter goes.
         let secretBytes = Array(secret.utf8)

@@ -1,6 +1,7 @@
 import DerivedCredentials
 import Foundation
 import SchemeHandlers
+import SystemSupport
 import TestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 internal import CSystem
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// The result of running a process to completion.
 public struct ProcessResult: Sendable {
@@ -101,12 +102,12 @@ public struct TemporaryDirectory: Sendable {
 
     public func file(_ name: String) -> String { path + "/" + name }
 
-    /// Writes a file with O_CLOEXEC. (Foundation's Data.write does not set it: a process another
+    /// Writes a file, mode 0600 (secret files must be), with O_CLOEXEC. (Foundation's Data.write does not set it: a process another
     /// test forks meanwhile would keep the descriptor for its whole life, and a script written this
     /// way could not be executed — ETXTBSY — until that process ends.)
     public func write(_ name: String, _ bytes: [UInt8]) throws -> String {
         let target = file(name)
-        let fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        let fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         defer { close(fd) }
         var offset = 0

@@ -11,6 +11,15 @@ private func dcprovision(_ arguments: [String], environment: [String: String]? =
 
 private let sampleFolder = Repository.root + "/Samples/exec-provider"
 
+/// A test CA in `dir/ca` and a credential it issued as PEM files in `dir/issued`, the folder the
+/// sample exec provider reads.
+private func issuePEMFolder(in dir: TemporaryDirectory) throws {
+    #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
+    #expect(
+        try dcprovision(["testca", "issue", dir.file("ca"), "--out-dir", dir.file("issued"), "--format", "pem"])
+            .status == 0)
+}
+
 @Suite("dcprovision testca, providers, and provider sources", .timeLimit(.minutes(3)))
 struct ProviderCommandTests {
     @Test("testca init, issue (der and pem), and the output reads back through its manifest")
@@ -85,14 +94,33 @@ struct ProviderCommandTests {
         #expect(result.stderrText.contains("exited with status 4"))
     }
 
+    @Test("A plug-in that answers and leaves a detached grandchild holding its stdout: the answer is used at once")
+    func detachedGrandchild() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        try issuePEMFolder(in: dir)
+        // The grandchild leaves the plug-in's process group and session (setsid) and keeps its
+        // stdout and stderr open for 30 s; the plug-in then becomes the sample provider and answers.
+        let marker = "dcdetached-\(UUID().uuidString)"
+        let path = try dir.write(
+            "dcprovider-detach",
+            "#!/bin/bash\nsetsid bash -c 'exec -a \(marker) sleep 30' &\nexec '\(sampleFolder)/dcprovider-sample'\n")
+        chmod(path, 0o755)
+        defer { _ = try? run("pkill", ["-f", marker]) }
+        let started = ContinuousClock.now
+        let result = try dcprovision(["inspect", "--provider", "exec:\(path)", "--option", "dir=\(dir.file("issued"))"])
+        let elapsed = ContinuousClock.now - started
+        #expect(result.status == 0, "\(result.stderrText)")
+        #expect(result.stdoutText.contains("authentication"), "\(result.stdoutText)")
+        // Not the grandchild's 30 s: the plug-in's exit plus a short grace (loose for a loaded machine).
+        #expect(elapsed < .seconds(10), "dcprovision took \(elapsed)")
+    }
+
     @Test("Exec providers: found on DCPROVISION_PROVIDER_PATH, listed, and used by name or path")
     func execProviders() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
-        #expect(
-            try dcprovision(["testca", "issue", dir.file("ca"), "--out-dir", dir.file("issued"), "--format", "pem"])
-                .status == 0)
+        try issuePEMFolder(in: dir)
         let environment = ["DCPROVISION_PROVIDER_PATH": sampleFolder]
 
         let listing = try dcprovision(["providers"], environment: environment)

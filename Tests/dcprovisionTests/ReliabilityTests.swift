@@ -3,6 +3,7 @@ import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import ManagedClient
+import SystemSupport
 import TestCAProvider
 import TestSupport
 import Testing
@@ -13,7 +14,7 @@ import Testing
 private struct Sandbox {
     let dir: TemporaryDirectory
     let environment: [String: String]
-    let locations: DeliveryLocations
+    let locations: XDGDirectories
     let service: CredentialService
     let urls = URLs()
     let ca: TestCA
@@ -30,7 +31,7 @@ private struct Sandbox {
         let sandbox = try TestSupport.Sandbox("reliability")
         dir = sandbox.directory
         environment = sandbox.environment
-        locations = DeliveryLocations(environment: environment)
+        locations = XDGDirectories(environment: environment)
         _ = try dir.write("pass", "client passphrase\n")
         let dcclient = Binaries.directory + "/dcclient"
         for arguments in [

@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// How `convert` names what it writes: for an input `alice.p12`, the leaf certificate is
 /// `alice.cert.der`, further certificates `alice.2.cert.der`, `alice.3.cert.der`, … in the order

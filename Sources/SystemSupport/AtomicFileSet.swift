@@ -1,3 +1,4 @@
+import DerivedCredentials
 import Foundation
 
 #if canImport(Glibc)

@@ -1,9 +1,20 @@
 internal import CSystem
+import DerivedCredentials
 import Foundation
 
 #if canImport(Glibc)
     import Glibc
 #endif
+
+// Why not swift-subprocess (1.0.2 is in the package mirror; evaluated for this runner): it offers a
+// process group, an explicit environment, bounded capture (it throws past the limit) and closes
+// the child's other descriptors, but it has no deadline of its own (a caller's timer would have to
+// signal the group by hand, and its teardown signals the process, not the group), and when the
+// child exits while a grandchild holds the pipe it cancels the reads at once, with no grace for
+// what is already in the pipe. It would also bring swift-system and an I/O thread of its own.
+// So this file keeps its own runner, cut into named steps: make the pipes, spawn, feed standard
+// input, read the outputs under their caps, enforce the deadline, notice the child's exit, kill
+// the group, reap.
 
 /// Runs a program with an argv array (never a shell), feeds it standard input, and collects its
 /// output under a deadline and size caps. The child gets its own process group, so a timeout or
@@ -113,32 +124,50 @@ public enum ChildProcess {
 
     /// How long output is still read after the child's process group was killed.
     static let drainGrace: Duration = .seconds(2)
+    /// How long output is still read after the child itself exited: what it wrote is already in
+    /// the pipes, so a short grace collects it; then its group is killed and reading stops, even
+    /// when a grandchild that left the group still holds a pipe end.
+    static let exitGrace: Duration = .milliseconds(200)
 
     static func runBlocking(
         _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?,
         currentDirectory: String? = nil, limits: Limits, cancellation: CancellationFlag
     ) throws -> Outcome {
-        var inPipe: [Int32] = [0, 0]
-        var outPipe: [Int32] = [0, 0]
-        var errPipe: [Int32] = [0, 0]
-        // Close-on-exec from creation: a child another thread starts meanwhile inherits none of them.
-        guard dc_pipe_cloexec(&inPipe) == 0 else {
-            throw DCError(.ioError, "cannot create pipes: \(String(cString: strerror(errno)))")
+        let pipes = try ChildPipes()
+        let started = ContinuousClock.now
+        let pid: pid_t
+        do {
+            pid = try spawn(
+                executable, arguments: arguments, environment: environment, currentDirectory: currentDirectory,
+                pipes: pipes)
+        } catch {
+            pipes.closeParentEnds()
+            throw error
         }
-        guard dc_pipe_cloexec(&outPipe) == 0 else {
-            for fd in inPipe { close(fd) }
-            throw DCError(.ioError, "cannot create pipes: \(String(cString: strerror(errno)))")
-        }
-        guard dc_pipe_cloexec(&errPipe) == 0 else {
-            for fd in inPipe + outPipe { close(fd) }
-            throw DCError(.ioError, "cannot create pipes: \(String(cString: strerror(errno)))")
-        }
+        let run = RunningChild(pid: pid, pipes: pipes, stdin: stdin, limits: limits, cancellation: cancellation)
+        run.collectOutput()
+        let status = run.reap()
+        if cancellation.isCancelled { throw CancellationError() }
+        let termination: Termination =
+            (status & 0x7F) == 0 ? .exited((status >> 8) & 0xFF) : .signaled(status & 0x7F)
+        return Outcome(
+            termination: termination, stdout: run.stdoutBytes, stderr: run.stderrBytes,
+            stdoutOverflowed: run.overflowed, stderrTruncated: run.truncated, timedOut: run.timedOut,
+            lifetime: ContinuousClock.now - started)
+    }
+
+    /// Starts the child in a process group of its own, with the pipes on 0, 1 and 2, nothing else
+    /// open, default signal handling and an empty signal mask. Closes the child's pipe ends here.
+    private static func spawn(
+        _ executable: String, arguments: [String], environment: [String: String]?, currentDirectory: String?,
+        pipes: ChildPipes
+    ) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
-        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        posix_spawn_file_actions_adddup2(&actions, pipes.input[0], 0)
+        posix_spawn_file_actions_adddup2(&actions, pipes.output[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, pipes.error[1], 2)
         // Whatever else this process has open (another library's descriptor that is not
         // close-on-exec, a PIN file) stays here: the child gets 0, 1 and 2 only.
         dc_spawn_close_from(&actions, 3)
@@ -165,7 +194,6 @@ public enum ChildProcess {
         defer { environmentStrings.forEach { free($0) } }
         var pid: pid_t = 0
         var spawned: Int32 = 0
-        let started = ContinuousClock.now
         // ETXTBSY: an executable written a moment ago can still be held open by a child another
         // thread forked before exec closed it (even with O_CLOEXEC); the window is microseconds.
         for attempt in 0..<20 {
@@ -173,117 +201,195 @@ public enum ChildProcess {
             guard spawned == ETXTBSY else { break }
             usleep(useconds_t(1000 * (attempt + 1)))
         }
-        for fd in [inPipe[0], outPipe[1], errPipe[1]] { close(fd) }
+        pipes.closeChildEnds()
         guard spawned == 0 else {
-            for fd in [inPipe[1], outPipe[0], errPipe[0]] { close(fd) }
             let reason = String(cString: strerror(spawned))
             throw DCError(
                 spawned == ENOENT ? .fileNotFound : .providerFailed, "cannot start the program: \(reason)",
                 subject: executable)
         }
+        return pid
+    }
+}
 
-        var stdoutBytes: [UInt8] = []
-        var stderrBytes: [UInt8] = []
-        var overflowed = false
-        var truncated = false
-        var timedOut = false
-        var killed = false
-        var input = stdin.withUnsafeBytes { Array($0) }
-        defer { input.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
-        var written = 0
-        var stdinFD: Int32 = inPipe[1]
+/// The three pipes between this process and a child, close-on-exec from creation: a child another
+/// thread starts meanwhile inherits none of them.
+private struct ChildPipes {
+    var input: [Int32] = [-1, -1]
+    var output: [Int32] = [-1, -1]
+    var error: [Int32] = [-1, -1]
+
+    init() throws {
+        guard dc_pipe_cloexec(&input) == 0, dc_pipe_cloexec(&output) == 0, dc_pipe_cloexec(&error) == 0 else {
+            let reason = String(cString: strerror(errno))
+            for fd in input + output + error where fd >= 0 { close(fd) }
+            throw DCError(.ioError, "cannot create pipes: \(reason)")
+        }
+    }
+
+    func closeChildEnds() { for fd in [input[0], output[1], error[1]] { close(fd) } }
+    func closeParentEnds() { for fd in [input[1], output[0], error[0]] { close(fd) } }
+}
+
+/// One started child, from its start until it is reaped: feeds its standard input, collects its
+/// output under the caps, and enforces the deadline on its whole process group.
+private final class RunningChild {
+    let pid: pid_t
+    let limits: Limits
+    let cancellation: ChildProcess.CancellationFlag
+    let deadline: ContinuousClock.Instant
+    let stdoutFD: Int32
+    var stdinFD: Int32
+    var input: [UInt8]
+    var written = 0
+    var openOutputs: Set<Int32>
+    var stdoutBytes: [UInt8] = []
+    var stderrBytes: [UInt8] = []
+    var overflowed = false
+    var truncated = false
+    var timedOut = false
+    var killedAt: ContinuousClock.Instant?
+    var exitedAt: ContinuousClock.Instant?
+
+    typealias Limits = ChildProcess.Limits
+
+    init(
+        pid: pid_t, pipes: ChildPipes, stdin: SecretBytes, limits: Limits, cancellation: ChildProcess.CancellationFlag
+    ) {
+        self.pid = pid
+        self.limits = limits
+        self.cancellation = cancellation
+        deadline = ContinuousClock.now + limits.timeout
+        stdoutFD = pipes.output[0]
+        openOutputs = [pipes.output[0], pipes.error[0]]
+        input = stdin.withUnsafeBytes { Array($0) }
+        stdinFD = pipes.input[1]
         _ = fcntl(stdinFD, F_SETFL, fcntl(stdinFD, F_GETFL) | O_NONBLOCK)
-        if input.isEmpty {
-            close(stdinFD)
-            stdinFD = -1
+        if input.isEmpty { closeStdin() }
+    }
+
+    deinit {
+        input.withUnsafeMutableBytes { SecretBytes.wipe($0) }
+        closeStdin()
+        stopReading()
+    }
+
+    /// Kills the child's process group once; every later call is a no-op.
+    func killGroup() {
+        guard killedAt == nil else { return }
+        kill(-pid, SIGKILL)
+        killedAt = ContinuousClock.now
+    }
+
+    /// Kills the group at the deadline or on cancellation.
+    func enforceDeadline() {
+        if cancellation.isCancelled { killGroup() }
+        if ContinuousClock.now >= deadline && killedAt == nil {
+            timedOut = true
+            killGroup()
         }
-        var openOutputs: Set<Int32> = [outPipe[0], errPipe[0]]
-        let deadline = ContinuousClock.now + limits.timeout
+    }
+
+    /// Whether the direct child has exited, without reaping it: its zombie keeps its PID, and so
+    /// its process group's id, from being reused until ``reap()``, so killing the group is safe.
+    func childHasExited() -> Bool {
+        var info = siginfo_t()
+        let result = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
+        return result == 0 && info.si_signo == SIGCHLD
+    }
+
+    /// Whether reading should stop with pipes still open: after the kill, the pipes should close at
+    /// once, and after the child's own exit what it wrote is already in them. A process outside the
+    /// group can still hold a write end (a grandchild that left the group with setsid, or a child
+    /// that a library in this process forked without closing descriptors): stop waiting for it.
+    func graceIsOver() -> Bool {
+        let now = ContinuousClock.now
+        if let killedAt, now - killedAt > ChildProcess.drainGrace { return true }
+        if exitedAt == nil && childHasExited() { exitedAt = now }
+        if let exitedAt, now - exitedAt > ChildProcess.exitGrace {
+            killGroup()
+            return true
+        }
+        return false
+    }
+
+    /// Polls the pipes until both outputs are closed or a grace is over, feeding standard input as
+    /// the child takes it.
+    func collectOutput() {
         var chunk = [UInt8](repeating: 0, count: 65536)
-
-        var killedAt: ContinuousClock.Instant?
-        func killGroup() {
-            if !killed {
-                kill(-pid, SIGKILL)
-                killed = true
-                killedAt = ContinuousClock.now
-            }
-        }
-
+        defer { chunk.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
         while !openOutputs.isEmpty {
-            if cancellation.isCancelled { killGroup() }
-            if ContinuousClock.now >= deadline && !killed {
-                timedOut = true
-                killGroup()
-            }
-            // After the kill, the pipes should close at once. A process outside the group can still
-            // hold a write end (a grandchild that left the group with setsid, or a child that a
-            // library in this process forked without closing descriptors): stop waiting for it
-            // after a grace period instead of hanging.
-            if let killedAt, ContinuousClock.now - killedAt > Self.drainGrace {
-                for fd in openOutputs { close(fd) }
-                openOutputs.removeAll()
-                break
-            }
+            enforceDeadline()
+            if graceIsOver() { break }
             var fds = openOutputs.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             if stdinFD >= 0 { fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)) }
             let ready = poll(&fds, nfds_t(fds.count), 50)
             if ready < 0 && errno != EINTR { break }
             for entry in fds where entry.revents != 0 {
                 if entry.fd == stdinFD {
-                    let count = input.withUnsafeBytes { write(stdinFD, $0.baseAddress! + written, $0.count - written) }
-                    if count > 0 { written += count }
-                    if count < 0 && errno != EAGAIN && errno != EINTR || written == input.count {
-                        close(stdinFD)
-                        stdinFD = -1
-                    }
-                    continue
-                }
-                let count = chunk.withUnsafeMutableBytes { read(entry.fd, $0.baseAddress, $0.count) }
-                if count <= 0 {
-                    if count == 0 || (errno != EAGAIN && errno != EINTR) {
-                        close(entry.fd)
-                        openOutputs.remove(entry.fd)
-                    }
-                    continue
-                }
-                if entry.fd == outPipe[0] {
-                    if stdoutBytes.count + count > limits.stdoutLimit {
-                        overflowed = true
-                        killGroup()
-                        close(entry.fd)
-                        openOutputs.remove(entry.fd)
-                    } else {
-                        stdoutBytes += chunk.prefix(count)
-                    }
+                    feedStdin()
                 } else {
-                    let room = max(0, limits.stderrLimit - stderrBytes.count)
-                    if count > room { truncated = true }
-                    stderrBytes += chunk.prefix(min(count, room))
+                    read(from: entry.fd, into: &chunk)
                 }
             }
         }
-        if stdinFD >= 0 { close(stdinFD) }
-        chunk.withUnsafeMutableBytes { SecretBytes.wipe($0) }
+        stopReading()
+        closeStdin()
+    }
 
-        // Outputs are closed; the child may still run (it closed them itself). Wait, within the deadline.
+    /// Writes what the pipe takes of the remaining input; closes it when all is written or the
+    /// child closed its end.
+    func feedStdin() {
+        let count = input.withUnsafeBytes { write(stdinFD, $0.baseAddress! + written, $0.count - written) }
+        if count > 0 { written += count }
+        if count < 0 && errno != EAGAIN && errno != EINTR || written == input.count { closeStdin() }
+    }
+
+    /// Reads one chunk from an output pipe and keeps it within its cap: too much standard output
+    /// kills the group, too much standard error is dropped.
+    func read(from fd: Int32, into chunk: inout [UInt8]) {
+        let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+        if count <= 0 {
+            if count == 0 || (errno != EAGAIN && errno != EINTR) { closeOutput(fd) }
+            return
+        }
+        if fd == stdoutFD {
+            if stdoutBytes.count + count > limits.stdoutLimit {
+                overflowed = true
+                killGroup()
+                closeOutput(fd)
+            } else {
+                stdoutBytes += chunk.prefix(count)
+            }
+        } else {
+            let room = max(0, limits.stderrLimit - stderrBytes.count)
+            if count > room { truncated = true }
+            stderrBytes += chunk.prefix(min(count, room))
+        }
+    }
+
+    /// Waits for the child itself (it may still run after closing its outputs), within the deadline.
+    func reap() -> Int32 {
         var status: Int32 = 0
         while true {
             let result = waitpid(pid, &status, WNOHANG)
             if result == pid { break }
             if result < 0 && errno != EINTR { break }
-            if cancellation.isCancelled { killGroup() }
-            if ContinuousClock.now >= deadline && !killed {
-                timedOut = true
-                killGroup()
-            }
+            enforceDeadline()
             usleep(5000)
         }
-        if cancellation.isCancelled { throw CancellationError() }
-        let termination: Termination =
-            (status & 0x7F) == 0 ? .exited((status >> 8) & 0xFF) : .signaled(status & 0x7F)
-        return Outcome(
-            termination: termination, stdout: stdoutBytes, stderr: stderrBytes, stdoutOverflowed: overflowed,
-            stderrTruncated: truncated, timedOut: timedOut, lifetime: ContinuousClock.now - started)
+        return status
+    }
+
+    func closeOutput(_ fd: Int32) {
+        close(fd)
+        openOutputs.remove(fd)
+    }
+
+    func stopReading() { for fd in openOutputs { closeOutput(fd) } }
+
+    func closeStdin() {
+        if stdinFD >= 0 { close(stdinFD) }
+        stdinFD = -1
     }
 }

@@ -1,0 +1,160 @@
+import DerivedCredentials
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Reading secrets from the places docs/CLI.md allows: a file, an inherited descriptor, an
+/// environment variable the user named, a prompt. Every reader refuses an empty secret, and none
+/// leaves the secret where a child process could find it.
+public enum SecretInput {
+    /// Secrets are short; a larger "passphrase file" is a mistake (a key file passed by accident).
+    public static let maximumLength = 4096
+    /// How long a pipe or FIFO given as a secret file may take to deliver its line.
+    static let pipeWait: Duration = .seconds(10)
+
+    /// The first line of `path`, without its line ending. Symbolic links are followed, so that
+    /// process substitution (`--passphrase-file <(pass show x)`, a `/dev/fd/N` link) works. The file
+    /// must be a regular file or a pipe that group and other can neither read nor write (as ssh
+    /// asks of keys); it is opened without blocking, so a FIFO nobody writes cannot hang the tool.
+    public static func read(file path: String) throws -> SecretBytes {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            let code: DCError.Code = errno == ENOENT ? .fileNotFound : .permissionDenied
+            throw DCError(code, "cannot open the secret file: \(String(cString: strerror(errno)))", subject: path)
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            throw DCError(.ioError, "cannot read the secret file: \(String(cString: strerror(errno)))", subject: path)
+        }
+        let type = info.st_mode & S_IFMT
+        guard type == S_IFREG || type == S_IFIFO else {
+            throw DCError(.usage, "the secret file is not a regular file or a pipe", subject: path)
+        }
+        guard info.st_mode & 0o066 == 0 else {
+            let mode = String(info.st_mode & 0o7777, radix: 8)
+            throw DCError(
+                .permissionDenied, "the secret file has mode 0\(mode): group or other can read or write it",
+                subject: path, hint: "chmod 600 the file")
+        }
+        return try nonEmpty(try read(descriptor: fd, subject: path, waitingUpTo: pipeWait), subject: path)
+    }
+
+    /// The first line of a descriptor the caller inherited (`--pin-fd N`, `--passphrase-fd N`). It
+    /// is made close-on-exec before anything is read, and closed afterwards: no child sees it.
+    public static func read(inheritedDescriptor fd: Int32) throws -> SecretBytes {
+        let subject = "fd \(fd)"
+        guard fcntl(fd, F_SETFD, FD_CLOEXEC) == 0 else {
+            throw DCError(.fileNotFound, "descriptor \(fd) is not open", subject: subject)
+        }
+        defer { close(fd) }
+        return try nonEmpty(try read(descriptor: fd, subject: subject), subject: subject)
+    }
+
+    /// The whole value of the environment variable `name` (`--pin-env NAME`): the user chose to
+    /// put it there; this toolkit never puts a secret into any environment. The variable is removed
+    /// from this process's environment as soon as it is read, before any child can start.
+    public static func read(environment name: String) throws -> SecretBytes {
+        guard let value = getenv(name) else {
+            throw DCError(.passphraseRequired, "the environment variable \(name) is not set")
+        }
+        let secret = SecretBytes(
+            UnsafeBufferPointer(
+                start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: strlen(value)))
+        unsetenv(name)
+        return try nonEmpty(secret, subject: "$" + name)
+    }
+
+    /// `secret`, unless it is empty: an empty PIN or passphrase is a mistake, not a choice.
+    static func nonEmpty(_ secret: SecretBytes, subject: String) throws -> SecretBytes {
+        guard !secret.isEmpty else { throw DCError(.usage, "the secret is empty", subject: subject) }
+        return secret
+    }
+
+    /// The first line read from an open descriptor, up to end of file, at most ``maximumLength``
+    /// bytes. A descriptor in non-blocking mode is waited for up to `wait` in all.
+    static func read(descriptor fd: Int32, subject: String, waitingUpTo wait: Duration = .seconds(0)) throws
+        -> SecretBytes
+    {
+        let deadline = ContinuousClock.now + wait
+        var bytes: [UInt8] = []
+        defer { bytes.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
+        var chunk = [UInt8](repeating: 0, count: 512)
+        defer { chunk.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
+        while bytes.count <= maximumLength {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN && ContinuousClock.now < deadline {
+                    var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    _ = poll(&entry, 1, 100)
+                    continue
+                }
+                throw DCError(.ioError, "cannot read the secret: \(String(cString: strerror(errno)))", subject: subject)
+            }
+            if count == 0 { break }
+            bytes.append(contentsOf: chunk.prefix(count))
+            if chunk.prefix(count).contains(UInt8(ascii: "\n")) { break }
+        }
+        guard bytes.count <= maximumLength else {
+            throw DCError(.usage, "the secret is longer than \(maximumLength) bytes", subject: subject)
+        }
+        var line =
+            bytes.split(separator: UInt8(ascii: "\n"), maxSplits: 1, omittingEmptySubsequences: false).first.map(
+                Array.init) ?? []
+        if line.last == UInt8(ascii: "\r") { line.removeLast() }
+        return SecretBytes(consuming: &line)
+    }
+
+    /// The number of characters (Unicode scalars) in a UTF-8 secret, counted without making a
+    /// `String` copy of it: bytes that do not continue a sequence.
+    public static func characterCount(_ secret: SecretBytes) -> Int {
+        secret.withUnsafeBytes { bytes in bytes.reduce(0) { $0 + ($1 & 0xC0 == 0x80 ? 0 : 1) } }
+    }
+}
+
+/// Asks on the controlling terminal with echo off, once, and only if there is a terminal.
+/// Used only when the user asked for a prompt (`--passphrase-prompt`).
+public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
+    // The cached answer is guarded by `lock`; the class is otherwise immutable.
+    private let lock = NSLock()
+    private var answer: SecretBytes?
+    private let prompt: String
+
+    /// A source that asks with `prompt`, followed by ` for <subject>: `.
+    public init(prompt: String = "Passphrase") {
+        self.prompt = prompt
+    }
+
+    /// Asks once on `/dev/tty` with echo off and caches the answer for later subjects. Throws
+    /// ``DCError/Code/passphraseRequired`` when standard input is not a terminal or the terminal cannot be opened.
+    public func passphrase(for subject: String) throws -> SecretBytes? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let answer { return answer }
+        guard isatty(STDIN_FILENO) == 1 else {
+            throw DCError(
+                .passphraseRequired, "a passphrase prompt needs a terminal on standard input", subject: subject,
+                hint: "use --passphrase-file or --passphrase-fd instead")
+        }
+        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+        guard tty >= 0 else {
+            throw DCError(.passphraseRequired, "cannot open the terminal for a passphrase prompt", subject: subject)
+        }
+        defer { close(tty) }
+        var saved = termios()
+        tcgetattr(tty, &saved)
+        var silent = saved
+        silent.c_lflag &= ~tcflag_t(ECHO)
+        tcsetattr(tty, TCSANOW, &silent)
+        defer { tcsetattr(tty, TCSANOW, &saved) }
+        let question = Array("\(prompt) for \(subject.escapingControlCharacters): ".utf8)
+        _ = question.withUnsafeBytes { write(tty, $0.baseAddress, $0.count) }
+        let secret = try SecretInput.nonEmpty(SecretInput.read(descriptor: tty, subject: subject), subject: subject)
+        _ = write(tty, "\n", 1)
+        answer = secret
+        return secret
+    }
+}

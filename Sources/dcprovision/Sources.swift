@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
 import ExecProvider
@@ -11,7 +12,7 @@ import TestCAProvider
 /// the test CA, a smart card, or any provider by id with `--option KEY=VALUE`. `PIN` says how a
 /// card's PIN may be given: any way for a command that runs now, only a file for `register`,
 /// whose handler runs later, unattended.
-struct SourceOptions<PIN: PINInput>: ParsableArguments {
+struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     @Option(
         name: .customLong("pem"),
         help: ArgumentHelp("A tagged certificate (PEM, DER or PKCS#12) and key.", valueName: "TAG=CERT[,KEY]"))

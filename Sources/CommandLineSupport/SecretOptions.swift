@@ -81,8 +81,12 @@ public struct UnattendedPINOptions: PINSourceOptions {
     }
 
     /// The PIN file's first line, or nothing (a PIN pad).
-    public func pinSource() throws -> any PassphraseSource {
-        try pinFile.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
+    public func pinSource() throws -> any PassphraseSource { try Self.pinSource(file: pinFile) }
+
+    /// The first line of the PIN file a registration kept, or nothing (a PIN pad): what the
+    /// handler logs in with when a client asks.
+    public static func pinSource(file: String?) throws -> any PassphraseSource {
+        try file.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
     }
 }
 

@@ -40,13 +40,14 @@ struct Convert: AsyncParsableCommand, OutputCommand {
         var outputs = AtomicFileSet(directory: outDir)
         if source.isEmpty {
             let reader = CredentialReader(passphrase: try passphrase.source())
-            for input in inputs {
+            for (index, input) in inputs.enumerated() {
+                Console.progress("reading \(index + 1)/\(inputs.count): \(input)")
                 let material = try reader.read(file: input)
                 try ConversionOutputs.add(material, stem: ConversionOutputs.stem(of: input), to: &outputs)
             }
         } else {
             try ConversionOutputs.add(
-                try await source.provide(passphrase: try passphrase.source()), format: .der, to: &outputs)
+                try await source.provide(passphrase: passphrase), format: .der, to: &outputs)
         }
         try AtomicFileSet.ensureDirectory(outDir)
         AtomicFileSet.removeStaleStagingFiles(in: outDir)

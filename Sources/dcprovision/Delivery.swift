@@ -106,23 +106,23 @@ struct HandleURL: AsyncParsableCommand, OutputCommand {
             // The delivery answers the request id the client chose; a replayed one is refused
             // before anything is issued.
             _ = try await service.answer(
-                client: client, request: request, progress: { Console.say("dcprovision:   \($0)") }
-            ) { _ in
-                Console.say(
-                    "dcprovision: request \(request) from client \(client); issuing with provider '\(config.provider)'"
-                )
-                let provider = try ProviderDirectory.provider(
-                    config.provider, registry: ProviderDirectory.registry())
-                let pin: any PassphraseSource =
-                    try config.pinFile.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
-                let provided = try await provider.provide(
-                    ProviderRequest(
-                        options: config.options, passphrase: pin,
-                        workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
-                return try provided.credential()
-            }
+                client: client, request: request, progress: { Console.say("dcprovision:   \($0)") },
+                issue: { _ in
+                    Console.say(
+                        "dcprovision: request \(request) from client \(client); issuing with provider '\(config.provider)'"
+                    )
+                    let provider = try ProviderDirectory.provider(
+                        config.provider, registry: ProviderDirectory.registry())
+                    let pin = try UnattendedPINOptions.pinSource(file: config.pinFile)
+                    let provided = try await provider.provide(
+                        ProviderRequest(
+                            options: config.options, passphrase: pin,
+                            workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
+                    return try provided.credential()
+                })
         case .available(let client):
             Console.say("dcprovision: client \(client) announced availability")
+            Console.progress("delivering the sends queued for client \(client)…")
             let sent = try await service.deliverQueued(clientId: client) { Console.say("dcprovision:   \($0)") }
             if sent.isEmpty { Console.say("dcprovision:   nothing queued") }
         case .result:
@@ -173,7 +173,7 @@ struct Send: AsyncParsableCommand, OutputCommand {
             }
             expiry = parsed
         }
-        let provided = try await source.provide(passphrase: try passphrase.source())
+        let provided = try await source.provide(passphrase: passphrase)
         let credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
         _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))
             .send(

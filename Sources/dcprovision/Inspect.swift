@@ -41,7 +41,7 @@ struct Inspect: AsyncParsableCommand, OutputCommand {
 
     func run() async throws {
         global.bootstrapLogging()
-        let provided = try await source.provide(passphrase: try passphrase.source())
+        let provided = try await source.provide(passphrase: passphrase)
         let anchors = try trustAnchors.flatMap { try CredentialReader().read(file: $0).certificates }
         let validator = CredentialValidator(trustAnchors: anchors, intermediates: provided.chain)
         let verdict = validator.validate(entries: provided.entries)

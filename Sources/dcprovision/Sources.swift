@@ -146,9 +146,9 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
 
     /// Runs the source's provider. A token's PIN comes from the PIN options, anything else's
     /// secret from `passphrase`.
-    func provide(passphrase: any PassphraseSource) async throws -> ProvidedCredential {
+    func provide(passphrase: PromptingPassphraseOptions) async throws -> ProvidedCredential {
         let (provider, options) = try resolve(ProviderDirectory.registry())
-        let secret = pkcs11 != nil ? try pin.policy().pin : passphrase
+        let secret = pkcs11 != nil ? try pin.pinSource() : try passphrase.source()
         return try await provider.provide(ProviderRequest(options: options, passphrase: secret))
     }
 }

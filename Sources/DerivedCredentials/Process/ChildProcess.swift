@@ -96,9 +96,12 @@ public enum ChildProcess {
     /// For callers that are not async (test harnesses, tools); async code uses
     /// ``run(_:arguments:stdin:environment:limits:)``, which keeps the blocking off the caller's
     /// executor. `currentDirectory` is where the child starts (the parent's when nil).
+    /// `closingStandardStreams` (1, 2 or both) starts the child with that standard output or
+    /// error closed, as `2>&-` in a shell would: for tests of a program that must not mind.
     public static func runSynchronously(
         _ executable: String, arguments: [String] = [], stdin: SecretBytes = SecretBytes([]),
-        environment: [String: String]? = nil, currentDirectory: String? = nil, limits: Limits = Limits()
+        environment: [String: String]? = nil, currentDirectory: String? = nil, limits: Limits = Limits(),
+        closingStandardStreams: Set<Int32> = []
     ) throws -> Outcome {
         var pipeSignal = sigset_t()
         sigemptyset(&pipeSignal)
@@ -108,7 +111,8 @@ public enum ChildProcess {
         defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
         return try runBlocking(
             executable, arguments: arguments, stdin: stdin, environment: environment,
-            currentDirectory: currentDirectory, limits: limits, cancellation: CancellationFlag())
+            currentDirectory: currentDirectory, limits: limits, cancellation: CancellationFlag(),
+            closingStandardStreams: closingStandardStreams)
     }
 
     /// How long output is still read after the child's process group was killed.
@@ -116,7 +120,8 @@ public enum ChildProcess {
 
     static func runBlocking(
         _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?,
-        currentDirectory: String? = nil, limits: Limits, cancellation: CancellationFlag
+        currentDirectory: String? = nil, limits: Limits, cancellation: CancellationFlag,
+        closingStandardStreams: Set<Int32> = []
     ) throws -> Outcome {
         var inPipe: [Int32] = [0, 0]
         var outPipe: [Int32] = [0, 0]
@@ -142,6 +147,9 @@ public enum ChildProcess {
         // Whatever else this process has open (another library's descriptor that is not
         // close-on-exec, a PIN file) stays here: the child gets 0, 1 and 2 only.
         dc_spawn_close_from(&actions, 3)
+        for descriptor in closingStandardStreams.sorted() where descriptor == 1 || descriptor == 2 {
+            posix_spawn_file_actions_addclose(&actions, descriptor)
+        }
         if let currentDirectory { dc_spawn_chdir(&actions, currentDirectory) }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)

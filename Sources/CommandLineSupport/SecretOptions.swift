@@ -56,12 +56,11 @@ public struct PINOptions: PINSourceOptions {
 /// other PIN options are not offered (hidden); given anyway, they are refused with that
 /// explanation.
 public struct UnattendedPINOptions: PINSourceOptions {
+    private static let pinFileHelp = ArgumentHelp(
+        "Read the PIN from the first line of FILE when a client asks (the path is kept, never the PIN).",
+        valueName: "file")
     /// `--pin-file FILE`, read when a client asks.
-    @Option(
-        help: ArgumentHelp(
-            "Read the PIN from the first line of FILE when a client asks (the path is kept, never the PIN).",
-            valueName: "file"))
-    public var pinFile: String?
+    @Option(help: UnattendedPINOptions.pinFileHelp) public var pinFile: String?
     /// `--allow-final-pin-try`.
     @Flag(help: "Try the PIN even when one more wrong PIN would lock the token.") public var allowFinalPinTry = false
     @Option(help: .hidden) var pinFd: Int32?

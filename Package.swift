@@ -72,10 +72,12 @@ let package = Package(
         // freedesktop x-scheme-handler registration, resolution and launch.
         .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials", "SystemSupport"]),
 
-        // What both command-line tools share: the version, the table of renamed flags.
+        // What both command-line tools share: the version, the table of renamed flags, the error and
+        // exit-status mapping, the one output writer, the secret and output option groups.
         .target(
             name: "CommandLineSupport",
-            dependencies: [.product(name: "ArgumentParser", package: "swift-argument-parser")]),
+            dependencies: [
+                "DerivedCredentials", "SystemSupport", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
 
         // The reference managed client, and its thin CLI.
         .target(

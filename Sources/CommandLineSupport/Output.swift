@@ -1,4 +1,6 @@
 import ArgumentParser
+import DerivedCredentials
+import Glibc
 
 /// `--quiet`, on every command of both tools: confirmations and progress are not printed; data
 /// (tables, listings, JSON, the files written) and errors still are.
@@ -9,26 +11,111 @@ public struct OutputOptions: ParsableArguments {
 
     /// The options as parsed.
     public init() {}
-
-    /// Makes ``Console`` follow these options; each command calls it first thing in `run()`.
-    public func apply() { Console.setQuiet(quiet) }
 }
 
-/// Where a command's messages to a person go (as opposed to its data).
+/// `--json`, on every command that prints data: one versioned JSON document on standard output
+/// instead of a table (docs/JSON.md).
+public struct JSONOutputOptions: ParsableArguments {
+    /// Print JSON instead of a table.
+    @Flag(help: "Print one JSON document (docs/JSON.md) instead of a table.")
+    public var json = false
+
+    /// The options as parsed.
+    public init() {}
+}
+
+/// A command whose output follows ``OutputOptions``: ``Tool/main(_:name:formerNames:)`` applies
+/// them before the command's `run()`, so `run()` says only what the command does.
+public protocol OutputCommand: ParsableCommand {
+    /// The command's `--quiet`.
+    var output: OutputOptions { get }
+}
+
+/// The one place where the tools write: standard output and standard error through write(2).
+///
+/// A closed or broken stream never changes what a command does or its exit status: `EBADF` and
+/// `EPIPE` end the write silently (SIGPIPE is ignored from start-up, ``Tool/startUp(name:)``), an
+/// interrupted write goes on. Text for a person is escaped first (``Console``), so nothing from a
+/// certificate, a token or a file reaches a terminal as a control sequence.
+public enum StandardStream: Int32, Sendable {
+    /// Standard output: data, and the confirmations ``Console/say(_:)`` prints.
+    case output = 1
+    /// Standard error: errors, warnings and progress.
+    case error = 2
+
+    /// Writes `text` as it is, in full, unless the stream is closed or broken.
+    public func write(_ text: String) {
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let count = bytes.withUnsafeBytes { Glibc.write(rawValue, $0.baseAddress, $0.count) }
+            if count > 0 {
+                bytes = bytes.dropFirst(count)
+            } else if count < 0 && errno == EINTR {
+                continue
+            } else {
+                // EBADF (closed), EPIPE (reader gone) or any other failure: there is no one to tell.
+                return
+            }
+        }
+    }
+
+    /// Whether the stream is a terminal.
+    public var isTerminal: Bool { isatty(rawValue) == 1 }
+}
+
+/// Where a command's output goes: data and confirmations on standard output, errors, warnings and
+/// progress on standard error, each through ``StandardStream`` with control characters escaped.
 public enum Console {
-    // Written once, by `OutputOptions.apply()` at the start of a command's `run()`, before any
-    // task or thread the command starts reads it; read-only afterwards.
+    // Written once, by `Tool.main` before the command runs (before any task or thread the command
+    // starts reads them); read-only afterwards.
     nonisolated(unsafe) private static var quiet = false
+    nonisolated(unsafe) private static var tool = "dcprovision"
 
     /// Whether `--quiet` was given: a command passes it on to what prints for it (a handler's
     /// output it forwards).
     public static var isQuiet: Bool { quiet }
 
-    /// Sets whether ``say(_:)`` prints.
+    /// Sets whether ``say(_:)`` and ``progress(_:)`` print.
     static func setQuiet(_ value: Bool) { quiet = value }
 
-    /// Prints a confirmation or a progress line on standard output, unless `--quiet`.
-    public static func say(_ line: String) {
-        if !quiet { print(line) }
+    /// Sets the program name that starts error and warning lines.
+    static func setTool(_ name: String) { tool = name }
+
+    /// `text` as it may reach a terminal: every line's control characters escaped (the line
+    /// breaks between lines stay).
+    public static func escaped(_ text: String) -> String {
+        text.split(separator: "\n", omittingEmptySubsequences: false).map(\.escapingControlCharacters)
+            .joined(separator: "\n")
+    }
+
+    /// Prints data (a table, a listing, a path written) on standard output, escaped; `--quiet`
+    /// does not silence it.
+    public static func print(_ text: String) { StandardStream.output.write(escaped(text) + "\n") }
+
+    /// Prints a confirmation on standard output, escaped, unless `--quiet`.
+    public static func say(_ text: String) {
+        if !quiet { print(text) }
+    }
+
+    /// Prints `message` as one line on standard error, `TOOL: message`, every control character
+    /// (line breaks too) escaped.
+    public static func error(_ message: String) {
+        StandardStream.error.write("\(tool): \(message.escapingControlCharacters)\n")
+    }
+
+    /// Prints `TOOL: warning: message` on standard error.
+    public static func warning(_ message: String) { error("warning: \(message)") }
+
+    /// Whether progress lines are printed: only to a person watching a terminal, and not with
+    /// `--quiet`. A pipe or a file gets none, so logs and scripts see the same output every run.
+    public static func showsProgress(standardErrorIsTerminal: Bool, quiet: Bool) -> Bool {
+        standardErrorIsTerminal && !quiet
+    }
+
+    /// Prints a progress line on standard error when ``showsProgress(standardErrorIsTerminal:quiet:)``
+    /// says so for this process.
+    public static func progress(_ text: String) {
+        guard showsProgress(standardErrorIsTerminal: StandardStream.error.isTerminal, quiet: quiet) else { return }
+        StandardStream.error.write("\(tool): \(text.escapingControlCharacters)\n")
     }
 }

@@ -107,9 +107,12 @@ public enum ChildProcess {
     /// For callers that are not async (test harnesses, tools); async code uses
     /// ``run(_:arguments:stdin:environment:limits:)``, which keeps the blocking off the caller's
     /// executor. `currentDirectory` is where the child starts (the parent's when nil).
+    /// `closingStandardStreams` (1, 2 or both) starts the child with that standard output or
+    /// error closed, as `2>&-` in a shell would: for tests of a program that must not mind.
     public static func runSynchronously(
         _ executable: String, arguments: [String] = [], stdin: SecretBytes = SecretBytes([]),
-        environment: [String: String]? = nil, currentDirectory: String? = nil, limits: Limits = Limits()
+        environment: [String: String]? = nil, currentDirectory: String? = nil, limits: Limits = Limits(),
+        closingStandardStreams: Set<Int32> = []
     ) throws -> Outcome {
         var pipeSignal = sigset_t()
         sigemptyset(&pipeSignal)
@@ -119,7 +122,8 @@ public enum ChildProcess {
         defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
         return try runBlocking(
             executable, arguments: arguments, stdin: stdin, environment: environment,
-            currentDirectory: currentDirectory, limits: limits, cancellation: CancellationFlag())
+            currentDirectory: currentDirectory, limits: limits, cancellation: CancellationFlag(),
+            closingStandardStreams: closingStandardStreams)
     }
 
     /// How long output is still read after the child's process group was killed.
@@ -131,7 +135,8 @@ public enum ChildProcess {
 
     static func runBlocking(
         _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?,
-        currentDirectory: String? = nil, limits: Limits, cancellation: CancellationFlag
+        currentDirectory: String? = nil, limits: Limits, cancellation: CancellationFlag,
+        closingStandardStreams: Set<Int32> = []
     ) throws -> Outcome {
         let pipes = try ChildPipes()
         let started = ContinuousClock.now
@@ -139,7 +144,7 @@ public enum ChildProcess {
         do {
             pid = try spawn(
                 executable, arguments: arguments, environment: environment, currentDirectory: currentDirectory,
-                pipes: pipes)
+                pipes: pipes, closingStandardStreams: closingStandardStreams)
         } catch {
             pipes.closeParentEnds()
             throw error
@@ -160,7 +165,7 @@ public enum ChildProcess {
     /// open, default signal handling and an empty signal mask. Closes the child's pipe ends here.
     private static func spawn(
         _ executable: String, arguments: [String], environment: [String: String]?, currentDirectory: String?,
-        pipes: ChildPipes
+        pipes: ChildPipes, closingStandardStreams: Set<Int32>
     ) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -171,6 +176,9 @@ public enum ChildProcess {
         // Whatever else this process has open (another library's descriptor that is not
         // close-on-exec, a PIN file) stays here: the child gets 0, 1 and 2 only.
         dc_spawn_close_from(&actions, 3)
+        for descriptor in closingStandardStreams.sorted() where descriptor == 1 || descriptor == 2 {
+            posix_spawn_file_actions_addclose(&actions, descriptor)
+        }
         if let currentDirectory { dc_spawn_chdir(&actions, currentDirectory) }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)

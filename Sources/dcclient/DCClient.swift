@@ -25,35 +25,15 @@ struct DCClient: AsyncParsableCommand {
     static let formerNames = FormerNames(["init": ["scheme": "client-scheme"]])
 
     static func main() async {
-        await main(formerNames.rewrite(Array(CommandLine.arguments.dropFirst())))
+        await Tool.main(Self.self, name: "dcclient", formerNames: formerNames)
     }
 }
 
-/// One line on stderr and a sysexits status for a DCError.
-func reporting(_ body: () async throws -> Void) async throws {
-    // A file-size limit must surface as EFBIG and a clean error, not a signal.
-    signal(SIGXFSZ, SIG_IGN)
-    do {
-        try await body()
-    } catch let error as DCError {
-        FileHandle.standardError.write(Data("dcclient: \(error.description)\n".utf8))
-        throw ExitCode(error.code.category.exitStatus)
-    }
-}
-
-struct PassphraseSourceOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("Read the unlock passphrase from the first line of FILE.", valueName: "file"))
-    var passphraseFile: String?
-    @Option(help: ArgumentHelp("Read the unlock passphrase from descriptor N.", valueName: "n")) var passphraseFd:
-        Int32?
-
-    func read() throws -> SecretBytes {
-        if let passphraseFile { return try SecretInput.read(file: passphraseFile) }
-        if let passphraseFd { return try SecretInput.read(inheritedDescriptor: passphraseFd) }
-        throw DCError(
-            .passphraseRequired, "the client's passphrase is needed",
-            hint: "pass --passphrase-file FILE or --passphrase-fd N")
-    }
+/// The error for a command that needs the client's passphrase and was given none.
+func passphraseRequired() -> DCError {
+    DCError(
+        .passphraseRequired, "the client's passphrase is needed",
+        hint: "pass --passphrase-file FILE or --passphrase-fd N")
 }
 
 /// The error for a command that needs a client that `dcclient init` has not set up.
@@ -63,13 +43,28 @@ func notSetUp() -> DCError {
         hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
 }
 
-/// This executable's absolute path (what the scheme handler must run).
-var selfPath: String {
-    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+extension ManagedClient {
+    /// The client's own scheme, or the error that says to run `dcclient init`.
+    func setUpScheme() throws -> String {
+        guard let scheme else { throw notSetUp() }
+        return scheme
+    }
+
+    /// The provider's scheme and its published registration, or nil when none is published.
+    func registeredProvider(_ scheme: String) throws -> ProviderRegistration? {
+        try Registrations.read(ProviderRegistration.self, at: locations.providerRegistration(scheme))
+    }
+
+    /// Opens `url` with the handler the provider registered for `scheme` (refusing a hijacker),
+    /// forwarding its output unless `--quiet`.
+    func open(_ url: String, providerScheme scheme: String, _ provider: ProviderRegistration) async throws {
+        try await SchemeHandlers().openForwardingOutput(
+            url, scheme: scheme, expectedExecutable: provider.executable, passingStandardOutput: !Console.isQuiet)
+    }
 }
 
 extension DCClient {
-    struct Init: AsyncParsableCommand {
+    struct Init: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "Set up the client: keys, the encrypted store, the registration.")
         @Option(help: ArgumentHelp("This client's URL scheme (reverse DNS, no digits).", valueName: "scheme"))
@@ -78,33 +73,29 @@ extension DCClient {
         var providerScheme: String
         @Option(help: ArgumentHelp("This client's id (lowercase letters, digits, -).", valueName: "id"))
         var clientId: String = "dcclient"
-        @OptionGroup var passphrase: PassphraseSourceOptions
+        @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var output: OutputOptions
         /// The fewest characters a new store's passphrase may have.
         static let minimumPassphraseLength = 8
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                // A new store's passphrase must have some length; unlocking an existing store takes
-                // whatever passphrase it was made with.
-                let secret = try passphrase.read()
-                guard SecretInput.characterCount(secret) >= Self.minimumPassphraseLength else {
-                    throw DCError(
-                        .usage,
-                        "the passphrase for a new store is shorter than \(Self.minimumPassphraseLength) characters",
-                        hint: "choose a longer one")
-                }
-                try ManagedClient().initialize(
-                    clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: clientScheme),
-                    providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: selfPath,
-                    passphrase: secret)
-                Console.say("client \(clientId) set up; registration published; unlocked")
+            // A new store's passphrase must have some length; unlocking an existing store takes
+            // whatever passphrase it was made with.
+            let secret = try passphrase.read(orThrow: passphraseRequired())
+            guard SecretInput.characterCount(secret) >= Self.minimumPassphraseLength else {
+                throw DCError(
+                    .usage, "the passphrase for a new store is shorter than \(Self.minimumPassphraseLength) characters",
+                    hint: "choose a longer one")
             }
+            try ManagedClient().initialize(
+                clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: clientScheme),
+                providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: Tool.executablePath,
+                passphrase: secret)
+            Console.say("client \(clientId) set up; registration published; unlocked")
         }
     }
 
-    struct Register: AsyncParsableCommand {
+    struct Register: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "Register this client as the handler of its scheme and publish its registration.",
             discussion: """
@@ -116,63 +107,50 @@ extension DCClient {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                let client = ManagedClient()
-                guard let scheme = client.scheme else { throw notSetUp() }
-                if repinProvider { try client.forgetProvider() }
-                try client.publishRegistration(executable: selfPath)
-                try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcclient (managed client)")
-                Console.say("registered as the handler of \(scheme):")
-            }
+            let client = ManagedClient()
+            let scheme = try client.setUpScheme()
+            if repinProvider { try client.forgetProvider() }
+            try client.publishRegistration(executable: Tool.executablePath)
+            try SchemeHandlers().register(
+                scheme: scheme, executable: Tool.executablePath, name: "dcclient (managed client)")
+            Console.say("registered as the handler of \(scheme):")
         }
     }
 
-    struct Unregister: AsyncParsableCommand {
+    struct Unregister: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "Remove this client's scheme handler and its registration (the store stays).")
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                let client = ManagedClient()
-                guard let scheme = client.scheme else { throw notSetUp() }
-                try SchemeHandlers().unregister(scheme: scheme)
-                try client.withdrawRegistration()
-                Console.say("unregistered \(scheme): (registration withdrawn; dcclient register brings it back)")
-            }
+            let client = ManagedClient()
+            let scheme = try client.setUpScheme()
+            try SchemeHandlers().unregister(scheme: scheme)
+            try client.withdrawRegistration()
+            Console.say("unregistered \(scheme): (registration withdrawn; dcclient register brings it back)")
         }
     }
 
-    struct Request: AsyncParsableCommand {
+    struct Request: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "Ask the provider for a credential (opens <provider-scheme>:/new…).")
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                let client = ManagedClient()
-                let (url, providerScheme) = try client.requestURL()
-                guard
-                    let provider = try Registrations.read(
-                        ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
-                else {
-                    throw DCError(
-                        .missingClient, "no provider is registered for \(providerScheme):",
-                        hint:
-                            "register one (dcprovision register --provider-scheme \(providerScheme) …), then ask again")
-                }
-                Console.say("requesting: \(url)")
-                try await SchemeHandlers().openForwardingOutput(
-                    url, scheme: providerScheme, expectedExecutable: provider.executable,
-                    passingStandardOutput: !Console.isQuiet)
+            let client = ManagedClient()
+            let (url, providerScheme) = try client.requestURL()
+            guard let provider = try client.registeredProvider(providerScheme) else {
+                throw DCError(
+                    .missingClient, "no provider is registered for \(providerScheme):",
+                    hint:
+                        "register one (dcprovision register --provider-scheme \(providerScheme) …), then ask again")
             }
+            Console.say("requesting: \(url)")
+            try await client.open(url, providerScheme: providerScheme, provider)
         }
     }
 
-    struct HandleURL: AsyncParsableCommand {
+    struct HandleURL: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries).")
         @Argument var url: String
@@ -181,32 +159,26 @@ extension DCClient {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                let client = ManagedClient()
-                let handled = try client.handleDelivery(url, allowOlder: allowOlder)
-                if handled.replay {
-                    Console.say(
-                        "dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again"
-                    )
-                } else {
-                    Console.say(
-                        "dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
-                    )
-                }
-                guard let result = handled.resultURL, let providerScheme = client.providerScheme,
-                    let provider = try Registrations.read(
-                        ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
-                else { return }
-                try await SchemeHandlers().openForwardingOutput(
-                    result, scheme: providerScheme, expectedExecutable: provider.executable,
-                    passingStandardOutput: !Console.isQuiet)
-                if handled.status == ResultStatus.stale && !handled.replay {
-                    throw DCError(
-                        .refusedMessage,
-                        "the delivery (number \(handled.sequence ?? 0)) is older than the installed credential (number \(handled.installedSequence ?? 0)); kept the installed one",
-                        subject: handled.request, hint: "to install it anyway: dcclient handle-url --allow-older URL")
-                }
+            let client = ManagedClient()
+            let handled = try client.handleDelivery(url, allowOlder: allowOlder)
+            if handled.replay {
+                Console.say(
+                    "dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again"
+                )
+            } else {
+                Console.say(
+                    "dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
+                )
+            }
+            guard let result = handled.resultURL, let providerScheme = client.providerScheme,
+                let provider = try client.registeredProvider(providerScheme)
+            else { return }
+            try await client.open(result, providerScheme: providerScheme, provider)
+            if handled.status == ResultStatus.stale && !handled.replay {
+                throw DCError(
+                    .refusedMessage,
+                    "the delivery (number \(handled.sequence ?? 0)) is older than the installed credential (number \(handled.installedSequence ?? 0)); kept the installed one",
+                    subject: handled.request, hint: "to install it anyway: dcclient handle-url --allow-older URL")
             }
         }
     }
@@ -232,105 +204,90 @@ extension DCClient {
         var entries: [EntryView]
     }
 
-    struct List: AsyncParsableCommand {
+    struct List: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "List the installed credential's entries (never key material).")
-        @Flag(help: "Print JSON (docs/JSON.md); the credential is null when none is installed.") var json = false
+        @OptionGroup var format: JSONOutputOptions
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                let installed = try ManagedClient().installed()
-                if json {
-                    let view = try installed.map {
-                        CredentialView(
-                            name: $0.name, serialNumber: $0.serialNumber, expirationDate: $0.expirationDate,
-                            entries: try $0.entries.map(EntryView.init))
-                    }
-                    return try printJSON("credential", view)
+            let installed = try ManagedClient().installed()
+            if format.json {
+                let view = try installed.map {
+                    CredentialView(
+                        name: $0.name, serialNumber: $0.serialNumber, expirationDate: $0.expirationDate,
+                        entries: try $0.entries.map(EntryView.init))
                 }
-                guard let credential = installed else {
-                    print("no credential installed")
-                    return
-                }
-                print(
-                    "\(credential.name.escapingControlCharacters)  serial \(credential.serialNumber.escapingControlCharacters)  expires \(ISO8601DateFormatter().string(from: credential.expirationDate))"
+                return try printJSON("credential", view)
+            }
+            guard let credential = installed else {
+                Console.print("no credential installed")
+                return
+            }
+            Console.print(
+                "\(credential.name.escapingControlCharacters)  serial \(credential.serialNumber.escapingControlCharacters)  expires \(ISO8601DateFormatter().string(from: credential.expirationDate))"
+            )
+            for entry in credential.entries {
+                let details = try CertificateDetails(entry.certificate)
+                let history = entry.keyHistory.isEmpty ? "" : "  (+\(entry.keyHistory.count) retired)"
+                Console.print(
+                    "  \(entry.tag.rawValue.padding(toLength: 15, withPad: " ", startingAt: 0)) \(details.keyAlgorithm.padding(toLength: 9, withPad: " ", startingAt: 0)) \(details.subject.escapingControlCharacters)\(history)"
                 )
-                for entry in credential.entries {
-                    let details = try CertificateDetails(entry.certificate)
-                    let history = entry.keyHistory.isEmpty ? "" : "  (+\(entry.keyHistory.count) retired)"
-                    print(
-                        "  \(entry.tag.rawValue.padding(toLength: 15, withPad: " ", startingAt: 0)) \(details.keyAlgorithm.padding(toLength: 9, withPad: " ", startingAt: 0)) \(details.subject.escapingControlCharacters)\(history)"
-                    )
-                }
             }
         }
     }
 
-    struct Show: AsyncParsableCommand {
+    struct Show: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "Show one entry's certificate details (never key material).")
         @Argument(help: "authentication, signing, encryption or escrow.") var tag: String
-        @Flag(help: "Print JSON (docs/JSON.md).") var json = false
+        @OptionGroup var format: JSONOutputOptions
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                guard let tag = CredentialTag(wireName: tag) else {
-                    throw DCError(
-                        .usage, "unknown tag '\(tag.escapingControlCharacters)'",
-                        hint: "use authentication, signing, encryption or escrow")
-                }
-                guard let entry = try ManagedClient().installed()?[tag] else {
-                    throw DCError(
-                        .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
-                }
-                if json { return try printJSON("entry", try EntryView(entry)) }
-                let details = try CertificateDetails(entry.certificate)
-                print(
-                    "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter.map { ISO8601DateFormatter().string(from: $0) } ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"
-                )
+            guard let tag = CredentialTag(wireName: tag) else {
+                throw DCError(
+                    .usage, "unknown tag '\(tag.escapingControlCharacters)'",
+                    hint: "use authentication, signing, encryption or escrow")
             }
+            guard let entry = try ManagedClient().installed()?[tag] else {
+                throw DCError(
+                    .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
+            }
+            if format.json { return try printJSON("entry", try EntryView(entry)) }
+            let details = try CertificateDetails(entry.certificate)
+            Console.print(
+                "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter.map { ISO8601DateFormatter().string(from: $0) } ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"
+            )
         }
     }
 
-    struct Lock: AsyncParsableCommand {
+    struct Lock: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "Make secure services unavailable (destroys the unlocked store key).")
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                try ManagedClient().lock()
-                Console.say("locked")
-            }
+            try ManagedClient().lock()
+            Console.say("locked")
         }
     }
 
-    struct Unlock: AsyncParsableCommand {
+    struct Unlock: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(abstract: "Make secure services available.")
-        @OptionGroup var passphrase: PassphraseSourceOptions
+        @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await reporting {
-                let client = ManagedClient()
-                try client.unlock(passphrase: try passphrase.read())
-                Console.say("unlocked")
-                // The availability notification: queued deliveries may come now.
-                guard let providerScheme = client.providerScheme, let url = try client.availabilityURL(),
-                    let provider = try Registrations.read(
-                        ProviderRegistration.self, at: client.locations.providerRegistration(providerScheme))
-                else { return }
-                Console.say("announcing: \(url)")
-                try await SchemeHandlers().openForwardingOutput(
-                    url, scheme: providerScheme, expectedExecutable: provider.executable,
-                    passingStandardOutput: !Console.isQuiet)
-            }
+            let client = ManagedClient()
+            try client.unlock(passphrase: try passphrase.read(orThrow: passphraseRequired()))
+            Console.say("unlocked")
+            // The availability notification: queued deliveries may come now.
+            guard let providerScheme = client.providerScheme, let url = try client.availabilityURL(),
+                let provider = try client.registeredProvider(providerScheme)
+            else { return }
+            Console.say("announcing: \(url)")
+            try await client.open(url, providerScheme: providerScheme, provider)
         }
     }
 }

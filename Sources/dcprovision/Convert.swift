@@ -5,7 +5,7 @@ import DerivedCredentials
 import Foundation
 import SystemSupport
 
-struct Convert: AsyncParsableCommand {
+struct Convert: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         abstract: "Convert PEM, DER and PKCS#12 files to DER certificates and PKCS#8 DER keys.",
         discussion: """
@@ -27,7 +27,7 @@ struct Convert: AsyncParsableCommand {
     @Flag(help: "Replace output files that already exist.")
     var force = false
 
-    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var passphrase: PromptingPassphraseOptions
     @OptionGroup var global: GlobalOptions
 
     func validate() throws {
@@ -37,26 +37,24 @@ struct Convert: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
         global.bootstrapLogging()
-        try await runReportingErrors {
-            var outputs = AtomicFileSet(directory: outDir)
-            if source.isEmpty {
-                let reader = CredentialReader(passphrase: try passphrase.source())
-                for input in inputs {
-                    let material = try reader.read(file: input)
-                    try ConversionOutputs.add(material, stem: ConversionOutputs.stem(of: input), to: &outputs)
-                }
-            } else {
-                try ConversionOutputs.add(
-                    try await source.provide(passphrase: try passphrase.source()), format: .der, to: &outputs)
+        var outputs = AtomicFileSet(directory: outDir)
+        if source.isEmpty {
+            let reader = CredentialReader(passphrase: try passphrase.source())
+            for (index, input) in inputs.enumerated() {
+                Console.progress("reading \(index + 1)/\(inputs.count): \(input)")
+                let material = try reader.read(file: input)
+                try ConversionOutputs.add(material, stem: ConversionOutputs.stem(of: input), to: &outputs)
             }
-            try AtomicFileSet.ensureDirectory(outDir)
-            AtomicFileSet.removeStaleStagingFiles(in: outDir)
-            try outputs.commit(replacingExisting: force)
-            for name in outputs.names {
-                print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
-            }
+        } else {
+            try ConversionOutputs.add(
+                try await source.provide(passphrase: passphrase), format: .der, to: &outputs)
+        }
+        try AtomicFileSet.ensureDirectory(outDir)
+        AtomicFileSet.removeStaleStagingFiles(in: outDir)
+        try outputs.commit(replacingExisting: force)
+        for name in outputs.names {
+            Console.print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
         }
     }
 }

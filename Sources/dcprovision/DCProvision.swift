@@ -4,7 +4,6 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 import Logging
-import SystemSupport
 
 @main
 struct DCProvision: AsyncParsableCommand {
@@ -32,24 +31,8 @@ struct DCProvision: AsyncParsableCommand {
     ])
 
     static func main() async {
-        await main(formerNames.rewrite(Array(CommandLine.arguments.dropFirst())))
+        await Tool.main(Self.self, name: "dcprovision", formerNames: formerNames)
     }
-}
-
-/// Runs a command body, turning a ``DCError`` into one line on stderr and a sysexits status.
-func runReportingErrors(_ body: () async throws -> Void) async throws {
-    // A file-size limit (RLIMIT_FSIZE) must surface as EFBIG and a clean error, not a signal.
-    signal(SIGXFSZ, SIG_IGN)
-    do {
-        try await body()
-    } catch let error as DCError {
-        printError(error.description)
-        throw ExitCode(error.code.category.exitStatus)
-    }
-}
-
-func printError(_ line: String) {
-    FileHandle.standardError.write(Data("dcprovision: \(line)\n".utf8))
 }
 
 struct GlobalOptions: ParsableArguments {
@@ -63,34 +46,5 @@ struct GlobalOptions: ParsableArguments {
             handler.logLevel = level
             return handler
         }
-    }
-}
-
-/// Where a passphrase comes from: a file, an inherited descriptor, or a prompt the user asked for.
-/// Never a flag's value.
-struct PassphraseOptions: ParsableArguments {
-    @Option(help: ArgumentHelp("Read the passphrase from the first line of FILE.", valueName: "file"))
-    var passphraseFile: String?
-
-    @Option(help: ArgumentHelp("Read the passphrase from file descriptor N.", valueName: "n"))
-    var passphraseFd: Int32?
-
-    @Flag(help: "Prompt for the passphrase on the terminal (only when encrypted input needs one).")
-    var passphrasePrompt = false
-
-    func validate() throws {
-        let count = [passphraseFile != nil, passphraseFd != nil, passphrasePrompt].filter { $0 }.count
-        if count > 1 {
-            throw ValidationError("give at most one of --passphrase-file, --passphrase-fd, --passphrase-prompt")
-        }
-    }
-
-    func source() throws -> any PassphraseSource {
-        if let passphraseFile { return FixedPassphrase(try SecretInput.read(file: passphraseFile)) }
-        if let passphraseFd {
-            return FixedPassphrase(try SecretInput.read(inheritedDescriptor: passphraseFd))
-        }
-        if passphrasePrompt { return TerminalPassphrase() }
-        return NoPassphrase()
     }
 }

@@ -22,9 +22,6 @@ struct ProviderConfig: Codable {
 
     static func path(_ locations: XDGDirectories) -> String { locations.configHome + "/dcprovision/config.json" }
 
-    /// Whether answering a request logs in to a card: a PKCS#11 source, or any source given a PIN.
-    var usesCard: Bool { provider == "pkcs11" || pinFile != nil }
-
     static func load(_ locations: XDGDirectories = XDGDirectories()) throws -> ProviderConfig {
         guard let data = FileManager.default.contents(atPath: path(locations)) else {
             throw DCError(
@@ -33,10 +30,9 @@ struct ProviderConfig: Codable {
         }
         return try JSONDecoder().decode(ProviderConfig.self, from: data)
     }
-}
 
-var selfPath: String {
-    (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    /// Whether answering a request logs in to a card: a PKCS#11 source, or any source given a PIN.
+    var usesCard: Bool { provider == "pkcs11" || pinFile != nil }
 }
 
 /// A service that opens delivery URLs with the client's registered handler (refusing a hijacker)
@@ -52,7 +48,7 @@ func service(brand: String, scheme: String) throws -> CredentialService {
     }
 }
 
-struct Register: AsyncParsableCommand {
+struct Register: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         abstract: "Register dcprovision as the handler of the provider scheme, with the source that answers requests.")
     @Option(
@@ -65,32 +61,29 @@ struct Register: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
-        try await runReportingErrors {
-            let scheme = try SchemeHandlers.normalize(scheme: providerScheme)
-            let (provider, options) = try source.resolve(ProviderDirectory.registry())
-            let pinFile = source.pin.pinFile.map {
-                $0.hasPrefix("/") ? $0 : FileManager.default.currentDirectoryPath + "/" + $0
-            }
-            let locations = XDGDirectories()
-            let config = ProviderConfig(
-                scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options, pinFile: pinFile,
-                workingDirectory: FileManager.default.currentDirectoryPath)
-            let directory = (ProviderConfig.path(locations) as NSString).deletingLastPathComponent
-            try AtomicFileSet.ensureDirectory(directory)
-            var files = AtomicFileSet(directory: directory)
-            try files.add("config.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
-            try files.commit(replacingExisting: true)
-            try SchemeHandlers().register(scheme: scheme, executable: selfPath, name: "dcprovision (\(brand))")
-            try Registrations.publish(
-                try service(brand: brand, scheme: scheme).registration(executable: selfPath),
-                at: locations.providerRegistration(scheme))
-            Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
+        let scheme = try SchemeHandlers.normalize(scheme: providerScheme)
+        let (provider, options) = try source.resolve(ProviderDirectory.registry())
+        let pinFile = source.pin.pinFile.map {
+            $0.hasPrefix("/") ? $0 : FileManager.default.currentDirectoryPath + "/" + $0
         }
+        let locations = XDGDirectories()
+        let config = ProviderConfig(
+            scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options, pinFile: pinFile,
+            workingDirectory: FileManager.default.currentDirectoryPath)
+        let directory = (ProviderConfig.path(locations) as NSString).deletingLastPathComponent
+        try AtomicFileSet.ensureDirectory(directory)
+        var files = AtomicFileSet(directory: directory)
+        try files.add("config.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
+        try files.commit(replacingExisting: true)
+        try SchemeHandlers().register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
+        try Registrations.publish(
+            try service(brand: brand, scheme: scheme).registration(executable: Tool.executablePath),
+            at: locations.providerRegistration(scheme))
+        Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
     }
 }
 
-struct Pair: AsyncParsableCommand {
+struct Pair: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         abstract: "Pair with a registered managed client: pin its signing key so that its requests are answered.",
         discussion: """
@@ -107,36 +100,30 @@ struct Pair: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
-        try await runReportingErrors {
-            let config = try ProviderConfig.load()
-            let pairing = try service(brand: config.brand, scheme: config.scheme).pair(
-                clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), allowCardRequests: allowCardRequests,
-                cardRequestsPerHour: cardRequestsPerHour)
-            Console.say(
-                "paired with client \(pairing.clientId) (\(pairing.scheme):); card requests \(pairing.allowCardRequests ? "allowed, at most \(pairing.cardRequestsPerHour) an hour" : "not allowed")"
-            )
-        }
+        let config = try ProviderConfig.load()
+        let pairing = try service(brand: config.brand, scheme: config.scheme).pair(
+            clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), allowCardRequests: allowCardRequests,
+            cardRequestsPerHour: cardRequestsPerHour)
+        Console.say(
+            "paired with client \(pairing.clientId) (\(pairing.scheme):); card requests \(pairing.allowCardRequests ? "allowed, at most \(pairing.cardRequestsPerHour) an hour" : "not allowed")"
+        )
     }
 }
 
-struct Unregister: AsyncParsableCommand {
+struct Unregister: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(abstract: "Remove the provider's scheme handler and registration.")
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
-        try await runReportingErrors {
-            let locations = XDGDirectories()
-            let config = try ProviderConfig.load(locations)
-            try SchemeHandlers().unregister(scheme: config.scheme)
-            Registrations.remove(at: locations.providerRegistration(config.scheme))
-            Console.say("unregistered \(config.scheme):")
-        }
+        let locations = XDGDirectories()
+        let config = try ProviderConfig.load(locations)
+        try SchemeHandlers().unregister(scheme: config.scheme)
+        Registrations.remove(at: locations.providerRegistration(config.scheme))
+        Console.say("unregistered \(config.scheme):")
     }
 }
 
-struct HandleURL: AsyncParsableCommand {
+struct HandleURL: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         commandName: "handle-url",
         abstract: "The x-scheme-handler entry point: `new` requests, availability notices and `result` callbacks.")
@@ -145,51 +132,48 @@ struct HandleURL: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
-        try await runReportingErrors {
-            let locations = XDGDirectories()
-            let config = try ProviderConfig.load(locations)
-            let service = try service(brand: config.brand, scheme: config.scheme)
-            service.prune()
-            let message = try DeliveryMessage.parse(url, scheme: config.scheme)
-            switch message {
-            case .new(let client, let request, _, _):
-                // Only a paired client's signed request is answered, with the request id it chose;
-                // a forged or replayed one is refused before anything is issued or a card touched.
-                _ = try await service.answer(
-                    message, fromCard: config.usesCard, progress: { Console.say("dcprovision:   \($0)") }
-                ) { _ in
+        let locations = XDGDirectories()
+        let config = try ProviderConfig.load(locations)
+        let service = try service(brand: config.brand, scheme: config.scheme)
+        service.prune()
+        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
+        switch message {
+        case .new(let client, let request, _, _):
+            // Only a paired client's signed request is answered, with the request id it chose; a
+            // forged or replayed one is refused before anything is issued or a card touched.
+            _ = try await service.answer(
+                message, fromCard: config.usesCard, progress: { Console.say("dcprovision:   \($0)") },
+                issue: { _ in
                     Console.say(
                         "dcprovision: request \(request) from client \(client); issuing with provider '\(config.provider)'"
                     )
                     let provider = try ProviderDirectory.provider(
                         config.provider, registry: ProviderDirectory.registry())
-                    let pin: any PassphraseSource =
-                        try config.pinFile.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
+                    let pin = try UnattendedPINOptions.pinSource(file: config.pinFile)
                     let provided = try await provider.provide(
                         ProviderRequest(
                             options: config.options, passphrase: pin,
                             workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
                     return try provided.credential()
-                }
-            case .available(let client, _, _):
-                Console.say("dcprovision: client \(client) announced availability")
-                let sent = try await service.deliverQueued(message) { Console.say("dcprovision:   \($0)") }
-                if sent.isEmpty { Console.say("dcprovision:   nothing queued") }
-            case .result:
-                let record = try service.handleResult(url)
-                Console.say(
-                    "dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
-            case .deliver:
-                throw DCError(
-                    .invalid, "a delivery URL sent to the provider",
-                    hint: "deliveries go to the client's scheme: check which scheme each program registered")
-            }
+                })
+        case .available(let client, _, _):
+            Console.say("dcprovision: client \(client) announced availability")
+            Console.progress("delivering the sends queued for client \(client)…")
+            let sent = try await service.deliverQueued(message) { Console.say("dcprovision:   \($0)") }
+            if sent.isEmpty { Console.say("dcprovision:   nothing queued") }
+        case .result:
+            let record = try service.handleResult(url)
+            Console.say(
+                "dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
+        case .deliver:
+            throw DCError(
+                .invalid, "a delivery URL sent to the provider",
+                hint: "deliveries go to the client's scheme: check which scheme each program registered")
         }
     }
 }
 
-struct Send: AsyncParsableCommand {
+struct Send: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send a credential from a source to a registered managed client.")
     @OptionGroup(title: "Source") var source: SourceOptions<PINOptions>
@@ -208,39 +192,36 @@ struct Send: AsyncParsableCommand {
     var clientScheme: String
     @Flag(help: "If the client is locked, seal and queue the delivery until it announces availability.") var queue =
         false
-    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var passphrase: PromptingPassphraseOptions
 
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
-        try await runReportingErrors {
-            var expiry: Date?
-            if let expires {
-                let full = ISO8601DateFormatter()
-                let day = ISO8601DateFormatter()
-                day.formatOptions = [.withFullDate]
-                guard let parsed = full.date(from: expires) ?? day.date(from: expires) else {
-                    throw DCError(
-                        .usage, "--expires is not an ISO 8601 date", subject: expires,
-                        hint: "write 2027-11-22 or 2027-11-22T00:00:00Z")
-                }
-                expiry = parsed
+        var expiry: Date?
+        if let expires {
+            let full = ISO8601DateFormatter()
+            let day = ISO8601DateFormatter()
+            day.formatOptions = [.withFullDate]
+            guard let parsed = full.date(from: expires) ?? day.date(from: expires) else {
+                throw DCError(
+                    .usage, "--expires is not an ISO 8601 date", subject: expires,
+                    hint: "write 2027-11-22 or 2027-11-22T00:00:00Z")
             }
-            let provided = try await source.provide(passphrase: try passphrase.source())
-            let credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
-            _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))
-                .send(
-                    credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme),
-                    queueIfUnavailable: queue
-                ) { Console.say($0) }
+            expiry = parsed
         }
+        let provided = try await source.provide(passphrase: passphrase)
+        let credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
+        _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))
+            .send(
+                credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme),
+                queueIfUnavailable: queue
+            ) { Console.say($0) }
     }
 }
 
-struct Status: AsyncParsableCommand {
+struct Status: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(abstract: "Recent sends and their outcome.")
-    @Flag(help: "Print JSON (docs/JSON.md).") var json = false
+    @OptionGroup var format: JSONOutputOptions
 
     /// What `status --json` shows of a ledger record: never its result key.
     struct Send: Encodable {
@@ -255,29 +236,26 @@ struct Status: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
-        try await runReportingErrors {
-            let ledger = RequestLedger(directory: XDGDirectories().stateHome + "/dcprovision/requests")
-            let records = ledger.recent()
-            if json {
-                return try printJSON(
-                    "sends",
-                    records.map {
-                        Send(
-                            request: $0.request, created: $0.created, completed: $0.completed,
-                            clientScheme: $0.clientScheme, credentialName: $0.credentialName,
-                            state: $0.state)
-                    })
-            }
-            if records.isEmpty { print("no sends yet") }
-            let formatter = ISO8601DateFormatter()
-            for record in records {
-                let state = record.state
-                let name = record.credentialName.isEmpty ? "-" : record.credentialName.escapingControlCharacters
-                print(
-                    "\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(name)  \(state)"
-                )
-            }
+        let ledger = RequestLedger(directory: XDGDirectories().stateHome + "/dcprovision/requests")
+        let records = ledger.recent()
+        if format.json {
+            return try printJSON(
+                "sends",
+                records.map {
+                    Send(
+                        request: $0.request, created: $0.created, completed: $0.completed,
+                        clientScheme: $0.clientScheme, credentialName: $0.credentialName,
+                        state: $0.state)
+                })
+        }
+        if records.isEmpty { Console.print("no sends yet") }
+        let formatter = ISO8601DateFormatter()
+        for record in records {
+            let state = record.state
+            let name = record.credentialName.isEmpty ? "-" : record.credentialName.escapingControlCharacters
+            Console.print(
+                "\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(name)  \(state)"
+            )
         }
     }
 }

@@ -5,7 +5,7 @@ import Foundation
 import SystemSupport
 
 /// The embedded default: the whole round trip in a throw-away sandbox, through real processes.
-struct Demo: AsyncParsableCommand {
+struct Demo: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the whole round trip in a temporary sandbox and print each step.",
         discussion: """
@@ -21,109 +21,106 @@ struct Demo: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
-        try await runReportingErrors {
-            let started = ContinuousClock.now
-            var template = Array("\(NSTemporaryDirectory())/dcprovision-demo-XXXXXX".utf8CString)
-            guard let made = mkdtemp(&template) else { throw DCError(.cannotCreateOutput, "cannot create the sandbox") }
-            let sandbox = String(cString: made)
-            defer { if !keep { try? FileManager.default.removeItem(atPath: sandbox) } }
-            // Every XDG base directory inside the sandbox, so no step can reach the user's own.
-            let environment = [
-                "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config",
-                "XDG_DATA_HOME": sandbox + "/home/.local/share",
-                "XDG_STATE_HOME": sandbox + "/home/.local/state", "XDG_CACHE_HOME": sandbox + "/home/.cache",
-                "XDG_RUNTIME_DIR": sandbox + "/run", "XDG_CONFIG_DIRS": sandbox + "/etc/xdg",
-                "XDG_DATA_DIRS": sandbox + "/usr/share",
-                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
-            ]
-            guard mkdir(sandbox + "/run", 0o700) == 0 else {
-                throw DCError(.cannotCreateOutput, "cannot create the sandbox's runtime directory")
-            }
-            let dcprovision = selfPath
-            let dcclient = (dcprovision as NSString).deletingLastPathComponent + "/dcclient"
-            guard FileManager.default.isExecutableFile(atPath: dcclient) else {
-                throw DCError(
-                    .fileNotFound, "dcclient is not next to dcprovision", subject: dcclient,
-                    hint: "build both (swift build), or run the demo with swift run dcprovision demo")
-            }
-            let passphrase = sandbox + "/client-passphrase"
-            try Data((UUID().uuidString + "\n").utf8).write(to: URL(fileURLWithPath: passphrase))
-            chmod(passphrase, 0o600)
-
-            Console.say("Derived-credential round trip in a sandbox (\(sandbox))\n")
-            var step = 0
-            func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil)
-                async throws
-            {
-                step += 1
-                Console.say("\(step). \(title)")
-                let shown = arguments.map { argument -> String in
-                    let text = argument.replacingOccurrences(of: sandbox, with: "$SANDBOX")
-                    return text.contains(" ") ? "'\(text)'" : text
-                }
-                Console.say("   $ \((executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
-                let outcome = try await ChildProcess.run(
-                    executable, arguments: arguments, environment: environment, limits: .init(timeout: .seconds(60)))
-                for line in String(decoding: outcome.stdout + outcome.stderr, as: UTF8.self).split(separator: "\n") {
-                    Console.say("   " + line.replacingOccurrences(of: sandbox, with: "$SANDBOX"))
-                }
-                guard outcome.termination == .exited(expectFailure ?? 0) else {
-                    throw DCError(.unknown, "demo step \(step) failed (\(outcome.termination))")
-                }
-                if let expectFailure { Console.say("   (exit status \(expectFailure), as expected)") }
-                Console.say("")
-            }
-            try await run("A test CA for the provider", dcprovision, ["testca", "init", sandbox + "/ca"])
-            try await run(
-                "The managed client sets up its encrypted store and publishes its registration", dcclient,
-                [
-                    "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
-                    "--passphrase-file", passphrase,
-                ])
-            try await run("The client registers as the handler of org.example.dcclient:", dcclient, ["register"])
-            try await run(
-                "The provider registers as the handler of org.example.dcprovision:", dcprovision,
-                [
-                    "register", "--provider-scheme", "org.example.dcprovision", "--brand", "Example Provider",
-                    "--testca",
-                    sandbox + "/ca",
-                    "--option", "common-name=Demo User", "--option", "escrow-history=2",
-                ])
-            try await run(
-                "The provider's operator pairs with the client: its signed requests are answered from now on",
-                dcprovision, ["pair", "--client-scheme", "org.example.dcclient"])
-            try await run(
-                "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
-                dcclient, ["request"])
-            try await run("What the client holds (no key material is ever printed)", dcclient, ["list"])
-            try await run("The client locks its secure services", dcclient, ["lock"])
-            try await run(
-                "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
-                dcprovision,
-                [
-                    "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--provider-scheme",
-                    "org.example.dcprovision",
-                    "--client-scheme", "org.example.dcclient",
-                ], expectFailure: 69)
-            try await run(
-                "The same send with --queue: sealed and spooled now, queued until the client is available", dcprovision,
-                [
-                    "send", "--queue", "--testca", sandbox + "/ca", "--option", "common-name=Demo User", "--name",
-                    "Demo credential, renewed",
-                    "--brand", "Example Provider", "--provider-scheme", "org.example.dcprovision", "--client-scheme",
-                    "org.example.dcclient",
-                ])
-            try await run(
-                "The client unlocks and announces availability; the queued credential replaces the old one atomically",
-                dcclient,
-                ["unlock", "--passphrase-file", passphrase])
-            try await run("What the client holds now", dcclient, ["list"])
-            try await run("The provider's record of its sends", dcprovision, ["status"])
-            let elapsed = ContinuousClock.now - started
-            Console.say(
-                "Done in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))).\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"
-            )
+        let started = ContinuousClock.now
+        var template = Array("\(NSTemporaryDirectory())/dcprovision-demo-XXXXXX".utf8CString)
+        guard let made = mkdtemp(&template) else { throw DCError(.cannotCreateOutput, "cannot create the sandbox") }
+        let sandbox = String(cString: made)
+        defer { if !keep { try? FileManager.default.removeItem(atPath: sandbox) } }
+        // Every XDG base directory inside the sandbox, so no step can reach the user's own.
+        let environment = [
+            "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config",
+            "XDG_DATA_HOME": sandbox + "/home/.local/share",
+            "XDG_STATE_HOME": sandbox + "/home/.local/state", "XDG_CACHE_HOME": sandbox + "/home/.cache",
+            "XDG_RUNTIME_DIR": sandbox + "/run", "XDG_CONFIG_DIRS": sandbox + "/etc/xdg",
+            "XDG_DATA_DIRS": sandbox + "/usr/share",
+            "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
+        ]
+        guard mkdir(sandbox + "/run", 0o700) == 0 else {
+            throw DCError(.cannotCreateOutput, "cannot create the sandbox's runtime directory")
         }
+        let dcprovision = Tool.executablePath
+        let dcclient = (dcprovision as NSString).deletingLastPathComponent + "/dcclient"
+        guard FileManager.default.isExecutableFile(atPath: dcclient) else {
+            throw DCError(
+                .fileNotFound, "dcclient is not next to dcprovision", subject: dcclient,
+                hint: "build both (swift build), or run the demo with swift run dcprovision demo")
+        }
+        let passphrase = sandbox + "/client-passphrase"
+        try Data((UUID().uuidString + "\n").utf8).write(to: URL(fileURLWithPath: passphrase))
+        chmod(passphrase, 0o600)
+
+        Console.say("Derived-credential round trip in a sandbox (\(sandbox))\n")
+        var step = 0
+        func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil)
+            async throws
+        {
+            step += 1
+            Console.say("\(step). \(title)")
+            let shown = arguments.map { argument -> String in
+                let text = argument.replacingOccurrences(of: sandbox, with: "$SANDBOX")
+                return text.contains(" ") ? "'\(text)'" : text
+            }
+            Console.say("   $ \((executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
+            let outcome = try await ChildProcess.run(
+                executable, arguments: arguments, environment: environment, limits: .init(timeout: .seconds(60)))
+            for line in String(decoding: outcome.stdout + outcome.stderr, as: UTF8.self).split(separator: "\n") {
+                Console.say("   " + line.replacingOccurrences(of: sandbox, with: "$SANDBOX"))
+            }
+            guard outcome.termination == .exited(expectFailure ?? 0) else {
+                throw DCError(.unknown, "demo step \(step) failed (\(outcome.termination))")
+            }
+            if let expectFailure { Console.say("   (exit status \(expectFailure), as expected)") }
+            Console.say("")
+        }
+        try await run("A test CA for the provider", dcprovision, ["testca", "init", sandbox + "/ca"])
+        try await run(
+            "The managed client sets up its encrypted store and publishes its registration", dcclient,
+            [
+                "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
+                "--passphrase-file", passphrase,
+            ])
+        try await run("The client registers as the handler of org.example.dcclient:", dcclient, ["register"])
+        try await run(
+            "The provider registers as the handler of org.example.dcprovision:", dcprovision,
+            [
+                "register", "--provider-scheme", "org.example.dcprovision", "--brand", "Example Provider",
+                "--testca",
+                sandbox + "/ca",
+                "--option", "common-name=Demo User", "--option", "escrow-history=2",
+            ])
+        try await run(
+            "The provider's operator pairs with the client: its signed requests are answered from now on",
+            dcprovision, ["pair", "--client-scheme", "org.example.dcclient"])
+        try await run(
+            "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
+            dcclient, ["request"])
+        try await run("What the client holds (no key material is ever printed)", dcclient, ["list"])
+        try await run("The client locks its secure services", dcclient, ["lock"])
+        try await run(
+            "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
+            dcprovision,
+            [
+                "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--provider-scheme",
+                "org.example.dcprovision",
+                "--client-scheme", "org.example.dcclient",
+            ], expectFailure: 69)
+        try await run(
+            "The same send with --queue: sealed and spooled now, queued until the client is available", dcprovision,
+            [
+                "send", "--queue", "--testca", sandbox + "/ca", "--option", "common-name=Demo User", "--name",
+                "Demo credential, renewed",
+                "--brand", "Example Provider", "--provider-scheme", "org.example.dcprovision", "--client-scheme",
+                "org.example.dcclient",
+            ])
+        try await run(
+            "The client unlocks and announces availability; the queued credential replaces the old one atomically",
+            dcclient,
+            ["unlock", "--passphrase-file", passphrase])
+        try await run("What the client holds now", dcclient, ["list"])
+        try await run("The provider's record of its sends", dcprovision, ["status"])
+        let elapsed = ContinuousClock.now - started
+        Console.say(
+            "Done in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))).\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"
+        )
     }
 }

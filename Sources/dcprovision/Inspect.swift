@@ -4,7 +4,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 
-struct Inspect: AsyncParsableCommand {
+struct Inspect: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         abstract: "Load, convert and validate a credential; print a table or JSON.",
         discussion: """
@@ -26,10 +26,9 @@ struct Inspect: AsyncParsableCommand {
     @Flag(help: "Treat warnings as errors.")
     var strict = false
 
-    @Flag(help: "Print JSON instead of a table.")
-    var json = false
+    @OptionGroup var format: JSONOutputOptions
 
-    @OptionGroup var passphrase: PassphraseOptions
+    @OptionGroup var passphrase: PromptingPassphraseOptions
     @OptionGroup var global: GlobalOptions
 
     func validate() throws {
@@ -41,22 +40,19 @@ struct Inspect: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
         global.bootstrapLogging()
-        try await runReportingErrors {
-            let provided = try await source.provide(passphrase: try passphrase.source())
-            let anchors = try trustAnchors.flatMap { try CredentialReader().read(file: $0).certificates }
-            let validator = CredentialValidator(trustAnchors: anchors, intermediates: provided.chain)
-            let verdict = validator.validate(entries: provided.entries)
-            let report = try InspectionReport(
-                entries: provided.entries, verdict: verdict, strict: strict, friendlyNames: provided.friendlyNames)
-            if json { try printJSON("report", report) } else { print(ReportTable(report).render()) }
-            if !report.valid {
-                throw DCError(
-                    .validationFailed,
-                    "the credential fails validation: \(report.errorCount) error(s), \(report.warningCount) warning(s)"
-                        + (strict ? " (strict)" : ""))
-            }
+        let provided = try await source.provide(passphrase: passphrase)
+        let anchors = try trustAnchors.flatMap { try CredentialReader().read(file: $0).certificates }
+        let validator = CredentialValidator(trustAnchors: anchors, intermediates: provided.chain)
+        let verdict = validator.validate(entries: provided.entries)
+        let report = try InspectionReport(
+            entries: provided.entries, verdict: verdict, strict: strict, friendlyNames: provided.friendlyNames)
+        if format.json { try printJSON("report", report) } else { Console.print(ReportTable(report).render()) }
+        if !report.valid {
+            throw DCError(
+                .validationFailed,
+                "the credential fails validation: \(report.errorCount) error(s), \(report.warningCount) warning(s)"
+                    + (strict ? " (strict)" : ""))
         }
     }
 }

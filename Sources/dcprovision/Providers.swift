@@ -4,12 +4,11 @@ import DerivedCredentials
 import ExecProvider
 import Foundation
 
-struct Providers: AsyncParsableCommand {
+struct Providers: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the built-in providers and the exec providers found on DCPROVISION_PROVIDER_PATH.")
 
-    @Flag(help: "Print JSON.")
-    var json = false
+    @OptionGroup var format: JSONOutputOptions
 
     struct Listing: Encodable {
         var id: String
@@ -22,38 +21,37 @@ struct Providers: AsyncParsableCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        output.apply()
-        try await runReportingErrors {
-            var listings: [Listing] = []
-            for provider in ProviderDirectory.registry().all {
-                if let exec = provider as? ExecProvider {
-                    do {
-                        var quick = exec
-                        quick.limits.timeout = .seconds(5)
-                        let descriptor = try await quick.describe()
-                        listings.append(
-                            Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, descriptor: descriptor))
-                    } catch {
-                        listings.append(
-                            Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, problem: "\(error)"))
-                    }
-                } else {
+        var listings: [Listing] = []
+        for provider in ProviderDirectory.registry().all {
+            if let exec = provider as? ExecProvider {
+                do {
+                    var quick = exec
+                    quick.limits.timeout = .seconds(5)
+                    let descriptor = try await quick.describe()
                     listings.append(
-                        Listing(id: provider.descriptor.id, kind: "built-in", descriptor: provider.descriptor))
+                        Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, descriptor: descriptor))
+                } catch {
+                    listings.append(
+                        Listing(id: exec.descriptor.id, kind: "exec", path: exec.path, problem: "\(error)"))
                 }
+            } else {
+                listings.append(
+                    Listing(id: provider.descriptor.id, kind: "built-in", descriptor: provider.descriptor))
             }
-            if json { return try printJSON("providers", listings) }
-            for listing in listings {
-                let name = listing.descriptor.map { "\($0.displayName), version \($0.version)" } ?? "unavailable"
-                print("\(listing.id.escapingControlCharacters)  [\(listing.kind)]  \(name.escapingControlCharacters)")
-                if let path = listing.path { print("    path: \(path.escapingControlCharacters)") }
-                if let problem = listing.problem { print("    problem: \(problem.escapingControlCharacters)") }
-                for option in listing.descriptor?.options ?? [] {
-                    let flags = [option.required ? "required" : nil, option.repeatable ? "repeatable" : nil].compactMap
-                    { $0 }
-                    let suffix = flags.isEmpty ? "" : " (\(flags.joined(separator: ", ")))"
-                    print("    --option \(option.name)=…  \(option.summary)\(suffix)".escapingControlCharacters)
+        }
+        if format.json { return try printJSON("providers", listings) }
+        for listing in listings {
+            let name = listing.descriptor.map { "\($0.displayName), version \($0.version)" } ?? "unavailable"
+            Console.print(
+                "\(listing.id.escapingControlCharacters)  [\(listing.kind)]  \(name.escapingControlCharacters)")
+            if let path = listing.path { Console.print("    path: \(path.escapingControlCharacters)") }
+            if let problem = listing.problem { Console.print("    problem: \(problem.escapingControlCharacters)") }
+            for option in listing.descriptor?.options ?? [] {
+                let flags = [option.required ? "required" : nil, option.repeatable ? "repeatable" : nil].compactMap {
+                    $0
                 }
+                let suffix = flags.isEmpty ? "" : " (\(flags.joined(separator: ", ")))"
+                Console.print("    --option \(option.name)=…  \(option.summary)\(suffix)".escapingControlCharacters)
             }
         }
     }

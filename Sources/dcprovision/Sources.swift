@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
 import ExecProvider
@@ -11,7 +12,7 @@ import TestCAProvider
 /// the test CA, a smart card, or any provider by id with `--option KEY=VALUE`. `PIN` says how a
 /// card's PIN may be given: any way for a command that runs now, only a file for `register`,
 /// whose handler runs later, unattended.
-struct SourceOptions<PIN: PINInput>: ParsableArguments {
+struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     @Option(
         name: .customLong("pem"),
         help: ArgumentHelp("A tagged certificate (PEM, DER or PKCS#12) and key.", valueName: "TAG=CERT[,KEY]"))
@@ -145,9 +146,9 @@ struct SourceOptions<PIN: PINInput>: ParsableArguments {
 
     /// Runs the source's provider. A token's PIN comes from the PIN options, anything else's
     /// secret from `passphrase`.
-    func provide(passphrase: any PassphraseSource) async throws -> ProvidedCredential {
+    func provide(passphrase: PromptingPassphraseOptions) async throws -> ProvidedCredential {
         let (provider, options) = try resolve(ProviderDirectory.registry())
-        let secret = pkcs11 != nil ? try pin.policy().pin : passphrase
+        let secret = pkcs11 != nil ? try pin.pinSource() : try passphrase.source()
         return try await provider.provide(ProviderRequest(options: options, passphrase: secret))
     }
 }

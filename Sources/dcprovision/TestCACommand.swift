@@ -11,7 +11,7 @@ struct TestCACommand: AsyncParsableCommand {
         commandName: "testca", abstract: "A persistent test CA for CI pipelines (never trust it).",
         subcommands: [Init.self, Issue.self])
 
-    struct Init: AsyncParsableCommand {
+    struct Init: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create a root and an issuing CA in DIR (0700; keys 0600). Refuses to overwrite.")
 
@@ -23,19 +23,16 @@ struct TestCACommand: AsyncParsableCommand {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await runReportingErrors {
-                guard let algorithm = KeyAlgorithm(rawValue: keyAlgorithm) else {
-                    throw DCError(
-                        .usage, "unknown key algorithm '\(keyAlgorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
-                }
-                let ca = try TestCA.initialize(at: directory, algorithm: algorithm, organization: organization)
-                Console.say("test CA created in \(ca.directory.escapingControlCharacters) (\(algorithm))")
+            guard let algorithm = KeyAlgorithm(rawValue: keyAlgorithm) else {
+                throw DCError(
+                    .usage, "unknown key algorithm '\(keyAlgorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
             }
+            let ca = try TestCA.initialize(at: directory, algorithm: algorithm, organization: organization)
+            Console.say("test CA created in \(ca.directory.escapingControlCharacters) (\(algorithm))")
         }
     }
 
-    struct Issue: AsyncParsableCommand {
+    struct Issue: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             abstract: "Issue a four-tag derived credential from the test CA in DIR into --out-dir.",
             discussion: "Writes one file set per entry (see --format), chain.pem and manifest.json.")
@@ -60,27 +57,24 @@ struct TestCACommand: AsyncParsableCommand {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            output.apply()
-            try await runReportingErrors {
-                guard let format = ConversionOutputs.Format(rawValue: format) else {
-                    throw DCError(.usage, "unknown format '\(format)'", hint: "use --format der or --format pem")
-                }
-                var options: [String: [String]] = [
-                    "dir": [directory], "common-name": [commonName], "escrow-history": [String(escrowHistory)],
-                    "validity-days": [String(validityDays)],
-                ]
-                if let keyAlgorithm { options["key-algorithm"] = [keyAlgorithm] }
-                if let email { options["email"] = [email] }
-                if let negative { options["negative"] = [negative] }
-                let provided = try await TestCAProvider().provide(ProviderRequest(options: options))
-                var files = AtomicFileSet(directory: outDir)
-                try ConversionOutputs.add(provided, format: format, to: &files)
-                try AtomicFileSet.ensureDirectory(outDir)
-                AtomicFileSet.removeStaleStagingFiles(in: outDir)
-                try files.commit(replacingExisting: force)
-                for name in files.names {
-                    print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
-                }
+            guard let format = ConversionOutputs.Format(rawValue: format) else {
+                throw DCError(.usage, "unknown format '\(format)'", hint: "use --format der or --format pem")
+            }
+            var options: [String: [String]] = [
+                "dir": [directory], "common-name": [commonName], "escrow-history": [String(escrowHistory)],
+                "validity-days": [String(validityDays)],
+            ]
+            if let keyAlgorithm { options["key-algorithm"] = [keyAlgorithm] }
+            if let email { options["email"] = [email] }
+            if let negative { options["negative"] = [negative] }
+            let provided = try await TestCAProvider().provide(ProviderRequest(options: options))
+            var files = AtomicFileSet(directory: outDir)
+            try ConversionOutputs.add(provided, format: format, to: &files)
+            try AtomicFileSet.ensureDirectory(outDir)
+            AtomicFileSet.removeStaleStagingFiles(in: outDir)
+            try files.commit(replacingExisting: force)
+            for name in files.names {
+                Console.print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
             }
         }
     }

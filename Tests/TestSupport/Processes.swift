@@ -39,17 +39,21 @@ public struct ProcessFailure: Error, CustomStringConvertible {
 ///
 /// Without an `environment`, the child gets the process-wide ``Sandbox/shared()`` environment,
 /// never the test process's own: no program a test starts sees the real `HOME` or `XDG_*`.
+///
+/// `closing` starts the child with its standard output (1), error (2) or both closed, as `>&-`
+/// and `2>&-` in a shell: what it then writes there is lost, and the result's streams are empty.
 @discardableResult
 public func run(
     _ executable: String, _ arguments: [String], stdin: [UInt8]? = nil, environment: [String: String]? = nil,
-    currentDirectory: String? = nil, timeout: TimeInterval = 60
+    currentDirectory: String? = nil, timeout: TimeInterval = 60, closing: Set<Int32> = []
 ) throws -> ProcessResult {
     let path = executable.hasPrefix("/") ? executable : try which(executable)
     let outcome = try ChildProcess.runSynchronously(
         path, arguments: arguments, stdin: SecretBytes(stdin ?? []),
         environment: try environment ?? Sandbox.shared().environment,
         currentDirectory: currentDirectory,
-        limits: .init(timeout: .milliseconds(Int(timeout * 1000)), stdoutLimit: 256 << 20, stderrLimit: 16 << 20))
+        limits: .init(timeout: .milliseconds(Int(timeout * 1000)), stdoutLimit: 256 << 20, stderrLimit: 16 << 20),
+        closingStandardStreams: closing)
     let status: Int32
     switch outcome.termination {
     case .exited(let code): status = code

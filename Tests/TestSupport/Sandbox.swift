@@ -85,11 +85,11 @@ public struct Sandbox: Sendable {
     @discardableResult
     public func run(
         _ executable: String, _ arguments: [String], stdin: [UInt8]? = nil, environment more: [String: String] = [:],
-        currentDirectory: String? = nil, timeout: TimeInterval = 60
+        currentDirectory: String? = nil, timeout: TimeInterval = 60, closing: Set<Int32> = []
     ) throws -> ProcessResult {
         try TestSupport.run(
             executable, arguments, stdin: stdin, environment: environment.merging(more) { $1 },
-            currentDirectory: currentDirectory ?? root, timeout: timeout)
+            currentDirectory: currentDirectory ?? root, timeout: timeout, closing: closing)
     }
 
     /// Removes the whole sandbox.

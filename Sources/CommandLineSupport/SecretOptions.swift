@@ -1,0 +1,151 @@
+import ArgumentParser
+import DerivedCredentials
+import SystemSupport
+
+// The one file of this module that uses the secret sources (`PassphraseSource`, `SecretInput`):
+// where they live is said by the import above alone.
+
+/// Where a token's PIN comes from, as a command takes it.
+public protocol PINSourceOptions: ParsableArguments {
+    /// The PIN file, if one was named (`register` keeps its path, never the PIN).
+    var pinFile: String? { get }
+    /// Whether the final PIN try before the token locks may be used.
+    var allowFinalPinTry: Bool { get }
+    /// The PIN's source (nothing asked or read until a login needs it, for a prompt).
+    func pinSource() throws -> any PassphraseSource
+}
+
+/// `--pin-file`, `--pin-fd`, `--pin-env`, `--pin-prompt` and `--allow-final-pin-try`: a PIN from
+/// a file, a descriptor, an environment variable the user names, or a prompt the user asked for.
+/// Never a flag's value, never a URI.
+public struct PINOptions: PINSourceOptions {
+    /// `--pin-file FILE`: the first line of FILE.
+    @Option(help: ArgumentHelp("Read the PIN from the first line of FILE.", valueName: "file"))
+    public var pinFile: String?
+    /// `--pin-fd N`: descriptor N.
+    @Option(help: ArgumentHelp("Read the PIN from descriptor N.", valueName: "n")) public var pinFd: Int32?
+    /// `--pin-env NAME`: the environment variable NAME.
+    @Option(help: ArgumentHelp("Read the PIN from the environment variable NAME.", valueName: "name"))
+    public var pinEnv: String?
+    /// `--pin-prompt`: ask on the terminal.
+    @Flag(help: "Prompt for the PIN on the terminal.") public var pinPrompt = false
+    /// `--allow-final-pin-try`.
+    @Flag(help: "Try the PIN even when one more wrong PIN would lock the token.") public var allowFinalPinTry = false
+
+    /// The options as parsed.
+    public init() {}
+
+    /// At most one PIN source.
+    public func validate() throws {
+        if [pinFile != nil, pinFd != nil, pinEnv != nil, pinPrompt].filter({ $0 }).count > 1 {
+            throw ValidationError("give at most one of --pin-file, --pin-fd, --pin-env, --pin-prompt")
+        }
+    }
+
+    /// The PIN's source; none given is a token with a PIN pad or no login.
+    public func pinSource() throws -> any PassphraseSource {
+        if let pinFile { return FixedPassphrase(try SecretInput.read(file: pinFile)) }
+        if let pinFd { return FixedPassphrase(try SecretInput.read(inheritedDescriptor: pinFd)) }
+        if let pinEnv { return FixedPassphrase(try SecretInput.read(environment: pinEnv)) }
+        if pinPrompt { return TerminalPassphrase(prompt: "PIN") }
+        return NoPassphrase()
+    }
+}
+
+/// The PIN of a source that `dcprovision register` keeps: its handler runs later, unattended, so
+/// only a PIN file (its path is kept, never the PIN) or a PIN pad (no PIN option) will do. The
+/// other PIN options are not offered (hidden); given anyway, they are refused with that
+/// explanation.
+public struct UnattendedPINOptions: PINSourceOptions {
+    private static let pinFileHelp = ArgumentHelp(
+        "Read the PIN from the first line of FILE when a client asks (the path is kept, never the PIN).",
+        valueName: "file")
+    /// `--pin-file FILE`, read when a client asks.
+    @Option(help: UnattendedPINOptions.pinFileHelp) public var pinFile: String?
+    /// `--allow-final-pin-try`.
+    @Flag(help: "Try the PIN even when one more wrong PIN would lock the token.") public var allowFinalPinTry = false
+    @Option(help: .hidden) var pinFd: Int32?
+    @Option(help: .hidden) var pinEnv: String?
+    @Flag(help: .hidden) var pinPrompt = false
+
+    /// The options as parsed.
+    public init() {}
+
+    /// Refuses the PIN sources nobody is there to answer later.
+    public func validate() throws {
+        if pinFd != nil || pinEnv != nil || pinPrompt {
+            throw ValidationError(
+                "a registered source reads its PIN later, unattended, when a client asks; "
+                    + "give --pin-file FILE (its path is kept, not the PIN), or none for a PIN pad")
+        }
+    }
+
+    /// The PIN file's first line, or nothing (a PIN pad).
+    public func pinSource() throws -> any PassphraseSource { try Self.pinSource(file: pinFile) }
+
+    /// The first line of the PIN file a registration kept, or nothing (a PIN pad): what the
+    /// handler logs in with when a client asks.
+    public static func pinSource(file: String?) throws -> any PassphraseSource {
+        try file.map { FixedPassphrase(try SecretInput.read(file: $0)) } ?? NoPassphrase()
+    }
+}
+
+/// `--passphrase-file` and `--passphrase-fd`: a passphrase from a file or an inherited
+/// descriptor, never a flag's value. `dcclient init` and `unlock` take these.
+public struct PassphraseOptions: ParsableArguments {
+    /// `--passphrase-file FILE`: the first line of FILE.
+    @Option(help: ArgumentHelp("Read the passphrase from the first line of FILE.", valueName: "file"))
+    public var passphraseFile: String?
+    /// `--passphrase-fd N`: descriptor N.
+    @Option(help: ArgumentHelp("Read the passphrase from file descriptor N.", valueName: "n"))
+    public var passphraseFd: Int32?
+
+    /// The options as parsed.
+    public init() {}
+
+    /// At most one passphrase source.
+    public func validate() throws {
+        if passphraseFile != nil && passphraseFd != nil {
+            throw ValidationError("give at most one of --passphrase-file, --passphrase-fd")
+        }
+    }
+
+    /// The passphrase the options name, read now, or nil when none was named.
+    public func read() throws -> SecretBytes? {
+        if let passphraseFile { return try SecretInput.read(file: passphraseFile) }
+        if let passphraseFd { return try SecretInput.read(inheritedDescriptor: passphraseFd) }
+        return nil
+    }
+
+    /// The passphrase the options name, or `error` when none was named.
+    public func read(orThrow error: @autoclosure () -> DCError) throws -> SecretBytes {
+        guard let secret = try read() else { throw error() }
+        return secret
+    }
+}
+
+/// ``PassphraseOptions`` and `--passphrase-prompt`: for the commands that read encrypted input,
+/// which ask on the terminal only when the input needs a passphrase and the user asked for that.
+public struct PromptingPassphraseOptions: ParsableArguments {
+    /// `--passphrase-file` and `--passphrase-fd`.
+    @OptionGroup public var given: PassphraseOptions
+    /// `--passphrase-prompt`.
+    @Flag(help: "Prompt for the passphrase on the terminal (only when encrypted input needs one).")
+    public var passphrasePrompt = false
+
+    /// The options as parsed.
+    public init() {}
+
+    /// At most one passphrase source.
+    public func validate() throws {
+        if passphrasePrompt && (given.passphraseFile != nil || given.passphraseFd != nil) {
+            throw ValidationError("give at most one of --passphrase-file, --passphrase-fd, --passphrase-prompt")
+        }
+    }
+
+    /// The passphrase's source: the one given, a prompt, or none.
+    public func source() throws -> any PassphraseSource {
+        if let secret = try given.read() { return FixedPassphrase(secret) }
+        return passphrasePrompt ? TerminalPassphrase() : NoPassphrase()
+    }
+}

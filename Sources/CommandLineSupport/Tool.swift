@@ -1,0 +1,66 @@
+import ArgumentParser
+import DerivedCredentials
+import Glibc
+
+/// How both tools start, run a command and end: one place for what every command shares, so that
+/// each command's `run()` says only what the command does.
+public enum Tool {
+    /// Parses `CommandLine.arguments` (former flag names rewritten to the new ones) as `root`'s
+    /// command line, applies the command's ``OutputOptions``, runs it, and exits: 0 when it
+    /// returns; for a `DCError`, one line on standard error (`NAME: where: what; what to do`) and
+    /// the error's sysexits status; for anything else, as swift-argument-parser does (usage
+    /// errors exit 64, `--help` and `--version` 0).
+    public static func main<Root: ParsableCommand>(_ root: Root.Type, name: String, formerNames: FormerNames) async
+        -> Never
+    {
+        startUp(name: name)
+        do {
+            var command = try root.parseAsRoot(formerNames.rewrite(Array(CommandLine.arguments.dropFirst())))
+            if let output = (command as? any OutputCommand)?.output { Console.setQuiet(output.quiet) }
+            if var command = command as? any AsyncParsableCommand {
+                try await command.run()
+            } else {
+                try command.run()
+            }
+            root.exit()
+        } catch {
+            root.exit(withError: exitError(for: error))
+        }
+    }
+
+    /// What the tool does with an error a command threw: a `DCError` is printed as one line on
+    /// standard error and becomes its category's exit status; any other error is left to
+    /// swift-argument-parser.
+    public static func exitError(for error: any Error) -> any Error {
+        guard let error = error as? DCError else { return error }
+        Console.error(error.description)
+        return ExitCode(error.code.category.exitStatus)
+    }
+
+    /// This executable's absolute path: what a scheme handler registration must run.
+    public static var executablePath: String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        guard count > 0 else { return CommandLine.arguments[0] }
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// What the process needs before it writes anything: `name` for its messages, and output that
+    /// cannot hurt it. A closed standard output or error is opened on /dev/null (so a file the
+    /// command opens can never become fd 1 or 2 and receive its messages), a reader that goes away
+    /// makes writes fail with EPIPE instead of killing the process with SIGPIPE, and a file-size
+    /// limit (RLIMIT_FSIZE) surfaces as EFBIG and a clean error instead of SIGXFSZ.
+    public static func startUp(name: String) {
+        Console.setTool(name)
+        signal(SIGPIPE, SIG_IGN)
+        signal(SIGXFSZ, SIG_IGN)
+        for descriptor: Int32 in [1, 2] where fcntl(descriptor, F_GETFD) == -1 && errno == EBADF {
+            let null = open("/dev/null", O_WRONLY)
+            guard null >= 0 else { continue }
+            if null != descriptor {
+                dup2(null, descriptor)
+                close(null)
+            }
+        }
+    }
+}

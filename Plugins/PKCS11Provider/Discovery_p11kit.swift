@@ -108,8 +108,6 @@ final class PKCS11URI {
     ]
     /// The query attributes of RFC 7512 (section 2.3).
     static let queryAttributes = ["module-name", "module-path", "pin-source", "pin-value"]
-    /// Every attribute of RFC 7512: the path's, then the query's.
-    static let knownAttributes = pathAttributes + queryAttributes
 
     /// Checks `text` against RFC 7512's grammar before p11-kit reads it (p11-kit takes characters
     /// the grammar does not allow, such as a raw space, and keeps the last of two `module-name`s):

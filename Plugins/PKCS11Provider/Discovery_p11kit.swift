@@ -62,7 +62,11 @@ final class PKCS11URI {
     let pointer: OpaquePointer
     let text: String
 
+    /// The path attributes' names, as written (each at most once).
+    let pathNames: Set<String>
+
     init(_ text: String) throws {
+        pathNames = try Self.checkGrammar(text)
         guard let uri = p11_kit_uri_new() else { throw DCError(.cryptoFailure, "p11_kit_uri_new failed") }
         let result = p11_kit_uri_parse(text, P11_KIT_URI_FOR_ANY, uri)
         guard result == P11_KIT_URI_OK.rawValue else {
@@ -74,44 +78,131 @@ final class PKCS11URI {
         }
         pointer = uri
         self.text = text
-        if p11_kit_uri_get_pin_value(uri) != nil || p11_kit_uri_get_pin_source(uri) != nil {
-            throw DCError(
-                .usage, "the URI carries a PIN (pin-value / pin-source); URIs are visible to every user",
-                hint: "give the PIN with --pin-file, --pin-fd, --pin-env or at the prompt")
-        }
+        if p11_kit_uri_get_pin_value(uri) != nil || p11_kit_uri_get_pin_source(uri) != nil { throw Self.pinRefusal }
         if p11_kit_uri_any_unrecognized(uri) != 0 {
             let unknown = Self.unrecognizedAttributes(text)
             throw DCError(
                 .usage,
-                "the URI has attributes this toolkit does not understand"
+                "the URI has path attributes this toolkit does not understand"
                     + (unknown.isEmpty ? "" : ": " + unknown.joined(separator: ", ").escapingControlCharacters),
                 subject: text.escapingControlCharacters,
                 hint:
-                    "remove or correct them; RFC 7512 attributes are \(Self.knownAttributes.filter { !$0.hasPrefix("pin-") }.joined(separator: ", "))"
+                    "remove or correct them (RFC 7512: an unknown path attribute, x-… included, matches nothing); its path attributes are \(Self.pathAttributes.joined(separator: ", "))"
             )
         }
     }
 
     deinit { p11_kit_uri_free(pointer) }
 
-    /// The attributes of RFC 7512 that p11-kit understands: the path's, then the query's.
-    static let knownAttributes = [
+    /// A URI with `pin-value` or `pin-source`, refused without echoing it.
+    static var pinRefusal: DCError {
+        DCError(
+            .usage, "the URI carries a PIN (pin-value / pin-source); URIs are visible to every user",
+            hint: "give the PIN with --pin-file, --pin-fd, --pin-env or at the prompt")
+    }
+
+    /// The path attributes of RFC 7512 (section 2.3).
+    static let pathAttributes = [
         "token", "manufacturer", "serial", "model", "library-manufacturer", "library-description",
         "library-version", "slot-manufacturer", "slot-description", "slot-id", "object", "type", "id",
-        "module-name", "module-path", "pin-source", "pin-value",
     ]
+    /// The query attributes of RFC 7512 (section 2.3).
+    static let queryAttributes = ["module-name", "module-path", "pin-source", "pin-value"]
 
-    /// The names in a URI's path (`;`-separated) and query (`&`-separated) that are not in
-    /// ``knownAttributes`` — what p11-kit counts as unrecognized without naming it.
+    /// Checks `text` against RFC 7512's grammar before p11-kit reads it (p11-kit takes characters
+    /// the grammar does not allow, such as a raw space, and keeps the last of two `module-name`s):
+    /// the scheme; attributes as `name=value`, `;`-separated in the path and `&`-separated in the
+    /// query; values of the allowed characters or percent-encoded; no path attribute twice and no
+    /// standard query attribute twice (vendor ones, `x-…`, may repeat in the query); a standard
+    /// attribute on its own side (a path attribute in the query would be ignored, widening the
+    /// selection, so it is refused); `slot-id` digits, `library-version` `M[.N]`. Unknown query
+    /// attributes are ignored, as section 2.4 says; unknown path attributes, vendor ones included,
+    /// are refused after parsing (section 2.4: they match nothing). Returns the path's names.
+    static func checkGrammar(_ text: String) throws -> Set<String> {
+        func refuse(_ reason: String) -> DCError {
+            DCError(
+                .usage, "not a PKCS#11 URI: \(reason)", subject: text.escapingControlCharacters,
+                hint: "see RFC 7512, e.g. pkcs11:token=Card;id=%01")
+        }
+        guard text.prefix(7).lowercased() == "pkcs11:" else { throw refuse("it does not start with pkcs11:") }
+        let body = text.dropFirst(7)
+        let split = body.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        // A PIN first, wherever it is: no other error may echo the URI that carries it.
+        let names = body.split(whereSeparator: { ";&?".contains($0) }).map { $0.prefix { $0 != "=" }.lowercased() }
+        if names.contains(where: { $0 == "pin-value" || $0 == "pin-source" }) { throw pinRefusal }
+        let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        let reserved = Set(":[]@!$'()*+,=")
+        let allowed = (path: unreserved.union(reserved).union("&"), query: unreserved.union(reserved).union("/?|"))
+        func attributes(_ part: Substring, separator: Character, characters: Set<Character>) throws -> [(
+            String, Substring
+        )] {
+            guard !part.isEmpty else { return [] }
+            return try part.split(separator: separator, omittingEmptySubsequences: false).map { attribute in
+                guard let equals = attribute.firstIndex(of: "="), equals != attribute.startIndex else {
+                    throw refuse("'\(attribute)' is not name=value")
+                }
+                let name = String(attribute[..<equals])
+                let nameCharacters = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+                guard name.allSatisfy({ nameCharacters.contains($0) }) else {
+                    throw refuse("'\(name)' is not an attribute name")
+                }
+                let value = attribute[attribute.index(after: equals)...]
+                var index = value.startIndex
+                while index < value.endIndex {
+                    let character = value[index]
+                    if character == "%" {
+                        let digits = value[value.index(after: index)...].prefix(2)
+                        guard digits.count == 2, digits.allSatisfy(\.isHexDigit) else {
+                            throw refuse("a % in \(name) that is not followed by two hex digits")
+                        }
+                        index = value.index(index, offsetBy: 3)
+                        continue
+                    }
+                    guard characters.contains(character) else {
+                        throw refuse("\(name) has a character that must be percent-encoded")
+                    }
+                    index = value.index(after: index)
+                }
+                return (name, value)
+            }
+        }
+        let path = try attributes(split[0], separator: ";", characters: allowed.path)
+        let query = split.count > 1 ? try attributes(split[1], separator: "&", characters: allowed.query) : []
+        var seen = Set<String>()
+        for (name, _) in path {
+            guard seen.insert(name).inserted else { throw refuse("\(name) appears twice in the path") }
+            if queryAttributes.contains(name) { throw refuse("\(name) belongs in the query: ?\(name)=…") }
+        }
+        var seenInQuery = Set<String>()
+        for (name, _) in query {
+            if pathAttributes.contains(name) { throw refuse("\(name) belongs in the path, before any ?") }
+            guard !queryAttributes.contains(name) || seenInQuery.insert(name).inserted else {
+                throw refuse("\(name) appears twice in the query")
+            }
+        }
+        for (name, value) in path {
+            if name == "slot-id", value.isEmpty || !value.allSatisfy(\.isASCII) || !value.allSatisfy(\.isNumber) {
+                throw refuse("slot-id is a decimal number")
+            }
+            let parts = value.split(separator: ".", omittingEmptySubsequences: false)
+            if name == "library-version",
+                !(1...2).contains(parts.count)
+                    || !parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { $0.isASCII && $0.isNumber } })
+            {
+                throw refuse("library-version is MAJOR or MAJOR.MINOR")
+            }
+        }
+        return seen
+    }
+
+    /// The path's attributes that neither RFC 7512 nor p11-kit knows (vendor ones, `x-…`, included),
+    /// which p11-kit counts as unrecognized without naming them.
     static func unrecognizedAttributes(_ text: String) -> [String] {
         guard text.lowercased().hasPrefix("pkcs11:") else { return [] }
-        let body = text.dropFirst("pkcs11:".count)
-        let parts = body.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
-        let path = parts[0].split(separator: ";")
-        let query = parts.count > 1 ? parts[1].split(separator: "&") : []
-        let names = (path + query).map { String($0.prefix { $0 != "=" }).lowercased() }
+        let path = text.dropFirst("pkcs11:".count).prefix { $0 != "?" }.split(separator: ";")
+        let names = path.map { String($0.prefix { $0 != "=" }) }
         var seen = Set<String>()
-        return names.filter { !$0.isEmpty && !knownAttributes.contains($0) && seen.insert($0).inserted }
+        return names.filter { !$0.isEmpty && !pathAttributes.contains($0) && seen.insert($0).inserted }
     }
 
     /// The modules the URI names (module-name / module-path), or nil for any.
@@ -121,9 +212,39 @@ final class PKCS11URI {
         return nil
     }
 
+    /// The modules to search: those given (`--module`, the provider's `module` option; all
+    /// registered when none), narrowed to the one the URI names by `module-name` or `module-path`.
+    /// Both must then spell the module the same way (a p11-kit name, or an absolute path).
+    func modules(narrowing given: [String]?) -> [String]? {
+        guard let named = modules else { return given }
+        return given.map { $0.filter(named.contains) } ?? named
+    }
+
+    /// The slot the URI names by `slot-id`, or nil.
+    var slotID: CK_SLOT_ID? {
+        guard pathNames.contains("slot-id") else { return nil }
+        return p11_kit_uri_get_slot_id(pointer)
+    }
+
+    /// Whether the URI has an attribute of the slot (`slot-description`, `slot-manufacturer`).
+    var namesSlotInfo: Bool { pathNames.contains("slot-description") || pathNames.contains("slot-manufacturer") }
+
+    /// Whether the URI has an attribute of the module (`library-…`).
+    var namesModuleInfo: Bool { pathNames.contains { $0.hasPrefix("library-") } }
+
     func matches(_ token: CK_TOKEN_INFO) -> Bool {
         var info = token
         return p11_kit_uri_match_token_info(pointer, &info) == 1
+    }
+
+    func matches(_ slot: CK_SLOT_INFO) -> Bool {
+        var info = slot
+        return p11_kit_uri_match_slot_info(pointer, &info) == 1
+    }
+
+    func matches(_ module: CK_INFO) -> Bool {
+        var info = module
+        return p11_kit_uri_match_module_info(pointer, &info) == 1
     }
 
     /// The URI's object attributes (class, id, label) as a search template, so the token filters.
@@ -199,21 +320,53 @@ public enum PKCS11Discovery {
         try matchingObjects(uri, modules: modules).compactMap { item in item.value.map { (item.object, $0) } }
     }
 
-    static func slots(_ modules: [String]?) throws -> [(LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO)] {
+    /// The tokens of `modules` (all registered when nil) that `uri` selects: by its module
+    /// (`library-…`), slot (`slot-id`, `slot-description`, `slot-manufacturer`) and token
+    /// attributes; every token when `uri` is nil. A slot named by `slot-id` that holds no token is
+    /// an error naming it, not an empty answer.
+    static func slots(_ modules: [String]?, matching uri: PKCS11URI? = nil) throws -> [(
+        LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO
+    )] {
         var found: [(LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO)] = []
         for name in modules ?? ModuleLoader.registeredNames() {
             let module = try ModuleLoader.module(name)
-            var count: CK_ULONG = 0
-            try module.call("C_GetSlotList") { $0.C_GetSlotList(CK_BBOOL(CK_TRUE), nil, &count) }
-            var slots = [CK_SLOT_ID](repeating: 0, count: Int(count))
-            try module.call("C_GetSlotList") { $0.C_GetSlotList(CK_BBOOL(CK_TRUE), &slots, &count) }
-            for slot in slots.prefix(Int(count)) {
+            if let uri, uri.namesModuleInfo {
+                var info = CK_INFO()
+                try module.call("C_GetInfo") { $0.C_GetInfo(&info) }
+                if !uri.matches(info) { continue }
+            }
+            let slots = try slotList(module, tokenPresent: true)
+            if let wanted = uri?.slotID, !slots.contains(wanted),
+                try slotList(module, tokenPresent: false).contains(wanted)
+            {
+                throw DCError(
+                    .noSuchObject, "slot-id=\(wanted) of module \(name) has no token in it (no card inserted)",
+                    subject: uri?.text.escapingControlCharacters, hint: "insert the card, or see dcprovision tokens")
+            }
+            for slot in slots {
+                if let wanted = uri?.slotID, slot != wanted { continue }
+                if let uri, uri.namesSlotInfo {
+                    var info = CK_SLOT_INFO()
+                    try module.call("C_GetSlotInfo") { $0.C_GetSlotInfo(slot, &info) }
+                    if !uri.matches(info) { continue }
+                }
                 var info = CK_TOKEN_INFO()
                 try module.call("C_GetTokenInfo") { $0.C_GetTokenInfo(slot, &info) }
+                if let uri, !uri.matches(info) { continue }
                 found.append((module, slot, info))
             }
         }
         return found
+    }
+
+    /// The module's slots: those with a token, or all of them.
+    static func slotList(_ module: LoadedModule, tokenPresent: Bool) throws -> [CK_SLOT_ID] {
+        let present = CK_BBOOL(tokenPresent ? CK_TRUE : CK_FALSE)
+        var count: CK_ULONG = 0
+        try module.call("C_GetSlotList") { $0.C_GetSlotList(present, nil, &count) }
+        var slots = [CK_SLOT_ID](repeating: 0, count: Int(count))
+        try module.call("C_GetSlotList") { $0.C_GetSlotList(present, &slots, &count) }
+        return Array(slots.prefix(Int(count)))
     }
 
     static func matchingObjects(_ text: String, modules: [String]?, login: LoginPolicy? = nil) throws -> [(
@@ -221,7 +374,9 @@ public enum PKCS11Discovery {
     )] {
         let uri = try PKCS11URI(text)
         var results: [(TokenObject, Certificate?)] = []
-        for (module, slot, token) in try slots(modules ?? uri.modules) where uri.matches(token) {
+        // A token not yet initialised (SoftHSM's free slot) has no objects, and refuses sessions.
+        for (module, slot, token) in try slots(uri.modules(narrowing: modules), matching: uri)
+        where token.flags & CK_FLAGS(CKF_TOKEN_INITIALIZED) != 0 {
             let scope: (LoadedModule, CK_SLOT_ID, (Session) throws -> Void) throws -> Void = { module, slot, body in
                 if let login {
                     try Session.withLoggedInSession(module, slot: slot, policy: login, body)

@@ -187,7 +187,9 @@ struct TokenReading {
 
     /// Finds the one token the URI names, logs in, chooses the certificates and runs `body`.
     func withSelectedCertificates<R>(_ body: (Session, [Found]) throws -> R) throws -> R {
-        let tokens = try PKCS11Discovery.slots(modules ?? uri.modules).filter { uri.matches($0.2) }
+        let tokens = try PKCS11Discovery.slots(uri.modules(narrowing: modules), matching: uri).filter {
+            $0.2.flags & CK_FLAGS(CKF_TOKEN_INITIALIZED) != 0
+        }
         guard let (module, slot, token) = tokens.first else {
             throw DCError(
                 .noSuchObject, "no token matches the URI", subject: uri.text.escapingControlCharacters,

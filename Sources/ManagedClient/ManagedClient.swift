@@ -69,6 +69,7 @@ public struct ManagedClient: Sendable {
     public func initialize(
         clientId: String, scheme: String, providerScheme: String, executable: String, passphrase: SecretBytes
     ) throws {
+        try Self.checkClientID(clientId)
         guard !FileManager.default.fileExists(atPath: configFile) else {
             throw DCError(
                 .outputExists, "the client is already set up", subject: base,
@@ -118,10 +119,21 @@ public struct ManagedClient: Sendable {
         try unlock(passphrase: passphrase)
     }
 
+    /// A client id is what delivery URLs carry (`client=`): the one grammar of
+    /// `DeliveryMessage.isIdentifier`, checked before anything is written with it.
+    static func checkClientID(_ clientId: String) throws {
+        guard DeliveryMessage.isIdentifier(clientId) else {
+            throw DCError(
+                .usage, "'\(clientId.escapingControlCharacters)' is not a client id",
+                hint: "use 1-64 lowercase letters, digits and -, not starting with -")
+        }
+    }
+
     /// Publishes (again) what providers read: the client's id, scheme, certificate, spool, status
     /// and the executable that must handle its scheme. `dcclient init` and `dcclient register` do it.
     public func publishRegistration(executable: String) throws {
         let config = try config()
+        try Self.checkClientID(config.clientId)
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
         guard let signingKey = config.signingKey.flatMap(PinnedKeys.decode) else {
             throw DCError(

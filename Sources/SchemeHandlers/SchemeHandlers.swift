@@ -14,7 +14,8 @@ public struct SchemeHandlers: Sendable {
         self.directories = directories
     }
 
-    /// RFC 3986 scheme, compared case-insensitively and used lowercase.
+    /// RFC 3986 scheme, compared case-insensitively and used lowercase. A usage error otherwise:
+    /// schemes come from the command line and go into desktop entries and `mimeapps.list`.
     public static func normalize(scheme: String) throws -> String {
         let lower = scheme.lowercased()
         guard let first = lower.unicodeScalars.first, ("a"..."z").contains(first),
@@ -23,39 +24,112 @@ public struct SchemeHandlers: Sendable {
             })
         else {
             throw DCError(
-                .invalid, "'\(scheme.escapingControlCharacters)' is not a valid URL scheme",
+                .usage, "'\(scheme.escapingControlCharacters)' is not a valid URL scheme",
                 hint: "use ALPHA *( ALPHA / DIGIT / \"+\" / \"-\" / \".\" ), e.g. org.example.provider")
         }
         return lower
+    }
+
+    /// Checks a display name (a brand) for a desktop entry's `Name`, a Desktop Entry spec
+    /// `localestring`: one line of UTF-8 text, so no control character (C0, DEL, C1), no line or
+    /// paragraph separator, not empty, and no space at either end (readers trim it). A usage error
+    /// naming `what` otherwise.
+    public static func validateDisplayName(_ name: String, what: String = "the brand") throws {
+        let refused = name.unicodeScalars.first { scalar in
+            [.control, .lineSeparator, .paragraphSeparator].contains(scalar.properties.generalCategory)
+        }
+        if let refused {
+            throw DCError(
+                .usage,
+                "\(what) has a character a desktop entry cannot hold (U+\(String(format: "%04X", refused.value)))",
+                subject: name.escapingControlCharacters, hint: "give it as one line of printable text")
+        }
+        guard let first = name.unicodeScalars.first, let last = name.unicodeScalars.last,
+            !first.properties.isWhitespace, !last.properties.isWhitespace
+        else {
+            throw DCError(
+                .usage, "\(what) is empty or starts or ends with a space", subject: name.escapingControlCharacters,
+                hint: "give it as one line of printable text")
+        }
     }
 
     static func mimeType(_ scheme: String) -> String { "x-scheme-handler/\(scheme)" }
     /// The desktop file ID this toolkit installs for `scheme`: `dc-<scheme>.desktop`.
     public static func desktopID(_ scheme: String) -> String { "dc-\(scheme).desktop" }
 
+    /// The launcher ``register(scheme:executable:name:)`` installs for `scheme`: a symbolic link to
+    /// the handler under `XDG_DATA_HOME`, named by the scheme, which `Exec` runs.
+    public func launcherPath(scheme: String) -> String { directories.dataHome + "/dc-handlers/" + scheme }
+
+    /// Characters an `Exec` program may have unquoted: none that the Desktop Entry spec reserves
+    /// (space, quotes, `\\`, `$`, `%`, …), and none that xdg-open's word splitting and `which` trip on.
+    static func isPlain(_ path: String) -> Bool {
+        path.unicodeScalars.allSatisfy {
+            ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0)
+                || "/._+-".unicodeScalars.contains($0)
+        }
+    }
+
     // MARK: - Registration
 
-    /// Installs `Exec="<executable>" handle-url %u` for `scheme` in the user's applications folder
-    /// and makes it the explicit default in the user's mimeapps.list (both written atomically).
+    /// Installs a desktop entry for `scheme` in the user's applications folder and makes it the
+    /// explicit default in the user's mimeapps.list (both written atomically). Every value is
+    /// checked before anything is written: the scheme (RFC 3986), `name` (one line of text; a
+    /// backslash is escaped), `executable` (an absolute path without control characters).
+    ///
+    /// `Exec` runs a launcher (``launcherPath(scheme:)``), a symbolic link to `executable`, unquoted:
+    /// Debian's `xdg-open` (xdg-utils 1.1.3) takes the first word of `Exec` as the program and
+    /// cannot run a quoted one, and `executable` may have a space. `gio open` reads either. Only when
+    /// `XDG_DATA_HOME` itself has a character the spec reserves is the launcher quoted (which
+    /// xdg-open 1.1.3 then cannot start); a `%` there is refused.
     public func register(scheme: String, executable: String, name: String) throws {
         let scheme = try Self.normalize(scheme: scheme)
-        guard executable.hasPrefix("/") else {
-            throw DCError(.usage, "the handler must be an absolute path", subject: executable)
+        try Self.validateDisplayName(name, what: "the handler's name")
+        guard executable.hasPrefix("/"),
+            !executable.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+        else {
+            throw DCError(
+                .usage, "the handler must be an absolute path without control characters",
+                subject: executable.escapingControlCharacters)
         }
-        let quoted =
-            "\""
-            + executable.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-            .replacingOccurrences(of: "`", with: "\\`").replacingOccurrences(of: "$", with: "\\$") + "\""
+        let launcher = launcherPath(scheme: scheme)
+        let program: String
+        if Self.isPlain(launcher) {
+            program = launcher
+        } else {
+            guard !launcher.contains("%"),
+                !launcher.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+            else {
+                throw DCError(
+                    .usage, "XDG_DATA_HOME has a % or a control character, which a desktop entry's Exec cannot hold",
+                    subject: directories.dataHome.escapingControlCharacters)
+            }
+            program =
+                "\""
+                + launcher.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
+                .replacingOccurrences(of: "`", with: "\\`").replacingOccurrences(of: "$", with: "\\$") + "\""
+        }
         let entry = """
             [Desktop Entry]
             Type=Application
-            Name=\(name)
-            Exec=\(quoted) handle-url %u
+            Name=\(name.replacingOccurrences(of: "\\", with: "\\\\"))
+            Exec=\(program) handle-url %u
             MimeType=\(Self.mimeType(scheme));
             NoDisplay=true
             Terminal=false
 
             """
+        let launchers = (launcher as NSString).deletingLastPathComponent
+        try AtomicFileSet.ensureDirectory(launchers)
+        let staged = launchers + "/.\(scheme).\(getpid()).new"
+        unlink(staged)
+        guard symlink(executable, staged) == 0, rename(staged, launcher) == 0 else {
+            let error = errno
+            unlink(staged)
+            throw DCError(
+                .cannotCreateOutput, "cannot install the handler's launcher: \(String(cString: strerror(error)))",
+                subject: launcher)
+        }
         let applications = directories.dataHome + "/applications"
         try AtomicFileSet.ensureDirectory(applications)
         var files = AtomicFileSet(directory: applications)
@@ -68,6 +142,7 @@ public struct SchemeHandlers: Sendable {
     public func unregister(scheme: String) throws {
         let scheme = try Self.normalize(scheme: scheme)
         unlink(directories.dataHome + "/applications/" + Self.desktopID(scheme))
+        unlink(launcherPath(scheme: scheme))
         try updateDefaults { defaults in
             if defaults[Self.mimeType(scheme)] == Self.desktopID(scheme) { defaults[Self.mimeType(scheme)] = nil }
         }
@@ -224,10 +299,15 @@ public struct SchemeHandlers: Sendable {
             throw DCError(.missingClient, "no handler is registered for \(scheme):", hint: "register it first")
         }
         let arguments = try resolved.entry.arguments(for: url)
-        guard resolved.choice == .explicitDefault, arguments[0] == expectedExecutable else {
+        // Our own entry runs our launcher, which must still point at the expected executable.
+        let launcher = launcherPath(scheme: try Self.normalize(scheme: scheme))
+        let runs =
+            arguments[0] == launcher
+            ? (try? FileManager.default.destinationOfSymbolicLink(atPath: launcher)) ?? launcher : arguments[0]
+        guard resolved.choice == .explicitDefault, runs == expectedExecutable else {
             throw DCError(
                 .invalid,
-                "another handler claims \(scheme): (\(resolved.entry.id.escapingControlCharacters) runs \(arguments[0].escapingControlCharacters)); refusing to send to it",
+                "another handler claims \(scheme): (\(resolved.entry.id.escapingControlCharacters) runs \(runs.escapingControlCharacters)); refusing to send to it",
                 subject: resolved.entry.path, hint: "remove it, or register the client again")
         }
         return arguments

@@ -62,6 +62,8 @@ struct Register: AsyncParsableCommand, OutputCommand {
 
     func run() async throws {
         let scheme = try SchemeHandlers.normalize(scheme: providerScheme)
+        // The brand goes into the desktop entry's Name: checked before anything is written.
+        try SchemeHandlers.validateDisplayName(brand)
         let (provider, options) = try source.resolve(ProviderDirectory.registry())
         let pinFile = source.pin.pinFile.map {
             $0.hasPrefix("/") ? $0 : FileManager.default.currentDirectoryPath + "/" + $0

@@ -10,7 +10,9 @@
 //                       answers CKR_DEVICE_REMOVED: a card pulled out mid-read), session-closed
 //                       (the first C_GetAttributeValue after a login really closes every session
 //                       of the token and answers CKR_SESSION_HANDLE_INVALID: a card reset, or
-//                       another program's C_CloseAllSessions, mid-read)
+//                       another program's C_CloseAllSessions, mid-read), empty-slot (one more slot,
+//                       EMPTY_SLOT, that C_GetSlotList lists only when asked for every slot, and that
+//                       holds no token: a reader without a card, which SoftHSM cannot show)
 //   DC_FAULT_LOGIN_LOG  a file that gets one line per C_Login call, so tests can count attempts
 //   DC_FAULT_CALL_LOG   a file that gets, when the process exits, the number of calls to each function that
 //                       talks to the token (the benchmark's "PKCS#11 calls per listing")
@@ -23,6 +25,8 @@
 
 #define SOFTHSM "/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so"
 
+#define EMPTY_SLOT 4242
+
 static CK_FUNCTION_LIST *real;
 static CK_FUNCTION_LIST fake;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -33,6 +37,7 @@ static int fault(const char *name) {
 }
 
 static CK_RV fault_GetTokenInfo(CK_SLOT_ID slot, CK_TOKEN_INFO_PTR info) {
+    if (fault("empty-slot") && slot == EMPTY_SLOT) return CKR_TOKEN_NOT_PRESENT;
     CK_RV rv = real->C_GetTokenInfo(slot, info);
     if (rv != CKR_OK) return rv;
     if (fault("count-low")) info->flags |= CKF_USER_PIN_COUNT_LOW;
@@ -40,6 +45,28 @@ static CK_RV fault_GetTokenInfo(CK_SLOT_ID slot, CK_TOKEN_INFO_PTR info) {
     if (fault("locked")) info->flags |= CKF_USER_PIN_LOCKED;
     if (fault("pinpad")) info->flags |= CKF_PROTECTED_AUTHENTICATION_PATH;
     return rv;
+}
+
+static CK_RV fault_GetSlotList(CK_BBOOL present, CK_SLOT_ID_PTR list, CK_ULONG_PTR count) {
+    if (!fault("empty-slot") || present || count == NULL) return real->C_GetSlotList(present, list, count);
+    CK_ULONG room = *count;
+    CK_RV rv = real->C_GetSlotList(present, list, count);
+    if (rv == CKR_BUFFER_TOO_SMALL || (rv == CKR_OK && list != NULL && *count + 1 > room)) { *count += 1; return CKR_BUFFER_TOO_SMALL; }
+    if (rv != CKR_OK) return rv;
+    if (list != NULL) list[*count] = EMPTY_SLOT;
+    *count += 1;
+    return CKR_OK;
+}
+
+static CK_RV fault_GetSlotInfo(CK_SLOT_ID slot, CK_SLOT_INFO_PTR info) {
+    if (!fault("empty-slot") || slot != EMPTY_SLOT) return real->C_GetSlotInfo(slot, info);
+    memset(info, ' ', sizeof *info);
+    memcpy(info->slotDescription, "DC fault empty reader", 21);
+    memcpy(info->manufacturerID, "DC fault", 8);
+    info->flags = CKF_REMOVABLE_DEVICE | CKF_HW_SLOT;
+    info->hardwareVersion.major = info->hardwareVersion.minor = 0;
+    info->firmwareVersion.major = info->firmwareVersion.minor = 0;
+    return CKR_OK;
 }
 
 static unsigned long calls_login, calls_sign_init, calls_sign;
@@ -81,7 +108,7 @@ static CK_RV fault_FindObjects(CK_SESSION_HANDLE session, CK_OBJECT_HANDLE_PTR o
 
 // Call counting for the benchmark: a real card costs milliseconds per call.
 static unsigned long calls_slot_list, calls_token_info, calls_open, calls_find_init, calls_find, calls_find_final, calls_attribute;
-static CK_RV count_GetSlotList(CK_BBOOL present, CK_SLOT_ID_PTR list, CK_ULONG_PTR count) { __atomic_add_fetch(&calls_slot_list, 1, __ATOMIC_RELAXED); return real->C_GetSlotList(present, list, count); }
+static CK_RV count_GetSlotList(CK_BBOOL present, CK_SLOT_ID_PTR list, CK_ULONG_PTR count) { __atomic_add_fetch(&calls_slot_list, 1, __ATOMIC_RELAXED); return fault_GetSlotList(present, list, count); }
 static CK_RV count_GetTokenInfo(CK_SLOT_ID slot, CK_TOKEN_INFO_PTR info) { __atomic_add_fetch(&calls_token_info, 1, __ATOMIC_RELAXED); return fault_GetTokenInfo(slot, info); }
 static CK_RV count_OpenSession(CK_SLOT_ID slot, CK_FLAGS flags, void *app, CK_NOTIFY notify, CK_SESSION_HANDLE_PTR session) { __atomic_add_fetch(&calls_open, 1, __ATOMIC_RELAXED); return real->C_OpenSession(slot, flags, app, notify, session); }
 static CK_RV count_FindObjectsInit(CK_SESSION_HANDLE session, CK_ATTRIBUTE_PTR template, CK_ULONG count) { __atomic_add_fetch(&calls_find_init, 1, __ATOMIC_RELAXED); return real->C_FindObjectsInit(session, template, count); }
@@ -112,6 +139,7 @@ static void load(void) {
     fake.C_Login = fault_Login;
     fake.C_FindObjects = count_FindObjects;
     fake.C_GetSlotList = count_GetSlotList;
+    fake.C_GetSlotInfo = fault_GetSlotInfo;
     fake.C_OpenSession = count_OpenSession;
     fake.C_FindObjectsInit = count_FindObjectsInit;
     fake.C_FindObjectsFinal = count_FindObjectsFinal;

@@ -102,13 +102,97 @@ struct PKCS11DiscoveryTests {
     }
 
     @Test(
-        "Bad URIs are usage errors; a URI with a PIN is refused",
+        "Bad URIs are usage errors; a URI with a PIN is refused; RFC 7512's grammar is held (characters, path and query, duplicates, vendor path attributes)",
         arguments: [
             "pkcs11:token=PIV%20Card;pin-value=123456", "pkcs11:token=PIV%20Card?pin-source=file:/tmp/pin",
-            "https://example.com", "pkcs11:id=%zz", "pkcs11:colour=blue",
+            "https://example.com", "pkcs11:id=%zz", "pkcs11:colour=blue", "pkcs11:token=PIV Card",
+            "pkcs11:token=PIV%20Card;token=Other", "pkcs11:?module-name=softhsm2&module-name=opensc-pkcs11",
+            "pkcs11:module-path=/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so", "pkcs11:?token=PIV%20Card",
+            "pkcs11:slot-id=abc", "pkcs11:slot-id=", "pkcs11:library-version=2.x", "pkcs11:token",
+            "pkcs11:x-vendor=1", "pkcs11:;token=PIV%20Card", "pkcs11:token=PIV%2", "pkcs11:object=a\nb",
         ])
     func badURIs(uri: String) {
         _ = prepared()
         #expect(throws: DCError.self) { try PKCS11Discovery.objects(matching: uri, modules: ["softhsm2"]) }
+    }
+
+    /// The certificates our discovery finds for `uri`, as sets of URI path attributes.
+    static func ours(_ uri: String, modules: [String]? = ["softhsm2"]) throws -> Set<Set<String>> {
+        Set(
+            try PKCS11Discovery.certificates(matching: uri, modules: modules).map {
+                SoftHSM.uriAttributes($0.object.uri)
+            })
+    }
+
+    /// The certificates p11tool lists for `uri`, as sets of URI path attributes.
+    static func p11tools(_ uri: String, in sandbox: Sandbox) throws -> Set<Set<String>> {
+        let listed = try SoftHSM.p11tool(["--list-all-certs", uri], in: sandbox)
+        // p11tool exits 2 when nothing matches.
+        if listed.status == 2 && listed.stderrText.hasPrefix("No matching objects found") { return [] }
+        try #require(listed.status == 0, "p11tool --list-all-certs \(uri): \(listed.stderrText)")
+        return Set(SoftHSM.parseP11ToolListing(listed.stdoutText).map { SoftHSM.uriAttributes($0.url) })
+    }
+
+    @Test(
+        "A URI without a token part searches every token; library- attributes, percent-encoding and vendor query attributes as p11tool reads them"
+    )
+    func withoutTokenPart() throws {
+        _ = prepared()
+        let sandbox = try Sandbox("p11tool-uris")
+        defer { sandbox.remove() }
+        let every = try Self.ours("pkcs11:type=cert")
+        // PIV Card and Export Card hold certificates (the PIN card holds none).
+        #expect(every.count == 9)
+        for uri in [
+            "pkcs11:", "pkcs11:type=cert", "pkcs11:library-manufacturer=SoftHSM", "pkcs11:library-version=2",
+            "pkcs11:library-manufacturer=Nobody", "pkcs11:library-version=1.0",
+            "pkcs11:library-description=Implementation%20of%20PKCS11;type=cert",
+            "pkcs11:token=%50%49%56%20%43%61%72%64",
+            "pkcs11:token=PIV%20Card;object=Certificate%20for%20PIV%20Authentication",
+        ] {
+            #expect(try Self.ours(uri) == (try Self.p11tools(uri, in: sandbox)), "\(uri)")
+        }
+        #expect(try Self.ours("pkcs11:library-manufacturer=Nobody").isEmpty)
+        #expect(try Self.ours("pkcs11:library-manufacturer=SoftHSM") == every)
+        // Vendor query attributes are ignored (RFC 7512 section 2.4), and may repeat.
+        #expect(
+            try Self.ours("pkcs11:token=PIV%20Card?x-vendor=1&x-vendor=2") == (try Self.ours("pkcs11:token=PIV%20Card"))
+        )
+    }
+
+    @Test("slot-id, slot-description and slot-manufacturer select the slot, as pkcs11-tool --slot reads them")
+    func slotAttributes() throws {
+        _ = prepared()
+        let module = try PKCS11Discovery.tokens(modules: ["softhsm2"]).filter(\.initialized)
+        #expect(module.count == 3)
+        for token in module {
+            let listing = try SoftHSM.pkcs11Tool(["--slot", String(token.slot), "--list-objects", "--type", "cert"])
+            let theirs = Self.pkcs11ToolObjects(listing.stdoutText)
+            let bySlot = try PKCS11Discovery.certificates(
+                matching: "pkcs11:slot-id=\(token.slot)", modules: ["softhsm2"])
+            #expect(
+                bySlot.map { [$0.object.id, $0.object.label] }.sorted { $0[0] < $1[0] } == theirs, "\(token.label)")
+            #expect(bySlot.allSatisfy { $0.object.uri.contains("serial=\(token.serialNumber)") })
+            // SoftHSM describes each slot by its id in hex.
+            let description = "SoftHSM%20slot%20ID%200x" + String(token.slot, radix: 16)
+            #expect(
+                try Self.ours("pkcs11:slot-description=\(description)")
+                    == Set(bySlot.map { SoftHSM.uriAttributes($0.object.uri) }))
+        }
+        #expect(try Self.ours("pkcs11:slot-manufacturer=SoftHSM%20project") == (try Self.ours("pkcs11:")))
+        #expect(try Self.ours("pkcs11:slot-manufacturer=Nobody").isEmpty)
+        #expect(try Self.ours("pkcs11:slot-id=\(UInt32.max)").isEmpty)
+    }
+
+    @Test("module-name and module-path (query attributes) name the module; given modules are narrowed to it")
+    func moduleAttributes() throws {
+        _ = prepared()
+        let piv = try Self.ours("pkcs11:token=PIV%20Card")
+        #expect(piv.count == 4)
+        #expect(try Self.ours("pkcs11:token=PIV%20Card?module-path=\(SoftHSM.module)", modules: nil) == piv)
+        #expect(try Self.ours("pkcs11:token=PIV%20Card?module-name=softhsm2", modules: nil) == piv)
+        #expect(try Self.ours("pkcs11:token=PIV%20Card?module-name=softhsm2", modules: ["softhsm2"]) == piv)
+        #expect(try Self.ours("pkcs11:token=PIV%20Card?module-name=opensc-pkcs11", modules: ["softhsm2"]).isEmpty)
+        #expect(throws: DCError.self) { try Self.ours("pkcs11:?module-name=no-such-module", modules: nil) }
     }
 }

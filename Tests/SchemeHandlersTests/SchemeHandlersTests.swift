@@ -90,13 +90,18 @@ struct SchemeHandlersTests {
         let resolved = try #require(try sandbox.handlers.resolve(scheme: "org.example.dc"))
         #expect(resolved.choice == .explicitDefault)
         #expect(resolved.entry.id == "dc-org.example.dc.desktop")
-        #expect(try resolved.entry.arguments(for: "u:") == [handler, "handle-url", "u:"])
+        // Exec runs the launcher, a link to the handler at a path of plain characters (xdg-open 1.1.3
+        // cannot run a quoted program).
+        let launcher = sandbox.handlers.launcherPath(scheme: "org.example.dc")
+        #expect(try resolved.entry.arguments(for: "u:") == [launcher, "handle-url", "u:"])
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: launcher) == handler)
         let list = try String(contentsOfFile: configHome + "/mimeapps.list", encoding: .utf8)
         #expect(list.contains("text/html=firefox.desktop"))
         #expect(list.contains("x-scheme-handler/org.example.dc=dc-org.example.dc.desktop"))
         #expect(list.contains("[Added Associations]\nimage/png=gimp.desktop;"))
         try sandbox.handlers.unregister(scheme: "org.example.dc")
         #expect(try sandbox.handlers.resolve(scheme: "org.example.dc") == nil)
+        #expect(!FileManager.default.fileExists(atPath: launcher))
         #expect(
             try String(contentsOfFile: configHome + "/mimeapps.list", encoding: .utf8).contains(
                 "text/html=firefox.desktop"))
@@ -173,5 +178,24 @@ struct SchemeHandlersTests {
         } catch let error as DCError {
             #expect(error.code == .missingClient)
         }
+    }
+
+    @Test(
+        "register refuses, before writing anything, a name or an executable a desktop entry cannot hold",
+        arguments: [
+            ("Two\nlines", "/bin/true"), ("Bell\u{07}", "/bin/true"), ("", "/bin/true"), ("ok", "relative"),
+            ("ok", "/bin/new\nline"),
+        ])
+    func refusedValues(name: String, executable: String) throws {
+        let sandbox = try HandlerSandbox()
+        defer { sandbox.dir.remove() }
+        do {
+            try sandbox.handlers.register(scheme: "org.example.dc", executable: executable, name: name)
+            Issue.record("registered")
+        } catch let error as DCError {
+            #expect(error.code == .usage)
+        }
+        #expect(!FileManager.default.fileExists(atPath: sandbox.handlers.directories.dataHome + "/applications"))
+        #expect(!FileManager.default.fileExists(atPath: sandbox.handlers.launcherPath(scheme: "org.example.dc")))
     }
 }

@@ -254,7 +254,9 @@ struct ErrorHintTests {
                 + "module with --module NAME|PATH (p11-kit list-modules shows the registered ones)\n")
     }
 
-    @Test("A URI attribute nobody knows is named, with the attributes that exist")
+    @Test(
+        "A path attribute nobody knows is named, with the attributes that exist; an unknown query attribute is ignored (RFC 7512 2.4)"
+    )
     func unknownURIAttribute() throws {
         let tools = try Tools("uri-attribute")
         defer { tools.sandbox.remove() }
@@ -262,8 +264,9 @@ struct ErrorHintTests {
         #expect(result.status == 64)
         #expect(
             result.stderrText.hasPrefix(
-                "dcprovision: pkcs11:token=Card;colour=red?x-vendor=1: the URI has attributes this toolkit does not "
-                    + "understand: colour, x-vendor; remove or correct them; RFC 7512 attributes are token, "))
+                "dcprovision: pkcs11:token=Card;colour=red?x-vendor=1: the URI has path attributes this toolkit does "
+                    + "not understand: colour; remove or correct them (RFC 7512: an unknown path attribute, x-… "
+                    + "included, matches nothing); its path attributes are token, "))
         #expect(!result.stderrText.contains("pin-value"))
     }
 }

@@ -162,4 +162,33 @@ struct TokenCommandTests {
         // One search for the certificates, one for the authentication key.
         #expect(calls["C_FindObjectsInit"] == 2)
     }
+
+    @Test(
+        "A slot named by slot-id that holds no token is exit 66 naming the slot (an empty reader, shown by the fault module); tokens lists no such slot"
+    )
+    func emptySlot() throws {
+        var environment = try Sandbox.shared().environment
+        environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
+        environment["DC_FAULT"] = "empty-slot"
+        let module = PINSafetyTests.faultModule
+        let empty = try run(
+            Binaries.dcprovision, ["objects", "pkcs11:slot-id=4242", "--module", module], environment: environment,
+            timeout: 60)
+        #expect(empty.status == 66)
+        #expect(
+            empty.stderrText
+                == "dcprovision: pkcs11:slot-id=4242: slot-id=4242 of module \(module) has no token in it (no card "
+                + "inserted); insert the card, or see dcprovision tokens\n")
+        let tokens = try run(
+            Binaries.dcprovision, ["tokens", "--module", module, "--json"], environment: environment, timeout: 60)
+        #expect(tokens.status == 0, "\(tokens.stderrText)")
+        let listed = try #require(try jsonPayload(tokens.stdout, "tokens") as? [[String: Any]])
+        #expect(listed.count == 4 && !listed.contains { $0["slot"] as? Int == 4242 })
+        // A slot id no slot has is no error: nothing matches.
+        let none = try run(
+            Binaries.dcprovision, ["objects", "pkcs11:slot-id=4243", "--module", module], environment: environment,
+            timeout: 60)
+        #expect(none.status == 66, "\(none.stderrText)")
+        #expect(!none.stderrText.contains("no card inserted"))
+    }
 }

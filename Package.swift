@@ -77,7 +77,9 @@ let package = Package(
         .target(
             name: "CommandLineSupport",
             dependencies: [
-                "DerivedCredentials", "SystemSupport", .product(name: "ArgumentParser", package: "swift-argument-parser")]),
+                "DerivedCredentials", "SystemSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]),
 
         // The reference managed client, and its thin CLI.
         .target(

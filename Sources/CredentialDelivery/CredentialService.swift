@@ -118,7 +118,8 @@ public struct CredentialService: Sendable {
             client = id
             time = sent
         case .deliver, .result:
-            throw DCError(.invalid, "not a client's signed message", hint: "only new and available are signed by clients")
+            throw DCError(
+                .invalid, "not a client's signed message", hint: "only new and available are signed by clients")
         }
         let hint = "nothing was done; the client asks again (dcclient request)"
         guard let pairing = try pairing(clientId: client) else {
@@ -133,14 +134,17 @@ public struct CredentialService: Sendable {
         }
         guard abs(now.timeIntervalSince1970 - Double(time)) <= ledger.timeLimit else {
             throw DCError(
-                .refusedMessage, "the \(message.path) message is older than \(Int(ledger.timeLimit)) s (or from the future)",
+                .refusedMessage,
+                "the \(message.path) message is older than \(Int(ledger.timeLimit)) s (or from the future)",
                 subject: client, hint: hint)
         }
         let registration = try registration(pairing.scheme)
         guard registration.clientId == pairing.clientId, registration.signingKey == pairing.signingKey else {
             throw DCError(
                 .refusedMessage, "the client's registration changed since it was paired", subject: client,
-                hint: "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(pairing.scheme)")
+                hint:
+                    "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(pairing.scheme)"
+            )
         }
         return (registration, pairing)
     }
@@ -230,7 +234,9 @@ public struct CredentialService: Sendable {
         if let pairing = try pairing(clientId: registration.clientId), pairing.signingKey != registration.signingKey {
             throw DCError(
                 .refusedMessage, "the client's registration changed since it was paired", subject: registration.scheme,
-                hint: "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(registration.scheme)")
+                hint:
+                    "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(registration.scheme)"
+            )
         }
         // Before anything is sealed: a scheme another program hijacked gets nothing, not even a
         // queued payload.
@@ -321,7 +327,8 @@ public struct CredentialService: Sendable {
                 throw DCError(
                     .refusedMessage,
                     "the source uses a card, and requests from '\(pairing.clientId)' may not use it unattended",
-                    hint: "send with an operator present (dcprovision send), or allow it: dcprovision pair --allow-card-requests"
+                    hint:
+                        "send with an operator present (dcprovision send), or allow it: dcprovision pair --allow-card-requests"
                 )
             }
             let recent = ledger.recent(limit: 10_000).filter {
@@ -356,7 +363,8 @@ public struct CredentialService: Sendable {
         _ message: DeliveryMessage, now: Date = Date(), progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> [String] {
         guard case .available(let clientId, _, _) = message else {
-            throw DCError(.invalid, "not an availability notice", hint: "notices are <provider-scheme>:/available?… URLs")
+            throw DCError(
+                .invalid, "not an availability notice", hint: "notices are <provider-scheme>:/available?… URLs")
         }
         _ = try authenticate(message, now: now)
         var sent: [String] = []

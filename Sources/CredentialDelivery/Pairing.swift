@@ -39,9 +39,10 @@ public struct ClientPairing: Codable, Sendable, Equatable {
     public var publicKey: [UInt8]? { PinnedKeys.decode(signingKey) }
 }
 
-/// What a client knows of its provider: the provider's message-signing key as it was the first
-/// time the user ran a command that asks the provider (`dcclient register` or `dcclient
-/// request`). A delivery is installed only when it is signed with this key.
+/// What a client knows of its provider: the provider's message-signing key as its registration
+/// showed it the first time the client needed it (`dcclient register`, `dcclient request`, or the
+/// first delivery). A delivery is installed only when it is signed with this key, and a
+/// registration that later shows another key is refused.
 public struct ProviderPin: Codable, Sendable, Equatable {
     /// The provider's URL scheme, lowercase.
     public var scheme: String
@@ -80,7 +81,8 @@ public enum PinnedKeys {
         let directory = (path as NSString).deletingLastPathComponent
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
-        try files.add((path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: 0o600)
+        try files.add(
+            (path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: 0o600)
         try files.commit(replacingExisting: true)
     }
 
@@ -99,7 +101,8 @@ public enum PinnedKeys {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         guard let value = try? decoder.decode(T.self, from: data) else {
-            throw DCError(.invalid, "a pinned key file that cannot be read", subject: path, hint: "remove it and pair again")
+            throw DCError(
+                .invalid, "a pinned key file that cannot be read", subject: path, hint: "remove it and pair again")
         }
         return value
     }

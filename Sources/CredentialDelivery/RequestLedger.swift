@@ -76,7 +76,8 @@ public struct RequestLedger: Sendable {
     /// (`refusedMessage`), so a replay issues nothing.
     public func reserve(request: String, clientScheme: String, cardRequest: Bool = false, now: Date = Date()) throws {
         guard !FileManager.default.fileExists(atPath: path(request)) else { throw Self.replayed(request) }
-        var record = Record(request: request, clientScheme: clientScheme, credentialName: "", created: now, resultKey: nil)
+        var record = Record(
+            request: request, clientScheme: clientScheme, credentialName: "", created: now, resultKey: nil)
         record.cardRequest = cardRequest ? true : nil
         try create(record)
     }

@@ -109,7 +109,9 @@ public struct ManagedClient: Sendable {
             mode: 0o600)
         try files.add(
             "signing-key",
-            .bytes(try AtRest.seal(signingKey.privateKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "signing-key")),
+            .bytes(
+                try AtRest.seal(
+                    signingKey.privateKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "signing-key")),
             mode: 0o600)
         try files.add("client.pem", .bytes(PEM.certificate(certificate)), mode: 0o644)
         try files.add("client.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
@@ -165,7 +167,8 @@ public struct ManagedClient: Sendable {
         else { return pinned }
         guard let key = registration.signingKey, PinnedKeys.decode(key) != nil else {
             throw DCError(
-                .oldClient, "the provider registered for \(config.providerScheme): has no signing key (an older version)",
+                .oldClient,
+                "the provider registered for \(config.providerScheme): has no signing key (an older version)",
                 hint: "update the provider and register it again")
         }
         if let pinned {
@@ -282,8 +285,10 @@ public struct ManagedClient: Sendable {
     /// The availability notification for the provider, signed with the client's key.
     public func availabilityURL(now: Date = Date()) throws -> String? {
         let config = try config()
-        return try DeliveryMessage.available(client: config.clientId, time: Int64(now.timeIntervalSince1970), signature: "")
-            .signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
+        return try DeliveryMessage.available(
+            client: config.clientId, time: Int64(now.timeIntervalSince1970), signature: ""
+        )
+        .signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
     }
 
     func signingKey() throws -> MessageSigningKey {
@@ -334,10 +339,13 @@ public struct ManagedClient: Sendable {
                 .invalid, "a delivery for another client (\(client))",
                 hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
         }
-        guard let pin = try pinnedProvider(), let providerKey = pin.publicKey else {
+        // The provider's key comes from its registration (a file of this user that no one else can
+        // write), never from the URL: pinned now if no command pinned it yet.
+        guard let pin = try pinnedProvider(pinning: true), let providerKey = pin.publicKey else {
             throw DCError(
-                .refusedMessage, "no provider is pinned, so no delivery can be authenticated", subject: request,
-                hint: "nothing was installed; ask the provider yourself first (dcclient request)")
+                .refusedMessage, "no provider is registered for this client, so no delivery can be authenticated",
+                subject: request,
+                hint: "nothing was installed; register the provider (dcprovision register), then ask again")
         }
         guard message.isSigned(by: providerKey, scheme: config.scheme) else {
             throw DCError(
@@ -373,7 +381,9 @@ public struct ManagedClient: Sendable {
         }
         var status = ResultStatus.ok
         let installedSequence = self.installedSequence
-        if let installedSequence, sequence <= installedSequence, !allowOlder {
+        if let installedSequence, sequence == installedSequence, try installedPayload(key: key) == opened {
+            // This very delivery was installed before a crash cut the handler short: finish it.
+        } else if let installedSequence, sequence <= installedSequence, !allowOlder {
             status = ResultStatus.stale
         } else if !validator.validate(payload.credential).passes() {
             status = ResultStatus.invalid
@@ -396,6 +406,13 @@ public struct ManagedClient: Sendable {
         return Handled(
             request: request, status: status, resultURL: result, replay: false, credentialName: payload.credential.name,
             installedSequence: installedSequence, sequence: sequence)
+    }
+
+    /// The installed payload as it was delivered (decrypted), or nil when none is installed.
+    func installedPayload(key: SecretBytes) throws -> SecretBytes? {
+        let path = store + "/credential"
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        return try AtRest.open(try bytes(path), key: key, context: "credential")
     }
 
     /// The delivery number of the installed credential, or nil when none is installed (or it came

@@ -291,7 +291,8 @@ public struct SchemeHandlers: Sendable {
     /// launching anything: a sender runs it before it seals, so that a hijacked scheme gets
     /// nothing. Throws what ``open(_:scheme:expectedExecutable:limits:environment:)`` would.
     public func verifyHandler(scheme: String, expectedExecutable: String) throws {
-        _ = try checkedArguments(try Self.normalize(scheme: scheme) + ":/", scheme: scheme, expectedExecutable: expectedExecutable)
+        _ = try checkedArguments(
+            try Self.normalize(scheme: scheme) + ":/", scheme: scheme, expectedExecutable: expectedExecutable)
     }
 
     private func checkedArguments(_ url: String, scheme: String, expectedExecutable: String) throws -> [String] {

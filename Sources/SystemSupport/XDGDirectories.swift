@@ -63,7 +63,8 @@ extension XDGDirectories {
         }
         let resolved = (runtime as NSString).resolvingSymlinksInPath
         let resolvedHome = (home as NSString).resolvingSymlinksInPath
-        guard resolved != resolvedHome, !resolved.hasPrefix(resolvedHome.hasSuffix("/") ? resolvedHome : resolvedHome + "/")
+        guard resolved != resolvedHome,
+            !resolved.hasPrefix(resolvedHome.hasSuffix("/") ? resolvedHome : resolvedHome + "/")
         else {
             throw DCError(
                 .serviceUnavailable, "XDG_RUNTIME_DIR is inside the home directory, which backups copy",

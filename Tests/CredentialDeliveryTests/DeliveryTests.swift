@@ -46,7 +46,8 @@ struct DeliveryURLTests {
         #expect(!message.isSigned(by: try MessageSigningKey.generate().publicKey, scheme: "org.example.dc"))
         let url = message.url(scheme: "org.example.dc")
         for (from, to) in [("seq=42", "seq=43"), ("client=dcclient", "client=dcclienu"), ("digest=ab", "digest=ac")] {
-            let changed = try DeliveryMessage.parse(url.replacingOccurrences(of: from, with: to), scheme: "org.example.dc")
+            let changed = try DeliveryMessage.parse(
+                url.replacingOccurrences(of: from, with: to), scheme: "org.example.dc")
             #expect(!changed.isSigned(by: key.publicKey, scheme: "org.example.dc"), "\(from) → \(to)")
         }
         #expect(String(describing: key).contains("redacted"))
@@ -58,13 +59,15 @@ struct DeliveryURLTests {
     @Test("An old-version message gets a clear error naming both versions")
     func oldVersion() throws {
         let error = try #require(throws: DCError.self) {
-            try DeliveryMessage.parse("org.example.dc:/new?v=1&client=dcclient&request=\(request)", scheme: "org.example.dc")
+            try DeliveryMessage.parse(
+                "org.example.dc:/new?v=1&client=dcclient&request=\(request)", scheme: "org.example.dc")
         }
         #expect(error.code == .invalid)
         #expect(error.description.contains("protocol version '1'") && error.description.contains("version 2"))
     }
 
-    static let deliver: String = "org.example.dc:/deliver?v=2&client=dcclient&request=\(request)&digest=\(digest)&seq=1&sig=\(signature)"
+    static let deliver: String =
+        "org.example.dc:/deliver?v=2&client=dcclient&request=\(request)&digest=\(digest)&seq=1&sig=\(signature)"
 
     @Test(
         "Hostile URLs are refused",
@@ -78,29 +81,29 @@ struct DeliveryURLTests {
     static let padded: String = deliver + "&pad=" + String(repeating: "a", count: 200_000)
 
     static let hostileURLs: [String] = [
-            deliver + "&extra=1",
-            deliver.replacingOccurrences(of: "client=dcclient", with: "client=dcclient&client=evil"),
-            deliver.replacingOccurrences(of: "client=dcclient", with: "client=dc client"),
-            deliver.replacingOccurrences(of: "client=dcclient", with: "client=$(reboot)"),
-            deliver.replacingOccurrences(of: "client=dcclient", with: "client=--help"),
-            "--help",
-            deliver + "#frag",
-            deliver.replacingOccurrences(of: "org.example.dc:/", with: "org.example.dc://host/"),
-            deliver.replacingOccurrences(of: "v=2", with: "v=3"),
-            deliver.replacingOccurrences(of: request, with: request.uppercased()),
-            deliver.replacingOccurrences(of: "&sig=\(signature)", with: ""),
-            deliver.replacingOccurrences(of: "seq=1", with: "seq=01"),
-            deliver.replacingOccurrences(of: "seq=1", with: "seq=-1"),
-            deliver.replacingOccurrences(of: "seq=1", with: "seq=1234567890123456789"),
-            deliver.replacingOccurrences(of: signature, with: String(signature.dropLast(2))),
-            // The same parameters in another order: one spelling only, so what is signed is what is sent.
-            "org.example.dc:/deliver?client=dcclient&v=2&request=\(request)&digest=\(digest)&seq=1&sig=\(signature)",
-            deliver.replacingOccurrences(of: "/deliver", with: "/../deliver"),
-            deliver.replacingOccurrences(of: "org.example.dc:", with: "other.scheme:"),
-            padded,
-            newWithEncodedClient,
-            deliver + "\u{0}",
-        ]
+        deliver + "&extra=1",
+        deliver.replacingOccurrences(of: "client=dcclient", with: "client=dcclient&client=evil"),
+        deliver.replacingOccurrences(of: "client=dcclient", with: "client=dc client"),
+        deliver.replacingOccurrences(of: "client=dcclient", with: "client=$(reboot)"),
+        deliver.replacingOccurrences(of: "client=dcclient", with: "client=--help"),
+        "--help",
+        deliver + "#frag",
+        deliver.replacingOccurrences(of: "org.example.dc:/", with: "org.example.dc://host/"),
+        deliver.replacingOccurrences(of: "v=2", with: "v=3"),
+        deliver.replacingOccurrences(of: request, with: request.uppercased()),
+        deliver.replacingOccurrences(of: "&sig=\(signature)", with: ""),
+        deliver.replacingOccurrences(of: "seq=1", with: "seq=01"),
+        deliver.replacingOccurrences(of: "seq=1", with: "seq=-1"),
+        deliver.replacingOccurrences(of: "seq=1", with: "seq=1234567890123456789"),
+        deliver.replacingOccurrences(of: signature, with: String(signature.dropLast(2))),
+        // The same parameters in another order: one spelling only, so what is signed is what is sent.
+        "org.example.dc:/deliver?client=dcclient&v=2&request=\(request)&digest=\(digest)&seq=1&sig=\(signature)",
+        deliver.replacingOccurrences(of: "/deliver", with: "/../deliver"),
+        deliver.replacingOccurrences(of: "org.example.dc:", with: "other.scheme:"),
+        padded,
+        newWithEncodedClient,
+        deliver + "\u{0}",
+    ]
 }
 
 @Suite("Delivery URL forms (docs/PROTOCOL.md: scheme:/path, no authority)", .timeLimit(.minutes(3)))

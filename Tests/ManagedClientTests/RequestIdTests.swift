@@ -68,7 +68,10 @@ struct RequestIdTests {
         }
         #expect(await answer(try world.new(request: own.request)) == .refusedMessage)
         // Forged: every value of a genuine request, with one bit of the signature changed.
-        guard case .new(let client, let request, let time, let signature) = try world.new() else { return }
+        let fresh = try world.new()
+        guard case .new(let client, let request, let time, let signature) = fresh else {
+            throw DCError(.invalid, "not a new message")
+        }
         let flipped = String(signature.dropLast()) + (signature.hasSuffix("0") ? "1" : "0")
         #expect(await answer(.new(client: client, request: request, time: time, signature: flipped)) == .refusedMessage)
         // Signed by another key (a program that made its own key pair).
@@ -106,7 +109,9 @@ struct RequestIdTests {
     func unpairedProvider() async throws {
         let world = try World(paired: false)
         defer { world.dir.remove() }
-        let refused = await thrownError { _ = try await world.service.answer(try world.new()) { _ in try world.credential() } }
+        let refused = await thrownError {
+            _ = try await world.service.answer(try world.new()) { _ in try world.credential() }
+        }
         #expect(refused?.code == .refusedMessage)
         #expect(world.deliveries.all.isEmpty)
         #expect(world.service.ledger.recent().isEmpty)
@@ -127,7 +132,8 @@ struct RequestIdTests {
         }
         #expect(await answer() == .refusedMessage)
         #expect(issued.value == 0)
-        _ = try world.service.pair(clientScheme: "org.example.dcclient", allowCardRequests: true, cardRequestsPerHour: 2)
+        _ = try world.service.pair(
+            clientScheme: "org.example.dcclient", allowCardRequests: true, cardRequestsPerHour: 2)
         #expect(await answer() == nil)
         #expect(await answer() == nil)
         #expect(await answer() == .serviceUnavailable)

@@ -31,7 +31,11 @@ struct World {
 
     /// A client and a provider set up as `dcclient init`, `dcprovision register` and (when
     /// `paired`) `dcprovision pair` leave them: each has pinned the other's signing key.
-    init(deliver: Bool = true, paired: Bool = true) throws {
+    /// `checkHandler` stands for the scheme-handler resolution a real sender runs before sealing.
+    init(
+        deliver: Bool = true, paired: Bool = true,
+        checkHandler: @escaping CredentialService.HandlerCheck = { _ in }
+    ) throws {
         dir = try TemporaryDirectory("world")
         let runtime = dir.file("run")
         try #require(mkdir(runtime, 0o700) == 0)
@@ -45,8 +49,9 @@ struct World {
         let deliveries = deliveries
         var serviceBox: CredentialService?
         let holder = ServiceHolder()
-        service = try CredentialService(brand: "Example", callbackScheme: "org.example.provider", locations: locations)
-        { url, _ in
+        service = try CredentialService(
+            brand: "Example", callbackScheme: "org.example.provider", locations: locations, checkHandler: checkHandler
+        ) { url, _ in
             deliveries.append(url)
             if deliver {
                 let handled = try client.handleDelivery(url)
@@ -319,7 +324,9 @@ struct SendPipelineTests {
         #expect(world.deliveries.all.isEmpty)
         #expect(world.service.ledger.recent().first?.queuedURL != nil)
         try world.client.unlock(passphrase: world.passphrase)
-        #expect(try world.client.availabilityURL()?.hasPrefix("org.example.provider:/available?v=2&client=dcclient&time=") == true)
+        #expect(
+            try world.client.availabilityURL()?.hasPrefix("org.example.provider:/available?v=2&client=dcclient&time=")
+                == true)
         let sent = try await world.service.deliverQueued(try world.available())
         #expect(sent == [receipt.request])
         #expect(try world.client.installed() == credential)

@@ -110,6 +110,15 @@ struct CardToClientTests {
         try sandbox.check(registered)
         let config = try readText(sandbox.directory.file("home/.config/dcprovision/config.json"))
         #expect(!config.contains(SoftHSM.userPIN))
+        // A card source answers a client's request only if the operator allowed that client to
+        // make it log in unattended.
+        try sandbox.check(try sandbox.run("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"]))
+        let notAllowed = try sandbox.run("dcclient", ["request"])
+        #expect(notAllowed.status != 0)
+        #expect(notAllowed.stderrText.contains("may not use it unattended"), "\(notAllowed.stderrText)")
+        try sandbox.check(
+            try sandbox.run(
+                "dcprovision", ["pair", "--client-scheme", "org.example.dcclient", "--allow-card-requests"]))
         let requested = try sandbox.run("dcclient", ["request"])
         try sandbox.check(requested)
         let afterRequest = try sandbox.run("dcclient", ["list"])

@@ -68,15 +68,32 @@ struct RequestIdCommandTests {
                 "exec:" + wrapper, "--option", "dir=" + tools.sandbox.file("issued"),
             ])
 
+        // Not paired yet: the client's genuine request is refused by the provider (exit 77 in its
+        // handler), and the source is never asked.
+        let unpaired = try tools.run("dcclient", ["request"])
+        #expect(unpaired.status != 0)
+        #expect(unpaired.stderrText.contains("is not paired with this provider"), "\(unpaired.stderrText)")
+        #expect(!FileManager.default.fileExists(atPath: log))
+        try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        // Anyone on the machine can open a provider URL: a `new` with a made-up signature is exit 77,
+        // and nothing is issued or sent.
+        let forged =
+            "org.example.provider:/new?v=2&client=dcclient&request=\(String(repeating: "ab", count: 16))&time=\(Int(Date().timeIntervalSince1970))&sig=\(String(repeating: "5a", count: 64))"
+        let refused = try tools.run("dcprovision", ["handle-url", forged])
+        #expect(refused.status == 77, "\(refused.stderrText)")
+        #expect(refused.stderrText.contains("not signed by the paired client"), "\(refused.stderrText)")
+        #expect(!FileManager.default.fileExists(atPath: log))
+
         let requested = try tools.check("dcclient", ["request"])
         let lines = requested.stdoutText.split(separator: "\n").map(String.init)
         let newURL = try #require(lines.first { $0.hasPrefix("requesting: ") }?.dropFirst("requesting: ".count))
-        let request = try #require(newURL.split(separator: "request=").last.map(String.init))
+        let request = try #require(
+            newURL.split(separator: "&").first { $0.hasPrefix("request=") }.map { String($0.dropFirst(8)) })
         #expect(request.count == 32)
         // What the provider's handler opened, and what the client's handler received.
         #expect(
             lines.contains {
-                $0.contains("opening org.example.dcclient:/deliver?v=1&client=dcclient&request=\(request)&")
+                $0.contains("opening org.example.dcclient:/deliver?v=2&client=dcclient&request=\(request)&")
             },
             "\(requested.stdoutText)")
         #expect(lines.contains("dcclient: received request \(request): installed \"Sample credential\""))

@@ -54,10 +54,10 @@ struct DemoTests {
         }
         // The handlers really ran as processes launched through the scheme handlers.
         for message in [
-            "\"handle-url\", \"org.example.dcprovision:/new?v=1&client=dcclient&request=",
-            "\"handle-url\", \"org.example.dcclient:/deliver?v=1&client=dcclient&request=",
-            "\"handle-url\", \"org.example.dcprovision:/result?v=1&request=",
-            "\"handle-url\", \"org.example.dcprovision:/available?v=1&client=dcclient\"",
+            "\"handle-url\", \"org.example.dcprovision:/new?v=2&client=dcclient&request=",
+            "\"handle-url\", \"org.example.dcclient:/deliver?v=2&client=dcclient&request=",
+            "\"handle-url\", \"org.example.dcprovision:/result?v=2&request=",
+            "\"handle-url\", \"org.example.dcprovision:/available?v=2&client=dcclient&time=",
         ] {
             #expect(!trace.execs(containing: message).isEmpty, "no exec of \(message)")
         }

@@ -24,6 +24,7 @@ struct JSONOutputTests {
                 "register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca",
                 "--option", "common-name=Dana Json", "--option", "escrow-history=1",
             ])
+        try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
         try tools.check("dcclient", ["request"])
 
         let list = try tools.check("dcclient", ["list", "--json"])

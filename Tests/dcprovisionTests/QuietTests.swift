@@ -43,6 +43,8 @@ struct QuietTests {
         try tools.check(
             "dcprovision",
             ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca", "-q"])
+        #expect(
+            try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient", "-q"]).stdout.isEmpty)
         let requested = try tools.check("dcclient", ["request", "--quiet"])
         #expect(requested.stdout.isEmpty, "\(requested.stdoutText)")
         // Data still prints.

@@ -87,6 +87,7 @@ public struct MessageSigningKey: Sendable, CustomStringConvertible, CustomDebugS
     public var debugDescription: String { description }
     /// A mirror that shows only the public key, so that `dump()` does not print the private one.
     public var customMirror: Mirror {
-        Mirror(self, children: ["privateKey": "<redacted>", "publicKey": Digests.hex(publicKey)], displayStyle: .struct)
+        Mirror(
+            self, children: ["privateKey": "<redacted>", "publicKey": Digests.hex(publicKey)], displayStyle: .struct)
     }
 }

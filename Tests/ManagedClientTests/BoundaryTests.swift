@@ -1,0 +1,197 @@
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import ManagedClient
+import SystemSupport
+import TestCAProvider
+import TestSupport
+import Testing
+
+/// The attacks of docs/SECURITY.md on the delivery boundary, tried against the library: each test
+/// makes the attack and checks that it fails and changed nothing, then runs the honest control.
+@Suite("Trust at the delivery boundary (docs/SECURITY.md)", .timeLimit(.minutes(3)))
+struct BoundaryTests {
+    @Test("A delivery older than the installed credential is kept out (stale), unless the user allows it")
+    func noRollback() async throws {
+        let world = try World(deliver: false)
+        defer { world.dir.remove() }
+        let older = try world.credential(TestCAIssueRequest(commonName: "Older"))
+        let newer = try world.credential(TestCAIssueRequest(commonName: "Newer"))
+        for credential in [older, newer] {
+            #expect(
+                await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+                    == .notReady)
+        }
+        let urls = world.deliveries.all
+        try #require(urls.count == 2)
+        #expect(try world.client.handleDelivery(urls[1]).status == ResultStatus.ok)
+        let stale = try world.client.handleDelivery(urls[0])
+        #expect(stale.status == ResultStatus.stale)
+        #expect(try world.client.installed() == newer)
+        // The provider learns of it through the authenticated result.
+        let record = try world.service.handleResult(try #require(stale.resultURL))
+        #expect(record.outcome == ResultStatus.stale)
+        // The control: the user may choose the older one, by hand.
+        let third = try world.credential(TestCAIssueRequest(commonName: "Older still"))
+        _ = await thrownCode { _ = try await world.service.send(third, clientScheme: "org.example.dcclient") }
+        let before = try #require(world.client.installedSequence)
+        let replayed = try #require(world.deliveries.all.last)
+        let sequence = try #require(try DeliveryMessage.parse(replayed, scheme: "org.example.dcclient").deliverParts)
+            .sequence
+        #expect(sequence > before)
+        #expect(try world.client.handleDelivery(replayed).status == ResultStatus.ok)
+        #expect(try world.client.installed() == third)
+    }
+
+    @Test("A copy of the home directory taken while unlocked reads as locked; the key is in no file under HOME")
+    func homeCopyIsLocked() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let credential = try world.credential()
+        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        #expect(try world.client.installed() == credential)
+        // The unlocked key is in the runtime directory, outside HOME, and nowhere under HOME.
+        let runtime = try #require(world.locations.runtimeDirectory)
+        let keyFiles = try FileManager.default.subpathsOfDirectory(atPath: runtime + "/dcclient")
+        try #require(keyFiles.count == 1)
+        let key = try readBytes(runtime + "/dcclient/" + keyFiles[0])
+        #expect(key.count == 32)
+        for path in try FileManager.default.subpathsOfDirectory(atPath: world.locations.home) {
+            let full = world.locations.home + "/" + path
+            var info = stat()
+            guard lstat(full, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { continue }
+            let bytes = try readBytes(full)
+            #expect(
+                SecretEncodings.found(key, in: String(decoding: bytes, as: UTF8.self)).isEmpty
+                    && !Self.contains(bytes, key), "the store key is in \(path)")
+        }
+        // A copy of HOME, opened elsewhere with an empty runtime directory: locked.
+        let copy = world.dir.file("copy")
+        let copied = try run("/bin/cp", ["-a", world.locations.home, copy])
+        try #require(copied.status == 0, "\(copied.stderrText)")
+        let otherRuntime = world.dir.file("other-run")
+        try #require(mkdir(otherRuntime, 0o700) == 0)
+        let thief = ManagedClient(
+            locations: XDGDirectories(environment: ["HOME": copy, "XDG_RUNTIME_DIR": otherRuntime]))
+        #expect(!thief.isUnlocked)
+        let error = try #require(throws: DCError.self) { try thief.installed() }
+        #expect(error.code == .serviceUnavailable)
+    }
+
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard haystack.count >= needle.count else { return false }
+        return (0...(haystack.count - needle.count)).contains {
+            haystack[$0..<($0 + needle.count)].elementsEqual(needle)
+        }
+    }
+
+    @Test("No runtime directory, one inside HOME, or one others can read: unlocking is refused")
+    func runtimeDirectoryChecked() throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let home = world.dir.file("home")
+        let inside = home + "/run"
+        try #require(mkdir(inside, 0o700) == 0)
+        let open = world.dir.file("open-run")
+        try #require(mkdir(open, 0o755) == 0)
+        chmod(open, 0o755)
+        for environment in [
+            ["HOME": home], ["HOME": home, "XDG_RUNTIME_DIR": inside], ["HOME": home, "XDG_RUNTIME_DIR": open],
+        ] {
+            let client = ManagedClient(locations: XDGDirectories(environment: environment))
+            let error = try #require(throws: DCError.self) { try client.unlock(passphrase: world.passphrase) }
+            #expect(error.code == .serviceUnavailable, "\(environment): \(error)")
+        }
+    }
+
+    @Test("The handler check runs before sealing: a hijacked scheme gets nothing spooled, nothing queued")
+    func hijackBeforeSealing() async throws {
+        let world = try World(checkHandler: { _ in
+            throw DCError(.invalid, "another handler claims org.example.dcclient:")
+        })
+        defer { world.dir.remove() }
+        try world.client.lock()
+        let error = await thrownCode {
+            _ = try await world.service.send(
+                try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        }
+        #expect(error == .invalid)
+        let spool = world.locations.dataHome + "/dcclient/spool"
+        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
+        #expect(world.service.ledger.recent().isEmpty)
+    }
+
+    @Test("A forged or foreign availability notice changes no queue; the genuine one delivers")
+    func forgedAvailable() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try world.client.lock()
+        let receipt = try await world.service.send(
+            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        try world.client.unlock(passphrase: world.passphrase)
+        guard case .available(let client, let time, let signature) = try world.available() else {
+            throw DCError(.invalid, "not an availability notice")
+        }
+        let flipped = String(signature.dropLast()) + (signature.hasSuffix("0") ? "1" : "0")
+        let foreign = try DeliveryMessage.available(client: client, time: time, signature: "").signed(
+            with: try MessageSigningKey.generate(), scheme: "org.example.provider")
+        for forged in [DeliveryMessage.available(client: client, time: time, signature: flipped), foreign] {
+            #expect(await thrownCode { _ = try await world.service.deliverQueued(forged) } == .refusedMessage)
+            #expect(world.service.ledger.record(receipt.request)?.queuedURL != nil)
+        }
+        #expect(world.deliveries.all.isEmpty)
+        #expect(try await world.service.deliverQueued(try world.available()) == [receipt.request])
+    }
+
+    @Test("A delivery signed by anyone but the pinned provider is refused; so is one when the registration changed")
+    func forgedDelivery() async throws {
+        let world = try World(deliver: false)
+        defer { world.dir.remove() }
+        _ = await thrownCode {
+            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        }
+        let url = try #require(world.deliveries.all.first)
+        let parts = try #require(try DeliveryMessage.parse(url, scheme: "org.example.dcclient").deliverParts)
+        let impostor = try MessageSigningKey.generate()
+        let forged = try DeliveryMessage.deliver(
+            client: parts.client, request: parts.request, digest: parts.digest, sequence: parts.sequence, signature: ""
+        ).signed(with: impostor, scheme: "org.example.dcclient").url(scheme: "org.example.dcclient")
+        #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
+        // The impostor also replaces the provider's registration: the pin holds.
+        let path = world.locations.providerRegistration("org.example.provider")
+        var registration = try #require(try Registrations.read(ProviderRegistration.self, at: path))
+        let genuine = registration
+        registration.signingKey = PinnedKeys.encode(impostor.publicKey)
+        try Registrations.publish(registration, at: path)
+        let refused = try #require(throws: DCError.self) { try world.client.handleDelivery(forged) }
+        #expect(refused.code == .refusedMessage)
+        #expect(try world.client.installed() == nil)
+        try Registrations.publish(genuine, at: path)
+        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok)
+    }
+
+    @Test("The ledger and the spool stay bounded: expired requests close, old records go, none within the time limit")
+    func pruning() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try world.client.lock()
+        let queued = try await world.service.send(
+            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
+        #expect(FileManager.default.fileExists(atPath: spool.path(request: queued.request)))
+        let recent = String(repeating: "c", count: 32)
+        try world.service.ledger.reserve(request: recent, clientScheme: "org.example.dcclient")
+        // Now: nothing past its time limit, nothing removed.
+        world.service.prune()
+        #expect(world.service.ledger.recent().count == 2)
+        // Past the time limit: both close; the queued one's sealed file goes.
+        let later = Date().addingTimeInterval(world.service.ledger.timeLimit + 60)
+        world.service.prune(now: later)
+        #expect(world.service.ledger.record(queued.request)?.outcome == CredentialService.expired)
+        #expect(!FileManager.default.fileExists(atPath: spool.path(request: queued.request)))
+        // Past the retention: the finished records go.
+        world.service.prune(now: later.addingTimeInterval(world.service.ledger.retention))
+        #expect(world.service.ledger.recent().isEmpty)
+    }
+}

@@ -40,12 +40,12 @@ struct ProviderConfig: Codable {
 func service(brand: String, scheme: String) throws -> CredentialService {
     try CredentialService(
         brand: brand, callbackScheme: scheme,
-        checkHandler: { try SchemeHandlers().verifyHandler(scheme: $0.scheme, expectedExecutable: $0.executable) }
-    ) { url, registration in
-        try await SchemeHandlers().openForwardingOutput(
-            url, scheme: registration.scheme, expectedExecutable: registration.executable,
-            passingStandardOutput: !Console.isQuiet)
-    }
+        checkHandler: { try SchemeHandlers().verifyHandler(scheme: $0.scheme, expectedExecutable: $0.executable) },
+        open: { url, registration in
+            try await SchemeHandlers().openForwardingOutput(
+                url, scheme: registration.scheme, expectedExecutable: registration.executable,
+                passingStandardOutput: !Console.isQuiet)
+        })
 }
 
 struct Register: AsyncParsableCommand, OutputCommand {

@@ -32,4 +32,26 @@ struct RepositoryRulesTests {
             }
         }
     }
+
+    @Test("docs/SECURITY.md names only tests that exist: every suite it cites, every test title it quotes")
+    func securityPromisesNameRealTests() throws {
+        let security = try Repository.text("docs/SECURITY.md")
+        let tests = Repository.files(under: "Tests").filter { $0.hasSuffix(".swift") }.compactMap {
+            try? Repository.text($0)
+        }.joined(separator: "\n")
+        let suites = security.matches(of: /`([A-Z][A-Za-z]*Tests)`/).map { String($0.output.1) }
+        #expect(suites.count > 20, "the page should cite the suites that hold its promises")
+        for suite in Set(suites) {
+            let exists = tests.contains("struct \(suite) ")
+            #expect(exists, "docs/SECURITY.md cites \(suite), which is not a suite")
+        }
+        // A quoted title, or its start when the page shortens it with "…", is a test's display name.
+        let titles = security.matches(of: /"([^"\n]{12,})"/).map { String($0.output.1) }
+        #expect(titles.count > 10)
+        for title in titles {
+            let start = title.hasSuffix("…") ? String(title.dropLast()) : title
+            let exists = tests.contains("\"" + start)
+            #expect(exists, "docs/SECURITY.md quotes \"\(title)\", which no test is called")
+        }
+    }
 }

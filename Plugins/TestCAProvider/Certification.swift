@@ -36,8 +36,8 @@ extension TestCA {
             }
             let profile = CertificateProfile(
                 subject: subject, notBefore: now.addingTimeInterval(-60), notAfter: notAfter,
-                keyUsage: Self.keyUsage(tag, algorithm),
-                extendedKeyUsage: Self.extendedKeyUsage(tag), subjectAlternativeNames: names,
+                keyUsage: TagProfile.of(tag).requiredKeyUsage(for: algorithm),
+                extendedKeyUsage: TagProfile.of(tag).issuedPurposes, subjectAlternativeNames: names,
                 policies: [Self.policies[tag]!])
             certificates[tag] = try issuer.issue(profile, publicKeyInfo: publicKey)
         }

@@ -69,7 +69,7 @@ public struct ManagedClient: Sendable {
             CertificateProfile(
                 subject: DistinguishedName([.init("CN", "dcclient \(clientId)")]),
                 notBefore: Date().addingTimeInterval(-60),
-                notAfter: Date().addingTimeInterval(5 * 365 * 86400), keyUsage: KeyUsage.keyAgreement), for: clientKey)
+                notAfter: Date().addingTimeInterval(5 * 365 * 86400), keyUsage: .keyAgreement), for: clientKey)
         let config = Config(
             clientId: clientId, scheme: scheme.lowercased(), providerScheme: providerScheme.lowercased())
         let wrappedJSON = try JSONSerialization.data(withJSONObject: [

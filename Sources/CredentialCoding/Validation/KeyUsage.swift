@@ -79,8 +79,8 @@ public struct ExtendedKeyUsage: RawRepresentable, Sendable, Hashable, Codable, C
     /// The dotted OID.
     public var description: String { rawValue }
 
-    /// anyExtendedKeyUsage: the certificate may be used for any purpose (RFC 5280's name, kept).
     // swift-format-ignore: DontRepeatTypeInStaticProperties
+    /// anyExtendedKeyUsage: the certificate may be used for any purpose (RFC 5280's name, kept).
     public static let anyExtendedKeyUsage = ExtendedKeyUsage(rawValue: "2.5.29.37.0")
     /// id-kp-clientAuth: TLS client authentication.
     public static let clientAuth = ExtendedKeyUsage(rawValue: "1.3.6.1.5.5.7.3.2")

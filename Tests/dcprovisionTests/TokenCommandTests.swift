@@ -162,4 +162,44 @@ struct TokenCommandTests {
         // One search for the certificates, one for the authentication key.
         #expect(calls["C_FindObjectsInit"] == 2)
     }
+
+    @Test(
+        "--derive without --card-trust-anchor is a usage error (64) before the card is touched; a card from another CA is refused (77)"
+    )
+    func deriveNeedsCardTrustAnchor() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
+        #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
+        var environment = try Sandbox.shared().environment
+        environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
+        func derive(_ extra: [String], log: String) throws -> (ProcessResult, [String: Int]) {
+            environment["DC_FAULT_CALL_LOG"] = dir.file(log)
+            let result = try run(
+                Binaries.dcprovision,
+                [
+                    "inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--derive", "--testca",
+                    dir.file("ca"), "--pkcs11-module", Binaries.directory + "/libDCFaultPKCS11.so", "--pin-file", pin,
+                ] + extra,
+                environment: environment, timeout: 60)
+            // The fault module writes its log when it is unloaded; no module loaded, no log.
+            let text = (try? readText(dir.file(log))) ?? ""
+            let calls = Dictionary(
+                uniqueKeysWithValues: text.split(separator: "\n").map {
+                    let parts = $0.split(separator: " ")
+                    return (String(parts[0]), Int(parts[1])!)
+                })
+            return (result, calls)
+        }
+        let (missing, untouched) = try derive([], log: "calls-missing")
+        #expect(missing.status == 64, "\(missing.stderrText)")
+        #expect(missing.stderrText.contains("--card-trust-anchor"), "\(missing.stderrText)")
+        #expect(untouched["C_Login"] == nil)
+        #expect(untouched["C_Sign"] == nil)
+
+        let (other, _) = try derive(
+            ["--card-trust-anchor", OpenSSLFixtures.shared.otherCA.certificate], log: "calls-other")
+        #expect(other.status == 77, "\(other.stderrText)")
+        #expect(other.stderrText.contains("does not chain"), "\(other.stderrText)")
+    }
 }

@@ -4,7 +4,7 @@ import Foundation
 /// A derived credential (NIST SP 800-157) from any card that can prove possession of its key and
 /// any CA that can certify keys generated elsewhere:
 ///
-/// 1. The CA issues a fresh challenge (``CertifyingProvider/challenge(_:)``); the card signs it
+/// 1. The CA issues a fresh challenge (`CertifyingProvider.challenge(_:)`); the card signs it
 ///    with its authentication key; the proof is verified here against the card's certificate,
 ///    which must chain to ``trustAnchors``, before anything is generated or sent to the CA.
 /// 2. A new key pair is generated here for each tag the card has, except escrow: new keys cannot

@@ -134,7 +134,7 @@ public struct ExecProvider: CredentialProvider {
     static func code(for name: String) -> DCError.Code {
         let known: [DCError.Code] = [
             .passphraseRequired, .wrongPassphrase, .invalid, .notReady, .serviceUnavailable, .fileNotFound,
-            .permissionDenied, .usage,
+            .permissionDenied, .usage, .possessionNotProven,
         ]
         return known.first { $0.name == name } ?? .providerFailed
     }
@@ -244,6 +244,22 @@ public struct ExecProvider: CredentialProvider {
 }
 
 extension ExecProvider: CertifyingProvider {
+    /// The `challenge` operation: the CA plug-in issues the bytes the card signs, remembers them and
+    /// accepts a proof over them in one `certify` only. The answer must be a dcprovision possession
+    /// challenge (the context and at least 32 bytes), or it is a protocol error.
+    public func challenge(_ request: ProviderRequest) async throws -> [UInt8] {
+        try Task.checkCancellation()
+        let passphrase = try request.passphrase.passphrase(for: descriptor.id)
+        let response = try await exchange(operation: "challenge", options: request.options, passphrase: passphrase)
+        guard let text = response.challenge, let bytes = Data(base64Encoded: text).map(Array.init),
+            bytes.starts(with: PossessionCheck.challengeContext),
+            bytes.count >= PossessionCheck.challengeContext.count + 32, bytes.count <= 4096
+        else {
+            throw protocolError("the challenge answer has no dcprovision possession challenge")
+        }
+        return bytes
+    }
+
     /// The `certify` operation: a vendor's CA as an executable. The answer's certificates go
     /// through the strict reader; whether each is for the right key and subject is checked by the
     /// caller (the derive provider), which trusts no CA's word for it.

@@ -54,6 +54,8 @@ enum Wire {
         var descriptor: Descriptor?
         var credential: Credential?
         var certification: Certification?
+        /// The answer to `challenge`: the bytes the card is to sign, base64.
+        var challenge: String?
         var error: Failure?
     }
 

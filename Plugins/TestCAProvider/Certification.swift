@@ -3,25 +3,35 @@ import DerivedCredentials
 import Foundation
 
 extension TestCA {
-    /// Certifies public keys generated elsewhere for a derived credential (SP 800-157): the proof
-    /// is checked here again (the signature, and that the subject asked for is the card
-    /// certificate's), then each key gets its tag's profile with that subject, byte for byte.
-    /// Escrow cannot be derived: new keys cannot decrypt what the card's old keys protected.
+    /// Certifies public keys generated elsewhere for a derived credential (SP 800-157): the request
+    /// is checked first (keys of allowed algorithms, no escrow), then the proof (the signature, the
+    /// subject asked for being the card certificate's, and the challenge being one this CA issued
+    /// with ``newChallenge()`` and has not accepted before), then each key gets its tag's profile
+    /// with that subject, byte for byte. Escrow cannot be derived: new keys cannot decrypt what the
+    /// card's old keys protected.
     public func certify(
         _ request: CertificationRequest, validityDays: Int = 365, email: String? = nil, now: Date = Date()
     ) throws
         -> Certification
     {
-        try PossessionCheck.verify(request.proof, now: now)
-        guard request.subject == (try CertificateDetails.subjectDER(of: request.proof.certificate)) else {
-            throw DCError(.possessionNotProven, "the subject to certify is not the proven certificate's subject")
-        }
         guard !request.publicKeys.isEmpty else { throw DCError(.usage, "no public keys to certify") }
         if request.publicKeys[.escrow] != nil {
             throw DCError(
                 .usage, "escrow keys cannot be derived", hint: "derive authentication, signing and encryption")
         }
         guard validityDays > 0 else { throw DCError(.usage, "validity must be at least one day") }
+        var algorithms: [CredentialTag: KeyAlgorithm] = [:]
+        for (tag, publicKey) in request.publicKeys {
+            guard let algorithm = KeyAlgorithm(publicKeyInfo: publicKey), TagProfile.of(tag).allows(algorithm) else {
+                throw DCError(.unsupportedAlgorithm, "the \(tag) key is not P-256, P-384, RSA 2048 or RSA 3072")
+            }
+            algorithms[tag] = algorithm
+        }
+        try PossessionCheck.verify(request.proof, now: now)
+        guard request.subject == (try CertificateDetails.subjectDER(of: request.proof.certificate)) else {
+            throw DCError(.possessionNotProven, "the subject to certify is not the proven certificate's subject")
+        }
+        try redeem(request.proof.challenge, now: now)
         let subject = DistinguishedName(der: request.subject)
         let now = Date(timeIntervalSince1970: now.timeIntervalSince1970.rounded(.down))
         let notAfter = min(now.addingTimeInterval(TimeInterval(validityDays) * 86400), issuingNotAfter)
@@ -29,15 +39,12 @@ extension TestCA {
         if let email { names.append(.email(email)) }
         var certificates: [CredentialTag: Certificate] = [:]
         for tag in CredentialTag.allCases {
-            guard let publicKey = request.publicKeys[tag] else { continue }
+            guard let publicKey = request.publicKeys[tag], let algorithm = algorithms[tag] else { continue }
             try Task.checkCancellation()
-            guard let algorithm = KeyAlgorithm(publicKeyInfo: publicKey) else {
-                throw DCError(.unsupportedAlgorithm, "the \(tag) key is not P-256, P-384, RSA 2048 or RSA 3072")
-            }
             let profile = CertificateProfile(
                 subject: subject, notBefore: now.addingTimeInterval(-60), notAfter: notAfter,
-                keyUsage: Self.keyUsage(tag, algorithm),
-                extendedKeyUsage: Self.extendedKeyUsage(tag), subjectAlternativeNames: names,
+                keyUsage: TagProfile.of(tag).requiredKeyUsage(for: algorithm),
+                extendedKeyUsage: TagProfile.of(tag).issuedPurposes, subjectAlternativeNames: names,
                 policies: [Self.policies[tag]!])
             certificates[tag] = try issuer.issue(profile, publicKeyInfo: publicKey)
         }
@@ -46,6 +53,13 @@ extension TestCA {
 }
 
 extension TestCAProvider: CertifyingProvider {
+    /// A fresh challenge from the test CA in `dir` (``TestCA/newChallenge()``); other options are
+    /// those of ``certify(_:)`` and are ignored here.
+    public func challenge(_ request: ProviderRequest) async throws -> [UInt8] {
+        try request.check(against: descriptor)
+        return try TestCA(directory: request.resolve(try request.value("dir")!)).newChallenge()
+    }
+
     /// Options: `dir` (required), `validity-days`, `email`.
     public func certify(_ request: CertificationRequest) async throws -> Certification {
         try request.request.check(against: descriptor)

@@ -88,8 +88,9 @@ extension TestCA {
         for tag in request.tags {
             try Task.checkCancellation()
             var profile = CertificateProfile(
-                subject: subject, notBefore: notBefore, notAfter: notAfter, keyUsage: Self.keyUsage(tag, algorithm),
-                extendedKeyUsage: Self.extendedKeyUsage(tag), subjectAlternativeNames: names,
+                subject: subject, notBefore: notBefore, notAfter: notAfter,
+                keyUsage: TagProfile.of(tag).requiredKeyUsage(for: algorithm),
+                extendedKeyUsage: TagProfile.of(tag).issuedPurposes, subjectAlternativeNames: names,
                 policies: [Self.policies[tag]!])
             var mismatched = false
             if tag == .authentication, let negative = request.negative {
@@ -98,12 +99,12 @@ extension TestCA {
                     profile.notBefore = now.addingTimeInterval(-2 * 365 * 86400)
                     profile.notAfter = now.addingTimeInterval(-365 * 86400)
                 case .wrongKeyUsage:
-                    profile.keyUsage = KeyUsage.keyEncipherment | KeyUsage.dataEncipherment
+                    profile.keyUsage = [.keyEncipherment, .dataEncipherment]
                 case .mismatchedKey:
                     mismatched = true
                 case .caCertificate:
                     profile.isCA = true
-                    profile.keyUsage |= KeyUsage.keyCertSign
+                    profile.keyUsage.insert(.keyCertSign)
                 }
             }
             let issued = try issuer.issueWithNewKey(profile, algorithm: algorithm)
@@ -127,22 +128,5 @@ extension TestCA {
             entries: entries, chain: [issuingCertificate, rootCertificate],
             suggestedName: "\(request.commonName) (test CA)", suggestedSerialNumber: serial,
             suggestedExpirationDate: request.negative == .expired ? now.addingTimeInterval(-365 * 86400) : notAfter)
-    }
-
-    static func keyUsage(_ tag: CredentialTag, _ algorithm: KeyAlgorithm) -> UInt32 {
-        switch tag {
-        case .authentication: KeyUsage.digitalSignature
-        case .signing: KeyUsage.digitalSignature | KeyUsage.nonRepudiation
-        case .encryption, .escrow: algorithm.isEC ? KeyUsage.keyAgreement : KeyUsage.keyEncipherment
-        }
-    }
-
-    static func extendedKeyUsage(_ tag: CredentialTag) -> [String] {
-        switch tag {
-        case .authentication:
-            [ExtendedKeyUsage.clientAuth, ExtendedKeyUsage.smartcardLogon, ExtendedKeyUsage.pkinitClientAuth]
-        case .signing: [ExtendedKeyUsage.emailProtection, ExtendedKeyUsage.documentSigning]
-        case .encryption, .escrow: [ExtendedKeyUsage.emailProtection]
-        }
     }
 }

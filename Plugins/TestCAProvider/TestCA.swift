@@ -73,13 +73,13 @@ public struct TestCA: Sendable {
         let rootProfile = CertificateProfile(
             subject: DistinguishedName([.init("O", organization), .init("CN", "\(organization) Root CA")]),
             notBefore: start, notAfter: now.addingTimeInterval(20 * 365 * 86400),
-            keyUsage: KeyUsage.keyCertSign | KeyUsage.cRLSign, isCA: true, pathLength: 1)
+            keyUsage: [.keyCertSign, .cRLSign], isCA: true, pathLength: 1)
         let root = try CertificateSigner(selfSigningWith: rootKey).issue(rootProfile, for: rootKey)
         let issuingKey = try KeyGeneration.generate(algorithm)
         let issuingProfile = CertificateProfile(
             subject: DistinguishedName([.init("O", organization), .init("CN", "\(organization) Issuing CA")]),
             notBefore: start, notAfter: now.addingTimeInterval(10 * 365 * 86400),
-            keyUsage: KeyUsage.keyCertSign | KeyUsage.cRLSign, isCA: true, pathLength: 0)
+            keyUsage: [.keyCertSign, .cRLSign], isCA: true, pathLength: 0)
         let issuing = try CertificateSigner(certificate: root, privateKey: rootKey).issue(
             issuingProfile, for: issuingKey)
 

@@ -87,7 +87,7 @@ public struct ManagedClient: Sendable {
             CertificateProfile(
                 subject: DistinguishedName([.init("CN", "dcclient \(clientId)")]),
                 notBefore: Date().addingTimeInterval(-60),
-                notAfter: Date().addingTimeInterval(5 * 365 * 86400), keyUsage: KeyUsage.keyAgreement), for: clientKey)
+                notAfter: Date().addingTimeInterval(5 * 365 * 86400), keyUsage: .keyAgreement), for: clientKey)
         guard DeliveryMessage.isIdentifier(clientId) else {
             throw DCError(
                 .usage, "'\(clientId.escapingControlCharacters)' is not a valid client id",

@@ -52,7 +52,8 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
 
     @Option(
         name: .customLong("card-trust-anchor"),
-        help: ArgumentHelp("With --derive: CA certificates the card's certificate must chain to.", valueName: "file"))
+        help: ArgumentHelp(
+            "With --derive (required): CA certificates the card's certificate must chain to.", valueName: "file"))
     var cardTrustAnchors: [String] = []
 
     @Option(
@@ -91,6 +92,12 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
         }
         if derive && (testca == nil) == (provider == nil) {
             throw ValidationError("--derive needs the CA that certifies the new keys: --testca DIR or --provider ID")
+        }
+        if derive && cardTrustAnchors.isEmpty {
+            // Checked here, before any card is opened or PIN asked for: a card certificate that
+            // chains to nothing proves nothing.
+            throw ValidationError(
+                "--derive needs --card-trust-anchor FILE: the CA certificates the card's certificate must chain to")
         }
         if derive, let provider, provider.hasPrefix("exec:") {
             throw ValidationError(

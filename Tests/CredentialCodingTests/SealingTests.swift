@@ -11,7 +11,7 @@ private func recipient(_ algorithm: KeyAlgorithm) throws -> (key: PrivateKey, ce
         CertificateProfile(
             subject: DistinguishedName([.init("CN", "dcclient")]), notBefore: Date(),
             notAfter: Date().addingTimeInterval(86400),
-            keyUsage: algorithm.isEC ? KeyUsage.keyAgreement : KeyUsage.keyEncipherment),
+            keyUsage: algorithm.isEC ? .keyAgreement : .keyEncipherment),
         for: key)
     return (key, certificate)
 }

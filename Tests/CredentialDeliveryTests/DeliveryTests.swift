@@ -157,7 +157,7 @@ struct DeliveryPayloadTests {
             CertificateProfile(
                 subject: DistinguishedName([.init("CN", "dcclient")]), notBefore: Date(),
                 notAfter: Date().addingTimeInterval(86400),
-                keyUsage: KeyUsage.keyAgreement), for: clientKey)
+                keyUsage: .keyAgreement), for: clientKey)
         let spool = Spool(directory: dir.file("spool"))
         let original = try payload()
         let written = try spool.write(try Sealing.seal(try original.encode(), to: clientCertificate), request: request)

@@ -21,7 +21,7 @@ private func deriveOptions(_ extra: [String: [String]] = [:]) -> [String: [Strin
     _ = SoftHSM.shared  // SOFTHSM2_CONF before any module is loaded
     return [
         "uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"], "ca": ["testca"],
-        "ca-option": ["dir=\(caDirectory.file("ca"))"],
+        "ca-option": ["dir=\(caDirectory.file("ca"))"], "trust-anchor": [f.ca.certificate],
     ]
     .merging(extra) { _, new in new }
 }
@@ -72,6 +72,9 @@ private final class SpyCA: CertifyingProvider, @unchecked Sendable {
     let descriptor = TestCAProvider().descriptor
     init(_ answer: Answer = .honest) { self.answer = answer }
     func provide(_ request: ProviderRequest) async throws -> ProvidedCredential { throw DCError(.unknown, "not used") }
+    func challenge(_ request: ProviderRequest) async throws -> [UInt8] {
+        try await TestCAProvider().challenge(request)
+    }
     func certify(_ request: CertificationRequest) async throws -> Certification {
         lock.withLock { calls += 1 }
         var certification = try await TestCAProvider().certify(request)
@@ -122,8 +125,16 @@ struct DerivationTests {
         #expect(verdict.errors.isEmpty, "\(verdict.findings)")
     }
 
-    @Test("The card's certificate must chain to the trust anchors when given; the CA is not asked otherwise")
+    @Test("The card's certificate must chain to the trust anchors, which are required; the CA is not asked otherwise")
     func trustAnchors() async throws {
+        let unanchored = SpyCA()
+        do {
+            _ = try await derive(deriveOptions().filter { $0.key != "trust-anchor" }, ca: unanchored)
+            Issue.record("a derivation without trust anchors went ahead")
+        } catch let error as DCError {
+            #expect(error.code == .usage, "\(error)")
+        }
+        #expect(unanchored.callCount == 0)
         let spy = SpyCA()
         _ = try await derive(deriveOptions(["trust-anchor": [f.ca.certificate]]), ca: spy)
         #expect(spy.callCount == 1)
@@ -166,7 +177,8 @@ struct DerivationTests {
 
     @Test("The test CA checks the proof itself: another subject, a forged signature and an escrow key are refused")
     func caChecksProof() async throws {
-        let challenge = try PossessionCheck.newChallenge()
+        let challenge = try await TestCAProvider().challenge(
+            ProviderRequest(options: ["dir": [caDirectory.file("ca")]]))
         let (_, proof) = try await PKCS11Provider().prove(
             ProviderRequest(
                 options: ["uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"]],
@@ -206,6 +218,38 @@ struct DerivationTests {
                 #expect(error.code == code, "\(error)")
             }
         }
+    }
+
+    @Test(
+        "The challenge comes from the CA: a proof over a challenge the caller chose, or a replayed proof, is refused")
+    func challengeFromTheCA() async throws {
+        let card = ProviderRequest(
+            options: ["uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"]], passphrase: pin())
+        let ca = ProviderRequest(options: ["dir": [caDirectory.file("ca")]])
+        let key = try KeyGeneration.generate(.p256).subjectPublicKeyInfo()
+        func certify(_ proof: PossessionProof) async throws -> Certification {
+            try await TestCAProvider().certify(
+                CertificationRequest(
+                    request: ca, subject: try CertificateDetails.subjectDER(of: proof.certificate),
+                    publicKeys: [.authentication: key], proof: proof))
+        }
+        func expectRefused(_ proof: PossessionProof, _ what: String) async throws {
+            do {
+                _ = try await certify(proof)
+                Issue.record("the test CA certified \(what)")
+            } catch let error as DCError {
+                #expect(error.code == .possessionNotProven, "\(what): \(error)")
+            }
+        }
+        // A well-formed challenge the caller made up: the card signs it, the CA never issued it.
+        let (_, chosen) = try await PKCS11Provider().prove(card, challenge: try PossessionCheck.newChallenge())
+        try await expectRefused(chosen, "a proof over a challenge it did not issue")
+
+        // The CA's own challenge is accepted once; the same proof again is a replay.
+        let issued = try await TestCAProvider().challenge(ca)
+        let (_, proof) = try await PKCS11Provider().prove(card, challenge: issued)
+        #expect(try await certify(proof).certificates.count == 1)
+        try await expectRefused(proof, "a replayed proof")
     }
 
     @Test("Chosen algorithms, a CA that cannot certify, and the conformance kit")
@@ -249,6 +293,31 @@ struct DerivationTests {
             try provided.credential())
         #expect(verdict.errors.isEmpty, "\(verdict.findings)")
 
+        // The sample issues the challenge and accepts a proof over it once: a proof over a
+        // challenge the caller chose, and the same proof again, are refused.
+        let plugin = ExecProvider(path: sample, id: "sample-ca")
+        let card = ProviderRequest(
+            options: ["uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"]], passphrase: pin())
+        let ca = ProviderRequest(options: ["dir": [caDirectory.file("ca")]])
+        let key = try KeyGeneration.generate(.p256).subjectPublicKeyInfo()
+        func certify(_ proof: PossessionProof) async throws -> Certification {
+            try await plugin.certify(
+                CertificationRequest(
+                    request: ca, subject: try CertificateDetails.subjectDER(of: proof.certificate),
+                    publicKeys: [.authentication: key], proof: proof))
+        }
+        let (_, chosen) = try await PKCS11Provider().prove(card, challenge: try PossessionCheck.newChallenge())
+        let (_, proof) = try await PKCS11Provider().prove(card, challenge: try await plugin.challenge(ca))
+        #expect(try await certify(proof).certificates.count == 1)
+        for (bad, what) in [(chosen, "a caller's challenge"), (proof, "a replayed proof")] {
+            do {
+                _ = try await certify(bad)
+                Issue.record("the sample CA certified \(what)")
+            } catch let error as DCError {
+                #expect(error.code == .possessionNotProven, "\(what): \(error)")
+            }
+        }
+
         // A plug-in that answers with the card's own certificate for the new key: refused.
         let dir = try TemporaryDirectory("lying-ca")
         defer { dir.remove() }
@@ -256,9 +325,13 @@ struct DerivationTests {
             "dcprovider-liar",
             """
             #!/usr/bin/env python3
-            import json, sys
+            import base64, json, secrets, sys
             request = json.loads(sys.stdin.read())
-            print(json.dumps({"protocol": 1, "certification": {"certificates": {"authentication": request["proof"]["certificate"]}}}))
+            if request["operation"] == "challenge":
+                challenge = b"dcprovision proof of possession (SP 800-157) v1\\n" + secrets.token_bytes(32)
+                print(json.dumps({"protocol": 1, "challenge": base64.b64encode(challenge).decode()}))
+            else:
+                print(json.dumps({"protocol": 1, "certification": {"certificates": {"authentication": request["proof"]["certificate"]}}}))
             """)
         chmod(liar, 0o755)
         do {

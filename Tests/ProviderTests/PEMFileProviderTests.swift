@@ -15,8 +15,8 @@ private func provide(_ options: [String: [String]], in directory: String? = nil)
 /// A certificate with an explicit validity window, issued by the fixture CA through our signer,
 /// written with its key as one PEM file. (`openssl x509 -req` in OpenSSL 3.0 cannot backdate.)
 private func dated(
-    _ dir: TemporaryDirectory, _ name: String, daysAgo: Double, lifetime: Double, keyUsage: UInt32,
-    extendedKeyUsage: [String] = [ExtendedKeyUsage.emailProtection]
+    _ dir: TemporaryDirectory, _ name: String, daysAgo: Double, lifetime: Double, keyUsage: KeyUsage,
+    extendedKeyUsage: [ExtendedKeyUsage] = [.emailProtection]
 ) throws -> String {
     let reader = CredentialReader()
     let signer = try CertificateSigner(
@@ -43,9 +43,9 @@ struct PEMFileProviderTests {
     func escrowOrdering() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let middle = try dated(dir, "middle", daysAgo: 400, lifetime: 365, keyUsage: KeyUsage.keyAgreement)
-        let newest = try dated(dir, "newest", daysAgo: 10, lifetime: 365, keyUsage: KeyUsage.keyAgreement)
-        let oldest = try dated(dir, "oldest", daysAgo: 800, lifetime: 365, keyUsage: KeyUsage.keyAgreement)
+        let middle = try dated(dir, "middle", daysAgo: 400, lifetime: 365, keyUsage: .keyAgreement)
+        let newest = try dated(dir, "newest", daysAgo: 10, lifetime: 365, keyUsage: .keyAgreement)
+        let oldest = try dated(dir, "oldest", daysAgo: 800, lifetime: 365, keyUsage: .keyAgreement)
         let provided = try await provide(["pem": [middle, newest, oldest].map { "escrow=\($0)" }])
         let escrow = try #require(provided.entries.first)
         #expect(escrow.certificate.derBytes == (try der(newest)))
@@ -83,9 +83,9 @@ struct PEMFileProviderTests {
     func classify() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let older = try dated(dir, "enc-older", daysAgo: 200, lifetime: 365, keyUsage: KeyUsage.keyAgreement)
-        let newer = try dated(dir, "enc-newer", daysAgo: 5, lifetime: 365, keyUsage: KeyUsage.keyAgreement)
-        let oldest = try dated(dir, "enc-oldest", daysAgo: 600, lifetime: 365, keyUsage: KeyUsage.keyEncipherment)
+        let older = try dated(dir, "enc-older", daysAgo: 200, lifetime: 365, keyUsage: .keyAgreement)
+        let newer = try dated(dir, "enc-newer", daysAgo: 5, lifetime: 365, keyUsage: .keyAgreement)
+        let oldest = try dated(dir, "enc-oldest", daysAgo: 600, lifetime: 365, keyUsage: .keyEncipherment)
         let upn = try OpenSSLFixtures.issue(
             name: "upn", key: .p256, by: f.ca, keyUsage: "critical,digitalSignature", extendedKeyUsage: nil,
             extra: ["subjectAltName=otherName:1.3.6.1.4.1.311.20.2.3;UTF8:alice@example.com"], in: dir)

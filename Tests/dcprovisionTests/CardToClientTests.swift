@@ -71,6 +71,7 @@ struct CardToClientTests {
 
         let derived = try sandbox.send([
             "--pkcs11", card, "--layout", "piv", "--derive", "--testca", sandbox.directory.file("ca"),
+            "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate,
         ])
         try sandbox.check(derived)
         let afterDerive = try sandbox.run("dcclient", ["list"])
@@ -106,6 +107,7 @@ struct CardToClientTests {
             [
                 "register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--pkcs11", card,
                 "--layout", "piv", "--derive", "--testca", "ca", "--pkcs11-module", "softhsm2", "--pin-file", "pin",
+                "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate,
             ], in: sandbox.directory.path)
         try sandbox.check(registered)
         let config = try readText(sandbox.directory.file("home/.config/dcprovision/config.json"))

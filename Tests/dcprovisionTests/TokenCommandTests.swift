@@ -128,6 +128,31 @@ struct TokenCommandTests {
         #expect(!pin.stderrText.contains("123456"))
     }
 
+    /// Runs `dcprovision inspect --pkcs11 … --derive --testca DIR/ca` with `extra` arguments through
+    /// the fault module, which counts the calls into `log`: the result, and the counts (none when no
+    /// module was loaded: the module writes its log when it is unloaded).
+    private func deriveThroughFaultModule(_ dir: TemporaryDirectory, pin: String, _ extra: [String], log: String)
+        throws -> (ProcessResult, [String: Int])
+    {
+        var environment = try Sandbox.shared().environment
+        environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
+        environment["DC_FAULT_CALL_LOG"] = dir.file(log)
+        let result = try run(
+            Binaries.dcprovision,
+            [
+                "inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--derive", "--testca",
+                dir.file("ca"), "--pkcs11-module", Binaries.directory + "/libDCFaultPKCS11.so", "--pin-file", pin,
+            ] + extra,
+            environment: environment, timeout: 60)
+        let text = FileManager.default.fileExists(atPath: dir.file(log)) ? try readText(dir.file(log)) : ""
+        let calls = Dictionary(
+            uniqueKeysWithValues: text.split(separator: "\n").map {
+                let parts = $0.split(separator: " ")
+                return (String(parts[0]), Int(parts[1])!)
+            })
+        return (result, calls)
+    }
+
     @Test(
         "inspect --derive: one login and one signature on the card (calls counted by the fault module, which injects nothing here)"
     )
@@ -136,26 +161,12 @@ struct TokenCommandTests {
         defer { dir.remove() }
         let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
         #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
-        var environment = try Sandbox.shared().environment
-        environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
-        environment["DC_FAULT_CALL_LOG"] = dir.file("calls")
-        let result = try run(
-            Binaries.dcprovision,
-            [
-                "inspect", "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--derive", "--testca",
-                dir.file("ca"),
-                "--pkcs11-module", Binaries.directory + "/libDCFaultPKCS11.so", "--pin-file", pin, "--trust-anchor",
-                dir.file("ca/root.pem"),
-                "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate,
-            ],
-            environment: environment, timeout: 60)
+        let (result, calls) = try deriveThroughFaultModule(
+            dir, pin: pin,
+            ["--trust-anchor", dir.file("ca/root.pem"), "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate],
+            log: "calls")
         #expect(result.status == 0, "\(result.stderrText)")
         #expect(result.stdoutText.contains("valid: 0 error(s)"), "\(result.stdoutText)")
-        let calls = Dictionary(
-            uniqueKeysWithValues: try readText(dir.file("calls")).split(separator: "\n").map {
-                let parts = $0.split(separator: " ")
-                return (String(parts[0]), Int(parts[1])!)
-            })
         #expect(calls["C_Login"] == 1)
         #expect(calls["C_SignInit"] == 1)
         #expect(calls["C_Sign"] == 1)
@@ -190,5 +201,25 @@ struct TokenCommandTests {
             timeout: 60)
         #expect(none.status == 66, "\(none.stderrText)")
         #expect(!none.stderrText.contains("no card inserted"))
+    }
+
+    @Test(
+        "--derive without --card-trust-anchor is a usage error (64) before the card is touched; a card from another CA is refused (77)"
+    )
+    func deriveNeedsCardTrustAnchor() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
+        #expect(try dcprovision(["testca", "init", dir.file("ca")]).status == 0)
+        let (missing, untouched) = try deriveThroughFaultModule(dir, pin: pin, [], log: "calls-missing")
+        #expect(missing.status == 64, "\(missing.stderrText)")
+        #expect(missing.stderrText.contains("--card-trust-anchor"), "\(missing.stderrText)")
+        #expect(untouched["C_Login"] == nil)
+        #expect(untouched["C_Sign"] == nil)
+
+        let (other, _) = try deriveThroughFaultModule(
+            dir, pin: pin, ["--card-trust-anchor", OpenSSLFixtures.shared.otherCA.certificate], log: "calls-other")
+        #expect(other.status == 77, "\(other.stderrText)")
+        #expect(other.stderrText.contains("does not chain"), "\(other.stderrText)")
     }
 }

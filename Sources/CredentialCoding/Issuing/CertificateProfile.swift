@@ -80,10 +80,10 @@ public struct CertificateProfile: Sendable, Hashable {
     public var notBefore: Date
     /// The end of validity, to the second; issuing throws `DCError/Code/usage` unless it is after ``notBefore``.
     public var notAfter: Date
-    /// `KeyUsage` bits; the extension is critical. Zero leaves it out.
-    public var keyUsage: UInt32
-    /// Extended key usage OIDs; empty leaves the extension out.
-    public var extendedKeyUsage: [String]
+    /// The keyUsage bits; the extension is critical. Empty leaves it out.
+    public var keyUsage: KeyUsage
+    /// Extended key usage purposes, in order; empty leaves the extension out.
+    public var extendedKeyUsage: [ExtendedKeyUsage]
     /// basicConstraints cA (critical for CAs, non-critical `CA:FALSE` otherwise).
     public var isCA: Bool
     /// basicConstraints pathLenConstraint for a CA; nil leaves it unlimited. Ignored unless ``isCA``.
@@ -95,8 +95,8 @@ public struct CertificateProfile: Sendable, Hashable {
 
     /// A profile with these fields; nothing is checked until a signer issues it.
     public init(
-        subject: DistinguishedName, serialNumber: [UInt8]? = nil, notBefore: Date, notAfter: Date, keyUsage: UInt32,
-        extendedKeyUsage: [String] = [], isCA: Bool = false, pathLength: Int? = nil,
+        subject: DistinguishedName, serialNumber: [UInt8]? = nil, notBefore: Date, notAfter: Date, keyUsage: KeyUsage,
+        extendedKeyUsage: [ExtendedKeyUsage] = [], isCA: Bool = false, pathLength: Int? = nil,
         subjectAlternativeNames: [SubjectAlternativeName] = [], policies: [String] = []
     ) {
         self.subject = subject

@@ -158,11 +158,11 @@ enum CertificateBuilding {
         } else {
             list.append(("basicConstraints", "CA:FALSE"))
         }
-        if profile.keyUsage != 0 {
-            list.append(("keyUsage", "critical," + KeyUsage.names(profile.keyUsage).joined(separator: ",")))
+        if !profile.keyUsage.isEmpty {
+            list.append(("keyUsage", "critical," + profile.keyUsage.names.joined(separator: ",")))
         }
         if !profile.extendedKeyUsage.isEmpty {
-            list.append(("extendedKeyUsage", profile.extendedKeyUsage.joined(separator: ",")))
+            list.append(("extendedKeyUsage", profile.extendedKeyUsage.map(\.rawValue).joined(separator: ",")))
         }
         list.append(("subjectKeyIdentifier", "hash"))
         list.append(("authorityKeyIdentifier", "keyid:always"))

@@ -80,7 +80,7 @@ public enum PossessionCheck {
         if let notAfter = details.notAfter, now > notAfter {
             throw DCError(.untrustedCertificate, "the card's certificate has expired", subject: details.subject)
         }
-        if let usage = details.keyUsage, !usage.contains("digitalSignature") {
+        if let usage = details.keyUsage, !usage.contains(.digitalSignature) {
             throw DCError(
                 .untrustedCertificate, "the card's certificate does not allow digitalSignature",
                 subject: details.subject)

@@ -77,13 +77,13 @@ final class X509Certificate {
     }
 
     /// keyUsage bits (`KU_*`), or nil when the extension is absent.
-    var keyUsage: UInt32? {
+    var keyUsage: KeyUsage? {
         let bits = X509_get_key_usage(pointer)
-        return bits == UInt32.max ? nil : bits
+        return bits == UInt32.max ? nil : KeyUsage(rawValue: bits)
     }
 
     /// Dotted OIDs of extendedKeyUsage, or nil when the extension is absent.
-    var extendedKeyUsage: [String]? {
+    var extendedKeyUsage: [ExtendedKeyUsage]? {
         var critical: Int32 = 0
         guard let raw = X509_get_ext_d2i(pointer, NID_ext_key_usage, &critical, nil) else {
             OpenSSLError.clear()
@@ -91,7 +91,9 @@ final class X509Certificate {
         }
         let eku = OpaquePointer(raw)
         defer { dc_EXTENDED_KEY_USAGE_free(eku) }
-        return (0..<dc_sk_ASN1_OBJECT_num(eku)).map { Self.oid(dc_sk_ASN1_OBJECT_value(eku, $0)) }
+        return (0..<dc_sk_ASN1_OBJECT_num(eku)).map {
+            ExtendedKeyUsage(rawValue: Self.oid(dc_sk_ASN1_OBJECT_value(eku, $0)))
+        }
     }
 
     static func oid(_ object: OpaquePointer?) -> String {

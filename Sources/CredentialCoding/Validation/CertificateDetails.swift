@@ -18,10 +18,11 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
     public var keyAlgorithm: String
     /// OpenSSL's long name of the signature algorithm, such as `ecdsa-with-SHA256`.
     public var signatureAlgorithm: String
-    /// Key usage names as in RFC 5280 (`digitalSignature`, …).
-    public var keyUsage: [String]?
-    /// Extended key usage OIDs, dotted.
-    public var extendedKeyUsage: [String]?
+    /// The keyUsage bits; nil when the extension is absent. Encoded as RFC 5280 names
+    /// (`digitalSignature`, …).
+    public var keyUsage: KeyUsage?
+    /// Extended key usage purposes, in the certificate's order; encoded as dotted OIDs.
+    public var extendedKeyUsage: [ExtendedKeyUsage]?
     /// subjectAltName entries: `email:…`, `URI:…`, `DNS:…`, `UPN:…`, `other:<oid>`.
     public var subjectAlternativeNames: [String]
     /// The subject's commonName, when it has exactly one.
@@ -40,7 +41,7 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
         notAfter = x509.notAfter
         keyAlgorithm = x509.publicKey?.algorithmDescription ?? "unknown"
         signatureAlgorithm = x509.signature.name
-        keyUsage = x509.keyUsage.map(KeyUsage.names)
+        keyUsage = x509.keyUsage
         extendedKeyUsage = x509.extendedKeyUsage
         subjectAlternativeNames = x509.subjectAlternativeNames
         commonName = x509.commonName

@@ -98,10 +98,11 @@ public struct CredentialValidator: Sendable {
             add("unknown-critical-extension", .error, "critical extension \(ext.name) is not understood")
         }
 
+        let profile = TagProfile.of(tag)
         switch x509.publicKey?.kind {
-        case .rsa(let bits) where bits < 2048:
-            add("weak-rsa-key", .error, "RSA key of \(bits) bits; at least 2048 are required")
-        case .ec(let curve, _) where !["prime256v1", "secp384r1", "secp521r1"].contains(curve ?? ""):
+        case .rsa(let bits) where bits < profile.minimumRSABits:
+            add("weak-rsa-key", .error, "RSA key of \(bits) bits; at least \(profile.minimumRSABits) are required")
+        case .ec(let curve, _) where !profile.curves.contains(curve ?? ""):
             add(
                 "unsupported-curve", .error,
                 "EC curve \(curve ?? "with explicit parameters") is not P-256, P-384 or P-521")
@@ -135,36 +136,27 @@ public struct CredentialValidator: Sendable {
             add("key-usage-missing", .error, "no keyUsage extension; the \(tag) profile requires one")
             return
         }
-        let required: UInt32
-        switch tag {
-        case .authentication:
-            required = KeyUsage.digitalSignature
-        case .signing:
-            required = KeyUsage.digitalSignature | KeyUsage.nonRepudiation
-        case .encryption, .escrow:
-            if case .ec = x509.publicKey?.kind {
-                required = KeyUsage.keyAgreement
-            } else {
-                required = KeyUsage.keyEncipherment
-            }
-        }
-        let missing = required & ~usage
-        if missing != 0 {
+        let profile = TagProfile.of(tag)
+        var isEC = false
+        if case .ec = x509.publicKey?.kind { isEC = true }
+        let required = profile.requiredKeyUsage(ec: isEC)
+        let missing = required.subtracting(usage)
+        if !missing.isEmpty {
             add(
                 "key-usage-insufficient", .error,
-                "keyUsage lacks \(KeyUsage.names(missing).joined(separator: ", ")) required for \(tag)")
+                "keyUsage lacks \(missing.names.joined(separator: ", ")) required for \(tag)")
         }
-        let caBits = usage & (KeyUsage.keyCertSign | KeyUsage.cRLSign)
-        if caBits != 0 {
+        let caBits = usage.intersection(TagProfile.caKeyUsage)
+        if !caBits.isEmpty {
             add(
                 "key-usage-ca", .error,
-                "keyUsage has \(KeyUsage.names(caBits).joined(separator: ", ")), which only CAs may have")
+                "keyUsage has \(caBits.names.joined(separator: ", ")), which only CAs may have")
         }
-        let extra = usage & ~required & ~caBits
-        if extra != 0 {
+        let extra = usage.subtracting(required).subtracting(caBits)
+        if !extra.isEmpty {
             add(
                 "key-usage-extra", .warning,
-                "keyUsage also has \(KeyUsage.names(extra).joined(separator: ", ")), beyond the \(tag) profile")
+                "keyUsage also has \(extra.names.joined(separator: ", ")), beyond the \(tag) profile")
         }
     }
 
@@ -172,26 +164,10 @@ public struct CredentialValidator: Sendable {
         _ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void
     ) {
         guard let usages = x509.extendedKeyUsage else { return }
-        let allowed: Set<String>
-        switch tag {
-        case .authentication:
-            allowed = [
-                ExtendedKeyUsage.clientAuth, ExtendedKeyUsage.pkinitClientAuth, ExtendedKeyUsage.smartcardLogon,
-                ExtendedKeyUsage.anyExtendedKeyUsage,
-            ]
-        case .signing:
-            allowed = [
-                ExtendedKeyUsage.emailProtection, ExtendedKeyUsage.documentSigning,
-                ExtendedKeyUsage.microsoftDocumentSigning, ExtendedKeyUsage.adobePDFSigning,
-                ExtendedKeyUsage.anyExtendedKeyUsage,
-            ]
-        case .encryption, .escrow:
-            allowed = [ExtendedKeyUsage.emailProtection, ExtendedKeyUsage.anyExtendedKeyUsage]
-        }
-        if allowed.isDisjoint(with: usages) {
+        if TagProfile.of(tag).allowedExtendedKeyUsage.isDisjoint(with: usages) {
             add(
                 "eku-mismatch", .error,
-                "extendedKeyUsage (\(usages.joined(separator: ", "))) has none of the purposes the \(tag) profile allows"
+                "extendedKeyUsage (\(usages.map(\.rawValue).joined(separator: ", "))) has none of the purposes the \(tag) profile allows"
             )
         }
     }

@@ -1,9 +1,11 @@
-/// Proof that the holder of a credential controls its key (SP 800-157): a fresh challenge signed
-/// with the key of ``certificate``, on the card, where the key stays.
+/// Proof that the holder of a credential controls its key (SP 800-157): a fresh challenge, issued
+/// by the CA that is to certify the new keys, signed with the key of ``certificate`` on the card,
+/// where the key stays.
 public struct PossessionProof: Sendable, Hashable {
     /// The certificate of the key that signed: a PIV card's authentication certificate.
     public var certificate: Certificate
-    /// The bytes that were signed: the verifier's fixed context followed by at least 32 random bytes.
+    /// The bytes that were signed: the challenge the CA issued (``CertifyingProvider/challenge(_:)``),
+    /// its fixed context followed by at least 32 random bytes.
     public var challenge: [UInt8]
     /// SHA-256 with the certificate's key, encoded as in X.509: an ECDSA-Sig-Value for EC keys,
     /// RSASSA-PKCS1-v1_5 for RSA keys.
@@ -64,10 +66,16 @@ public struct Certification: Sendable {
 }
 
 /// A provider that can also certify keys it did not generate: the CA of a derived credential (the
-/// test CA in CI, a vendor's CA plug-in in production). It should check the proof itself rather
-/// than trust its caller.
+/// test CA in CI, a vendor's CA plug-in in production). It issues the challenge the card signs and
+/// checks the proof itself rather than trust its caller.
 public protocol CertifyingProvider: CredentialProvider {
-    /// Issues a certificate for each public key in `request`. It should verify `request.proof` itself
-    /// and throw ``DCError/Code/possessionNotProven`` when the proof does not hold.
+    /// A fresh challenge for the card to sign, for the CA that `request`'s options name. The CA
+    /// remembers what it issued and accepts each challenge in one ``certify(_:)`` only, so that a
+    /// proof over a challenge the caller chose, or a replayed proof, is refused.
+    func challenge(_ request: ProviderRequest) async throws -> [UInt8]
+
+    /// Issues a certificate for each public key in `request`. It should verify `request.proof` itself,
+    /// including that its challenge is one it issued and has not accepted before, and throw
+    /// ``DCError/Code/possessionNotProven`` when the proof does not hold.
     func certify(_ request: CertificationRequest) async throws -> Certification
 }

@@ -75,15 +75,7 @@ public enum PinnedKeys {
 
     /// Writes `value` to `path` (0600, atomically, replacing), creating the directory (0700).
     public static func write<T: Encodable>(_ value: T, to path: String) throws {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        let directory = (path as NSString).deletingLastPathComponent
-        try AtomicFileSet.ensureDirectory(directory)
-        var files = AtomicFileSet(directory: directory)
-        try files.add(
-            (path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: 0o600)
-        try files.commit(replacingExisting: true)
+        try Registrations.publish(value, at: path, mode: 0o600)
     }
 
     /// The value at `path`, or nil when there is none; a file that is not a private regular file

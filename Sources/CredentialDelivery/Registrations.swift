@@ -97,16 +97,18 @@ public struct ProviderRegistration: Codable, Sendable, Equatable {
 
 /// Reading and writing registration files.
 public enum Registrations {
-    /// Writes `value` as pretty JSON with sorted keys to `path` (0644), atomically, replacing what was
-    /// there and creating the directory if needed. Throws the `AtomicFileSet` errors.
-    public static func publish<T: Encodable>(_ value: T, at path: String) throws {
+    /// Writes `value` as pretty JSON with sorted keys and ISO 8601 dates to `path` (`mode`, 0644 by
+    /// default), atomically, replacing what was there and creating the directory if needed. Throws
+    /// the `AtomicFileSet` errors.
+    public static func publish<T: Encodable>(_ value: T, at path: String, mode: mode_t = 0o644) throws {
         let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let directory = (path as NSString).deletingLastPathComponent
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
         try files.add(
-            (path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: 0o644)
+            (path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: mode)
         try files.commit(replacingExisting: true)
     }
 

@@ -381,7 +381,7 @@ public struct ManagedClient: Sendable {
         }
         var status = ResultStatus.ok
         let installedSequence = self.installedSequence
-        if let installedSequence, sequence == installedSequence, try installedPayload(key: key) == opened {
+        if let installedSequence, sequence == installedSequence, try installation.payload(key: key) == opened {
             // This very delivery was installed before a crash cut the handler short: finish it.
         } else if let installedSequence, sequence <= installedSequence, !allowOlder {
             status = ResultStatus.stale
@@ -389,10 +389,7 @@ public struct ManagedClient: Sendable {
             status = ResultStatus.invalid
         } else {
             // All or nothing: the new credential and its number replace the old ones together.
-            var files = AtomicFileSet(directory: store)
-            try files.add("credential", .bytes(try AtRest.seal(opened, key: key, context: "credential")), mode: 0o600)
-            try files.add("credential.sequence", .bytes(Array("\(sequence)\n".utf8)), mode: 0o600)
-            try files.commit(replacingExisting: true)
+            try installation.replace(with: opened, sequence: sequence, key: key)
         }
         let result = DeliveryMessage.result(
             request: request, status: status,
@@ -408,20 +405,11 @@ public struct ManagedClient: Sendable {
             installedSequence: installedSequence, sequence: sequence)
     }
 
-    /// The installed payload as it was delivered (decrypted), or nil when none is installed.
-    func installedPayload(key: SecretBytes) throws -> SecretBytes? {
-        let path = store + "/credential"
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
-        return try AtRest.open(try bytes(path), key: key, context: "credential")
-    }
+    var installation: InstalledCredential { InstalledCredential(store: store) }
 
     /// The delivery number of the installed credential, or nil when none is installed (or it came
     /// before delivery numbers did).
-    public var installedSequence: UInt64? {
-        FileManager.default.contents(atPath: store + "/credential.sequence").flatMap {
-            UInt64(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
-        }
-    }
+    public var installedSequence: UInt64? { installation.sequence }
 
     /// How long the record of a handled request is kept, and the most records kept.
     public static let processedRetention: TimeInterval = 7 * 86400
@@ -454,10 +442,8 @@ public struct ManagedClient: Sendable {
 
     /// The installed credential (needs the client unlocked).
     public func installed() throws -> Credential? {
-        let path = store + "/credential"
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
-        return try DeliveryPayload.decode(try AtRest.open(try bytes(path), key: try storeKey(), context: "credential"))
-            .credential
+        guard FileManager.default.fileExists(atPath: store + "/credential") else { return nil }
+        return try installation.credential(key: try storeKey())
     }
 
     /// The client's URL scheme, or nil when the client is not set up.

@@ -31,8 +31,9 @@ struct ProviderConfig: Codable {
         return try JSONDecoder().decode(ProviderConfig.self, from: data)
     }
 
-    /// Whether answering a request logs in to a card: a PKCS#11 source, or any source given a PIN.
-    var usesCard: Bool { provider == "pkcs11" || pinFile != nil }
+    /// Whether answering a request logs in to a card: a PKCS#11 source (read or derived), or any
+    /// source given a PIN.
+    var usesCard: Bool { provider == "pkcs11" || provider == "derive" || pinFile != nil }
 }
 
 /// A service that opens delivery URLs with the client's registered handler (refusing a hijacker)

@@ -1,0 +1,45 @@
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import SystemSupport
+
+/// The installed credential as the client's store keeps it: the payload exactly as it was
+/// delivered, sealed at rest under the store key (`store/credential`), and the number of the
+/// delivery that brought it (`store/credential.sequence`). The two are replaced together, all or
+/// nothing; this type is the only code that reads or writes them.
+struct InstalledCredential {
+    /// The store directory, `$XDG_DATA_HOME/dcclient/store`.
+    let store: String
+
+    private var payloadPath: String { store + "/credential" }
+    private var sequencePath: String { store + "/credential.sequence" }
+
+    /// The delivered payload, opened with the store key; nil when nothing is installed.
+    func payload(key: SecretBytes) throws -> SecretBytes? {
+        guard let data = FileManager.default.contents(atPath: payloadPath) else { return nil }
+        return try AtRest.open(Array(data), key: key, context: "credential")
+    }
+
+    /// The installed credential, decoded; nil when nothing is installed.
+    func credential(key: SecretBytes) throws -> Credential? {
+        try payload(key: key).map { try DeliveryPayload.decode($0).credential }
+    }
+
+    /// The number of the delivery that brought the installed credential; nil when nothing is
+    /// installed (or it came before delivery numbers did).
+    var sequence: UInt64? {
+        FileManager.default.contents(atPath: sequencePath).flatMap {
+            UInt64(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+    }
+
+    /// Replaces the installed credential and its number with `payload` (sealed under `key`) and
+    /// `sequence`, in one all-or-nothing commit.
+    func replace(with payload: SecretBytes, sequence: UInt64, key: SecretBytes) throws {
+        var files = AtomicFileSet(directory: store)
+        try files.add("credential", .bytes(try AtRest.seal(payload, key: key, context: "credential")), mode: 0o600)
+        try files.add("credential.sequence", .bytes(Array("\(sequence)\n".utf8)), mode: 0o600)
+        try files.commit(replacingExisting: true)
+    }
+}

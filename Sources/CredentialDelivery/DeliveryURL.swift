@@ -173,8 +173,10 @@ public enum DeliveryMessage: Sendable, Equatable {
         }
         guard let version = values["v"] else { throw refuse("missing 'v'") }
         guard version == Self.version else {
+            // Refused like any other message that cannot be authenticated (exit 77), with a
+            // message that says what to update.
             throw DCError(
-                .invalid,
+                .refusedMessage,
                 "refused URL: protocol version '\(version.escapingControlCharacters)'; this program speaks version \(Self.version)",
                 hint: "update the program that made the URL (dcprovision and dcclient speak the same version)")
         }

@@ -66,8 +66,10 @@ public struct ManagedClient: Sendable {
 
     /// Creates the client: a store key sealed under the passphrase, a P-256 key and certificate for
     /// sealing, the registration; then unlocks.
+    /// With `trustAnchors`, a delivered credential must chain to one of them (``trust(anchors:)``).
     public func initialize(
-        clientId: String, scheme: String, providerScheme: String, executable: String, passphrase: SecretBytes
+        clientId: String, scheme: String, providerScheme: String, executable: String, passphrase: SecretBytes,
+        trustAnchors: [Certificate] = []
     ) throws {
         try Self.checkClientID(clientId)
         guard !FileManager.default.fileExists(atPath: configFile) else {
@@ -118,6 +120,7 @@ public struct ManagedClient: Sendable {
         try files.commit()
         try publishRegistration(executable: executable)
         try AtomicFileSet.ensureDirectory(spool.directory)
+        try trust(anchors: trustAnchors)
         try unlock(passphrase: passphrase)
     }
 
@@ -322,7 +325,7 @@ public struct ManagedClient: Sendable {
     /// recorded result is returned (idempotent). A delivery whose number is not above the installed
     /// credential's is kept out (status `stale`) unless `allowOlder`: no rollback.
     public func handleDelivery(
-        _ url: String, validator: CredentialValidator = CredentialValidator(), allowOlder: Bool = false,
+        _ url: String, validator: CredentialValidator? = nil, allowOlder: Bool = false,
         now: Date = Date()
     ) throws -> Handled {
         let config = try config()
@@ -385,7 +388,7 @@ public struct ManagedClient: Sendable {
             // This very delivery was installed before a crash cut the handler short: finish it.
         } else if let installedSequence, sequence <= installedSequence, !allowOlder {
             status = ResultStatus.stale
-        } else if !validator.validate(payload.credential).passes() {
+        } else if !(try validator ?? self.validator()).validate(payload.credential).passes() {
             status = ResultStatus.invalid
         } else {
             // All or nothing: the new credential and its number replace the old ones together.
@@ -406,6 +409,36 @@ public struct ManagedClient: Sendable {
     }
 
     var installation: InstalledCredential { InstalledCredential(store: store) }
+
+    var trustAnchorsFile: String { store + "/trust-anchors.pem" }
+
+    /// Gives the client its own trust anchors: from now on a delivered credential is installed only
+    /// if its certificates chain to one of them (otherwise the result is `invalid` and nothing is
+    /// installed). An empty list removes them, and any chain is accepted again.
+    public func trust(anchors: [Certificate]) throws {
+        _ = try config()
+        guard !anchors.isEmpty else {
+            unlink(trustAnchorsFile)
+            return
+        }
+        var files = AtomicFileSet(directory: store)
+        try files.add("trust-anchors.pem", .bytes(anchors.flatMap { PEM.certificate($0) }), mode: 0o644)
+        try files.commit(replacingExisting: true)
+    }
+
+    /// The client's trust anchors (``trust(anchors:)``); empty when it has none.
+    public func trustAnchors() throws -> [Certificate] {
+        guard FileManager.default.fileExists(atPath: trustAnchorsFile) else { return [] }
+        return try CredentialReader().read(file: trustAnchorsFile).certificates
+    }
+
+    /// How the client validates a delivered credential: the derived-PIV profiles, and a chain to
+    /// its own trust anchors when it has any (given both as anchors and as intermediates, so that
+    /// a file holding a root and its issuing CA works).
+    public func validator() throws -> CredentialValidator {
+        let anchors = try trustAnchors()
+        return CredentialValidator(trustAnchors: anchors, intermediates: anchors)
+    }
 
     /// The delivery number of the installed credential, or nil when none is installed (or it came
     /// before delivery numbers did).

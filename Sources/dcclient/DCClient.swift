@@ -73,6 +73,10 @@ extension DCClient {
         var providerScheme: String
         @Option(help: ArgumentHelp("This client's id (lowercase letters, digits, -).", valueName: "id"))
         var clientId: String = "dcclient"
+        @Option(
+            help: ArgumentHelp(
+                "CA certificates a delivered credential must chain to (PEM or DER); repeatable.", valueName: "file"))
+        var trustAnchor: [String] = []
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var output: OutputOptions
         /// The fewest characters a new store's passphrase may have.
@@ -90,7 +94,7 @@ extension DCClient {
             try ManagedClient().initialize(
                 clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: clientScheme),
                 providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: Tool.executablePath,
-                passphrase: secret)
+                passphrase: secret, trustAnchors: trustAnchor.flatMap { try CredentialReader().read(file: $0).certificates })
             Console.say("client \(clientId) set up; registration published; unlocked")
         }
     }

@@ -62,7 +62,8 @@ struct DeliveryURLTests {
             try DeliveryMessage.parse(
                 "org.example.dc:/new?v=1&client=dcclient&request=\(request)", scheme: "org.example.dc")
         }
-        #expect(error.code == .invalid)
+        #expect(error.code == .refusedMessage)
+        #expect(error.code.category.exitStatus == 77)
         #expect(error.description.contains("protocol version '1'") && error.description.contains("version 2"))
     }
 

@@ -194,4 +194,23 @@ struct BoundaryTests {
         world.service.prune(now: later.addingTimeInterval(world.service.ledger.retention))
         #expect(world.service.ledger.recent().isEmpty)
     }
+
+    @Test("A client given its own trust anchors installs only credentials that chain to them")
+    func clientTrustAnchors() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let stranger = try CredentialReader().read(file: OpenSSLFixtures.shared.otherCA.certificate).certificates
+        try world.client.trust(anchors: stranger)
+        #expect(try world.client.trustAnchors() == stranger)
+        let refused = await thrownCode {
+            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        }
+        #expect(refused == .invalid)
+        #expect(try world.client.installed() == nil)
+        // The control: the test CA's root and issuing CA as anchors.
+        try world.client.trust(anchors: [world.ca.rootCertificate, world.ca.issuingCertificate])
+        let credential = try world.credential()
+        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        #expect(try world.client.installed() == credential)
+    }
 }

@@ -94,7 +94,8 @@ extension DCClient {
             try ManagedClient().initialize(
                 clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: clientScheme),
                 providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: Tool.executablePath,
-                passphrase: secret, trustAnchors: trustAnchor.flatMap { try CredentialReader().read(file: $0).certificates })
+                passphrase: secret,
+                trustAnchors: trustAnchor.flatMap { try CredentialReader().read(file: $0).certificates })
             Console.say("client \(clientId) set up; registration published; unlocked")
         }
     }

@@ -193,11 +193,11 @@ public struct CredentialService: Sendable {
     ///
     /// With `queueIfUnavailable`, a send to a locked client is sealed and spooled anyway and
     /// queued (AppConnect's "wait for the availability notification and retry"): it goes out when
-    /// the client announces availability (``deliverQueued(clientId:progress:)``), within the
+    /// the client announces availability (``deliverQueued(_:now:progress:)``), within the
     /// request's time limit. Without it, the send fails with `serviceUnavailable`.
     ///
-    /// `answering` is the request id of a client's `new` that ``reserve(request:clientId:)``
-    /// recorded: the delivery then carries that id, so the client can match it to its request.
+    /// `answering` is the request id of a client's `new` that
+    /// ``answer(_:fromCard:queueIfUnavailable:now:progress:issue:)`` recorded: the delivery then carries that id, so the client can match it to its request.
     /// Without it the send is the provider's own and gets a fresh random request id.
     public func send(
         _ credential: Credential, clientScheme: String, validator: CredentialValidator = CredentialValidator(),

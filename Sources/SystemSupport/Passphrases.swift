@@ -129,7 +129,7 @@ public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
     }
 
     /// Asks once on `/dev/tty` with echo off and caches the answer for later subjects. Throws
-    /// ``DCError/Code/passphraseRequired`` when standard input is not a terminal or the terminal cannot be opened.
+    /// `DCError/Code/passphraseRequired` when standard input is not a terminal or the terminal cannot be opened.
     public func passphrase(for subject: String) throws -> SecretBytes? {
         lock.lock()
         defer { lock.unlock() }

@@ -171,6 +171,14 @@ public struct CredentialService: Sendable {
             let registration = try Registrations.read(
                 ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased()))
         else { throw Self.missingClient("for \(clientScheme):") }
+        // The id names files of the provider's (the pairing, the delivery counter): one grammar,
+        // checked before it is used for anything.
+        guard DeliveryMessage.isIdentifier(registration.clientId) else {
+            throw DCError(
+                .invalid, "the client's registration has an invalid client id",
+                subject: locations.clientRegistration(clientScheme.lowercased()),
+                hint: "remove it; the client publishes it again with dcclient register")
+        }
         return registration
     }
 
@@ -322,6 +330,36 @@ public struct CredentialService: Sendable {
             throw DCError(.invalid, "not a new-credential request", hint: "requests are <provider-scheme>:/new?… URLs")
         }
         let (registration, pairing) = try authenticate(message, now: now)
+        // The request id is recorded before the policy is applied, so a request refused now cannot
+        // be replayed later, once the policy would let it through.
+        try ledger.reserve(request: request, clientScheme: registration.scheme, now: now)
+        do {
+            try applyCardPolicy(fromCard: fromCard, registration: registration, pairing: pairing, now: now)
+            // Counted against the hourly limit from now on: the card is about to be used.
+            if fromCard, var record = ledger.record(request) {
+                record.cardRequest = true
+                try ledger.write(record, replacing: true)
+            }
+        } catch {
+            ledger.abandon(request)
+            throw error
+        }
+        do {
+            let credential = try await issue(registration)
+            return try await send(
+                credential, clientScheme: registration.scheme, queueIfUnavailable: queueIfUnavailable,
+                answering: request, progress: progress)
+        } catch {
+            ledger.abandon(request)
+            throw error
+        }
+    }
+
+    /// A client's request may make a card source log in unattended only if the operator allowed
+    /// it for that client, and then at most `cardRequestsPerHour` times in any hour.
+    func applyCardPolicy(
+        fromCard: Bool, registration: ClientRegistration, pairing: ClientPairing, now: Date
+    ) throws {
         if fromCard {
             guard pairing.allowCardRequests else {
                 throw DCError(
@@ -342,16 +380,6 @@ public struct CredentialService: Sendable {
                     hint: "try again later, or raise the limit: dcprovision pair --card-requests-per-hour N")
             }
         }
-        try ledger.reserve(request: request, clientScheme: registration.scheme, cardRequest: fromCard, now: now)
-        do {
-            let credential = try await issue(registration)
-            return try await send(
-                credential, clientScheme: registration.scheme, queueIfUnavailable: queueIfUnavailable,
-                answering: request, progress: progress)
-        } catch {
-            ledger.abandon(request)
-            throw error
-        }
     }
 
     /// Delivers what was queued for a client that announced availability; returns the requests sent.
@@ -362,18 +390,43 @@ public struct CredentialService: Sendable {
     public func deliverQueued(
         _ message: DeliveryMessage, now: Date = Date(), progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> [String] {
-        guard case .available(let clientId, _, _) = message else {
+        guard case .available(let clientId, let time, _) = message else {
             throw DCError(
                 .invalid, "not an availability notice", hint: "notices are <provider-scheme>:/available?… URLs")
         }
-        _ = try authenticate(message, now: now)
+        let (current, _) = try authenticate(message, now: now)
+        // Each notice once, and only a newer one: a captured notice replayed later does nothing.
+        try FileLock.withExclusiveLock(at: stateDirectory + "/available/\(clientId)") { descriptor in
+            var buffer = [UInt8](repeating: 0, count: 32)
+            let count = read(descriptor, &buffer, buffer.count)
+            let last =
+                Int64(
+                    String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
+                        .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            guard time > last else {
+                throw DCError(
+                    .refusedMessage, "a replayed availability notice (not newer than the last one)",
+                    subject: clientId, hint: "nothing was done; the client announces again when it unlocks")
+            }
+            let output = Array("\(time)\n".utf8)
+            guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, output, output.count, 0) == output.count else {
+                throw DCError(.ioError, "cannot record the availability notice", subject: clientId)
+            }
+        }
+        // What goes out goes to a client that can take it; a notice is no proof the store is open.
+        guard current.servicesAvailable else {
+            throw DCError(
+                .serviceUnavailable, "the client announced availability, but its secure services are locked",
+                subject: clientId, hint: "queued deliveries stay queued until it unlocks")
+        }
         var sent: [String] = []
+        var failure: Error?
         for record in ledger.recent(limit: 1000).reversed() where record.queuedURL != nil && record.outcome == nil {
             guard let registration = try? self.registration(record.clientScheme), registration.clientId == clientId,
                 let url = record.queuedURL
             else { continue }
-            try ledger.dequeue(record.request)
             guard now.timeIntervalSince(record.created) <= ledger.timeLimit else {
+                try ledger.dequeue(record.request)
                 Spool(directory: registration.spool).remove(request: record.request)
                 progress(
                     "dropped queued request \(record.request): older than \(Int(ledger.timeLimit)) s; spool file removed"
@@ -381,9 +434,16 @@ public struct CredentialService: Sendable {
                 continue
             }
             progress("delivering queued request \(record.request)")
-            try await open(url, registration)
-            sent.append(record.request)
+            do {
+                try await open(url, registration)
+                // Off the queue only once it went out: a failed open leaves it for the next notice.
+                try ledger.dequeue(record.request)
+                sent.append(record.request)
+            } catch {
+                failure = failure ?? error
+            }
         }
+        if let failure { throw failure }
         return sent
     }
 

@@ -146,31 +146,27 @@ public struct DeliverySequence: Sendable {
         self.path = path
     }
 
-    /// The next number: one more than the last given out (1 the first time).
+    /// The next number: one more than the last given out (1 the first time). A counter file that
+    /// cannot be read, or is at its end, is an error rather than a restart (a restart would make
+    /// the client refuse every later delivery as stale).
     public func next() throws -> UInt64 {
-        let directory = (path as NSString).deletingLastPathComponent
-        try AtomicFileSet.ensureDirectory(directory)
-        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard descriptor >= 0 else {
-            throw DCError(.cannotCreateOutput, "cannot open the delivery counter", subject: path, underlying: nil)
+        try FileLock.withExclusiveLock(at: path) { descriptor in
+            var buffer = [UInt8](repeating: 0, count: 32)
+            let count = read(descriptor, &buffer, buffer.count)
+            let text = String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+            guard count >= 0, let last = text.isEmpty ? 0 : UInt64(text), last < UInt64.max else {
+                throw DCError(
+                    .ioError, "the delivery counter cannot be read", subject: path,
+                    hint: "restore it from a backup: a lower number would make the client refuse deliveries")
+            }
+            let output = Array("\(last + 1)\n".utf8)
+            guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, output, output.count, 0) == output.count,
+                fsync(descriptor) == 0
+            else {
+                throw DCError(.ioError, "cannot write the delivery counter", subject: path)
+            }
+            return last + 1
         }
-        defer { close(descriptor) }
-        // flock locks belong to the open file description: two opens in one process exclude each other too.
-        guard flock(descriptor, LOCK_EX) == 0 else {
-            throw DCError(.ioError, "cannot lock the delivery counter", subject: path)
-        }
-        var buffer = [UInt8](repeating: 0, count: 32)
-        let count = read(descriptor, &buffer, buffer.count)
-        let text = String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines)
-        let last = text.isEmpty ? 0 : UInt64(text) ?? 0
-        let next = last + 1
-        let output = Array("\(next)\n".utf8)
-        guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, output, output.count, 0) == output.count,
-            fsync(descriptor) == 0
-        else {
-            throw DCError(.ioError, "cannot write the delivery counter", subject: path)
-        }
-        return next
     }
 }

@@ -175,7 +175,8 @@ public struct RequestLedger: Sendable {
         var removed: [String] = []
         for (index, record) in records.enumerated() where record.outcome != nil {
             let age = now.timeIntervalSince(record.created)
-            guard age > timeLimit, age > retention || index >= capacity else { continue }
+            // Twice the time limit: a `new` is accepted up to the limit either side of its own time.
+            guard age > 2 * timeLimit, age > retention || index >= capacity else { continue }
             unlink(path(record.request))
             removed.append(record.request)
         }

@@ -45,7 +45,9 @@ public struct ManagedClient: Sendable {
     var runKey: String {
         get throws {
             let runtime = try locations.privateRuntimeDirectory()
-            return runtime + "/dcclient/" + Digests.hex(Array(Digests.sha256(Array(base.utf8)).prefix(16))) + ".key"
+            // The same store always gets the same name, however its path was spelled.
+            let path = URL(fileURLWithPath: base).standardizedFileURL.resolvingSymlinksInPath().path
+            return runtime + "/dcclient/" + Digests.hex(Array(Digests.sha256(Array(path.utf8)).prefix(16))) + ".key"
         }
     }
     /// Where versions before the runtime directory kept the unlocked key; removed on sight.
@@ -164,18 +166,9 @@ public struct ManagedClient: Sendable {
     public func pinnedProvider(pinning: Bool = false) throws -> ProviderPin? {
         let config = try config()
         let pinned = try PinnedKeys.read(ProviderPin.self, at: providerPinFile)
-        guard pinning,
-            let registration = try Registrations.read(
-                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
-        else { return pinned }
-        guard let key = registration.signingKey, PinnedKeys.decode(key) != nil else {
-            throw DCError(
-                .oldClient,
-                "the provider registered for \(config.providerScheme): has no signing key (an older version)",
-                hint: "update the provider and register it again")
-        }
+        guard pinning, let registered = try registeredProvider(config) else { return pinned }
         if let pinned {
-            guard pinned.signingKey == key else {
+            guard pinned.signingKey == registered.signingKey else {
                 throw DCError(
                     .refusedMessage, "the provider's signing key is not the one this client pinned",
                     subject: locations.providerRegistration(config.providerScheme),
@@ -183,9 +176,24 @@ public struct ManagedClient: Sendable {
             }
             return pinned
         }
-        let pin = ProviderPin(scheme: config.providerScheme, signingKey: key)
-        try PinnedKeys.write(pin, to: providerPinFile)
-        return pin
+        try PinnedKeys.write(registered, to: providerPinFile)
+        return registered
+    }
+
+    /// The key the provider's registration shows, as a pin not yet written; nil when no provider
+    /// is registered for the client's provider scheme.
+    private func registeredProvider(_ config: Config) throws -> ProviderPin? {
+        guard
+            let registration = try Registrations.read(
+                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
+        else { return nil }
+        guard let key = registration.signingKey, PinnedKeys.decode(key) != nil else {
+            throw DCError(
+                .oldClient,
+                "the provider registered for \(config.providerScheme): has no signing key (an older version)",
+                hint: "update the provider and register it again")
+        }
+        return ProviderPin(scheme: config.providerScheme, signingKey: key)
     }
 
     /// Forgets the pinned provider key, so that the next `register` or `request` pins the key the
@@ -329,22 +337,20 @@ public struct ManagedClient: Sendable {
         now: Date = Date()
     ) throws -> Handled {
         let config = try config()
-        // A crash mid-install leaves at most staging files; they are never read, only removed.
-        AtomicFileSet.removeStaleStagingFiles(in: store)
-        AtomicFileSet.removeStaleStagingFiles(in: store + "/processed")
-        prune(now: now)
         let message = try DeliveryMessage.parse(url, scheme: config.scheme)
         guard case .deliver(let client, let request, let digest, let sequence, _) = message else {
             throw DCError(.invalid, "not a delivery URL", hint: "deliveries are <client-scheme>:/deliver?… URLs")
         }
         guard client == config.clientId else {
             throw DCError(
-                .invalid, "a delivery for another client (\(client))",
+                .refusedMessage, "a delivery for another client (\(client))",
                 hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
         }
-        // The provider's key comes from its registration (a file of this user that no one else can
-        // write), never from the URL: pinned now if no command pinned it yet.
-        guard let pin = try pinnedProvider(pinning: true), let providerKey = pin.publicKey else {
+        // The provider's key is the pinned one; if no command pinned it yet, the one its registration
+        // shows (a file of this user that no one else can write, never the URL), pinned only once a
+        // delivery it signed has verified: a forged URL changes nothing.
+        let pinned = try PinnedKeys.read(ProviderPin.self, at: providerPinFile)
+        guard let pin = try pinned ?? registeredProvider(config), let providerKey = pin.publicKey else {
             throw DCError(
                 .refusedMessage, "no provider is registered for this client, so no delivery can be authenticated",
                 subject: request,
@@ -355,6 +361,24 @@ public struct ManagedClient: Sendable {
                 .refusedMessage, "the delivery is not signed by the pinned provider (forged or altered)",
                 subject: request, hint: "nothing was installed; ask the provider again (dcclient request)")
         }
+        if pinned == nil { try PinnedKeys.write(pin, to: providerPinFile) }
+        // One handler at a time from here: two deliveries handled at once must not both pass the
+        // number check and then install in the wrong order.
+        return try FileLock.withExclusiveLock(at: store + "/.lock") { _ in
+            try install(
+                request: request, digest: digest, sequence: sequence, config: config, validator: validator,
+                allowOlder: allowOlder, now: now)
+        }
+    }
+
+    private func install(
+        request: String, digest: String, sequence: UInt64, config: Config, validator: CredentialValidator?,
+        allowOlder: Bool, now: Date
+    ) throws -> Handled {
+        // A crash mid-install leaves at most staging files; they are never read, only removed.
+        AtomicFileSet.removeStaleStagingFiles(in: store)
+        AtomicFileSet.removeStaleStagingFiles(in: store + "/processed")
+        prune(now: now)
         let processed = store + "/processed/\(request)"
         if let recorded = FileManager.default.contents(atPath: processed),
             let line = String(data: recorded, encoding: .utf8)

@@ -213,4 +213,108 @@ struct BoundaryTests {
         _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
         #expect(try world.client.installed() == credential)
     }
+
+    @Test("Two deliveries handled at once: the higher number wins whatever the order (one handler at a time)")
+    func concurrentHandlersNeverRollBack() async throws {
+        let world = try World(deliver: false)
+        defer { world.dir.remove() }
+        for round in 0..<8 {
+            for name in ["Older \(round)", "Newer \(round)"] {
+                _ = await thrownCode {
+                    _ = try await world.service.send(
+                        try world.credential(TestCAIssueRequest(commonName: name, tags: [.authentication])),
+                        clientScheme: "org.example.dcclient")
+                }
+            }
+            let urls = Array(world.deliveries.all.suffix(2))
+            let client = world.client
+            await withTaskGroup(of: Void.self) { group in
+                for url in urls.reversed() { group.addTask { _ = try? client.handleDelivery(url) } }
+            }
+            let newest = try #require(try DeliveryMessage.parse(urls[1], scheme: "org.example.dcclient").deliverParts)
+            #expect(world.client.installedSequence == newest.sequence, "round \(round)")
+            #expect(try world.client.installed()?.name.hasPrefix("Newer") == true, "round \(round)")
+        }
+    }
+
+    @Test("A replayed or premature availability notice leaves the queue as it was")
+    func availabilityReplay() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let first = try world.available()
+        #expect(try await world.service.deliverQueued(first).isEmpty)
+        // Made while unlocked (a locked client cannot sign), presented while locked.
+        let early = try world.available(now: Date().addingTimeInterval(1))
+        try world.client.lock()
+        let queued = try await world.service.send(
+            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        // The captured notice again: refused, the delivery still queued.
+        #expect(await thrownCode { _ = try await world.service.deliverQueued(first) } == .refusedMessage)
+        #expect(world.service.ledger.record(queued.request)?.queuedURL != nil)
+        // A genuine, newer notice while the client is locked: nothing leaves the queue.
+        #expect(await thrownCode { _ = try await world.service.deliverQueued(early) } == .serviceUnavailable)
+        #expect(world.service.ledger.record(queued.request)?.queuedURL != nil)
+        #expect(world.deliveries.all.isEmpty)
+        try world.client.unlock(passphrase: world.passphrase)
+        let later = try world.available(now: Date().addingTimeInterval(2))
+        #expect(try await world.service.deliverQueued(later) == [queued.request])
+    }
+
+    @Test("A registration whose client id is not an id names no file of the provider's")
+    func hostileClientIdInRegistration() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let signingKey = world.locations.stateHome + "/dcprovision/signing-key"
+        let before = try readBytes(signingKey)
+        let path = world.locations.clientRegistration("org.example.dcclient")
+        for hostile in ["../signing-key", "../config", "a/b", ""] {
+            var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
+            registration.clientId = hostile
+            try Registrations.publish(registration, at: path)
+            #expect(
+                await thrownCode {
+                    _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+                } == .invalid, "\(hostile)")
+            #expect(throws: DCError.self) { try world.service.pair(clientScheme: "org.example.dcclient") }
+        }
+        #expect(try readBytes(signingKey) == before)
+        #expect(world.deliveries.all.isEmpty)
+    }
+
+    @Test("With nothing pinned yet, a forged delivery pins nothing; the first genuine one pins the registered key")
+    func firstDeliveryPinsOnlyWhenGenuine() async throws {
+        let world = try World(deliver: false)
+        defer { world.dir.remove() }
+        try world.client.forgetProvider()
+        _ = await thrownCode {
+            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        }
+        let url = try #require(world.deliveries.all.first)
+        let parts = try #require(try DeliveryMessage.parse(url, scheme: "org.example.dcclient").deliverParts)
+        let forged = DeliveryMessage.deliver(
+            client: parts.client, request: parts.request, digest: parts.digest, sequence: parts.sequence,
+            signature: String(repeating: "0", count: 128)
+        ).url(scheme: "org.example.dcclient")
+        let pin = world.locations.dataHome + "/dcclient/store/provider.json"
+        #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
+        #expect(!FileManager.default.fileExists(atPath: pin))
+        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok)
+        #expect(FileManager.default.fileExists(atPath: pin))
+    }
+
+    @Test("Locking finds the unlocked key however the data directory is spelled")
+    func lockWhateverTheSpelling() throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let runtime = try #require(world.locations.runtimeDirectory)
+        let spelled = ManagedClient(
+            locations: XDGDirectories(environment: [
+                "HOME": world.dir.file("home"), "XDG_DATA_HOME": world.dir.file("home") + "/.local//share/",
+                "XDG_RUNTIME_DIR": runtime,
+            ]))
+        #expect(spelled.isUnlocked)
+        try spelled.lock()
+        #expect(!world.client.isUnlocked)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: runtime + "/dcclient").isEmpty)
+    }
 }

@@ -122,18 +122,22 @@ struct RequestIdTests {
         let world = try World()
         defer { world.dir.remove() }
         let issued = Counter()
-        func answer() async -> DCError.Code? {
+        func answer(_ message: DeliveryMessage? = nil) async -> DCError.Code? {
             await thrownCode {
-                _ = try await world.service.answer(try world.new(), fromCard: true) { _ in
+                _ = try await world.service.answer(try message ?? world.new(), fromCard: true) { _ in
                     issued.increment()
                     return try world.credential()
                 }
             }
         }
+        let refusedOnce = try world.new()
+        #expect(await answer(refusedOnce) == .refusedMessage)
         #expect(await answer() == .refusedMessage)
         #expect(issued.value == 0)
         _ = try world.service.pair(
             clientScheme: "org.example.dcclient", allowCardRequests: true, cardRequestsPerHour: 2)
+        // A request refused before is not answered once the policy would allow it: its id is spent.
+        #expect(await answer(refusedOnce) == .refusedMessage)
         #expect(await answer() == nil)
         #expect(await answer() == nil)
         #expect(await answer() == .serviceUnavailable)

@@ -1,0 +1,24 @@
+import DerivedCredentials
+import Foundation
+
+/// An exclusive advisory lock on a file (`flock`), held for the length of a closure. `flock`
+/// locks belong to the open file description, so two opens in one process exclude each other
+/// too: threads and processes alike wait their turn. The lock file is created (0600) if missing
+/// and never removed; it holds nothing.
+public enum FileLock {
+    /// Runs `body` with `path` locked exclusively, passing the open descriptor (for a caller that
+    /// keeps its data in the lock file itself). Waits for the lock; never times out.
+    public static func withExclusiveLock<T>(at path: String, _ body: (Int32) throws -> T) throws -> T {
+        try AtomicFileSet.ensureDirectory((path as NSString).deletingLastPathComponent)
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0 else {
+            throw DCError(.cannotCreateOutput, "cannot open the lock file", subject: path)
+        }
+        defer { close(descriptor) }
+        var locked: Int32
+        repeat { locked = flock(descriptor, LOCK_EX) } while locked != 0 && errno == EINTR
+        guard locked == 0 else { throw DCError(.ioError, "cannot lock", subject: path) }
+        defer { flock(descriptor, LOCK_UN) }
+        return try body(descriptor)
+    }
+}

@@ -110,7 +110,7 @@ public struct SecureFiles: Sendable {
         }
     }
 
-    /// Writes the file `name` from the chunks of `sequence`, as ``write(to:from:)`` does.
+    /// Writes the file `name` from the chunks of `sequence`, as ``write(to:from:)-(_,()->[UInt8]?)`` does.
     public func write<Chunks: AsyncSequence>(to name: String, from sequence: Chunks) async throws
     where Chunks.Element == [UInt8] {
         let writer = try Writer(files: self, name: name)
@@ -124,7 +124,7 @@ public struct SecureFiles: Sendable {
     }
 
     /// Writes the file `name` from what the descriptor `fd` reads until its end (the descriptor
-    /// stays open), as ``write(to:from:)`` does.
+    /// stays open), as ``write(to:from:)-(_,()->[UInt8]?)`` does.
     public func write(to name: String, fromDescriptor fd: Int32) throws {
         var buffer = [UInt8](repeating: 0, count: Self.chunkSize)
         defer { buffer.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
@@ -189,9 +189,13 @@ public struct SecureFiles: Sendable {
 
         deinit { abandon() }
 
-        func append(_ bytes: [UInt8]) throws {
+        func append(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try append($0) } }
+
+        /// Adds `bytes` to the content, sealing each chunk as soon as the next one starts.
+        func append(_ bytes: UnsafeRawBufferPointer) throws {
             var rest = bytes[...]
             while !rest.isEmpty {
+                if pending.isEmpty { pending.reserveCapacity(SecureFiles.chunkSize) }
                 let take = min(SecureFiles.chunkSize - pending.count, rest.count)
                 pending += rest.prefix(take)
                 rest = rest.dropFirst(take)
@@ -398,7 +402,7 @@ public struct SecureFiles: Sendable {
         }
         let writer = try Writer(files: self, name: newName)
         do {
-            try read(name) { try writer.append(Array($0)) }
+            try read(name) { try writer.append($0) }
             try writer.commit()
         } catch {
             writer.abandon()

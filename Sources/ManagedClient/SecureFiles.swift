@@ -57,8 +57,9 @@ public struct SecureFiles: Sendable {
         guard (1...255).contains(bytes), !name.contains("/"), !name.hasPrefix("."),
             !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
         else {
+            // The name is not repeated: an app's file names may be as private as its files.
             throw DCError(
-                .usage, "'\(name.escapingControlCharacters)' is not a secure file name",
+                .usage, "not a secure file name (\(bytes) bytes)",
                 hint: "use 1-255 bytes without /, control characters or a leading .")
         }
     }

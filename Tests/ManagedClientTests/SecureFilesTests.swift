@@ -13,7 +13,8 @@ struct SecureFilesWorld {
     var files: SecureFiles { client.secureFiles }
     var directory: String { client.secureFiles.directory }
 
-    init() throws {
+    /// With `file`, a secure file named `file` holding it is written first.
+    init(file: [UInt8]? = nil) throws {
         dir = try TemporaryDirectory("securefiles")
         let runtime = dir.file("run")
         try #require(mkdir(runtime, 0o700) == 0)
@@ -22,10 +23,18 @@ struct SecureFilesWorld {
         try client.initialize(
             clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider",
             executable: "/usr/bin/dcclient", passphrase: passphrase)
+        if let file { try client.secureFiles.write(file, to: "file") }
     }
 
     /// The on-disk files (staging files included), sorted.
     func entries() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).sorted() }
+
+    /// Writes `content` as `name`, and returns the one on-disk file and its bytes.
+    func written(_ content: [UInt8], as name: String) throws -> (path: String, bytes: [UInt8]) {
+        try files.write(content, to: name)
+        let path = try onlyFile()
+        return (path, try contents(path))
+    }
 
     /// The one on-disk file that is not a staging file.
     func onlyFile() throws -> String {
@@ -41,18 +50,6 @@ private func contents(_ path: String) throws -> [UInt8] { [UInt8](try Data(conte
 /// Replaces a file's bytes in place.
 private func overwrite(_ path: String, _ bytes: [UInt8]) throws {
     try Data(bytes).write(to: URL(fileURLWithPath: path))
-}
-
-/// The code of the DCError `body` throws, or nil.
-private func code(_ body: () throws -> Void) -> DCError.Code? {
-    do {
-        try body()
-        return nil
-    } catch let error as DCError {
-        return error.code
-    } catch {
-        return nil
-    }
 }
 
 /// Bytes that differ from one offset to the next, so a moved chunk shows.
@@ -77,7 +74,7 @@ private func split(_ bytes: [UInt8]) throws -> (header: [UInt8], chunks: [[UInt8
 @Suite("SecureFiles: encrypted files of managed apps", .timeLimit(.minutes(3)))
 struct SecureFilesTests {
     @Test("round trip, byte for byte", arguments: [0, 1, 1000, 65536, 65537, 200 * 1024])
-    func roundTrip(size: Int) throws {
+    func roundTrip(size: Int) async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
         let content = pattern(size)
@@ -126,7 +123,7 @@ struct SecureFilesTests {
     }
 
     @Test("list, rename, remove, replace")
-    func manage() throws {
+    func manage() async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
         #expect(try world.files.list() == [])
@@ -138,31 +135,31 @@ struct SecureFilesTests {
         try world.files.rename("a file", to: "z file")
         #expect(try world.files.list() == ["b file", "empty", "z file"])
         #expect(try world.files.read("z file") == SecretBytes(pattern(70_000)))
-        #expect(code { _ = try world.files.read("a file") } == .fileNotFound)
-        #expect(code { try world.files.rename("b file", to: "z file") } == .outputExists)
+        #expect(await thrownCode { _ = try world.files.read("a file") } == .fileNotFound)
+        #expect(await thrownCode { try world.files.rename("b file", to: "z file") } == .outputExists)
 
         try world.files.write(Array("two".utf8), to: "b file")
         #expect(try world.files.read("b file") == SecretBytes(Array("two".utf8)))
 
         try world.files.remove("empty")
         #expect(try world.files.list() == ["b file", "z file"])
-        #expect(code { try world.files.remove("empty") } == .fileNotFound)
+        #expect(await thrownCode { try world.files.remove("empty") } == .fileNotFound)
         #expect(world.entries().count == 2)
     }
 
     @Test("names are checked", arguments: ["", "a/b", ".hidden", "tab\there", "nul\u{0}", "del\u{7F}", "c1\u{85}"])
-    func badNames(name: String) throws {
+    func badNames(name: String) async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
-        #expect(code { try world.files.write([1], to: name) } == .usage)
-        #expect(code { _ = try world.files.read(name) } == .usage)
-        #expect(code { try SecureFiles.validate(name: String(repeating: "é", count: 128)) } == .usage)
+        #expect(await thrownCode { try world.files.write([1], to: name) } == .usage)
+        #expect(await thrownCode { _ = try world.files.read(name) } == .usage)
+        #expect(await thrownCode { try SecureFiles.validate(name: String(repeating: "é", count: 128)) } == .usage)
         try SecureFiles.validate(name: String(repeating: "a", count: 255))
         try SecureFiles.validate(name: "rapport été.pdf")
     }
 
     @Test("names never on disk in the clear; 0700 directory, 0600 files")
-    func namesHidden() throws {
+    func namesHidden() async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
         let names = ["quarterly-secret-report.pdf", "patient records", "ÉTÉ-2026"]
@@ -185,30 +182,26 @@ struct SecureFilesTests {
     }
 
     @Test("a flipped byte anywhere is refused")
-    func flippedByte() throws {
+    func flippedByte() async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
-        try world.files.write(pattern(140_000), to: "file")
-        let path = try world.onlyFile()
-        let original = try contents(path)
+        let (path, original) = try world.written(pattern(140_000), as: "file")
         for position in [0, 4, 5, 36, 37, 40, 41, 44, 60, 41 + 4 + 4 + 16 + 2, original.count / 2, original.count - 1] {
             var bytes = original
             bytes[position] ^= 0x01
             try overwrite(path, bytes)
-            #expect(code { _ = try world.files.read("file") } == .invalid, "byte \(position)")
-            #expect(code { _ = try world.files.list() } == .invalid, "byte \(position)")
+            #expect(await thrownCode { _ = try world.files.read("file") } == .invalid, "byte \(position)")
+            #expect(await thrownCode { _ = try world.files.list() } == .invalid, "byte \(position)")
         }
         try overwrite(path, original)
         #expect(try world.files.read("file") == SecretBytes(pattern(140_000)))
     }
 
     @Test("a truncated or extended file is refused")
-    func truncated() throws {
+    func truncated() async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
-        try world.files.write(pattern(140_000), to: "file")
-        let path = try world.onlyFile()
-        let original = try contents(path)
+        let (path, original) = try world.written(pattern(140_000), as: "file")
         let (header, chunks) = try split(original)
         try #require(chunks.count == 4)
         let cuts: [[UInt8]] = [
@@ -218,17 +211,16 @@ struct SecureFilesTests {
         ]
         for (index, cut) in cuts.enumerated() {
             try overwrite(path, cut)
-            #expect(code { _ = try world.files.read("file") } == .invalid, "cut \(index)")
+            #expect(await thrownCode { _ = try world.files.read("file") } == .invalid, "cut \(index)")
         }
     }
 
     @Test("chunks reordered, dropped or taken from another file are refused")
-    func reordered() throws {
+    func reordered() async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
-        try world.files.write(pattern(200 * 1024), to: "file")
-        let path = try world.onlyFile()
-        let (header, chunks) = try split(try contents(path))
+        let (path, original) = try world.written(pattern(200 * 1024), as: "file")
+        let (header, chunks) = try split(original)
         try #require(chunks.count == 5)
         let edits: [[UInt8]] = [
             header + chunks[0] + chunks[2] + chunks[1] + chunks[3] + chunks[4],
@@ -238,7 +230,7 @@ struct SecureFilesTests {
         ]
         for (index, edit) in edits.enumerated() {
             try overwrite(path, edit)
-            #expect(code { _ = try world.files.read("file") } == .invalid, "edit \(index)")
+            #expect(await thrownCode { _ = try world.files.read("file") } == .invalid, "edit \(index)")
         }
         // The same content written again has its own salt: its chunks do not fit the first file.
         try overwrite(path, header + chunks.joined())
@@ -246,11 +238,11 @@ struct SecureFilesTests {
         let other = try #require(world.entries().first { $0 != (path as NSString).lastPathComponent })
         let (_, otherChunks) = try split(try contents(world.directory + "/" + other))
         try overwrite(path, header + chunks[0] + otherChunks[1] + chunks[2] + chunks[3] + chunks[4])
-        #expect(code { _ = try world.files.read("file") } == .invalid)
+        #expect(await thrownCode { _ = try world.files.read("file") } == .invalid)
     }
 
     @Test("two files' contents swapped on disk are refused")
-    func swapped() throws {
+    func swapped() async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
         try world.files.write(Array("alpha".utf8), to: "alpha")
@@ -260,40 +252,39 @@ struct SecureFilesTests {
         let (a, b) = (try contents(first), try contents(second))
         try overwrite(first, b)
         try overwrite(second, a)
-        #expect(code { _ = try world.files.read("alpha") } == .invalid)
-        #expect(code { _ = try world.files.read("beta") } == .invalid)
-        #expect(code { _ = try world.files.list() } == .invalid)
+        #expect(await thrownCode { _ = try world.files.read("alpha") } == .invalid)
+        #expect(await thrownCode { _ = try world.files.read("beta") } == .invalid)
+        #expect(await thrownCode { _ = try world.files.list() } == .invalid)
         // A copy under the other's name is refused too.
         try overwrite(second, a)
         try overwrite(first, a)
-        #expect(code { _ = try world.files.read("beta") } == .invalid)
+        #expect(await thrownCode { _ = try world.files.read("beta") } == .invalid)
         #expect(try world.files.read("alpha") == SecretBytes(Array("alpha".utf8)))
     }
 
     @Test("locked: every operation refused as service unavailable")
-    func locked() throws {
+    func locked() async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
         try world.files.write(Array("kept".utf8), to: "file")
         try world.client.lock()
-        #expect(code { try world.files.write([1], to: "file") } == .serviceUnavailable)
-        #expect(code { _ = try world.files.read("file") } == .serviceUnavailable)
-        #expect(code { _ = try world.files.list() } == .serviceUnavailable)
-        #expect(code { try world.files.rename("file", to: "other") } == .serviceUnavailable)
-        #expect(code { try world.files.remove("file") } == .serviceUnavailable)
+        #expect(await thrownCode { try world.files.write([1], to: "file") } == .serviceUnavailable)
+        #expect(await thrownCode { _ = try world.files.read("file") } == .serviceUnavailable)
+        #expect(await thrownCode { _ = try world.files.list() } == .serviceUnavailable)
+        #expect(await thrownCode { try world.files.rename("file", to: "other") } == .serviceUnavailable)
+        #expect(await thrownCode { try world.files.remove("file") } == .serviceUnavailable)
         #expect(DCError.Code.serviceUnavailable.category.exitStatus == 69)
         try world.client.unlock(passphrase: world.passphrase)
         #expect(try world.files.read("file") == SecretBytes(Array("kept".utf8)))
     }
 
-    @Test("locked between chunks: the write stops, the old file stays, no staging file")
-    func lockedMidWrite() throws {
-        let world = try SecureFilesWorld()
-        defer { world.dir.remove() }
+    @Test("locked between chunks: a write stops leaving the old file and no staging file; a read stops")
+    func lockedMidWrite() async throws {
         let old = pattern(100_000, seed: 1)
-        try world.files.write(old, to: "file")
+        let world = try SecureFilesWorld(file: old)
+        defer { world.dir.remove() }
         var calls = 0
-        let error = code {
+        let error = await thrownCode {
             try world.files.write(to: "file") {
                 calls += 1
                 if calls == 3 { try world.client.lock() }
@@ -305,30 +296,24 @@ struct SecureFilesTests {
         #expect(world.entries().count == 1, "\(world.entries())")
         try world.client.unlock(passphrase: world.passphrase)
         #expect(try world.files.read("file") == SecretBytes(old))
-    }
 
-    @Test("locked between chunks of a read: the read stops")
-    func lockedMidRead() throws {
-        let world = try SecureFilesWorld()
-        defer { world.dir.remove() }
-        try world.files.write(pattern(200 * 1024), to: "file")
+        // A read stops at the next chunk too.
         var seen = 0
-        let error = code {
+        let stopped = await thrownCode {
             try world.files.read("file") { _ in
                 seen += 1
                 try world.client.lock()
             }
         }
-        #expect(error == .serviceUnavailable)
+        #expect(stopped == .serviceUnavailable)
         #expect(seen == 1)
     }
 
     @Test("an interrupted write leaves the old file readable and no staging file")
     func interrupted() async throws {
-        let world = try SecureFilesWorld()
-        defer { world.dir.remove() }
         let old = pattern(150_000, seed: 2)
-        try world.files.write(old, to: "file")
+        let world = try SecureFilesWorld(file: old)
+        defer { world.dir.remove() }
         struct Interrupted: Error {}
         var calls = 0
         #expect(throws: Interrupted.self) {
@@ -343,7 +328,9 @@ struct SecureFilesTests {
             continuation.finish(throwing: Interrupted())
         }
         await #expect(throws: Interrupted.self) { try await world.files.write(to: "file", from: stream) }
-        #expect(code { try world.files.write(to: "new file") { throw DCError(.ioError, "disk gone") } } == .ioError)
+        #expect(
+            await thrownCode { try world.files.write(to: "new file") { throw DCError(.ioError, "disk gone") } }
+                == .ioError)
         #expect(world.entries().count == 1, "\(world.entries())")
         #expect(try world.files.read("file") == SecretBytes(old))
         #expect(try world.files.list() == ["file"])

@@ -17,6 +17,7 @@ import SystemSupport
 ///   store/credential              the installed credential, sealed under the store key
 ///   store/credential.sequence     the delivery number of the installed credential (no rollback)
 ///   store/processed/<request>     the outcome of each request handled (idempotency, replays)
+///   store/files/<hmac of name>    an app's encrypted files (`SecureFiles`), 0700 and 0600
 ///   spool/                        sealed deliveries from providers
 ///   status.json                   {"servicesAvailable": …}, read by providers
 /// $XDG_RUNTIME_DIR/dcclient/<id>.key   the store key — only while unlocked, never under $HOME

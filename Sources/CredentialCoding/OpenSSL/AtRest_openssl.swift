@@ -12,36 +12,10 @@ public enum AtRest {
     public static func seal(_ plaintext: SecretBytes, key: SecretBytes, context: String) throws -> [UInt8] {
         guard key.count == 32 else { throw DCError(.usage, "an at-rest key has 32 bytes") }
         let nonce = try Digests.random(12).withUnsafeBytes { Array($0) }
-        guard let cipher = EVP_CIPHER_CTX_new() else { throw OpenSSL.failure("EVP_CIPHER_CTX_new") }
-        defer { EVP_CIPHER_CTX_free(cipher) }
-        var output = [UInt8](repeating: 0, count: plaintext.count + 16)
-        var length: Int32 = 0
-        var total = 0
-        let aad = magic + Array(context.utf8)
-        let ok = key.withUnsafeBytes { keyBytes in
-            plaintext.withUnsafeBytes { plain in
-                EVP_EncryptInit_ex(cipher, EVP_aes_256_gcm(), nil, keyBytes.baseAddress, nonce) == 1
-                    && EVP_EncryptUpdate(cipher, nil, &length, aad, Int32(aad.count)) == 1
-                    && output.withUnsafeMutableBufferPointer { out in
-                        EVP_EncryptUpdate(cipher, out.baseAddress, &length, plain.baseAddress, Int32(plain.count))
-                            == 1
-                    }
-            }
+        let sealed = try plaintext.withUnsafeBytes {
+            try AESGCM.seal($0, key: key, nonce: nonce, associatedData: magic + Array(context.utf8))
         }
-        guard ok else { throw OpenSSL.failure("AES-GCM encryption") }
-        total = Int(length)
-        guard
-            output.withUnsafeMutableBufferPointer({ EVP_EncryptFinal_ex(cipher, $0.baseAddress! + total, &length) })
-                == 1
-        else {
-            throw OpenSSL.failure("AES-GCM encryption")
-        }
-        total += Int(length)
-        var tag = [UInt8](repeating: 0, count: 16)
-        guard EVP_CIPHER_CTX_ctrl(cipher, EVP_CTRL_GCM_GET_TAG, 16, &tag) == 1 else {
-            throw OpenSSL.failure("AES-GCM tag")
-        }
-        return magic + nonce + output.prefix(total) + tag
+        return magic + nonce + sealed
     }
 
     /// Decrypts what ``seal(_:key:context:)`` made with the same `key` and `context`. Throws
@@ -54,33 +28,15 @@ public enum AtRest {
                 hint: "the client's store is damaged or was altered: set the client up again (dcclient init)")
         }
         let nonce = Array(sealed[magic.count..<(magic.count + 12)])
-        let ciphertext = Array(sealed[(magic.count + 12)..<(sealed.count - 16)])
-        var tag = Array(sealed.suffix(16))
-        guard let cipher = EVP_CIPHER_CTX_new() else { throw OpenSSL.failure("EVP_CIPHER_CTX_new") }
-        defer { EVP_CIPHER_CTX_free(cipher) }
-        var output = [UInt8](repeating: 0, count: ciphertext.count + 16)
-        defer { output.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
-        var length: Int32 = 0
-        let aad = magic + Array(context.utf8)
-        let started = key.withUnsafeBytes { keyBytes in
-            EVP_DecryptInit_ex(cipher, EVP_aes_256_gcm(), nil, keyBytes.baseAddress, nonce) == 1
-                && EVP_DecryptUpdate(cipher, nil, &length, aad, Int32(aad.count)) == 1
-                && output.withUnsafeMutableBufferPointer {
-                    EVP_DecryptUpdate(cipher, $0.baseAddress, &length, ciphertext, Int32(ciphertext.count)) == 1
-                }
-        }
-        guard started else { throw OpenSSL.failure("AES-GCM decryption") }
-        let total = Int(length)
-        guard EVP_CIPHER_CTX_ctrl(cipher, EVP_CTRL_GCM_SET_TAG, 16, &tag) == 1,
-            output.withUnsafeMutableBufferPointer({ EVP_DecryptFinal_ex(cipher, $0.baseAddress! + total, &length) })
-                == 1
-        else {
-            OpenSSLError.clear()
+        do {
+            return try sealed[(magic.count + 12)...].withUnsafeBytes {
+                try AESGCM.open($0, key: key, nonce: nonce, associatedData: magic + Array(context.utf8))
+            }
+        } catch let error as DCError where error.code == .invalid {
             throw DCError(
                 .invalid, "the encrypted store file cannot be opened with this key, or it was altered",
                 hint: "the client's store is damaged or was altered: set the client up again (dcclient init)")
         }
-        return SecretBytes(output.prefix(total))
     }
 
     /// A 32-byte key from a passphrase: PBKDF2-HMAC-SHA-256.

@@ -45,18 +45,26 @@ public enum StandardStream: Int32, Sendable {
 
     /// Writes `text` as it is, in full, unless the stream is closed or broken.
     public func write(_ text: String) {
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            let count = bytes.withUnsafeBytes { Glibc.write(rawValue, $0.baseAddress, $0.count) }
+        Array(text.utf8).withUnsafeBytes { _ = write(bytes: $0) }
+    }
+
+    /// Writes `bytes` as they are (data, not text: nothing is escaped), in full unless the stream
+    /// is closed or broken. Returns whether everything was written.
+    @discardableResult
+    public func write(bytes: UnsafeRawBufferPointer) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let count = Glibc.write(rawValue, bytes.baseAddress! + offset, bytes.count - offset)
             if count > 0 {
-                bytes = bytes.dropFirst(count)
+                offset += count
             } else if count < 0 && errno == EINTR {
                 continue
             } else {
                 // EBADF (closed), EPIPE (reader gone) or any other failure: there is no one to tell.
-                return
+                return false
             }
         }
+        return true
     }
 
     /// Whether the stream is a terminal.

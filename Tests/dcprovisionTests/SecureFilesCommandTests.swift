@@ -34,7 +34,9 @@ struct SecureFilesCommandTests {
         #expect(try tools.check("dcclient", ["files", "ls"]).stdoutText.isEmpty)
     }
 
-    @Test("kill -9 of dcclient files put at random points during 100 rewrites: the file opens to its old or new content")
+    @Test(
+        "kill -9 of dcclient files put at random points during 100 rewrites: the file opens to its old or new content"
+    )
     func killDuringWrites() throws {
         let tools = try Tools("secure-files-kill")
         defer { tools.sandbox.remove() }

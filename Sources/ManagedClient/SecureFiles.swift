@@ -127,17 +127,27 @@ public struct SecureFiles: Sendable {
     /// Writes the file `name` from what the descriptor `fd` reads until its end (the descriptor
     /// stays open), as ``write(to:from:)-(_,()->[UInt8]?)`` does.
     public func write(to name: String, fromDescriptor fd: Int32) throws {
-        var buffer = [UInt8](repeating: 0, count: Self.chunkSize)
-        defer { buffer.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
-        try write(to: name) {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
+        defer {
+            SecretBytes.wipe(buffer)
+            buffer.deallocate()
+        }
+        let writer = try Writer(files: self, name: name)
+        do {
             while true {
-                let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                let count = Glibc.read(fd, buffer.baseAddress, buffer.count)
                 if count < 0 && errno == EINTR { continue }
                 guard count >= 0 else {
                     throw DCError(.ioError, "cannot read the input: \(String(cString: strerror(errno)))")
                 }
-                return count == 0 ? nil : Array(buffer.prefix(count))
+                if count == 0 { break }
+                // Appended straight from the buffer: no copy of the content per read.
+                try writer.append(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
             }
+            try writer.commit()
+        } catch {
+            writer.abandon()
+            throw error
         }
     }
 
@@ -206,8 +216,9 @@ public struct SecureFiles: Sendable {
                 if pending.count == SecureFiles.chunkSize {
                     try seal(held, final: false)
                     held.withUnsafeMutableBytes { SecretBytes.wipe($0) }
-                    held = pending
-                    pending = []
+                    // The two chunk buffers trade places: none is allocated per chunk.
+                    swap(&held, &pending)
+                    pending.removeAll(keepingCapacity: true)
                 }
             }
         }

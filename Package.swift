@@ -167,7 +167,7 @@ let package = Package(
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
             name: "dcbench",
-            dependencies: ["DerivedCredentials", "CredentialCoding", "TestCAProvider"],
+            dependencies: ["DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient"],
             path: "Benchmarks/dcbench"
         ),
 

@@ -270,8 +270,13 @@ public struct ManagedClient: Sendable {
         try files.commit(replacingExisting: true)
     }
 
-    func storeKey() throws -> SecretBytes {
-        guard let data = FileManager.default.contents(atPath: try runKey), data.count == 32 else {
+    func storeKey() throws -> SecretBytes { try storeKey(at: try runKey) }
+
+    /// The store key read from `path`, the ``runKey`` resolved earlier: a caller that checks the
+    /// lock before every chunk of a long stream resolves the path once (it does not change while
+    /// the process runs) and still sees a lock at once, since locking removes the file.
+    func storeKey(at path: String) throws -> SecretBytes {
+        guard let data = FileManager.default.contents(atPath: path), data.count == 32 else {
             throw DCError(.serviceUnavailable, "the client is locked", hint: "run dcclient unlock")
         }
         var bytes = Array(data)

@@ -127,17 +127,27 @@ public struct SecureFiles: Sendable {
     /// Writes the file `name` from what the descriptor `fd` reads until its end (the descriptor
     /// stays open), as ``write(to:from:)-(_,()->[UInt8]?)`` does.
     public func write(to name: String, fromDescriptor fd: Int32) throws {
-        var buffer = [UInt8](repeating: 0, count: Self.chunkSize)
-        defer { buffer.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
-        try write(to: name) {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
+        defer {
+            SecretBytes.wipe(buffer)
+            buffer.deallocate()
+        }
+        let writer = try Writer(files: self, name: name)
+        do {
             while true {
-                let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+                let count = Glibc.read(fd, buffer.baseAddress, buffer.count)
                 if count < 0 && errno == EINTR { continue }
                 guard count >= 0 else {
                     throw DCError(.ioError, "cannot read the input: \(String(cString: strerror(errno)))")
                 }
-                return count == 0 ? nil : Array(buffer.prefix(count))
+                if count == 0 { break }
+                // Appended straight from the buffer: no copy of the content per read.
+                try writer.append(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
             }
+            try writer.commit()
+        } catch {
+            writer.abandon()
+            throw error
         }
     }
 
@@ -149,6 +159,8 @@ public struct SecureFiles: Sendable {
         let staging: String
         let fd: Int32
         let key: SecretBytes
+        /// The unlocked store key's file, resolved once; read before every chunk.
+        let keyPath: String
         let prefix: [UInt8]
         var index: UInt64 = 0
         /// The chunk formed last, written once it is known whether it is the final one.
@@ -159,7 +171,8 @@ public struct SecureFiles: Sendable {
 
         init(files: SecureFiles, name: String) throws {
             try SecureFiles.validate(name: name)
-            let storeKey = try files.client.storeKey()
+            keyPath = try files.client.runKey
+            let storeKey = try files.client.storeKey(at: keyPath)
             try files.ensureDirectory()
             AtomicFileSet.removeStaleStagingFiles(in: files.directory)
             self.files = files
@@ -203,8 +216,9 @@ public struct SecureFiles: Sendable {
                 if pending.count == SecureFiles.chunkSize {
                     try seal(held, final: false)
                     held.withUnsafeMutableBytes { SecretBytes.wipe($0) }
-                    held = pending
-                    pending = []
+                    // The two chunk buffers trade places: none is allocated per chunk.
+                    swap(&held, &pending)
+                    pending.removeAll(keepingCapacity: true)
                 }
             }
         }
@@ -216,7 +230,7 @@ public struct SecureFiles: Sendable {
                 held = pending
             }
             try seal(held, final: true)
-            _ = try files.client.storeKey()
+            _ = try files.client.storeKey(at: keyPath)
             guard fsync(fd) == 0 else { throw Self.failure("cannot sync", files.directory) }
             guard Glibc.rename(staging, target) == 0 else { throw Self.failure("cannot publish", files.directory) }
             done = true
@@ -236,7 +250,7 @@ public struct SecureFiles: Sendable {
 
         private func seal(_ plaintext: [UInt8], final: Bool) throws {
             // Locked since the last chunk: stop here.
-            _ = try files.client.storeKey()
+            _ = try files.client.storeKey(at: keyPath)
             let sealed = try plaintext.withUnsafeBytes {
                 try AESGCM.seal(
                     $0, key: key, nonce: SecureFiles.nonce(prefix: prefix, index: index),
@@ -345,8 +359,9 @@ public struct SecureFiles: Sendable {
         let prefix = Array(header[37..<41])
         var name: [UInt8]?
         var index: UInt64 = 0
+        let keyPath = try client.runKey
         while offset < size || name == nil {
-            _ = try client.storeKey()
+            _ = try client.storeKey(at: keyPath)
             let lengthBytes = try take(4)
             let length = lengthBytes.reduce(0) { $0 << 8 | Int($1) }
             guard length >= 16, length <= Self.chunkSize + 16 else { throw Self.damaged() }

@@ -89,18 +89,9 @@ public struct PKCS11Provider: PossessionProvider {
         }
     }
 
+    /// An object id written in hex (either case); nil for none or anything else.
     static func hex(_ text: String) -> [UInt8]? {
-        let digits = Array(text.lowercased())
-        guard !digits.isEmpty, digits.count % 2 == 0 else { return nil }
-        return stride(from: 0, to: digits.count, by: 2).map { UInt8(String(digits[$0...$0 + 1]), radix: 16) }.reduce(
-            into: [UInt8]?([])
-        ) {
-            guard let byte = $1 else {
-                $0 = nil
-                return
-            }
-            $0?.append(byte)
-        }
+        text.isEmpty ? nil : Digests.bytes(hex: text)
     }
 }
 

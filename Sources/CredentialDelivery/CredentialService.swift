@@ -396,22 +396,13 @@ public struct CredentialService: Sendable {
         }
         let (current, _) = try authenticate(message, now: now)
         // Each notice once, and only a newer one: a captured notice replayed later does nothing.
-        try FileLock.withExclusiveLock(at: stateDirectory + "/available/\(clientId)") { descriptor in
-            var buffer = [UInt8](repeating: 0, count: 32)
-            let count = read(descriptor, &buffer, buffer.count)
-            let last =
-                Int64(
-                    String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
-                        .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-            guard time > last else {
+        try FileLock.updateNumber(at: stateDirectory + "/available/\(clientId)") { text in
+            guard time > Int64(text) ?? 0 else {
                 throw DCError(
                     .refusedMessage, "a replayed availability notice (not newer than the last one)",
                     subject: clientId, hint: "nothing was done; the client announces again when it unlocks")
             }
-            let output = Array("\(time)\n".utf8)
-            guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, output, output.count, 0) == output.count else {
-                throw DCError(.ioError, "cannot record the availability notice", subject: clientId)
-            }
+            return UInt64(time)
         }
         // What goes out goes to a client that can take it; a notice is no proof the store is open.
         guard current.servicesAvailable else {
@@ -463,17 +454,20 @@ public struct CredentialService: Sendable {
     /// closed as ``expired`` (a queued one's sealed spool file is removed), then old finished
     /// records are removed (``RequestLedger/prune(now:)``). Every handled URL and every send runs it.
     public func prune(now: Date = Date()) {
-        for record in ledger.recent(limit: Int.max) where record.outcome == nil {
-            guard now.timeIntervalSince(record.created) > ledger.timeLimit, var closed = ledger.record(record.request)
-            else { continue }
-            if closed.queuedURL != nil, let registration = try? registration(record.clientScheme) {
-                Spool(directory: registration.spool).remove(request: record.request)
+        // One read of the ledger for both steps: every handled URL and every send runs this.
+        var records = ledger.recent(limit: Int.max)
+        for index in records.indices where records[index].outcome == nil {
+            guard now.timeIntervalSince(records[index].created) > ledger.timeLimit else { continue }
+            var closed = records[index]
+            if closed.queuedURL != nil, let registration = try? registration(closed.clientScheme) {
+                Spool(directory: registration.spool).remove(request: closed.request)
             }
             closed.queuedURL = nil
             closed.resultKey = nil
             closed.outcome = Self.expired
             try? ledger.write(closed, replacing: true)
+            records[index] = closed
         }
-        ledger.prune(now: now)
+        ledger.prune(records, now: now)
     }
 }

@@ -114,27 +114,8 @@ public enum DeliveryMessage: Sendable, Equatable {
     /// Whether the message's signature is `publicKey`'s over ``signingInput(scheme:)``; false for a
     /// `result` and for anything malformed.
     public func isSigned(by publicKey: [UInt8], scheme: String) -> Bool {
-        guard let signature, let bytes = Self.bytes(hex: signature) else { return false }
+        guard let signature, let bytes = Digests.bytes(hex: signature) else { return false }
         return MessageSigningKey.verify(bytes, of: signingInput(scheme: scheme), publicKey: publicKey)
-    }
-
-    static func bytes(hex: String) -> [UInt8]? {
-        let digits = Array(hex.utf8)
-        guard digits.count % 2 == 0 else { return nil }
-        func value(_ digit: UInt8) -> UInt8? {
-            switch digit {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
-            default: nil
-            }
-        }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(digits.count / 2)
-        for index in stride(from: 0, to: digits.count, by: 2) {
-            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-        }
-        return bytes
     }
 
     /// Parses a URL addressed to `scheme`, strictly.

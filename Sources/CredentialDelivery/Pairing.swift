@@ -81,15 +81,13 @@ public enum PinnedKeys {
     /// The value at `path`, or nil when there is none; a file that is not a private regular file
     /// of this user, or does not decode, is an error.
     public static func read<T: Decodable>(_ type: T.Type, at path: String) throws -> T? {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return nil }
-        guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0,
-            info.st_size < 1 << 16, let data = FileManager.default.contents(atPath: path)
-        else {
-            throw DCError(
-                .refusedMessage, "a pinned key file that is not a private regular file of this user", subject: path,
-                hint: "remove it and pair again")
-        }
+        guard
+            let data = try privateFile(
+                path, limit: 1 << 16,
+                else: DCError(
+                    .refusedMessage, "a pinned key file that is not a private regular file of this user",
+                    subject: path, hint: "remove it and pair again"))
+        else { return nil }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         guard let value = try? decoder.decode(T.self, from: data) else {
@@ -121,16 +119,26 @@ public enum PinnedKeys {
     }
 
     private static func readKey(_ path: String) throws -> MessageSigningKey? {
+        guard
+            var bytes = try privateFile(
+                path, limit: 1 << 12,
+                else: DCError(
+                    .permissionDenied, "the message-signing key is not a private regular file of this user",
+                    subject: path, hint: "make it mode 0600, or remove it and pair again")
+            ).map(Array.init)
+        else { return nil }
+        return try MessageSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
+    }
+
+    /// The contents of `path`, or nil when there is none; `refusal` when it is not a regular file
+    /// of this user that no one else may read or write, or is `limit` bytes or more.
+    private static func privateFile(_ path: String, limit: Int, else refusal: DCError) throws -> Data? {
         var info = stat()
         guard lstat(path, &info) == 0 else { return nil }
         guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0,
-            info.st_size < 1 << 12, var bytes = FileManager.default.contents(atPath: path).map(Array.init)
-        else {
-            throw DCError(
-                .permissionDenied, "the message-signing key is not a private regular file of this user",
-                subject: path, hint: "make it mode 0600, or remove it and pair again")
-        }
-        return try MessageSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
+            info.st_size < limit, let data = FileManager.default.contents(atPath: path)
+        else { throw refusal }
+        return data
     }
 }
 
@@ -150,21 +158,11 @@ public struct DeliverySequence: Sendable {
     /// cannot be read, or is at its end, is an error rather than a restart (a restart would make
     /// the client refuse every later delivery as stale).
     public func next() throws -> UInt64 {
-        try FileLock.withExclusiveLock(at: path) { descriptor in
-            var buffer = [UInt8](repeating: 0, count: 32)
-            let count = read(descriptor, &buffer, buffer.count)
-            let text = String(decoding: buffer.prefix(max(count, 0)), as: UTF8.self)
-                .trimmingCharacters(in: .whitespacesAndNewlines)
-            guard count >= 0, let last = text.isEmpty ? 0 : UInt64(text), last < UInt64.max else {
+        try FileLock.updateNumber(at: path) { text in
+            guard let last = text.isEmpty ? 0 : UInt64(text), last < UInt64.max else {
                 throw DCError(
                     .ioError, "the delivery counter cannot be read", subject: path,
                     hint: "restore it from a backup: a lower number would make the client refuse deliveries")
-            }
-            let output = Array("\(last + 1)\n".utf8)
-            guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, output, output.count, 0) == output.count,
-                fsync(descriptor) == 0
-            else {
-                throw DCError(.ioError, "cannot write the delivery counter", subject: path)
             }
             return last + 1
         }

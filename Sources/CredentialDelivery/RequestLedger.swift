@@ -171,7 +171,12 @@ public struct RequestLedger: Sendable {
     /// Returns the request ids removed.
     @discardableResult
     public func prune(now: Date = Date()) -> [String] {
-        let records = recent(limit: Int.max)
+        prune(recent(limit: Int.max), now: now)
+    }
+
+    /// ``prune(now:)`` over `records`, newest first, as ``recent(limit:)`` read them.
+    @discardableResult
+    func prune(_ records: [Record], now: Date) -> [String] {
         var removed: [String] = []
         for (index, record) in records.enumerated() where record.outcome != nil {
             let age = now.timeIntervalSince(record.created)

@@ -21,4 +21,23 @@ public enum FileLock {
         defer { flock(descriptor, LOCK_UN) }
         return try body(descriptor)
     }
+
+    /// Replaces the decimal number kept in the file at `path`, under the lock: `next` gets the
+    /// file's text, trimmed (empty when new), and returns the number to store, which is written
+    /// in place and synced before the lock is released. Returns that number.
+    @discardableResult
+    public static func updateNumber(at path: String, _ next: (String) throws -> UInt64) throws -> UInt64 {
+        try withExclusiveLock(at: path) { descriptor in
+            var buffer = [UInt8](repeating: 0, count: 32)
+            let count = read(descriptor, &buffer, buffer.count)
+            guard count >= 0 else { throw DCError(.ioError, "cannot read", subject: path) }
+            let value = try next(
+                String(decoding: buffer.prefix(count), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+            let output = Array("\(value)\n".utf8)
+            guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, output, output.count, 0) == output.count,
+                fsync(descriptor) == 0
+            else { throw DCError(.ioError, "cannot write", subject: path) }
+            return value
+        }
+    }
 }

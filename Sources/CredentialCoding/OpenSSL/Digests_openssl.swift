@@ -63,6 +63,28 @@ public enum Digests {
         return SecretBytes(consuming: &bytes)
     }
 
+    /// The bytes that `hex` spells, two digits each, either case; nil for an odd count or any
+    /// other character (no sign, no separator). The inverse of ``hex(_:uppercase:separator:)``.
+    public static func bytes(hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        func value(_ digit: UInt8) -> UInt8? {
+            switch digit {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let high = value(digits[index]), let low = value(digits[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+        }
+        return bytes
+    }
+
     /// Bytes as hex digits, optionally upper case and separated (`AB:CD:…`).
     public static func hex(_ bytes: [UInt8], uppercase: Bool = false, separator: Character? = nil) -> String {
         let digits = Array((uppercase ? "0123456789ABCDEF" : "0123456789abcdef").utf8)

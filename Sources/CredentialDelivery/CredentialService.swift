@@ -79,7 +79,8 @@ public struct CredentialService: Sendable {
     /// Pairs with the client registered for `clientScheme`: pins its message-signing key, so that
     /// its `new` and `available` messages are acted on from now on, and records whether it may
     /// make the provider use a card unattended. Pairing again replaces the pin (after a client was
-    /// set up afresh). This is the operator's decision; no URL can make it.
+    /// set up afresh). This is the operator's decision; no URL can make it. A paired client is
+    /// managed: its policy (``ClientPolicy``) starts `authorized` and goes out with the next message.
     public func pair(clientScheme: String, allowCardRequests: Bool = false, cardRequestsPerHour: Int = 4) throws
         -> ClientPairing
     {
@@ -100,6 +101,9 @@ public struct CredentialService: Sendable {
         let pairing = ClientPairing(
             clientId: registration.clientId, scheme: registration.scheme, signingKey: key,
             allowCardRequests: allowCardRequests, cardRequestsPerHour: cardRequestsPerHour)
+        // The client is managed from now on: authorized, a policy that goes out with the next
+        // message to it (a retired client is refused here).
+        try startManaging(registration, signingKey: key)
         try PinnedKeys.write(pairing, to: pairingPath(registration.clientId))
         return pairing
     }
@@ -114,12 +118,13 @@ public struct CredentialService: Sendable {
         let client: String
         let time: Int64
         switch message {
-        case .new(let id, _, let sent, _), .available(let id, let sent, _):
+        case .new(let id, _, let sent, _), .available(let id, let sent, _),
+            .acknowledgement(let id, _, _, _, _, let sent, _):
             client = id
             time = sent
-        case .deliver, .result:
+        case .deliver, .result, .policy:
             throw DCError(
-                .invalid, "not a client's signed message", hint: "only new and available are signed by clients")
+                .invalid, "not a client's signed message", hint: "only new, available and ack are signed by clients")
         }
         let hint = "nothing was done; the client asks again (dcclient request)"
         guard let pairing = try pairing(clientId: client) else {
@@ -221,6 +226,8 @@ public struct CredentialService: Sendable {
         case .present: steps.append("client support: present (protocol \(ClientRegistration.currentProtocol))")
         }
         let registration = try registration(clientScheme)
+        // Nothing, not even a credential, goes to a client that is not authorized.
+        try checkAuthorized(registration)
         let available = registration.servicesAvailable
         guard available || queueIfUnavailable else {
             throw DCError(
@@ -294,6 +301,10 @@ public struct CredentialService: Sendable {
             steps.append(
                 "queued: \(url) goes out when the client announces availability (within \(Int(ledger.timeLimit)) s)")
             return Receipt(request: request, steps: steps)
+        }
+        // The client learns its policy before it gets a credential.
+        if try await pushPolicy(to: registration, progress: progress) {
+            steps.append("policy: the client's newest policy went out first")
         }
         steps.append("opening \(url)")
         try await open(url, registration)
@@ -409,6 +420,12 @@ public struct CredentialService: Sendable {
             throw DCError(
                 .serviceUnavailable, "the client announced availability, but its secure services are locked",
                 subject: clientId, hint: "queued deliveries stay queued until it unlocks")
+        }
+        // The newest policy first: a client unauthorized meanwhile gets no credential.
+        if try await pushPolicy(to: current, progress: progress) { progress("sent the newest policy") }
+        guard (try? checkAuthorized(current)) != nil else {
+            progress("the client is not authorized: queued credentials stay queued")
+            return []
         }
         var sent: [String] = []
         var failure: Error?

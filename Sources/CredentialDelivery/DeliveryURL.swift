@@ -2,7 +2,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 
-/// The four messages of the conversation, as URLs. They are world-readable (a launched
+/// The six messages of the conversation, as URLs. They are world-readable (a launched
 /// handler's argv is in `/proc/PID/cmdline`), so they carry only a version, single-use ids, a
 /// time or sequence number, a status, and a digest, MAC or signature — never a secret. Parsing is
 /// strict: `scheme:/path` with no authority, the exact parameters in the order written here, each
@@ -18,6 +18,13 @@ import Foundation
 ///   answer, authenticated with the key sealed in the payload.
 /// - `<provider-scheme>:/available?v=2&client=ID&time=N&sig=HEX128` — the client's secure
 ///   services became available: queued deliveries may go now; signed like `new`.
+/// - `<client-scheme>:/policy?v=2&client=ID&seq=N&state=STATE&autolock=SECONDS&message=B64&time=N&sig=HEX128`
+///   — the provider's policy for the client (``ClientPolicy``): its authorization state, the
+///   message for the user (unpadded base64url, ``PolicyText``) and the auto-lock lifetime; signed
+///   with the provider's key; `seq` grows with every change.
+/// - `<provider-scheme>:/ack?v=2&client=ID&seq=N&of=SUBJECT&policy=STATE&message=B64&time=N&sig=HEX128`
+///   — the app's acknowledgement of policy `seq` (`of=auth` or `of=fileio`, ``PolicySubject``):
+///   `applied`, `error` or `unsupported` (``PolicyState``), with its message; signed like `new`.
 ///
 /// A signature covers ``signingInput(scheme:)``: a fixed context line, then the URL as written
 /// without its `&sig=` parameter, so it binds the scheme, the path and every value.
@@ -32,21 +39,29 @@ public enum DeliveryMessage: Sendable, Equatable {
     case deliver(client: String, request: String, digest: String, sequence: UInt64, signature: String)
     /// A client answers a delivery with a status (`ok` or an error name) and its HMAC-SHA-256 in hex.
     case result(request: String, status: String, mac: String)
+    /// A provider gives a client its policy, number `policy.sequence`, signed at `time`.
+    case policy(client: String, policy: ClientPolicy, time: Int64, signature: String)
+    /// An app acknowledges policy number `sequence`: how it handled `subject`, and why.
+    case acknowledgement(
+        client: String, sequence: UInt64, subject: PolicySubject, state: PolicyState, message: String, time: Int64,
+        signature: String)
 
     /// The protocol version every URL carries as `v=2`; any other is refused.
     public static let version = "2"
     /// The longest URL parsed, in UTF-8 bytes; longer ones are refused before anything else is read.
-    public static let maximumLength = 512
+    public static let maximumLength = 1024
     /// What every signature starts with, so that no signature made for another purpose can pass.
     public static let signingContext = "derived-credentials delivery v2\n"
 
-    /// The URL path without its slash: `new`, `available`, `deliver` or `result`.
+    /// The URL path without its slash: `new`, `available`, `deliver`, `result`, `policy` or `ack`.
     public var path: String {
         switch self {
         case .new: "new"
         case .available: "available"
         case .deliver: "deliver"
         case .result: "result"
+        case .policy: "policy"
+        case .acknowledgement: "ack"
         }
     }
 
@@ -63,6 +78,18 @@ public enum DeliveryMessage: Sendable, Equatable {
             ]
         case .result(let request, let status, let mac):
             [("v", Self.version), ("request", request), ("status", status), ("mac", mac)]
+        case .policy(let client, let policy, let time, let signature):
+            [
+                ("v", Self.version), ("client", client), ("seq", String(policy.sequence)),
+                ("state", policy.state.description), ("autolock", String(policy.autoLock)),
+                ("message", PolicyText.encode(policy.message)), ("time", String(time)), ("sig", signature),
+            ]
+        case .acknowledgement(let client, let sequence, let subject, let state, let message, let time, let signature):
+            [
+                ("v", Self.version), ("client", client), ("seq", String(sequence)), ("of", subject.rawValue),
+                ("policy", state.description), ("message", PolicyText.encode(message)), ("time", String(time)),
+                ("sig", signature),
+            ]
         }
     }
 
@@ -89,7 +116,8 @@ public enum DeliveryMessage: Sendable, Equatable {
     /// The signature a signed message carries, in hex; nil for a `result`.
     public var signature: String? {
         switch self {
-        case .new(_, _, _, let signature), .available(_, _, let signature), .deliver(_, _, _, _, let signature):
+        case .new(_, _, _, let signature), .available(_, _, let signature), .deliver(_, _, _, _, let signature),
+            .policy(_, _, _, let signature), .acknowledgement(_, _, _, _, _, _, let signature):
             signature
         case .result: nil
         }
@@ -106,6 +134,12 @@ public enum DeliveryMessage: Sendable, Equatable {
             return .available(client: client, time: time, signature: signature)
         case .deliver(let client, let request, let digest, let sequence, _):
             return .deliver(client: client, request: request, digest: digest, sequence: sequence, signature: signature)
+        case .policy(let client, let policy, let time, _):
+            return .policy(client: client, policy: policy, time: time, signature: signature)
+        case .acknowledgement(let client, let sequence, let subject, let state, let message, let time, _):
+            return .acknowledgement(
+                client: client, sequence: sequence, subject: subject, state: state, message: message, time: time,
+                signature: signature)
         case .result:
             return self
         }
@@ -181,6 +215,23 @@ public enum DeliveryMessage: Sendable, Equatable {
             message = .result(
                 request: try take("request", { isHex($0, 32) }), status: try take("status", isIdentifier),
                 mac: try take("mac", { isHex($0, 64) }))
+        case "policy":
+            let client = try take("client", isIdentifier)
+            let sequence = UInt64(try take("seq", isNumber))!
+            let state = AuthState(name: try take("state", { AuthState(name: $0) != nil }))!
+            let autoLock = Int(try take("autolock", { isNumber($0) && ClientPolicy.autoLockRange.contains(Int($0)!) }))!
+            let text = PolicyText.decode(try take("message", { PolicyText.decode($0) != nil }))!
+            message = .policy(
+                client: client,
+                policy: ClientPolicy(state: state, message: text, autoLock: autoLock, sequence: sequence),
+                time: Int64(try take("time", isNumber))!, signature: try take("sig", { isHex($0, 128) }))
+        case "ack":
+            message = .acknowledgement(
+                client: try take("client", isIdentifier), sequence: UInt64(try take("seq", isNumber))!,
+                subject: PolicySubject(rawValue: try take("of", { PolicySubject(rawValue: $0) != nil }))!,
+                state: PolicyState(name: try take("policy", { PolicyState(name: $0) != nil }))!,
+                message: PolicyText.decode(try take("message", { PolicyText.decode($0) != nil }))!,
+                time: Int64(try take("time", isNumber))!, signature: try take("sig", { isHex($0, 128) }))
         default:
             throw refuse("unknown path '\(path.escapingControlCharacters)'")
         }

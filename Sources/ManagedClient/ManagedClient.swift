@@ -18,6 +18,8 @@ import SystemSupport
 ///   store/credential.sequence     the delivery number of the installed credential (no rollback)
 ///   store/processed/<request>     the outcome of each request handled (idempotency, replays)
 ///   store/files/<hmac of name>    an app's encrypted files (`SecureFiles`), 0700 and 0600
+///   store/pasteboard              the secure pasteboard's text, sealed under the store key
+///   store/policy.json             the provider's policy in force: authorization state, message, auto-lock
 ///   spool/                        sealed deliveries from providers
 ///   status.json                   {"servicesAvailable": …}, read by providers
 /// $XDG_RUNTIME_DIR/dcclient/<id>.key   the store key — only while unlocked, never under $HOME
@@ -75,6 +77,11 @@ public struct ManagedClient: Sendable {
         trustAnchors: [Certificate] = []
     ) throws {
         try Self.checkClientID(clientId)
+        if isRetired {
+            // A retired client is set up afresh: what is left of it (its configuration and the
+            // policy that retired it) goes first.
+            try FileManager.default.removeItem(atPath: base)
+        }
         guard !FileManager.default.fileExists(atPath: configFile) else {
             throw DCError(
                 .outputExists, "the client is already set up", subject: base,
@@ -183,7 +190,7 @@ public struct ManagedClient: Sendable {
 
     /// The key the provider's registration shows, as a pin not yet written; nil when no provider
     /// is registered for the client's provider scheme.
-    private func registeredProvider(_ config: Config) throws -> ProviderPin? {
+    func registeredProvider(_ config: Config) throws -> ProviderPin? {
         guard
             let registration = try Registrations.read(
                 ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
@@ -221,8 +228,15 @@ public struct ManagedClient: Sendable {
 
     // MARK: - Lock
 
-    /// Makes secure services available: the store key is unsealed into `run/` (0600).
+    /// Unlocks the store: the store key is unsealed into the runtime directory (0600). Secure
+    /// services are then available if the client is also ready and authorized. A retired client
+    /// has nothing left to unlock.
     public func unlock(passphrase: SecretBytes) throws {
+        if let policy = try currentPolicy(), policy.state == .retired {
+            throw DCError(
+                .notAuthorized, "the client was retired: its data is erased", subject: base,
+                hint: "set it up afresh (dcclient init), then ask the provider to pair it again")
+        }
         guard let data = FileManager.default.contents(atPath: store + "/wrapped-key.json"),
             let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
             let salt = (object["salt"] as? String).flatMap({ Data(base64Encoded: $0) }),
@@ -355,19 +369,12 @@ public struct ManagedClient: Sendable {
         // The provider's key is the pinned one; if no command pinned it yet, the one its registration
         // shows (a file of this user that no one else can write, never the URL), pinned only once a
         // delivery it signed has verified: a forged URL changes nothing.
-        let pinned = try PinnedKeys.read(ProviderPin.self, at: providerPinFile)
-        guard let pin = try pinned ?? registeredProvider(config), let providerKey = pin.publicKey else {
+        try verifyProviderSignature(message, config: config, subject: request)
+        // An app that is not authorized takes nothing (its provider sends nothing either).
+        if let policy = try currentPolicy(), policy.state != .authorized {
             throw DCError(
-                .refusedMessage, "no provider is registered for this client, so no delivery can be authenticated",
-                subject: request,
-                hint: "nothing was installed; register the provider (dcprovision register), then ask again")
+                .notAuthorized, "the app is \(policy.state); the delivery was not installed", subject: request)
         }
-        guard message.isSigned(by: providerKey, scheme: config.scheme) else {
-            throw DCError(
-                .refusedMessage, "the delivery is not signed by the pinned provider (forged or altered)",
-                subject: request, hint: "nothing was installed; ask the provider again (dcclient request)")
-        }
-        if pinned == nil { try PinnedKeys.write(pin, to: providerPinFile) }
         // One handler at a time from here: two deliveries handled at once must not both pass the
         // number check and then install in the wrong order.
         return try FileLock.withExclusiveLock(at: store + "/.lock") { _ in
@@ -503,10 +510,12 @@ public struct ManagedClient: Sendable {
         }
     }
 
-    /// The installed credential (needs the client unlocked).
+    /// The installed credential; only while secure services are available
+    /// (``requireSecureServices()``: ready, authorized, unlocked).
     public func installed() throws -> Credential? {
+        let key = try secureServicesKey()
         guard FileManager.default.fileExists(atPath: store + "/credential") else { return nil }
-        return try installation.credential(key: try storeKey())
+        return try installation.credential(key: key)
     }
 
     /// The client's URL scheme, or nil when the client is not set up.

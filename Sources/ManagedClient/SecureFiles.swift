@@ -171,6 +171,7 @@ public struct SecureFiles: Sendable {
 
         init(files: SecureFiles, name: String) throws {
             try SecureFiles.validate(name: name)
+            try files.client.requireSecureServices()
             keyPath = try files.client.runKey
             let storeKey = try files.client.storeKey(at: keyPath)
             try files.ensureDirectory()
@@ -301,7 +302,7 @@ public struct SecureFiles: Sendable {
     /// `DCError/Code/invalid`, possibly after `body` saw earlier chunks: discard what it got then.
     public func read(_ name: String, into body: (UnsafeRawBufferPointer) throws -> Void) throws {
         try Self.validate(name: name)
-        let storeKey = try client.storeKey()
+        let storeKey = try client.secureServicesKey()
         let disk = diskName(name, storeKey: storeKey)
         try open(disk, storeKey: storeKey, expecting: Array(name.utf8)) { plaintext in
             try plaintext.withUnsafeBytes(body)
@@ -402,7 +403,7 @@ public struct SecureFiles: Sendable {
     /// The logical names of the files, sorted. Throws `DCError/Code/invalid` when a file is
     /// damaged or altered (``remove(_:)`` removes it by name).
     public func list() throws -> [String] {
-        let storeKey = try client.storeKey()
+        let storeKey = try client.secureServicesKey()
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         return try names.filter { !$0.hasPrefix(".") }.map { try open($0, storeKey: storeKey, expecting: nil) }.sorted()
     }
@@ -411,7 +412,7 @@ public struct SecureFiles: Sendable {
     /// (it is bound to its name); a crash before the end leaves the old name, or both.
     public func rename(_ name: String, to newName: String) throws {
         try Self.validate(name: newName)
-        let storeKey = try client.storeKey()
+        let storeKey = try client.secureServicesKey()
         guard access(directory + "/" + diskName(newName, storeKey: storeKey), F_OK) != 0 else {
             throw DCError(
                 .outputExists, "a secure file of the new name exists", hint: "remove it first, or pick another name")
@@ -430,7 +431,7 @@ public struct SecureFiles: Sendable {
     /// Removes the file `name`. Throws `DCError/Code/fileNotFound` when there is none.
     public func remove(_ name: String) throws {
         try Self.validate(name: name)
-        let storeKey = try client.storeKey()
+        let storeKey = try client.secureServicesKey()
         guard unlink(directory + "/" + diskName(name, storeKey: storeKey)) == 0 else {
             if errno == ENOENT {
                 throw DCError(.fileNotFound, "no such secure file", hint: "list the files there are")

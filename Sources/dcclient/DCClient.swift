@@ -17,7 +17,7 @@ struct DCClient: AsyncParsableCommand {
         version: Toolkit.version,
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
-            Unlock.self, Files.self,
+            Unlock.self, Status.self, Files.self, Pasteboard.self,
         ])
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
@@ -157,7 +157,7 @@ extension DCClient {
 
     struct HandleURL: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
-            commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries).")
+            commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries and policies).")
         @Argument var url: String
         @Flag(help: "Install the delivery even if it is older than the installed credential (a rollback).")
         var allowOlder = false
@@ -165,6 +165,9 @@ extension DCClient {
 
         func run() async throws {
             let client = ManagedClient()
+            if case .policy = try DeliveryMessage.parse(url, scheme: try client.setUpScheme()) {
+                return try await DCClient.handlePolicy(url, client: client)
+            }
             let handled = try client.handleDelivery(url, allowOlder: allowOlder)
             if handled.replay {
                 Console.say(

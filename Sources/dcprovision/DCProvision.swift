@@ -13,8 +13,8 @@ struct DCProvision: AsyncParsableCommand {
         discussion: Toolkit.exitStatuses,
         version: Toolkit.version,
         subcommands: [
-            Demo.self, Send.self, HandleURL.self, Register.self, Pair.self, Unregister.self, Status.self, Convert.self,
-            Inspect.self,
+            Demo.self, Send.self, HandleURL.self, Register.self, Pair.self, Unregister.self, Authorize.self,
+            Unauthorize.self, Retire.self, Policy.self, Status.self, Convert.self, Inspect.self,
             Providers.self, TestCACommand.self, Tokens.self, Objects.self,
         ]
     )

@@ -168,9 +168,18 @@ struct HandleURL: AsyncParsableCommand, OutputCommand {
             let record = try service.handleResult(url)
             Console.say(
                 "dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
-        case .deliver:
+        case .acknowledgement(let client, let sequence, let subject, let state, let text, _, _):
+            let record = try service.handleAcknowledgement(url)
+            let why = text.isEmpty ? "" : " (\(text.escapingControlCharacters))"
+            Console.say(
+                "dcprovision: client \(client) acknowledged \(subject == .authState ? "its authorization state" : "the secure file I/O policy") (policy \(sequence)): \(state)\(why)"
+            )
+            if subject == .authState, record.policy.state == .retired, sequence == record.policy.sequence {
+                Console.say("dcprovision: client \(client) is retired; its pairing has ended")
+            }
+        case .deliver, .policy:
             throw DCError(
-                .invalid, "a delivery URL sent to the provider",
+                .invalid, "a \(message.path) URL sent to the provider",
                 hint: "deliveries go to the client's scheme: check which scheme each program registered")
         }
     }
@@ -223,7 +232,8 @@ struct Send: AsyncParsableCommand, OutputCommand {
 }
 
 struct Status: AsyncParsableCommand, OutputCommand {
-    static let configuration = CommandConfiguration(abstract: "Recent sends and their outcome.")
+    static let configuration = CommandConfiguration(
+        abstract: "Each managed client's policy and acknowledgements, and recent sends with their outcome.")
     @OptionGroup var format: JSONOutputOptions
 
     /// What `status --json` shows of a ledger record: never its result key.
@@ -236,23 +246,85 @@ struct Status: AsyncParsableCommand, OutputCommand {
         var state: String
     }
 
+    /// What `status --json` shows of a managed client.
+    struct Client: Encodable {
+        var clientId: String
+        var clientScheme: String
+        var state: String
+        var message: String
+        var autoLockSeconds: Int
+        var policy: UInt64
+        /// When the newest policy was opened at the client; absent while it is queued.
+        var sent: Date?
+        var acknowledgement: Acknowledgement?
+        /// `unsupported` until the app acknowledges the secure file I/O policy.
+        var secureFileIO: Acknowledgement
+    }
+
+    /// An app's acknowledgement, as `status --json` shows it.
+    struct Acknowledgement: Encodable {
+        var policy: UInt64?
+        var state: String
+        var message: String
+        var time: Date?
+        init(_ acknowledgement: PolicyAcknowledgement?) {
+            policy = acknowledgement?.sequence
+            state = acknowledgement?.state.description ?? PolicyState.unsupported.description
+            message = acknowledgement?.message ?? ""
+            time = acknowledgement?.time
+        }
+    }
+
+    /// The whole `status --json` document.
+    struct Document: Encodable {
+        var clients: [Client]
+        var sends: [Send]
+    }
+
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let ledger = RequestLedger(directory: XDGDirectories().stateHome + "/dcprovision/requests")
+        let locations = XDGDirectories()
+        let ledger = RequestLedger(directory: locations.stateHome + "/dcprovision/requests")
         let records = ledger.recent()
+        let policies =
+            (try? ProviderConfig.load(locations)).flatMap {
+                try? service(brand: $0.brand, scheme: $0.scheme).policyRecords()
+            } ?? []
         if format.json {
             return try printJSON(
-                "sends",
-                records.map {
-                    Send(
-                        request: $0.request, created: $0.created, completed: $0.completed,
-                        clientScheme: $0.clientScheme, credentialName: $0.credentialName,
-                        state: $0.state)
-                })
+                "status",
+                Document(
+                    clients: policies.map {
+                        Client(
+                            clientId: $0.clientId, clientScheme: $0.scheme, state: $0.policy.state.description,
+                            message: $0.policy.message, autoLockSeconds: $0.policy.autoLock,
+                            policy: $0.policy.sequence, sent: $0.sent,
+                            acknowledgement: $0.authAcknowledgement.map { Acknowledgement($0) },
+                            secureFileIO: Acknowledgement($0.fileIOAcknowledgement))
+                    },
+                    sends: records.map {
+                        Send(
+                            request: $0.request, created: $0.created, completed: $0.completed,
+                            clientScheme: $0.clientScheme, credentialName: $0.credentialName,
+                            state: $0.state)
+                    }))
+        }
+        let formatter = ISO8601DateFormatter()
+        for record in policies {
+            let policy = record.policy
+            let message = policy.message.isEmpty ? "" : " \"\(policy.message.escapingControlCharacters)\""
+            let sent = record.sent.map { "sent \(formatter.string(from: $0))" } ?? "queued"
+            let ack =
+                record.authAcknowledgement.map {
+                    "acknowledged policy \($0.sequence): \($0.state)\($0.message.isEmpty ? "" : " (\($0.message.escapingControlCharacters))")"
+                } ?? "not acknowledged"
+            let fileIO = record.fileIOAcknowledgement?.state ?? .unsupported
+            Console.print(
+                "client \(record.clientId) (\(record.scheme):)  \(policy.state)\(message)  policy \(policy.sequence), \(sent); \(ack); secure file I/O: \(fileIO); auto-lock \(policy.autoLock) s"
+            )
         }
         if records.isEmpty { Console.print("no sends yet") }
-        let formatter = ISO8601DateFormatter()
         for record in records {
             let state = record.state
             let name = record.credentialName.isEmpty ? "-" : record.credentialName.escapingControlCharacters

@@ -166,6 +166,17 @@ extension DCError.Code {
         "refusedMessage", .refused,
         hint: "nothing was changed; ask or send again (a new request id)")
 
+    // MARK: The managed-app runtime.
+    /// The app is not authorized (or was retired): no credential or secure file may be read, and
+    /// the provider sends it nothing (exit 77).
+    public static let notAuthorized = Self(
+        "notAuthorized", .refused,
+        hint: "the provider decides; ask its operator (dcprovision authorize), then unlock again")
+    /// The client has no policy from its provider yet, so it cannot tell whether it is authorized.
+    public static let policyNotReady = Self(
+        "policyNotReady", .unavailable,
+        hint: "the provider sends its policy when it pairs with the client (dcprovision pair)")
+
     // MARK: Building a credential (all report as AppConnect `invalid`).
     /// The credential name is empty or only whitespace.
     public static let emptyName = Self(

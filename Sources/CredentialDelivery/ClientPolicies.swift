@@ -1,0 +1,216 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+import SystemSupport
+
+/// An app's answer to a policy, as the provider recorded it.
+public struct PolicyAcknowledgement: Codable, Sendable, Equatable {
+    /// The number of the policy answered.
+    public var sequence: UInt64
+    /// How the app handled it.
+    public var state: PolicyState
+    /// The app's explanation; may be empty.
+    public var message: String
+    /// When the app signed the acknowledgement.
+    public var time: Date
+}
+
+/// What a provider holds for one paired client: the newest policy it set (newest wins: only it
+/// is ever sent), when it last went out, and the app's acknowledgements.
+/// `$XDG_STATE_HOME/dcprovision/policies/<client-id>.json`.
+public struct PolicyRecord: Codable, Sendable, Equatable {
+    /// The client's id.
+    public var clientId: String
+    /// The client's URL scheme.
+    public var scheme: String
+    /// The client's signing key when it was paired, base64: a retired client comes back only
+    /// set up afresh, with a new key.
+    public var signingKey: String
+    /// The newest policy.
+    public var policy: ClientPolicy
+    /// When ``policy`` was last opened at the client; nil while it waits for the client.
+    public var sent: Date?
+    /// The app's newest acknowledgement of each subject (`auth`, `fileio`).
+    public var acknowledgements: [String: PolicyAcknowledgement] = [:]
+
+    /// The acknowledgement of the authorization state, if the app sent one.
+    public var authAcknowledgement: PolicyAcknowledgement? { acknowledgements[PolicySubject.authState.rawValue] }
+    /// The acknowledgement of the secure file I/O policy; an app that never sends one is taken to
+    /// answer `unsupported`.
+    public var fileIOAcknowledgement: PolicyAcknowledgement? {
+        acknowledgements[PolicySubject.secureFileIO.rawValue]
+    }
+    /// Whether the newest policy still has to reach the app: it was not acknowledged yet.
+    public var isPending: Bool { authAcknowledgement.map { $0.sequence < policy.sequence } ?? true }
+}
+
+extension CredentialService {
+    var policiesDirectory: String { stateDirectory + "/policies" }
+    func policyPath(_ clientId: String) -> String { policiesDirectory + "/\(clientId).json" }
+
+    /// The provider's policy record for `clientId`, or nil when it never paired the client.
+    public func policyRecord(clientId: String) throws -> PolicyRecord? {
+        guard DeliveryMessage.isIdentifier(clientId) else { return nil }
+        return try PinnedKeys.read(PolicyRecord.self, at: policyPath(clientId))
+    }
+
+    /// Every policy record, by client id.
+    public func policyRecords() -> [PolicyRecord] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: policiesDirectory)) ?? []
+        return names.sorted().compactMap { name in
+            guard name.hasSuffix(".json") else { return nil }
+            return try? policyRecord(clientId: String(name.dropLast(5)))
+        }
+    }
+
+    /// Changes the record of `clientId` under its lock; `body` returns the new record (or throws,
+    /// and nothing changes).
+    @discardableResult
+    func updatePolicyRecord(_ clientId: String, _ body: (PolicyRecord?) throws -> PolicyRecord) throws
+        -> PolicyRecord
+    {
+        try AtomicFileSet.ensureDirectory(policiesDirectory)
+        return try FileLock.withExclusiveLock(at: policyPath(clientId) + ".lock") { _ in
+            let record = try body(try policyRecord(clientId: clientId))
+            try PinnedKeys.write(record, to: policyPath(clientId))
+            return record
+        }
+    }
+
+    /// Starts managing a client that was just paired: its policy is `authorized`, numbered after
+    /// any earlier one, and goes out with the next message to the client. A client that was
+    /// retired comes back only set up afresh (another signing key).
+    func startManaging(_ registration: ClientRegistration, signingKey: String) throws {
+        try updatePolicyRecord(registration.clientId) { old in
+            if let old, old.policy.state == .retired, old.signingKey == signingKey {
+                throw DCError(
+                    .notAuthorized, "the client '\(registration.clientId)' was retired",
+                    hint: "a retired client is set up afresh (dcclient init) before it is paired again")
+            }
+            return PolicyRecord(
+                clientId: registration.clientId, scheme: registration.scheme, signingKey: signingKey,
+                policy: ClientPolicy(
+                    state: .authorized, autoLock: old?.policy.autoLock ?? ClientPolicy.defaultAutoLock,
+                    sequence: (old?.policy.sequence ?? 0) + 1))
+        }
+    }
+
+    /// What ``setPolicy(clientScheme:progress:_:)`` did.
+    public struct PolicyReceipt: Sendable {
+        /// The record after the change (and after the app's acknowledgement, if it came).
+        public var record: PolicyRecord
+        /// True when the policy was opened at the client now; false when it waits for the client
+        /// to announce availability.
+        public var sent: Bool
+    }
+
+    /// Changes the policy of the paired client registered for `clientScheme` (a new number; newest
+    /// wins) and sends it at once if the client's secure services are available, otherwise when it
+    /// next announces availability. Nothing changes for a client that is not paired.
+    public func setPolicy(
+        clientScheme: String, progress: @Sendable (String) -> Void = { _ in },
+        _ change: (inout ClientPolicy) throws -> Void
+    ) async throws -> PolicyReceipt {
+        let registration = try registration(clientScheme)
+        guard let pairing = try pairing(clientId: registration.clientId) else {
+            throw DCError(
+                .refusedMessage, "the client '\(registration.clientId)' is not paired with this provider",
+                hint: "pair it first: dcprovision pair --client-scheme \(registration.scheme)")
+        }
+        let record = try updatePolicyRecord(registration.clientId) { old in
+            guard var record = old, record.signingKey == pairing.signingKey else {
+                throw DCError(
+                    .refusedMessage, "the client's pairing changed since its policy was set",
+                    hint: "pair it again: dcprovision pair --client-scheme \(registration.scheme)")
+            }
+            guard record.policy.state != .retired else {
+                throw DCError(
+                    .notAuthorized, "the client '\(registration.clientId)' was retired",
+                    hint: "a retired client is set up afresh (dcclient init) and paired again")
+            }
+            try change(&record.policy)
+            try PolicyText.check(record.policy.message)
+            guard ClientPolicy.autoLockRange.contains(record.policy.autoLock) else {
+                throw DCError(.usage, "the auto-lock time must be 1 s to 7 days")
+            }
+            record.policy.sequence += 1
+            record.sent = nil
+            return record
+        }
+        progress("policy \(record.policy.sequence) for \(record.clientId): \(record.policy.state)")
+        guard registration.servicesAvailable else {
+            progress("queued: it goes out when the client announces availability (newest wins)")
+            return PolicyReceipt(record: record, sent: false)
+        }
+        try await pushPolicy(to: registration, progress: progress)
+        return PolicyReceipt(record: try policyRecord(clientId: record.clientId) ?? record, sent: true)
+    }
+
+    /// Opens the client's newest policy, signed now, if it still waits for the app's
+    /// acknowledgement. Returns whether it was opened.
+    @discardableResult
+    func pushPolicy(to registration: ClientRegistration, progress: @Sendable (String) -> Void) async throws -> Bool {
+        guard let record = try policyRecord(clientId: registration.clientId), record.isPending else { return false }
+        try checkHandler(registration)
+        let url = try DeliveryMessage.policy(
+            client: record.clientId, policy: record.policy, time: Int64(Date().timeIntervalSince1970), signature: ""
+        ).signed(with: try signingKey(), scheme: registration.scheme).url(scheme: registration.scheme)
+        progress("opening \(url)")
+        try await open(url, registration)
+        try updatePolicyRecord(record.clientId) { current in
+            guard var current else { return record }
+            if current.policy.sequence == record.policy.sequence { current.sent = Date() }
+            return current
+        }
+        return true
+    }
+
+    /// Refuses to send anything to a client whose policy is not `authorized`.
+    func checkAuthorized(_ registration: ClientRegistration) throws {
+        guard let record = try policyRecord(clientId: registration.clientId) else { return }
+        guard record.policy.state == .authorized else {
+            throw DCError(
+                .notAuthorized, "the client '\(registration.clientId)' is \(record.policy.state)",
+                subject: registration.scheme,
+                hint: record.policy.state == .retired
+                    ? "a retired client is set up afresh and paired again"
+                    : "authorize it first: dcprovision authorize --client-scheme \(registration.scheme)")
+        }
+    }
+
+    /// Handles an app's signed acknowledgement (`<provider-scheme>:/ack?…`): authenticates it like
+    /// any client message (``authenticate(_:now:)``), and records it if it answers a policy this
+    /// provider sent and is newer than the one recorded. The acknowledgement of a `retired` policy
+    /// ends the pairing: the client must be set up afresh and paired again.
+    public func handleAcknowledgement(_ url: String, now: Date = Date()) throws -> PolicyRecord {
+        let message = try DeliveryMessage.parse(url, scheme: callbackScheme)
+        guard case .acknowledgement(let clientId, let sequence, let subject, let state, let text, let time, _) = message
+        else {
+            throw DCError(
+                .invalid, "not an acknowledgement", hint: "acknowledgements are <provider-scheme>:/ack?… URLs")
+        }
+        _ = try authenticate(message, now: now)
+        let acknowledgement = PolicyAcknowledgement(
+            sequence: sequence, state: state, message: text, time: Date(timeIntervalSince1970: TimeInterval(time)))
+        let record = try updatePolicyRecord(clientId) { old in
+            guard var record = old, sequence <= record.policy.sequence else {
+                throw DCError(
+                    .refusedMessage, "an acknowledgement of a policy this provider never sent", subject: clientId,
+                    hint: "nothing was recorded")
+            }
+            if let previous = record.acknowledgements[subject.rawValue],
+                (previous.sequence, previous.time) >= (sequence, acknowledgement.time)
+            {
+                throw DCError(
+                    .refusedMessage, "a replayed acknowledgement (not newer than the one recorded)", subject: clientId,
+                    hint: "nothing was recorded")
+            }
+            record.acknowledgements[subject.rawValue] = acknowledgement
+            return record
+        }
+        if subject == .authState, record.policy.state == .retired, sequence == record.policy.sequence {
+            unlink(pairingPath(clientId))
+        }
+        return record
+    }
+}

@@ -1,0 +1,260 @@
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import SystemSupport
+
+/// The policy a client applied, as it keeps it (`store/policy.json`): what the provider sent, and
+/// when the provider signed it (a policy sent again, unchanged, is signed later).
+struct AppliedPolicy: Codable {
+    var policy: ClientPolicy
+    var signed: Int64
+}
+
+extension ManagedClient {
+    var policyFile: String { store + "/policy.json" }
+
+    /// The policy the provider sent last, or nil before the first one (the client is not ready).
+    public func currentPolicy() throws -> ClientPolicy? { try appliedPolicy()?.policy }
+
+    func appliedPolicy() throws -> AppliedPolicy? {
+        guard let data = FileManager.default.contents(atPath: policyFile) else { return nil }
+        do {
+            return try JSONDecoder().decode(AppliedPolicy.self, from: data)
+        } catch {
+            throw DCError(
+                .invalid, "the client's policy file is damaged", subject: policyFile,
+                hint: "the provider sends it again: ask its operator to send the policy (dcprovision authorize)")
+        }
+    }
+
+    /// Whether the client has its provider's policy, so that ``authState`` and the other
+    /// policy-dependent properties have answers (AppConnect's `ready`).
+    public var ready: Bool { (try? currentPolicy()) != nil }
+
+    /// The authorization state; throws `policyNotReady` before the client is ``ready``.
+    public var authState: AuthState {
+        get throws { try readyPolicy().state }
+    }
+
+    /// Why the authorization state is what it is, to show the user (it may be empty); throws
+    /// `policyNotReady` before the client is ``ready``. Escape it before showing it on a terminal.
+    public var authMessage: String {
+        get throws { try readyPolicy().message }
+    }
+
+    /// The secure file I/O policy: always ``SecureFileIOPolicy/required`` once the client is
+    /// ``ready``; throws `policyNotReady` before.
+    public var secureFileIOPolicy: SecureFileIOPolicy {
+        get throws {
+            _ = try readyPolicy()
+            return .required
+        }
+    }
+
+    /// Available exactly when the client is ready, authorized and unlocked.
+    public var secureServicesAvailability: SecureServicesAvailability {
+        (try? requireSecureServices()) != nil ? .available : .unavailable
+    }
+
+    func readyPolicy() throws -> ClientPolicy {
+        guard let policy = try currentPolicy() else {
+            throw DCError(.policyNotReady, "the client has no policy from its provider yet", subject: base)
+        }
+        return policy
+    }
+
+    /// Throws unless secure services are available: ready (`policyNotReady`), authorized
+    /// (`notAuthorized`, exit 77, with the provider's message) and unlocked (`serviceUnavailable`).
+    public func requireSecureServices() throws {
+        let policy = try readyPolicy()
+        guard policy.state == .authorized else {
+            let why = policy.message.isEmpty ? "" : ": \(policy.message.escapingControlCharacters)"
+            throw DCError(.notAuthorized, "the app is \(policy.state)\(why)", subject: base)
+        }
+        guard isUnlocked else {
+            throw DCError(.serviceUnavailable, "the client is locked", hint: "run dcclient unlock")
+        }
+    }
+
+    /// The store key for reading or writing the app's data: only while secure services are available.
+    func secureServicesKey() throws -> SecretBytes {
+        try requireSecureServices()
+        return try storeKey()
+    }
+
+    // MARK: - Receiving a policy
+
+    /// What handling a policy URL did.
+    public struct PolicyUpdate: Sendable {
+        /// The policy now in force.
+        public var policy: ClientPolicy
+        /// The policy before, or nil when this one made the client ready.
+        public var previous: ClientPolicy?
+        /// True when the provider sent the policy in force again (it had no acknowledgement yet):
+        /// nothing changed, and the app acknowledges it again.
+        public var repeated: Bool
+
+        /// Whether this policy made the client ready.
+        public var becameReady: Bool { previous == nil && !repeated }
+        /// Whether the state or only its message changed (the app is told either way).
+        public var authChanged: Bool {
+            !repeated && (previous?.state != policy.state || previous?.message != policy.message)
+        }
+    }
+
+    /// Handles `<scheme>:/policy…`: checks the URL, its signature by the pinned provider, its
+    /// time and its number (only a newer policy is applied; the one in force may come again,
+    /// signed later, while the provider waits for its acknowledgement), then keeps it. A policy
+    /// that is not `authorized` takes effect at once: from now on no credential or secure file can
+    /// be read. The app then acknowledges it (``authStateApplied(_:message:now:send:)``), which for
+    /// `retired` erases everything.
+    public func handlePolicy(_ url: String, now: Date = Date()) throws -> PolicyUpdate {
+        let config = try config()
+        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
+        guard case .policy(let client, let policy, let time, _) = message else {
+            throw DCError(.invalid, "not a policy URL", hint: "policies are <client-scheme>:/policy?… URLs")
+        }
+        guard client == config.clientId else {
+            throw DCError(
+                .refusedMessage, "a policy for another client (\(client))",
+                hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
+        }
+        try verifyProviderSignature(message, config: config, subject: "policy \(policy.sequence)")
+        guard abs(now.timeIntervalSince1970 - Double(time)) <= Self.requestTimeLimit else {
+            throw DCError(
+                .refusedMessage, "the policy is older than \(Int(Self.requestTimeLimit)) s (or from the future)",
+                subject: "policy \(policy.sequence)", hint: "nothing was changed; the provider sends it again")
+        }
+        return try FileLock.withExclusiveLock(at: store + "/.lock") { _ in
+            let applied = try appliedPolicy()
+            if let applied {
+                let replay = DCError(
+                    .refusedMessage,
+                    "policy \(policy.sequence) is not newer than the one in force (\(applied.policy.sequence)): replayed or late",
+                    subject: "policy \(policy.sequence)", hint: "nothing was changed")
+                guard policy.sequence >= applied.policy.sequence else { throw replay }
+                if policy.sequence == applied.policy.sequence {
+                    guard policy == applied.policy, time > applied.signed else { throw replay }
+                    try keep(AppliedPolicy(policy: policy, signed: time))
+                    return PolicyUpdate(policy: policy, previous: applied.policy, repeated: true)
+                }
+            }
+            try keep(AppliedPolicy(policy: policy, signed: time))
+            return PolicyUpdate(policy: policy, previous: applied?.policy, repeated: false)
+        }
+    }
+
+    private func keep(_ applied: AppliedPolicy) throws {
+        var files = AtomicFileSet(directory: store)
+        try files.add("policy.json", .bytes(Array(try JSONEncoder().encode(applied))), mode: 0o600)
+        try files.commit(replacingExisting: true)
+    }
+
+    /// Checks that `message` is signed by the pinned provider (or, when none is pinned yet, by the
+    /// one the provider's registration shows, which is then pinned).
+    func verifyProviderSignature(_ message: DeliveryMessage, config: Config, subject: String) throws {
+        let pinned = try PinnedKeys.read(ProviderPin.self, at: providerPinFile)
+        guard let pin = try pinned ?? registeredProvider(config), let providerKey = pin.publicKey else {
+            throw DCError(
+                .refusedMessage, "no provider is registered for this client, so no message can be authenticated",
+                subject: subject, hint: "nothing was changed; register the provider (dcprovision register)")
+        }
+        guard message.isSigned(by: providerKey, scheme: config.scheme) else {
+            throw DCError(
+                .refusedMessage, "the \(message.path) message is not signed by the pinned provider (forged or altered)",
+                subject: subject, hint: "nothing was changed")
+        }
+        if pinned == nil { try PinnedKeys.write(pin, to: providerPinFile) }
+    }
+
+    // MARK: - Acknowledging
+
+    /// Tells the provider how the app handled its authorization state (AppConnect's
+    /// `authStateApplied`): opens the signed acknowledgement with `send`. `.unsupported` is refused:
+    /// every app must handle its authorization state. Once a `retired` state is acknowledged (or
+    /// the acknowledgement could not be made or sent), everything is erased
+    /// (``eraseEverything()``); once another state than `authorized` is, the store is locked.
+    public func authStateApplied(
+        _ state: PolicyState, message: String = "", now: Date = Date(), send: (String) async throws -> Void
+    ) async throws {
+        guard state != .unsupported else {
+            throw DCError(
+                .usage, "an app must handle its authorization state: .unsupported is not an answer",
+                hint: "acknowledge with .applied, or .error and a message that says what failed")
+        }
+        try PolicyText.check(message)
+        let policy = try readyPolicy()
+        do {
+            try await send(try acknowledgementURL(.authState, state, message, policy: policy, now: now))
+        } catch {
+            if policy.state == .retired { try eraseEverything() }
+            throw error
+        }
+        switch policy.state {
+        case .retired: try eraseEverything()
+        case .unauthorized: try lock()
+        case .authorized: break
+        }
+    }
+
+    /// Tells the provider how the app handled the secure file I/O policy (AppConnect's
+    /// `secureFileIOPolicyApplied`). An app that never calls it is taken to answer `.unsupported`.
+    public func secureFileIOPolicyApplied(
+        _ state: PolicyState, message: String = "", now: Date = Date(), send: (String) async throws -> Void
+    ) async throws {
+        try PolicyText.check(message)
+        try await send(try acknowledgementURL(.secureFileIO, state, message, policy: try readyPolicy(), now: now))
+    }
+
+    func acknowledgementURL(
+        _ subject: PolicySubject, _ state: PolicyState, _ message: String, policy: ClientPolicy, now: Date
+    ) throws -> String {
+        let config = try config()
+        return try DeliveryMessage.acknowledgement(
+            client: config.clientId, sequence: policy.sequence, subject: subject, state: state, message: message,
+            time: Int64(now.timeIntervalSince1970), signature: ""
+        ).signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
+    }
+
+    // MARK: - Retire
+
+    /// Crypto-erases the app's sensitive data: the unlocked store key is destroyed, the sealed
+    /// store key is overwritten and synced before it is removed (so nothing sealed under it can
+    /// be opened again, even with the passphrase), then every key, the credential, the secure
+    /// files, the pasteboard, the spool and the registration are removed. What stays is the
+    /// client's configuration and its `retired` policy, so that the app can still say why; a
+    /// retired client is set up afresh with `dcclient init`.
+    public func eraseEverything() throws {
+        let config = try config()
+        try? lock()
+        let wrapped = store + "/wrapped-key.json"
+        let fd = open(wrapped, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)
+        if fd >= 0 {
+            var info = stat()
+            if fstat(fd, &info) == 0, info.st_size > 0 {
+                let zeros = [UInt8](repeating: 0, count: Int(info.st_size))
+                _ = zeros.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                _ = fsync(fd)
+            }
+            close(fd)
+        }
+        unlink(wrapped)
+        Registrations.remove(at: locations.clientRegistration(config.scheme))
+        let keep: Set = ["client.json", "policy.json", ".lock"]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: store)) ?? [] where !keep.contains(name) {
+            try? FileManager.default.removeItem(atPath: store + "/" + name)
+        }
+        try? FileManager.default.removeItem(atPath: spool.directory)
+        unlink(statusFile)
+        // The directory's entries are gone for good only once it is synced.
+        let directory = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            _ = fsync(directory)
+            close(directory)
+        }
+    }
+
+    /// Whether the client was retired: its data is erased, and it is set up afresh before use.
+    public var isRetired: Bool { (try? currentPolicy())?.state == .retired }
+}

@@ -1,0 +1,95 @@
+import ArgumentParser
+import CommandLineSupport
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import SchemeHandlers
+import SystemSupport
+
+/// The options every policy command takes: which client, and the message for its user.
+struct PolicyTarget: ParsableArguments {
+    @Option(help: ArgumentHelp("The managed client's URL scheme (dcclient init).", valueName: "scheme"))
+    var clientScheme: String
+    @Option(
+        help: ArgumentHelp(
+            "Why, for the app's user (at most 200 bytes, one line; default: none).", valueName: "text"))
+    var message: String = ""
+
+    /// Sets the client's policy with `change`, sends it now or queues it, and says which.
+    func apply(_ change: @escaping (inout ClientPolicy) -> Void) async throws {
+        try PolicyText.check(message)
+        let config = try ProviderConfig.load()
+        let message = message
+        let receipt = try await service(brand: config.brand, scheme: config.scheme).setPolicy(
+            clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), progress: { Console.say($0) }
+        ) { policy in
+            change(&policy)
+            policy.message = message
+        }
+        let record = receipt.record
+        guard receipt.sent else {
+            Console.say("client \(record.clientId): \(record.policy.state), queued until the client is available")
+            return
+        }
+        let acknowledged = record.authAcknowledgement.map { $0.sequence == record.policy.sequence } ?? false
+        Console.say(
+            "client \(record.clientId): \(record.policy.state) (policy \(record.policy.sequence)); \(acknowledged ? "acknowledged: \(record.authAcknowledgement!.state)" : "not acknowledged yet")"
+        )
+    }
+}
+
+struct Authorize: AsyncParsableCommand, OutputCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Authorize a paired client's app: its credential and secure files can be used.")
+    @OptionGroup var target: PolicyTarget
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws { try await target.apply { $0.state = .authorized } }
+}
+
+struct Unauthorize: AsyncParsableCommand, OutputCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Withdraw a paired client's authorization: it reads nothing sensitive and is sent nothing.")
+    @OptionGroup var target: PolicyTarget
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws { try await target.apply { $0.state = .unauthorized } }
+}
+
+struct Retire: AsyncParsableCommand, OutputCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Retire a paired client: it erases its keys, credential and files; it must be set up afresh.")
+    @OptionGroup var target: PolicyTarget
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws { try await target.apply { $0.state = .retired } }
+}
+
+struct Policy: AsyncParsableCommand, OutputCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Set a paired client's auto-lock: how long its store stays unlocked.")
+    @OptionGroup var target: PolicyTarget
+    @Option(help: ArgumentHelp("90s, 15m, 2h or a number of seconds (1 s to 7 days).", valueName: "duration"))
+    var autoLock: String
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws {
+        let seconds = try Self.seconds(autoLock)
+        try await target.apply { $0.autoLock = seconds }
+    }
+
+    /// `90`, `90s`, `15m`, `2h` or `1d` in seconds, within the policy's range.
+    static func seconds(_ text: String) throws -> Int {
+        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
+        let unit = text.last.flatMap { units[$0] }
+        let digits = unit == nil ? Substring(text) : text.dropLast()
+        guard !digits.isEmpty, digits.count <= 7, digits.allSatisfy(\.isASCII), let value = Int(digits),
+            case let seconds = value * (unit ?? 1), ClientPolicy.autoLockRange.contains(seconds)
+        else {
+            throw DCError(
+                .usage, "'\(text.escapingControlCharacters)' is not an auto-lock time",
+                hint: "write 90s, 15m, 2h or 1d (1 s to 7 days)")
+        }
+        return seconds
+    }
+}

@@ -20,12 +20,13 @@ struct PolicyTarget: ParsableArguments {
         try PolicyText.check(message)
         let config = try ProviderConfig.load()
         let message = message
-        let receipt = try await service(brand: config.brand, scheme: config.scheme).setPolicy(
-            clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), progress: { Console.say($0) }
-        ) { policy in
-            change(&policy)
-            policy.message = message
-        }
+        let service = try service(brand: config.brand, scheme: config.scheme)
+        let receipt = try await service.setPolicy(
+            clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), progress: { Console.say($0) },
+            { policy in
+                change(&policy)
+                policy.message = message
+            })
         let record = receipt.record
         guard receipt.sent else {
             Console.say("client \(record.clientId): \(record.policy.state), queued until the client is available")

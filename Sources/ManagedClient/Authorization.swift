@@ -9,6 +9,8 @@ import SystemSupport
 struct AppliedPolicy: Codable {
     var policy: ClientPolicy
     var signed: Int64
+    /// Whether the app's acknowledgement of the authorization state went out.
+    var acknowledged: Bool?
 }
 
 extension ManagedClient {
@@ -135,8 +137,12 @@ extension ManagedClient {
                     subject: "policy \(policy.sequence)", hint: "nothing was changed")
                 guard policy.sequence >= applied.policy.sequence else { throw replay }
                 if policy.sequence == applied.policy.sequence {
-                    guard policy == applied.policy, time > applied.signed else { throw replay }
-                    try keep(AppliedPolicy(policy: policy, signed: time))
+                    // The policy in force again: the provider had no acknowledgement of it. Once
+                    // acknowledged, only a later signature is taken (the same URL is a replay).
+                    guard policy == applied.policy, time > applied.signed || applied.acknowledged != true else {
+                        throw replay
+                    }
+                    try keep(AppliedPolicy(policy: policy, signed: max(time, applied.signed)))
                     return PolicyUpdate(policy: policy, previous: applied.policy, repeated: true)
                 }
             }
@@ -187,6 +193,12 @@ extension ManagedClient {
         let policy = try readyPolicy()
         do {
             try await send(try acknowledgementURL(.authState, state, message, policy: policy, now: now))
+            try FileLock.withExclusiveLock(at: store + "/.lock") { _ in
+                if var applied = try appliedPolicy(), applied.policy == policy {
+                    applied.acknowledged = true
+                    try keep(applied)
+                }
+            }
         } catch {
             if policy.state == .retired { try eraseEverything() }
             throw error

@@ -13,16 +13,14 @@ struct SecureFilesWorld {
     var files: SecureFiles { client.secureFiles }
     var directory: String { client.secureFiles.directory }
 
+    /// The provider and client of a ``World``: paired, so the client is ready and authorized.
+    let world: World
+
     /// With `file`, a secure file named `file` holding it is written first.
     init(file: [UInt8]? = nil) throws {
-        dir = try TemporaryDirectory("securefiles")
-        let runtime = dir.file("run")
-        try #require(mkdir(runtime, 0o700) == 0)
-        client = ManagedClient(
-            locations: XDGDirectories(environment: ["HOME": dir.file("home"), "XDG_RUNTIME_DIR": runtime]))
-        try client.initialize(
-            clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider",
-            executable: "/usr/bin/dcclient", passphrase: passphrase)
+        world = try World()
+        dir = world.dir
+        client = world.client
         if let file { try client.secureFiles.write(file, to: "file") }
     }
 

@@ -52,6 +52,17 @@ struct World {
         service = try CredentialService(
             brand: "Example", callbackScheme: "org.example.provider", locations: locations, checkHandler: checkHandler
         ) { url, _ in
+            // A policy goes to the client, which applies it and acknowledges it as the reference
+            // app does; only deliveries are kept in `deliveries`.
+            if url.contains(":/policy?") {
+                let update = try client.handlePolicy(url)
+                let send: (String) async throws -> Void = { _ = try holder.service!.handleAcknowledgement($0) }
+                if update.policy.state != .retired, update.becameReady || update.repeated {
+                    try await client.secureFileIOPolicyApplied(.applied, send: send)
+                }
+                try await client.authStateApplied(.applied, send: send)
+                return
+            }
             deliveries.append(url)
             if deliver {
                 let handled = try client.handleDelivery(url)
@@ -65,7 +76,26 @@ struct World {
             try service.registration(executable: "/usr/bin/dcprovision"),
             at: locations.providerRegistration("org.example.provider"))
         try client.pinnedProvider(pinning: true)
-        if paired { _ = try service.pair(clientScheme: "org.example.dcclient") }
+        if paired {
+            _ = try service.pair(clientScheme: "org.example.dcclient")
+            // The provider's first policy (authorized), as the next message to the client carries
+            // it: the client is ready. Not acknowledged yet, so the provider sends it again first.
+            _ = try client.handlePolicy(try policyURL(try #require(try service.policyRecord(clientId: "dcclient")).policy))
+        }
+    }
+
+    /// `policy` as the provider signs it for the client, at `time`.
+    func policyURL(_ policy: ClientPolicy, time: Date = Date()) throws -> String {
+        try DeliveryMessage.policy(
+            client: "dcclient", policy: policy, time: Int64(time.timeIntervalSince1970), signature: ""
+        ).signed(with: try service.signingKey(), scheme: "org.example.dcclient").url(scheme: "org.example.dcclient")
+    }
+
+    /// Sets the client's policy through the provider (sent at once when the client is unlocked)
+    /// and returns the provider's record afterwards.
+    @discardableResult
+    func setPolicy(_ change: @escaping (inout ClientPolicy) -> Void) async throws -> PolicyRecord {
+        try await service.setPolicy(clientScheme: "org.example.dcclient", change).record
     }
 
     /// The client's signed availability notice, parsed, made at `now`.

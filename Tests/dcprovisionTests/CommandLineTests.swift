@@ -41,6 +41,18 @@ struct Tools {
             ])
         try check("dcclient", ["register"])
     }
+
+    /// ``setUpClient()``, then a provider (a test CA in `ca`) registered and paired with it, and
+    /// the client authorized: ready for secure files and the pasteboard.
+    func setUpManagedClient() throws {
+        try setUpClient()
+        try check("dcprovision", ["testca", "init", "ca"])
+        try check(
+            "dcprovision",
+            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        try check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        try check("dcprovision", ["authorize", "--client-scheme", "org.example.dcclient"])
+    }
 }
 
 @Suite("The delivery answers the `new` that asked, through the real handlers", .timeLimit(.minutes(3)))

@@ -9,7 +9,7 @@ struct SecureFilesCommandTests {
     func commands() throws {
         let tools = try Tools("secure-files")
         defer { tools.sandbox.remove() }
-        try tools.setUpClient()
+        try tools.setUpManagedClient()
         let data = (0..<200_000).map { _ in UInt8.random(in: 0...255) }
         try Data(data).write(to: URL(fileURLWithPath: tools.sandbox.file("data.bin")))
         try tools.check("dcclient", ["files", "put", "report.bin", "data.bin"])
@@ -40,7 +40,7 @@ struct SecureFilesCommandTests {
     func killDuringWrites() throws {
         let tools = try Tools("secure-files-kill")
         defer { tools.sandbox.remove() }
-        try tools.setUpClient()
+        try tools.setUpManagedClient()
         let dcclient = Binaries.directory + "/dcclient"
         func content(_ round: Int) -> [UInt8] {
             // 300 KiB: five chunks, so a kill can land between them. Each round's bytes differ.

@@ -1,0 +1,315 @@
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+@testable import ManagedClient
+import SystemSupport
+import TestSupport
+import Testing
+
+/// The DCError code `body` throws, or nil.
+private func code(_ body: () throws -> Void) -> DCError.Code? {
+    do {
+        try body()
+        return nil
+    } catch let error as DCError {
+        return error.code
+    } catch {
+        return .unknown
+    }
+}
+
+/// The names of the `needles` found in any regular file under `roots`: their raw bytes, or any
+/// text encoding of them (``SecretEncodings``).
+private func search(_ roots: [String], for needles: [(String, [UInt8])]) -> [String] {
+    var found: [String] = []
+    for root in roots {
+        let walker = FileManager.default.enumerator(atPath: root)
+        while let relative = walker?.nextObject() as? String {
+            let path = root + "/" + relative
+            var info = stat()
+            guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG,
+                let data = FileManager.default.contents(atPath: path)
+            else { continue }
+            for (name, needle) in needles
+            where data.range(of: Data(needle)) != nil || !SecretEncodings.found(needle, in: Array(data)).isEmpty {
+                found.append(name)
+            }
+        }
+    }
+    return found
+}
+
+@Suite("The managed-app runtime: ready, authorization, acknowledgements, retire", .timeLimit(.minutes(3)))
+struct AuthorizationTests {
+    @Test("Before the first policy nothing answers with a default: not ready, and no credential or file can be read")
+    func notReady() throws {
+        let world = try World(paired: false)
+        defer { world.dir.remove() }
+        let client = world.client
+        #expect(!client.ready)
+        #expect(code { _ = try client.authState } == .policyNotReady)
+        #expect(code { _ = try client.authMessage } == .policyNotReady)
+        #expect(code { _ = try client.secureFileIOPolicy } == .policyNotReady)
+        #expect(client.secureServicesAvailability == .unavailable)
+        #expect(code { _ = try client.installed() } == .policyNotReady)
+        #expect(code { try client.secureFiles.write([1, 2, 3], to: "x") } == .policyNotReady)
+        #expect(code { try client.pasteboard.copy("x") } == .policyNotReady)
+    }
+
+    @Test("Pairing authorizes: the policy goes out before the first credential, and both acknowledgements come back")
+    func pairingAuthorizes() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        #expect(try world.client.authState == .authorized)
+        #expect(try world.client.secureFileIOPolicy == .required)
+        #expect(world.client.secureServicesAvailability == .available)
+        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        let record = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        #expect(record.authAcknowledgement?.state == .applied)
+        #expect(record.authAcknowledgement?.sequence == record.policy.sequence)
+        #expect(record.fileIOAcknowledgement?.state == .applied)
+        #expect(!record.isPending)
+        #expect(try world.client.installed() != nil)
+    }
+
+    @Test(
+        "Unauthorized: reads refused (notAuthorized, exit 77) with the provider's message; sends refused before sealing; authorize and unlock again and all is back"
+    )
+    func unauthorize() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        try world.client.secureFiles.write(Array("kept".utf8), to: "note")
+        try world.client.pasteboard.copy("copied")
+        try await world.setPolicy {
+            $0.state = .unauthorized
+            $0.message = "Device out of compliance"
+        }
+        #expect(try world.client.authState == .unauthorized)
+        #expect(try world.client.authMessage == "Device out of compliance")
+        #expect(world.client.secureServicesAvailability == .unavailable)
+        #expect(!world.client.isUnlocked)  // acknowledged, then locked
+        for read in [
+            { _ = try world.client.installed() }, { _ = try world.client.secureFiles.read("note") },
+            { _ = try world.client.pasteboard.paste() }, { _ = try world.client.secureFiles.list() },
+        ] as [() throws -> Void] {
+            #expect(code(read) == .notAuthorized)
+        }
+        #expect(DCError.Code.notAuthorized.category.exitStatus == 77)
+        // The provider sends nothing, not even a credential, and seals nothing.
+        let before = world.deliveries.all.count
+        await #expect(throws: DCError.self) {
+            _ = try await world.service.send(
+                try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+        }
+        #expect(world.deliveries.all.count == before)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
+        // Unlocking works (acknowledgements need the signing key) but services stay unavailable.
+        try world.client.unlock(passphrase: world.passphrase)
+        #expect(code { _ = try world.client.secureFiles.read("note") } == .notAuthorized)
+        try await world.setPolicy { $0.state = .authorized }
+        #expect(try world.client.secureFiles.read("note").withUnsafeBytes { Array($0) } == Array("kept".utf8))
+        #expect(try world.client.pasteboard.paste() == "copied")
+    }
+
+    @Test(
+        "A forged, altered, replayed, older, late or misaddressed policy changes nothing (refusedMessage, exit 77)")
+    func forgedPolicies() throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let client = world.client
+        let current = try #require(try client.currentPolicy())
+        var next = current
+        next.sequence += 1
+        next.state = .unauthorized
+        let genuine = try world.policyURL(next)
+        var refused: [String] = []
+        // Signed by another key.
+        let stranger = try MessageSigningKey.generate()
+        refused.append(
+            try DeliveryMessage.policy(client: "dcclient", policy: next, time: Int64(Date().timeIntervalSince1970), signature: "")
+                .signed(with: stranger, scheme: "org.example.dcclient").url(scheme: "org.example.dcclient"))
+        // Altered after signing: another state, another message, another number.
+        refused.append(genuine.replacingOccurrences(of: "state=unauthorized", with: "state=retired"))
+        refused.append(genuine.replacingOccurrences(of: "message=&", with: "message=SGk&"))
+        refused.append(genuine.replacingOccurrences(of: "seq=\(next.sequence)&", with: "seq=\(next.sequence + 5)&"))
+        // Late, and for another client.
+        refused.append(try world.policyURL(next, time: Date().addingTimeInterval(-3600)))
+        var other = try DeliveryMessage.parse(genuine, scheme: "org.example.dcclient")
+        if case .policy(_, let policy, let time, _) = other {
+            other = try DeliveryMessage.policy(client: "someone-else", policy: policy, time: time, signature: "")
+                .signed(with: try world.service.signingKey(), scheme: "org.example.dcclient")
+        }
+        refused.append(other.url(scheme: "org.example.dcclient"))
+        for url in refused {
+            #expect(code { _ = try client.handlePolicy(url) } == .refusedMessage, "\(url)")
+            #expect(try client.currentPolicy() == current)
+        }
+        // The genuine one applies once; the same URL again, or an older policy, is refused.
+        #expect(try client.handlePolicy(genuine).policy == next)
+        #expect(code { _ = try client.handlePolicy(genuine) } == .refusedMessage)
+        #expect(code { _ = try client.handlePolicy(try world.policyURL(current)) } == .refusedMessage)
+        #expect(try client.authState == .unauthorized)
+    }
+
+    @Test("An unknown state, an overlong message or control characters in it: refused by the parser (exit 65)")
+    func hostilePolicyValues() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let genuine = try world.policyURL(ClientPolicy(state: .authorized, message: "fine", sequence: 9))
+        func encoded(_ bytes: [UInt8]) -> String {
+            Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        }
+        let fine = "message=" + encoded(Array("fine".utf8))
+        for hostile in [
+            genuine.replacingOccurrences(of: "state=authorized", with: "state=suspended"),
+            genuine.replacingOccurrences(of: "state=authorized", with: "state=1"),
+            genuine.replacingOccurrences(of: fine, with: "message=" + encoded(Array(repeating: 0x41, count: 201))),
+            genuine.replacingOccurrences(of: fine, with: "message=" + encoded(Array("a\u{1b}[2Jb".utf8))),
+            genuine.replacingOccurrences(of: fine, with: "message=" + encoded(Array("a\u{202e}b".utf8))),
+            genuine.replacingOccurrences(of: fine, with: "message=" + encoded([0xff, 0xfe])),
+            genuine.replacingOccurrences(of: fine, with: "message=Zm9v%0A"),
+            genuine.replacingOccurrences(of: "autolock=900", with: "autolock=0"),
+            genuine.replacingOccurrences(of: "autolock=900", with: "autolock=99999999"),
+        ] {
+            #expect(hostile != genuine)
+            #expect(code { _ = try world.client.handlePolicy(hostile) } == .invalid, "\(hostile)")
+        }
+        // The provider refuses such a message before anything is signed.
+        await #expect(throws: DCError.self) {
+            try await world.setPolicy { $0.message = "line one\nline two" }
+        }
+        await #expect(throws: DCError.self) {
+            try await world.setPolicy { $0.message = String(repeating: "x", count: 201) }
+        }
+    }
+
+    @Test(
+        "Acknowledgements: .unsupported is refused for the authorization state; a forged, replayed or unsent-policy ack is refused; the file I/O answer is unsupported until given"
+    )
+    func acknowledgements() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        await #expect(throws: DCError.self) { try await world.client.authStateApplied(.unsupported) { _ in } }
+        var record = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        #expect(record.fileIOAcknowledgement == nil)  // shown as unsupported by dcprovision status
+        var sent: [String] = []
+        try await world.client.authStateApplied(.error, message: "could not hide the inbox") { sent.append($0) }
+        let ack = try #require(sent.first)
+        record = try world.service.handleAcknowledgement(ack)
+        #expect(record.authAcknowledgement?.state == .error)
+        #expect(record.authAcknowledgement?.message == "could not hide the inbox")
+        // The same acknowledgement again: a replay.
+        #expect(code { _ = try world.service.handleAcknowledgement(ack) } == .refusedMessage)
+        // Altered: another answer under the same signature.
+        let altered = ack.replacingOccurrences(of: "policy=error", with: "policy=applied")
+        #expect(code { _ = try world.service.handleAcknowledgement(altered) } == .refusedMessage)
+        // An acknowledgement of a policy the provider never sent.
+        let future = try DeliveryMessage.parse(ack, scheme: "org.example.provider")
+        if case .acknowledgement(let client, let sequence, let subject, let state, let message, let time, _) = future {
+            let signer = try world.client.signingKey()
+            let unsent = try DeliveryMessage.acknowledgement(
+                client: client, sequence: sequence + 10, subject: subject, state: state, message: message,
+                time: time + 1, signature: ""
+            ).signed(with: signer, scheme: "org.example.provider").url(scheme: "org.example.provider")
+            #expect(code { _ = try world.service.handleAcknowledgement(unsent) } == .refusedMessage)
+        }
+        #expect(try world.service.policyRecord(clientId: "dcclient")?.authAcknowledgement?.state == .error)
+    }
+
+    @Test("Newest wins: policies set while the client is locked go out as one, the newest, when it announces availability")
+    func newestWins() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try world.client.lock()
+        try await world.setPolicy { $0.message = "first" }
+        try await world.setPolicy { $0.message = "second" }
+        let newest = try await world.setPolicy { $0.autoLock = 120 }
+        #expect(newest.isPending)
+        #expect(try world.client.authMessage == "")  // nothing reached the client yet
+        try world.client.unlock(passphrase: world.passphrase)
+        _ = try await world.service.deliverQueued(try world.available())
+        #expect(try world.client.currentPolicy() == newest.policy)
+        #expect(try world.client.authMessage == "second")
+        #expect(try world.service.policyRecord(clientId: "dcclient")?.isPending == false)
+    }
+
+    @Test("Events: ready, state changes (also when only the message changes), availability, deliveries")
+    func events() async throws {
+        let world = try World(paired: false)
+        defer { world.dir.remove() }
+        let stream = world.client.events(interval: .milliseconds(20))
+        let seen = Box()
+        let watcher = Task {
+            for await event in stream { seen.append("\(event)") }
+        }
+        defer { watcher.cancel() }
+        func waitFor(_ text: String) async throws {
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !seen.all.contains(text), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(seen.all.contains(text), "\(seen.all)")
+        }
+        _ = try world.service.pair(clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        try await waitFor("ready")
+        try await waitFor("secureFileIOPolicyChanged(CredentialDelivery.SecureFileIOPolicy.required)")
+        try await waitFor("authStateChanged(CredentialDelivery.AuthState.authorized, message: \"\")")
+        try await waitFor("secureServicesAvailabilityChanged(CredentialDelivery.SecureServicesAvailability.available)")
+        try await waitFor("credentialDelivered(sequence: 1)")
+        try await world.setPolicy { $0.message = "reviewed" }
+        try await waitFor("authStateChanged(CredentialDelivery.AuthState.authorized, message: \"reviewed\")")
+        try world.client.lock()
+        try await waitFor(
+            "secureServicesAvailabilityChanged(CredentialDelivery.SecureServicesAvailability.unavailable)")
+    }
+
+    @Test(
+        "Retire crypto-erases: after it, no byte of the store key, the sealed store key, any private key or any sealed file is anywhere under HOME or the runtime directory"
+    )
+    func retireErases() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let credential = try world.credential()
+        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        try world.client.secureFiles.write(Array(repeating: 0x5a, count: 100_000), to: "mail.db")
+        try world.client.pasteboard.copy("pasted secret")
+        // What must not survive: the plaintext secrets, and every sealed byte the store holds.
+        var needles: [(String, [UInt8])] = []
+        needles.append(("store key", try world.client.storeKey().withUnsafeBytes { Array($0) }))
+        for entry in credential.entries {
+            needles.append(("\(entry.tag) key", entry.privateKey.withPKCS8DER { Array($0) }))
+        }
+        let store = world.locations.dataHome + "/dcclient/store"
+        for name in ["wrapped-key.json", "client-key", "signing-key", "credential", "pasteboard"] {
+            let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: store + "/" + name)))
+            needles.append((name, Array(bytes.suffix(64))))
+        }
+        for name in try FileManager.default.contentsOfDirectory(atPath: store + "/files") {
+            let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: store + "/files/" + name)))
+            needles.append(("secure file", Array(bytes.suffix(64))))
+        }
+        // The search finds the sealed bytes before (it finds what it looks for); the plaintext
+        // keys are in no file even then.
+        let roots = [world.dir.file("home"), world.dir.file("run")]
+        let sealed = Set(needles.map(\.0).filter { !$0.hasSuffix("key") || $0 == "client-key" || $0 == "signing-key" })
+        #expect(sealed.isSubset(of: Set(search(roots, for: needles))))
+        try await world.setPolicy {
+            $0.state = .retired
+            $0.message = "Employee left"
+        }
+        #expect(try world.client.authState == .retired)
+        #expect(try world.client.authMessage == "Employee left")
+        #expect(search(roots, for: needles).isEmpty, "\(search(roots, for: needles))")
+        // The acknowledgement went out before the keys were gone, and ended the pairing.
+        let record = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        #expect(record.authAcknowledgement?.sequence == record.policy.sequence)
+        #expect(try world.service.pairing(clientId: "dcclient") == nil)
+        #expect(code { try world.client.unlock(passphrase: world.passphrase) } == .notAuthorized)
+        // Nothing more is sent; the same client cannot simply be paired again.
+        await #expect(throws: DCError.self) {
+            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        }
+    }
+}

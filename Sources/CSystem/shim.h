@@ -7,6 +7,8 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdint.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 // glibc declares these only under _GNU_SOURCE, and defining that here would change shared types
@@ -30,5 +32,43 @@ static inline int dc_spawn_close_from(posix_spawn_file_actions_t *actions, int l
 static inline int dc_spawn_chdir(posix_spawn_file_actions_t *actions, const char *path) {
     return posix_spawn_file_actions_addchdir_np(actions, path);
 }
+
+// The kernel key-retention service (keyrings(7)). glibc has no wrappers for add_key(2) and
+// keyctl(2) (they live in libkeyutils, which is not linked), and Swift cannot call the variadic
+// syscall(2), so each operation the toolkit uses gets a typed wrapper here. All return -1 and set
+// errno on failure, as the system calls do.
+
+// Adds a key of `type` to `keyring`, or updates the payload of the key of that type and
+// description already there. Returns the key's serial number.
+static inline int32_t dc_add_key(const char *type, const char *description, const void *payload, size_t length,
+                                 int32_t keyring) {
+    return (int32_t)syscall(SYS_add_key, type, description, payload, length, keyring);
+}
+
+// KEYCTL_GET_KEYRING_ID (0): the serial number of a special keyring (KEY_SPEC_*), creating it
+// only when `create` is non-zero.
+static inline int32_t dc_keyctl_get_keyring_id(int32_t keyring, int create) {
+    return (int32_t)syscall(SYS_keyctl, 0, keyring, create);
+}
+
+// KEYCTL_SET_TIMEOUT (15): the key expires `seconds` from now (0 clears the timeout).
+static inline long dc_keyctl_set_timeout(int32_t key, unsigned int seconds) {
+    return syscall(SYS_keyctl, 15, key, seconds);
+}
+
+// KEYCTL_SEARCH (10): the serial number of the key of `type` and `description` in `keyring` or a
+// keyring nested in it; no destination keyring.
+static inline int32_t dc_keyctl_search(int32_t keyring, const char *type, const char *description) {
+    return (int32_t)syscall(SYS_keyctl, 10, keyring, type, description, 0);
+}
+
+// KEYCTL_READ (11): copies at most `length` bytes of the payload into `buffer` and returns the
+// payload's whole length (more than `length` when the buffer was too small).
+static inline long dc_keyctl_read(int32_t key, void *buffer, size_t length) {
+    return syscall(SYS_keyctl, 11, key, buffer, length);
+}
+
+// KEYCTL_INVALIDATE (21): the key is gone at once for everyone, and garbage-collected.
+static inline long dc_keyctl_invalidate(int32_t key) { return syscall(SYS_keyctl, 21, key); }
 
 #endif

@@ -85,4 +85,29 @@ struct TestSuiteRulesTests {
                 "\(file.path): a child must get a Sandbox environment, not the test process's")
         }
     }
+
+    @Test("The suite runs in a session keyring of its own, so no key a test adds reaches the developer's")
+    func ownSessionKeyring() {
+        // The tests that use the kernel keyring add keys to the session keyring, and run only when
+        // the process has one of its own. scripts/test runs the test binary under `keyctl session -`,
+        // a fresh anonymous session keyring: the keys die with the run, never reach a keyring of the
+        // developer's, and those tests do run. A process still in the user-session keyring, which
+        // every process of the user without a session shares, was started without the wrapper.
+        // The process cannot join a fresh session itself: KEYCTL_JOIN_SESSION_KEYRING changes only
+        // the calling thread's credentials, and the tests run on many threads.
+        switch KernelKeyring.sessionIsUserSession() {
+        case nil:
+            // No kernel keyring here (no keyring support, or a seccomp filter): nothing can leak,
+            // and the kernel-keyring tests do not run.
+            print("note: the kernel keyring is unavailable here; the tests that use it are skipped")
+        case true?:
+            Issue.record(
+                """
+                the suite runs in the user-session keyring: run it through scripts/test, or under \
+                `keyctl session -` (keyctl session - swift test …)
+                """)
+        case false?:
+            break
+        }
+    }
 }

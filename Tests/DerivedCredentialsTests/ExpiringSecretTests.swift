@@ -1,0 +1,233 @@
+import DerivedCredentials
+import Foundation
+import TestSupport
+import Testing
+
+@testable import SystemSupport
+
+/// The kernel keyring tests need a session keyring of the process's own (scripts/test runs the
+/// suite under `keyctl session -`); `TestSuiteRulesTests` fails when it is missing.
+private let kernelKeyringUsable = KernelKeyring.sessionIsUserSession() == false
+
+@Suite("Secrets with a bounded lifetime", .timeLimit(.minutes(2)))
+struct ExpiringSecretTests {
+    /// A fresh name per test, so tests running side by side in the one session keyring never meet.
+    static func uniqueName() -> String { "test-" + UUID().uuidString.lowercased() }
+
+    /// A printable secret, so that a test can look for it in text.
+    static let secret = SecretBytes(Array("correct-horse-battery-staple-0123".utf8))
+
+    /// `keyctl search @s user DESCRIPTION`: the independent oracle for the kernel holder. The key's
+    /// serial number, or nil when the kernel finds no live key.
+    static func keyctlSearch(_ secret: ExpiringSecret) throws -> String? {
+        let result = try run("keyctl", ["search", "@s", "user", secret.keyDescription])
+        guard result.status == 0 else { return nil }
+        return result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The deadline and secret in a payload, read here independently of the production parser.
+    static func split(_ payload: [UInt8]) -> (deadline: Int64, secret: [UInt8]) {
+        (payload.prefix(8).reduce(Int64(0)) { $0 << 8 | Int64($1) }, Array(payload.dropFirst(8)))
+    }
+
+    @Test(
+        "Kernel keyring: a stored secret reads back; the key holds the deadline then the secret",
+        .enabled(if: kernelKeyringUsable))
+    func kernelRoundTrip() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let held = ExpiringSecret(name: Self.uniqueName(), runtimeDirectory: sandbox.runtimeDirectory)
+        defer { held.remove() }
+        let before = Int64(Date().timeIntervalSince1970)
+        #expect(try held.store(Self.secret, lifetime: .seconds(60)) == .kernelKeyring)
+        #expect(try held.read() == Self.secret)
+
+        let key = try #require(try Self.keyctlSearch(held), "keyctl does not find \(held.keyDescription)")
+        let payload = Self.split(try run("keyctl", ["pipe", key]).stdout)
+        #expect(payload.secret == Array("correct-horse-battery-staple-0123".utf8))
+        #expect((before + 60...before + 61).contains(payload.deadline))
+        let expiry = try #require(held.expiry())
+        #expect(Int64(expiry.timeIntervalSince1970) == payload.deadline)
+
+        // The key's description (what /proc/keys and keyctl show list) names it, and holds no secret.
+        let description = try run("keyctl", ["rdescribe", key]).stdoutText
+        #expect(description.hasPrefix("user;"))
+        #expect(description.hasSuffix(";derived-credentials:\(held.name)\n"))
+        #expect(!description.contains("correct-horse"))
+        // The kernel's own timeout is set, about the lifetime from now.
+        let timeout = try run("python3", ["-c", Self.procKeysTimeout, key]).stdoutText
+        #expect(["59s", "1m", "60s"].contains(timeout.trimmingCharacters(in: .whitespacesAndNewlines)), "\(timeout)")
+        // Nothing went to the fallback.
+        #expect(!FileManager.default.fileExists(atPath: held.runtimeFile))
+    }
+
+    /// Prints the "expiry" column of /proc/keys for the key whose serial number is argv[1].
+    static let procKeysTimeout = """
+        import sys
+        serial = "%08x" % int(sys.argv[1])
+        for line in open("/proc/keys"):
+            fields = line.split()
+            if fields[0] == serial:
+                print(fields[3])
+        """
+
+    @Test(
+        "Kernel keyring: a 1 s lifetime ends in the kernel, with no process touching the key",
+        .enabled(if: kernelKeyringUsable))
+    func kernelExpiry() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let held = ExpiringSecret(name: Self.uniqueName(), runtimeDirectory: sandbox.runtimeDirectory)
+        defer { held.remove() }
+        #expect(try held.store(Self.secret, lifetime: .seconds(1)) == .kernelKeyring)
+        #expect(try Self.keyctlSearch(held) != nil, "the key is there before its lifetime ends")
+        try await Task.sleep(for: .milliseconds(2500))
+        // The oracle asks first: the kernel ended the key by itself, before any reader of ours looked.
+        #expect(try Self.keyctlSearch(held) == nil, "the kernel still has the key after its lifetime")
+        #expect(try held.read() == nil)
+        #expect(held.expiry() == nil)
+    }
+
+    @Test("Runtime file: a stored secret reads back from a 0600 file holding the deadline then the secret")
+    func fileRoundTrip() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let directory = sandbox.runtimeDirectory + "/dcclient"
+        let held = ExpiringSecret(name: Self.uniqueName(), runtimeDirectory: directory, holders: [.runtimeFile])
+        let before = Int64(Date().timeIntervalSince1970)
+        #expect(try held.store(Self.secret, lifetime: .milliseconds(90_500)) == .runtimeFile)
+        #expect(try held.read() == Self.secret)
+        #expect(held.runtimeFile == directory + "/" + held.name + ".key")
+
+        let attributes = try FileManager.default.attributesOfItem(atPath: held.runtimeFile)
+        #expect(attributes[.posixPermissions] as? Int == 0o600)
+        let directoryAttributes = try FileManager.default.attributesOfItem(atPath: directory)
+        #expect(directoryAttributes[.posixPermissions] as? Int == 0o700)
+        let payload = Self.split(Array(try Data(contentsOf: URL(fileURLWithPath: held.runtimeFile))))
+        #expect(payload.secret == Array("correct-horse-battery-staple-0123".utf8))
+        // 90.5 s rounds up to 91 whole seconds.
+        #expect((before + 91...before + 92).contains(payload.deadline))
+        #expect(held.expiry().map { Int64($0.timeIntervalSince1970) } == payload.deadline)
+        #expect(try Self.keyctlSearch(held) == nil, "a runtime-file-only secret never reaches the kernel")
+    }
+
+    @Test("Runtime file: past its deadline the secret is not read, and the file is removed on sight")
+    func fileExpiry() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let held = ExpiringSecret(
+            name: Self.uniqueName(), runtimeDirectory: sandbox.runtimeDirectory, holders: [.runtimeFile])
+        try held.store(Self.secret, lifetime: .seconds(60))
+        // The same file with its deadline a second in the past, as if a minute had gone by.
+        var bytes = Array(try Data(contentsOf: URL(fileURLWithPath: held.runtimeFile)))
+        let past = Int64(Date().timeIntervalSince1970) - 1
+        for index in 0..<8 { bytes[index] = UInt8(truncatingIfNeeded: past >> (56 - 8 * index)) }
+        try Data(bytes).write(to: URL(fileURLWithPath: held.runtimeFile))
+        #expect(FileManager.default.fileExists(atPath: held.runtimeFile))
+
+        #expect(held.expiry() == nil)
+        #expect(try held.read() == nil)
+        #expect(!FileManager.default.fileExists(atPath: held.runtimeFile), "the expired file is still there")
+    }
+
+    @Test("remove() takes the secret out of every holder, and may be called again", .enabled(if: kernelKeyringUsable))
+    func removeEverywhere() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let name = Self.uniqueName()
+        let both = ExpiringSecret(name: name, runtimeDirectory: sandbox.runtimeDirectory)
+        // One copy in each holder (store alone never leaves two): each holder is filled on its own.
+        try ExpiringSecret(name: name, runtimeDirectory: sandbox.runtimeDirectory, holders: [.runtimeFile])
+            .store(Self.secret, lifetime: .seconds(60))
+        try ExpiringSecret(name: name, runtimeDirectory: sandbox.runtimeDirectory, holders: [.kernelKeyring])
+            .store(Self.secret, lifetime: .seconds(60))
+        #expect(try Self.keyctlSearch(both) != nil)
+        #expect(FileManager.default.fileExists(atPath: both.runtimeFile))
+
+        both.remove()
+        #expect(try Self.keyctlSearch(both) == nil, "the kernel key survived remove()")
+        #expect(!FileManager.default.fileExists(atPath: both.runtimeFile), "the runtime file survived remove()")
+        #expect(try both.read() == nil)
+        #expect(both.expiry() == nil)
+        both.remove()
+    }
+
+    @Test(
+        "Storing again replaces: one key, the new secret, and no stale copy in the other holder",
+        .enabled(if: kernelKeyringUsable))
+    func replacing() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let name = Self.uniqueName()
+        let held = ExpiringSecret(name: name, runtimeDirectory: sandbox.runtimeDirectory)
+        defer { held.remove() }
+        // A copy in the fallback first, then the kernel takes the secret: the file must go.
+        try ExpiringSecret(name: name, runtimeDirectory: sandbox.runtimeDirectory, holders: [.runtimeFile])
+            .store(SecretBytes([1, 2, 3]), lifetime: .seconds(60))
+        #expect(try held.store(SecretBytes([4, 5, 6]), lifetime: .seconds(60)) == .kernelKeyring)
+        #expect(!FileManager.default.fileExists(atPath: held.runtimeFile), "a stale copy is left in the runtime file")
+        let newSecret = Self.secret
+        #expect(try held.store(newSecret, lifetime: .seconds(60)) == .kernelKeyring)
+        #expect(try held.read() == newSecret)
+
+        let listing = try run("keyctl", ["show", "@s"]).stdoutText
+        let copies = listing.split(separator: "\n").filter { $0.hasSuffix("user: " + held.keyDescription) }
+        #expect(copies.count == 1, "\(listing)")
+
+        // And back: when the kernel refuses, the file takes the secret and the kernel copy goes.
+        let refused = ExpiringSecret(
+            name: name, runtimeDirectory: sandbox.runtimeDirectory, holders: [.kernelKeyring, .runtimeFile],
+            simulatedKernelRefusal: EDQUOT)
+        #expect(try refused.store(SecretBytes([7]), lifetime: .seconds(60)) == .runtimeFile)
+        #expect(try Self.keyctlSearch(held) == nil, "a stale copy is left in the kernel keyring")
+        #expect(try held.read() == SecretBytes([7]))
+    }
+
+    @Test("When the kernel refuses (quota, seccomp, no keyrings), the runtime file takes the secret")
+    func fallback() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        for refusal in [EDQUOT, EPERM, EACCES, ENOSYS] {
+            let held = ExpiringSecret(
+                name: Self.uniqueName(), runtimeDirectory: sandbox.runtimeDirectory,
+                holders: [.kernelKeyring, .runtimeFile], simulatedKernelRefusal: refusal)
+            #expect(try held.store(Self.secret, lifetime: .seconds(60)) == .runtimeFile)
+            #expect(try held.read() == Self.secret)
+            #expect(FileManager.default.fileExists(atPath: held.runtimeFile))
+            #expect(try Self.keyctlSearch(held) == nil)
+            held.remove()
+            #expect(!FileManager.default.fileExists(atPath: held.runtimeFile))
+
+            // With no fallback listed, the refusal is the error, and it says what the kernel said.
+            let kernelOnly = ExpiringSecret(
+                name: Self.uniqueName(), runtimeDirectory: sandbox.runtimeDirectory, holders: [.kernelKeyring],
+                simulatedKernelRefusal: refusal)
+            let error = try #require(await thrownError { try kernelOnly.store(Self.secret, lifetime: .seconds(60)) })
+            #expect(error.code == .serviceUnavailable)
+            #expect(error.message.contains(String(cString: strerror(refusal))))
+            #expect(!FileManager.default.fileExists(atPath: kernelOnly.runtimeFile))
+        }
+    }
+
+    @Test("A runtime-file-only secret never touches the kernel keyring")
+    func fileOnly() throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let held = ExpiringSecret(
+            name: Self.uniqueName(), runtimeDirectory: sandbox.runtimeDirectory, holders: [.runtimeFile])
+        #expect(try held.store(Self.secret, lifetime: .seconds(5)) == .runtimeFile)
+        #expect(try Self.keyctlSearch(held) == nil)
+        held.remove()
+        #expect(try held.read() == nil)
+    }
+
+    @Test("A lifetime must be positive")
+    func lifetimeMustBePositive() async throws {
+        let sandbox = try Sandbox()
+        defer { sandbox.remove() }
+        let held = ExpiringSecret(name: Self.uniqueName(), runtimeDirectory: sandbox.runtimeDirectory)
+        #expect(await thrownCode { try held.store(Self.secret, lifetime: .zero) } == .usage)
+        #expect(await thrownCode { try held.store(Self.secret, lifetime: .seconds(-5)) } == .usage)
+        #expect(try held.read() == nil)
+    }
+}

@@ -29,7 +29,8 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
     public var certificate: String
     /// Where sealed payloads go.
     public var spool: String
-    /// A JSON file `{"servicesAvailable": true|false}` the client keeps current (lock/unlock).
+    /// A JSON file `{"servicesAvailable": true|false, "until": seconds}` the client keeps current
+    /// (lock/unlock; `until` is when its unlocked key's lifetime ends).
     public var status: String
     /// The client's Ed25519 message-signing public key, base64 of 32 bytes: it signs the client's
     /// `new` and `available` messages. Absent in registrations of protocol 1 clients.
@@ -65,11 +66,13 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
         return try CredentialReader().certificate(der: Array(der), source: "client registration")
     }
 
-    /// Whether the client's secure services are available now.
+    /// Whether the client's secure services are available now: it said so, and the unlocked
+    /// key's lifetime (`until`, seconds since 1970, when the client gives one) has not ended.
     public var servicesAvailable: Bool {
         guard let data = FileManager.default.contents(atPath: status),
             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
         else { return false }
+        if let until = object["until"] as? Double, until <= Date().timeIntervalSince1970 { return false }
         return object["servicesAvailable"] as? Bool == true
     }
 }

@@ -22,7 +22,8 @@ import SystemSupport
 ///   store/policy.json             the provider's policy in force: authorization state, message, auto-lock
 ///   spool/                        sealed deliveries from providers
 ///   status.json                   {"servicesAvailable": …}, read by providers
-/// $XDG_RUNTIME_DIR/dcclient/<id>.key   the store key — only while unlocked, never under $HOME
+/// the session keyring, derived-credentials:<id>   the store key, only while unlocked, with the
+///                                policy's auto-lock lifetime (else $XDG_RUNTIME_DIR/dcclient/<id>.key)
 /// ```
 public struct ManagedClient: Sendable {
     /// The client's directory, `$XDG_DATA_HOME/dcclient`; everything it keeps is under it.
@@ -42,15 +43,18 @@ public struct ManagedClient: Sendable {
     var store: String { base + "/store" }
     var spool: Spool { Spool(directory: base + "/spool") }
     var statusFile: String { base + "/status.json" }
-    /// Where the unlocked store key lives: the user's runtime directory (a tmpfs that systemd
-    /// makes per login, mode 0700), never persistent storage. One file per store, named by a hash
-    /// of the store's path.
-    var runKey: String {
+    /// Where the unlocked store key lives, for the policy's auto-lock time at most: the kernel
+    /// keyring of the login session, with a timeout the kernel enforces whether or not any
+    /// process runs (else a 0600 file in the user's runtime directory carrying its deadline),
+    /// never persistent storage. One per store, named by a hash of the store's path.
+    var unlockedKey: ExpiringSecret {
         get throws {
             let runtime = try locations.privateRuntimeDirectory()
             // The same store always gets the same name, however its path was spelled.
             let path = URL(fileURLWithPath: base).standardizedFileURL.resolvingSymlinksInPath().path
-            return runtime + "/dcclient/" + Digests.hex(Array(Digests.sha256(Array(path.utf8)).prefix(16))) + ".key"
+            return ExpiringSecret(
+                name: Digests.hex(Array(Digests.sha256(Array(path.utf8)).prefix(16))),
+                runtimeDirectory: runtime + "/dcclient")
         }
     }
     /// Where versions before the runtime directory kept the unlocked key; removed on sight.
@@ -256,45 +260,46 @@ public struct ManagedClient: Sendable {
                 .wrongPassphrase, "the passphrase does not unlock the client",
                 hint: "give the passphrase dcclient init was given; it is never retried")
         }
-        let keyPath = try runKey
-        let run = (keyPath as NSString).deletingLastPathComponent
-        try AtomicFileSet.ensureDirectory(run)
-        chmod(run, 0o700)
-        var files = AtomicFileSet(directory: run)
-        try files.add((keyPath as NSString).lastPathComponent, .secret(storeKey), mode: 0o600)
-        try files.commit(replacingExisting: true)
+        let key = try unlockedKey
+        try AtomicFileSet.ensureDirectory(key.runtimeDirectory)
+        chmod(key.runtimeDirectory, 0o700)
+        try key.store(storeKey, lifetime: .seconds(try currentPolicy()?.autoLock ?? ClientPolicy.defaultAutoLock))
         unlink(legacyRunKey)
-        try publishStatus(available: true)
+        try publishStatus(available: true, until: key.expiry())
     }
 
     /// Makes secure services unavailable: the store key is destroyed; the store cannot be read.
     public func lock() throws {
-        if let key = try? runKey { unlink(key) }
+        (try? unlockedKey)?.remove()
         unlink(legacyRunKey)
         try publishStatus(available: false)
     }
 
-    /// Whether the store key is in the runtime directory, so deliveries can be installed and the
-    /// credential read.
-    public var isUnlocked: Bool { (try? runKey).map { FileManager.default.fileExists(atPath: $0) } ?? false }
+    /// Whether the store key is unlocked (and its lifetime has not ended), so deliveries can be
+    /// installed and acknowledgements signed. Secure services need more: ``secureServicesAvailability``.
+    public var isUnlocked: Bool { (try? unlockedKey)?.expiry() != nil }
 
-    func publishStatus(available: Bool) throws {
+    /// When the unlocked store key's lifetime ends (auto-lock); nil when locked.
+    public var autoLockDate: Date? { (try? unlockedKey)?.expiry() }
+
+    func publishStatus(available: Bool, until: Date? = nil) throws {
         var files = AtomicFileSet(directory: base)
-        try files.add("status.json", .bytes(Array("{\"servicesAvailable\":\(available)}\n".utf8)), mode: 0o644)
+        let deadline = until.map { ",\"until\":\(Int($0.timeIntervalSince1970))" } ?? ""
+        try files.add(
+            "status.json", .bytes(Array("{\"servicesAvailable\":\(available)\(deadline)}\n".utf8)), mode: 0o644)
         try files.commit(replacingExisting: true)
     }
 
-    func storeKey() throws -> SecretBytes { try storeKey(at: try runKey) }
+    func storeKey() throws -> SecretBytes { try storeKey(from: try unlockedKey) }
 
-    /// The store key read from `path`, the ``runKey`` resolved earlier: a caller that checks the
-    /// lock before every chunk of a long stream resolves the path once (it does not change while
-    /// the process runs) and still sees a lock at once, since locking removes the file.
-    func storeKey(at path: String) throws -> SecretBytes {
-        guard let data = FileManager.default.contents(atPath: path), data.count == 32 else {
+    /// The store key from `key`, the ``unlockedKey`` resolved earlier: a caller that checks the
+    /// lock before every chunk of a long stream resolves it once (it does not change while the
+    /// process runs) and still sees a lock, or the end of the key's lifetime, at once.
+    func storeKey(from key: ExpiringSecret) throws -> SecretBytes {
+        guard let secret = try key.read(), secret.count == 32 else {
             throw DCError(.serviceUnavailable, "the client is locked", hint: "run dcclient unlock")
         }
-        var bytes = Array(data)
-        return SecretBytes(consuming: &bytes)
+        return secret
     }
 
     // MARK: - Requesting and receiving

@@ -160,7 +160,7 @@ public struct SecureFiles: Sendable {
         let fd: Int32
         let key: SecretBytes
         /// The unlocked store key's file, resolved once; read before every chunk.
-        let keyPath: String
+        let unlockedKey: ExpiringSecret
         let prefix: [UInt8]
         var index: UInt64 = 0
         /// The chunk formed last, written once it is known whether it is the final one.
@@ -172,8 +172,8 @@ public struct SecureFiles: Sendable {
         init(files: SecureFiles, name: String) throws {
             try SecureFiles.validate(name: name)
             try files.client.requireSecureServices()
-            keyPath = try files.client.runKey
-            let storeKey = try files.client.storeKey(at: keyPath)
+            unlockedKey = try files.client.unlockedKey
+            let storeKey = try files.client.storeKey(from: unlockedKey)
             try files.ensureDirectory()
             AtomicFileSet.removeStaleStagingFiles(in: files.directory)
             self.files = files
@@ -231,7 +231,7 @@ public struct SecureFiles: Sendable {
                 held = pending
             }
             try seal(held, final: true)
-            _ = try files.client.storeKey(at: keyPath)
+            _ = try files.client.storeKey(from: unlockedKey)
             guard fsync(fd) == 0 else { throw Self.failure("cannot sync", files.directory) }
             guard Glibc.rename(staging, target) == 0 else { throw Self.failure("cannot publish", files.directory) }
             done = true
@@ -251,7 +251,7 @@ public struct SecureFiles: Sendable {
 
         private func seal(_ plaintext: [UInt8], final: Bool) throws {
             // Locked since the last chunk: stop here.
-            _ = try files.client.storeKey(at: keyPath)
+            _ = try files.client.storeKey(from: unlockedKey)
             let sealed = try plaintext.withUnsafeBytes {
                 try AESGCM.seal(
                     $0, key: key, nonce: SecureFiles.nonce(prefix: prefix, index: index),
@@ -360,9 +360,9 @@ public struct SecureFiles: Sendable {
         let prefix = Array(header[37..<41])
         var name: [UInt8]?
         var index: UInt64 = 0
-        let keyPath = try client.runKey
+        let unlockedKey = try client.unlockedKey
         while offset < size || name == nil {
-            _ = try client.storeKey(at: keyPath)
+            _ = try client.storeKey(from: unlockedKey)
             let lengthBytes = try take(4)
             let length = lengthBytes.reduce(0) { $0 << 8 | Int($1) }
             guard length >= 16, length <= Self.chunkSize + 16 else { throw Self.damaged() }

@@ -2,10 +2,11 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
-@testable import ManagedClient
 import SystemSupport
 import TestSupport
 import Testing
+
+@testable import ManagedClient
 
 /// The DCError code `body` throws, or nil.
 private func code(_ body: () throws -> Void) -> DCError.Code? {
@@ -104,7 +105,8 @@ struct AuthorizationTests {
                 try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
         }
         #expect(world.deliveries.all.count == before)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
         // Unlocking works (acknowledgements need the signing key) but services stay unavailable.
         try world.client.unlock(passphrase: world.passphrase)
         #expect(code { _ = try world.client.secureFiles.read("note") } == .notAuthorized)
@@ -115,7 +117,7 @@ struct AuthorizationTests {
 
     @Test(
         "A forged, altered, replayed, older, late or misaddressed policy changes nothing (refusedMessage, exit 77)")
-    func forgedPolicies() throws {
+    func forgedPolicies() async throws {
         let world = try World()
         defer { world.dir.remove() }
         let client = world.client
@@ -128,8 +130,10 @@ struct AuthorizationTests {
         // Signed by another key.
         let stranger = try MessageSigningKey.generate()
         refused.append(
-            try DeliveryMessage.policy(client: "dcclient", policy: next, time: Int64(Date().timeIntervalSince1970), signature: "")
-                .signed(with: stranger, scheme: "org.example.dcclient").url(scheme: "org.example.dcclient"))
+            try DeliveryMessage.policy(
+                client: "dcclient", policy: next, time: Int64(Date().timeIntervalSince1970), signature: ""
+            )
+            .signed(with: stranger, scheme: "org.example.dcclient").url(scheme: "org.example.dcclient"))
         // Altered after signing: another state, another message, another number.
         refused.append(genuine.replacingOccurrences(of: "state=unauthorized", with: "state=retired"))
         refused.append(genuine.replacingOccurrences(of: "message=&", with: "message=SGk&"))
@@ -146,8 +150,11 @@ struct AuthorizationTests {
             #expect(code { _ = try client.handlePolicy(url) } == .refusedMessage, "\(url)")
             #expect(try client.currentPolicy() == current)
         }
-        // The genuine one applies once; the same URL again, or an older policy, is refused.
+        // The genuine one applies once; once acknowledged, the same URL again, or an older policy,
+        // is refused (before, the provider may send it again: it had no answer).
         #expect(try client.handlePolicy(genuine).policy == next)
+        #expect(try client.handlePolicy(genuine).repeated)
+        try await client.authStateApplied(.applied) { _ in }
         #expect(code { _ = try client.handlePolicy(genuine) } == .refusedMessage)
         #expect(code { _ = try client.handlePolicy(try world.policyURL(current)) } == .refusedMessage)
         #expect(try client.authState == .unauthorized)
@@ -219,7 +226,9 @@ struct AuthorizationTests {
         #expect(try world.service.policyRecord(clientId: "dcclient")?.authAcknowledgement?.state == .error)
     }
 
-    @Test("Newest wins: policies set while the client is locked go out as one, the newest, when it announces availability")
+    @Test(
+        "Newest wins: policies set while the client is locked go out as one, the newest, when it announces availability"
+    )
     func newestWins() async throws {
         let world = try World()
         defer { world.dir.remove() }
@@ -248,21 +257,25 @@ struct AuthorizationTests {
         defer { watcher.cancel() }
         func waitFor(_ text: String) async throws {
             let deadline = ContinuousClock.now + .seconds(10)
-            while !seen.all.contains(text), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            while !seen.all.contains(text), ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(20))
+            }
             #expect(seen.all.contains(text), "\(seen.all)")
         }
         _ = try world.service.pair(clientScheme: "org.example.dcclient")
         _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        // The first events say where things stand.
         try await waitFor("ready")
-        try await waitFor("secureFileIOPolicyChanged(CredentialDelivery.SecureFileIOPolicy.required)")
-        try await waitFor("authStateChanged(CredentialDelivery.AuthState.authorized, message: \"\")")
-        try await waitFor("secureServicesAvailabilityChanged(CredentialDelivery.SecureServicesAvailability.available)")
-        try await waitFor("credentialDelivered(sequence: 1)")
+        try await waitFor("secureFileIOPolicyChanged(required)")
+        try await waitFor("authStateChanged(authorized, message: \"\")")
+        try await waitFor("secureServicesAvailabilityChanged(available)")
+        // Then what changes.
+        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        try await waitFor("credentialDelivered(sequence: 2)")
         try await world.setPolicy { $0.message = "reviewed" }
-        try await waitFor("authStateChanged(CredentialDelivery.AuthState.authorized, message: \"reviewed\")")
+        try await waitFor("authStateChanged(authorized, message: \"reviewed\")")
         try world.client.lock()
-        try await waitFor(
-            "secureServicesAvailabilityChanged(CredentialDelivery.SecureServicesAvailability.unavailable)")
+        try await waitFor("secureServicesAvailabilityChanged(unavailable)")
     }
 
     @Test(
@@ -311,5 +324,33 @@ struct AuthorizationTests {
         await #expect(throws: DCError.self) {
             _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
         }
+    }
+
+    @Test(
+        "Auto-lock: the unlocked key's lifetime is the policy's, bounded where the key is kept (the kernel or the file's deadline) with no process running; the event says so"
+    )
+    func autoLock() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try await world.setPolicy { $0.autoLock = 2 }
+        try world.client.lock()
+        try world.client.unlock(passphrase: world.passphrase)
+        let deadline = try #require(world.client.autoLockDate)
+        #expect(deadline.timeIntervalSinceNow <= 2.5)
+        #expect(world.client.secureServicesAvailability == .available)
+        let key = try world.client.unlockedKey
+        let inKernel = try run("keyctl", ["search", "@s", "user", key.keyDescription]).status == 0
+        #expect(inKernel || FileManager.default.fileExists(atPath: key.runtimeFile))
+        // Nothing of ours runs while the lifetime ends.
+        try await Task.sleep(for: .seconds(3.5))
+        if inKernel {
+            // The kernel's word, not ours: the key is gone.
+            #expect(try run("keyctl", ["search", "@s", "user", key.keyDescription]).status != 0)
+        }
+        #expect(!world.client.isUnlocked)
+        #expect(world.client.secureServicesAvailability == .unavailable)
+        #expect(code { _ = try world.client.secureFiles.list() } == .serviceUnavailable)
+        // A provider reading the client's status sees it locked, and queues.
+        #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
     }
 }

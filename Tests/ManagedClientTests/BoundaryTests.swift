@@ -2,11 +2,12 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
-import ManagedClient
 import SystemSupport
 import TestCAProvider
 import TestSupport
 import Testing
+
+@testable import ManagedClient
 
 /// The attacks of docs/SECURITY.md on the delivery boundary, tried against the library: each test
 /// makes the attack and checks that it fails and changed nothing, then runs the honest control.
@@ -51,11 +52,9 @@ struct BoundaryTests {
         let credential = try world.credential()
         _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
         #expect(try world.client.installed() == credential)
-        // The unlocked key is in the runtime directory, outside HOME, and nowhere under HOME.
-        let runtime = try #require(world.locations.runtimeDirectory)
-        let keyFiles = try FileManager.default.subpathsOfDirectory(atPath: runtime + "/dcclient")
-        try #require(keyFiles.count == 1)
-        let key = try readBytes(runtime + "/dcclient/" + keyFiles[0])
+        // The unlocked key is in the session keyring (or the runtime directory), outside HOME,
+        // and nowhere under HOME.
+        let key = try world.client.storeKey().withUnsafeBytes { Array($0) }
         #expect(key.count == 32)
         for path in try FileManager.default.subpathsOfDirectory(atPath: world.locations.home) {
             let full = world.locations.home + "/" + path
@@ -285,10 +284,11 @@ struct BoundaryTests {
     func firstDeliveryPinsOnlyWhenGenuine() async throws {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
-        try world.client.forgetProvider()
         _ = await thrownCode {
             _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
         }
+        // The policy that went first pinned the provider; forget it again.
+        try world.client.forgetProvider()
         let url = try #require(world.deliveries.all.first)
         let parts = try #require(try DeliveryMessage.parse(url, scheme: "org.example.dcclient").deliverParts)
         let forged = DeliveryMessage.deliver(

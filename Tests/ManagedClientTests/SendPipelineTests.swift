@@ -80,7 +80,8 @@ struct World {
             _ = try service.pair(clientScheme: "org.example.dcclient")
             // The provider's first policy (authorized), as the next message to the client carries
             // it: the client is ready. Not acknowledged yet, so the provider sends it again first.
-            _ = try client.handlePolicy(try policyURL(try #require(try service.policyRecord(clientId: "dcclient")).policy))
+            _ = try client.handlePolicy(
+                try policyURL(try #require(try service.policyRecord(clientId: "dcclient")).policy))
         }
     }
 

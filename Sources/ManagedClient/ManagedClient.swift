@@ -518,6 +518,7 @@ public struct ManagedClient: Sendable {
     /// The installed credential; only while secure services are available
     /// (``requireSecureServices()``: ready, authorized, unlocked).
     public func installed() throws -> Credential? {
+        _ = try config()
         let key = try secureServicesKey()
         guard FileManager.default.fileExists(atPath: store + "/credential") else { return nil }
         return try installation.credential(key: key)

@@ -12,7 +12,8 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             A test CA issues a four-tag credential; the reference client (dcclient) and this provider \
             register their URL schemes; the client requests, the provider issues, seals and sends, \
             the client opens, validates, installs and calls back — each a real process launched \
-            through the registered x-scheme-handlers. The sandbox (its own HOME and XDG \
+            through the registered x-scheme-handlers. Then the managed app's life: its secure files, \
+            the provider withdrawing and restoring its authorization, and retiring it. The sandbox (its own HOME and XDG \
             directories) is removed afterwards unless --keep.
             """)
 
@@ -117,7 +118,39 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             dcclient,
             ["unlock", "--passphrase-file", passphrase])
         try await run("What the client holds now", dcclient, ["list"])
-        try await run("The provider's record of its sends", dcprovision, ["status"])
+        // The managed app's life after the delivery: authorization, secure files, retire.
+        let scheme = ["--client-scheme", "org.example.dcclient"]
+        let report = sandbox + "/report.txt"
+        try Data("Quarterly report: confidential\n".utf8).write(to: URL(fileURLWithPath: report))
+        try await run(
+            "The app is managed: the provider's policy (sent when it paired) made it ready and authorized", dcclient,
+            ["status"])
+        try await run(
+            "The app keeps a file in secure storage (encrypted under the store key)", dcclient,
+            ["files", "put", "report.txt", report])
+        try await run("and reads it back", dcclient, ["files", "get", "report.txt"])
+        try await run(
+            "The provider withdraws the app's authorization, with a message for the user; the app acknowledges and locks",
+            dcprovision, ["unauthorize"] + scheme + ["--message", "Your device is out of compliance"])
+        try await run(
+            "Reads are refused now (notAuthorized), and the user sees why", dcclient,
+            ["files", "get", "report.txt"], expectFailure: 77)
+        try await run(
+            "The provider authorizes the app again: queued, since the app is locked", dcprovision,
+            ["authorize"] + scheme)
+        try await run(
+            "The user unlocks; the newest policy arrives with the availability notice", dcclient,
+            ["unlock", "--passphrase-file", passphrase])
+        try await run("The file reads again", dcclient, ["files", "get", "report.txt"])
+        try await run(
+            "The provider retires the app: it acknowledges, then erases its keys, credential, files and pasteboard",
+            dcprovision, ["retire"] + scheme + ["--message", "This device was retired"])
+        try await run(
+            "Nothing is left to read; a retired app is set up afresh before it is used again", dcclient,
+            ["files", "get", "report.txt"], expectFailure: 77)
+        try await run(
+            "The provider's record: each client's policy and acknowledgements, and its sends", dcprovision,
+            ["status"])
         let elapsed = ContinuousClock.now - started
         Console.say(
             "Done in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))).\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"

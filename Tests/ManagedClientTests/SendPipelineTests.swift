@@ -28,12 +28,16 @@ struct World {
     let ca: TestCA
     let passphrase = SecretBytes(Array("client passphrase".utf8))
     let deliveries = Box()
+    /// The policy URLs the provider opened.
+    let policies = Box()
 
     /// A client and a provider set up as `dcclient init`, `dcprovision register` and (when
     /// `paired`) `dcprovision pair` leave them: each has pinned the other's signing key.
     /// `checkHandler` stands for the scheme-handler resolution a real sender runs before sealing.
+    /// With `handlesPolicies` false, policy URLs are only kept in ``policies``: the test hands
+    /// them to the client itself.
     init(
-        deliver: Bool = true, paired: Bool = true,
+        deliver: Bool = true, paired: Bool = true, handlesPolicies: Bool = true,
         checkHandler: @escaping CredentialService.HandlerCheck = { _ in }
     ) throws {
         dir = try TemporaryDirectory("world")
@@ -47,6 +51,7 @@ struct World {
             passphrase: passphrase)
         let client = client
         let deliveries = deliveries
+        let policies = policies
         var serviceBox: CredentialService?
         let holder = ServiceHolder()
         service = try CredentialService(
@@ -55,6 +60,8 @@ struct World {
             // A policy goes to the client, which applies it and acknowledges it as the reference
             // app does; only deliveries are kept in `deliveries`.
             if url.contains(":/policy?") {
+                policies.append(url)
+                guard handlesPolicies else { return }
                 let update = try client.handlePolicy(url)
                 let send: (String) async throws -> Void = { _ = try holder.service!.handleAcknowledgement($0) }
                 if update.policy.state != .retired, update.becameReady || update.repeated {

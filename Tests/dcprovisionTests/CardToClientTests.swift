@@ -35,6 +35,8 @@ struct CardToClientTests {
                         "register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--testca",
                         directory.file("ca"),
                     ]))
+            // Paired, the client is managed: authorized by the policy that goes out first.
+            try check(run("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"]))
         }
 
         deinit { directory.remove() }

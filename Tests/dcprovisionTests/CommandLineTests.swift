@@ -121,7 +121,8 @@ struct RequestIdCommandTests {
                 + "a client asks again with a new request id (dcclient request)\n")
         #expect(try readText(log) == "provide\n")
         let status = try tools.check("dcprovision", ["status"])
-        #expect(status.stdoutText.split(separator: "\n").count == 1)
+        #expect(status.stdoutText.split(separator: "\n").count == 2)
+        #expect(status.stdoutText.contains("client dcclient (org.example.dcclient:)  authorized"))
         #expect(status.stdoutText.contains("\(request)  org.example.dcclient  Sample credential  ok"))
     }
 }

@@ -49,6 +49,13 @@ struct DemoTests {
             "Demo credential, renewed", "(+2 retired)", "queued: org.example.dcclient:/deliver",
             "announced availability",
             "delivering queued request",
+            // The managed app's life after the delivery.
+            "authorization:    authorized", "Quarterly report: confidential",
+            "dcclient: policy 2: unauthorized: Your device is out of compliance",
+            "the app is unauthorized: Your device is out of compliance", "(exit status 77, as expected)",
+            "dcclient: policy 3: authorized", "acknowledged its authorization state (policy 4): applied",
+            "dcclient: retired: keys, credential and secure files erased",
+            "client dcclient (org.example.dcclient:)  retired",
         ] {
             #expect(output.contains(expected), "missing: \(expected)")
         }
@@ -77,14 +84,12 @@ struct DemoTests {
             }
             #expect(blobs.isEmpty, "\(line)")
         }
-        // Nothing is left in the spool, and the client's store holds no plaintext key.
-        let spool = sandbox + "/home/.local/share/dcclient/spool"
-        #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
+        // The app was retired: no spool, and the store keeps only its configuration and the
+        // policy that retired it.
+        #expect(!FileManager.default.fileExists(atPath: sandbox + "/home/.local/share/dcclient/spool"))
         let store = sandbox + "/home/.local/share/dcclient/store"
-        for name in try FileManager.default.contentsOfDirectory(atPath: store) where name != "processed" {
-            let bytes = try readBytes(store + "/" + name)
-            #expect(!String(decoding: bytes, as: UTF8.self).contains("PRIVATE KEY"), "\(name)")
-        }
+        #expect(
+            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [".lock", "client.json", "policy.json"])
     }
 
     @Test("Without --keep the sandbox is removed")

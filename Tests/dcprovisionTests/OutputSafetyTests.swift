@@ -21,7 +21,7 @@ struct OutputSafetyTests {
             ("dcprovision", ["testca", "init", "ca"], 0),
             ("dcprovision", ["testca", "init", "ca"], 73),
             ("dcclient", ["show", "nonsense"], 64),
-            ("dcclient", ["list"], 0),
+            ("dcclient", ["list"], 66),
         ]
         for (tool, arguments, status) in commands {
             let result = try sandbox.run(Binaries.directory + "/" + tool, arguments, timeout: 60, closing: closing)

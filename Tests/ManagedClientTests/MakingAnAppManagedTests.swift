@@ -1,0 +1,116 @@
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import ManagedClient
+import TestSupport
+import Testing
+
+/// What the article's app shows; the article's code sets it.
+final class AppUI: @unchecked Sendable {
+    // Written by the event loop only, read after it stopped.
+    var initializing = true
+    var showsSensitiveData = false
+    var notice = ""
+    var secureFeaturesEnabled = false
+}
+
+/// The article "Making an app managed" (ManagedClient.docc/MakingAnAppManaged.md): its code is
+/// this file's, compiled and run against a real provider and client. The first test checks that
+/// every Swift block of the article is here, line for line.
+@Suite("The article \"Making an app managed\": its code compiles and runs", .timeLimit(.minutes(2)))
+struct MakingAnAppManagedTests {
+    static let article = Repository.root + "/Sources/ManagedClient/ManagedClient.docc/MakingAnAppManaged.md"
+
+    @Test("Every Swift block of the article is in this file, line for line")
+    func blocksAreHere() throws {
+        let article = try String(contentsOfFile: Self.article, encoding: .utf8)
+        let here = try String(contentsOfFile: #filePath, encoding: .utf8).split(separator: "\n")
+            .map { $0.trimmingCharacters(in: .whitespaces) }
+        var blocks: [[String]] = []
+        var current: [String]?
+        for line in article.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line == "```swift" {
+                current = []
+            } else if line == "```", let block = current {
+                blocks.append(block)
+                current = nil
+            } else if current != nil {
+                current!.append(line.trimmingCharacters(in: .whitespaces))
+            }
+        }
+        #expect(blocks.count == 3)
+        for block in blocks {
+            let found = here.indices.contains { start in
+                start + block.count <= here.count && Array(here[start..<start + block.count]) == block
+            }
+            #expect(found, "not in this file:\n\(block.joined(separator: "\n"))")
+        }
+    }
+
+    @Test("The article's app: events, acknowledgements, secure files, pasteboard, retire")
+    func theArticlesApp() async throws {
+        let world = try World(paired: false, handlesPolicies: false)
+        defer { world.dir.remove() }
+        let client = world.client
+        let service = world.service
+        let ui = AppUI()
+        let send: (String) async throws -> Void = { _ = try service.handleAcknowledgement($0) }
+        let failures = Box()
+        let loop = Task {
+            do {
+                for await event in client.events() {
+                    switch event {
+                    case .ready:
+                        ui.initializing = false
+                    case .authStateChanged(let state, let message):
+                        ui.showsSensitiveData = state == .authorized
+                        ui.notice = state == .authorized ? "" : message
+                        try await client.authStateApplied(.applied, send: send)
+                    case .secureFileIOPolicyChanged:
+                        try await client.secureFileIOPolicyApplied(.applied, send: send)
+                    case .secureServicesAvailabilityChanged(let availability):
+                        ui.secureFeaturesEnabled = availability == .available
+                    case .credentialDelivered(let sequence):
+                        ui.notice = "credential \(sequence) installed"
+                    }
+                }
+            } catch { failures.append("\(error)") }
+        }
+        defer { loop.cancel() }
+        // The provider pairs: its first policy arrives at the app's handler.
+        _ = try service.pair(clientScheme: "org.example.dcclient")
+        let record = try #require(try service.policyRecord(clientId: "dcclient"))
+        let url = try world.policyURL(record.policy)
+        let update = try client.handlePolicy(url)
+        if update.authChanged { print("now \(update.policy.state)") }
+        try await eventually { try service.policyRecord(clientId: "dcclient")?.isPending == false }
+        #expect(
+            try service.policyRecord(clientId: "dcclient")?.fileIOAcknowledgement?.state == .applied, "\(failures.all)")
+        try await eventually { !ui.initializing && ui.showsSensitiveData && ui.secureFeaturesEnabled }
+
+        try client.secureFiles.write(Array("draft of the merger memo".utf8), to: "draft.txt")
+        let draft = try client.secureFiles.read("draft.txt")
+        try client.pasteboard.copy("meeting moved to 10:00")
+        let pasted = try client.pasteboard.paste()
+        #expect(draft.withUnsafeBytes { Array($0) } == Array("draft of the merger memo".utf8))
+        #expect(pasted == "meeting moved to 10:00")
+
+        // Retired: the app's loop acknowledges, and the client erases everything.
+        _ = try await service.setPolicy(clientScheme: "org.example.dcclient") {
+            $0.state = .retired
+            $0.message = "Device retired"
+        }
+        #expect(try client.handlePolicy(try #require(world.policies.all.last)).policy.state == .retired)
+        try await eventually { try service.pairing(clientId: "dcclient") == nil }
+        try await eventually { !FileManager.default.fileExists(atPath: client.secureFiles.directory) }
+        try await eventually { !ui.showsSensitiveData }
+        #expect(failures.all.isEmpty, "\(failures.all)")
+    }
+}
+
+/// Waits up to ten seconds for `condition`, then checks it.
+private func eventually(_ condition: () throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while try !condition(), ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+    #expect(try condition())
+}

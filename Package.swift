@@ -84,7 +84,7 @@ let package = Package(
         // The reference managed client, and its thin CLI.
         .target(
             name: "ManagedClient",
-            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery"]),
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystem"]),
         .executableTarget(
             name: "dcclient",
             dependencies: [

@@ -43,8 +43,10 @@ public struct SecureFiles: Sendable {
     static let magic = Array("DCSF".utf8)
     static let version: UInt8 = 1
     static let headerSize = 4 + 1 + 32 + 4
-    /// The buffer a stream reads or writes the file through: 16 sealed chunks and room for one more.
-    static let batchSize = 17 * (4 + chunkSize + 16) + headerSize
+    /// The buffer a stream reads or writes the file through: 16 sealed chunks and room for two more.
+    static let batchSize = 18 * sealedChunkSize + headerSize
+    /// The most bytes a chunk takes on disk: length, content, tag.
+    static let sealedChunkSize = 4 + chunkSize + 16
     /// The bytes a write lets pile up in the page cache before it starts their writeback.
     static let writebackWindow = 8 << 20
     static let nameContext = Array("dcclient secure-files name key v1".utf8)
@@ -137,23 +139,9 @@ public struct SecureFiles: Sendable {
     /// Writes the file `name` from what the descriptor `fd` reads until its end (the descriptor
     /// stays open), as ``write(to:from:)-(_,()->[UInt8]?)`` does.
     public func write(to name: String, fromDescriptor fd: Int32) throws {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
-        defer {
-            SecretBytes.wipe(buffer)
-            buffer.deallocate()
-        }
         let writer = try Writer(files: self, name: name)
         do {
-            while true {
-                let count = Glibc.read(fd, buffer.baseAddress, buffer.count)
-                if count < 0 && errno == EINTR { continue }
-                guard count >= 0 else {
-                    throw DCError(.ioError, "cannot read the input: \(String(cString: strerror(errno)))")
-                }
-                if count == 0 { break }
-                // Appended straight from the buffer: no copy of the content per read.
-                try writer.append(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
-            }
+            try writer.append(readingFrom: fd)
             try writer.commit()
         } catch {
             writer.abandon()
@@ -163,9 +151,10 @@ public struct SecureFiles: Sendable {
 
     /// One write in progress: a staging file that becomes the file on ``commit()``.
     ///
-    /// Content is copied into the chunk being formed, inside a batch buffer of sealed chunks; a
-    /// chunk is sealed in place (one cipher context for the whole stream) once it is known whether
-    /// it is the final one, and the batch goes out in one `write(2)` of about 1 MiB.
+    /// Content is read (from a descriptor) or copied into the chunk being formed, inside a batch
+    /// buffer of sealed chunks; a chunk is sealed in place (one cipher context for the whole
+    /// stream) once it is known whether it is the final one, and the batch goes out in one
+    /// `write(2)` of about 1 MiB.
     final class Writer {
         let files: SecureFiles
         let name: [UInt8]
@@ -236,6 +225,26 @@ public struct SecureFiles: Sendable {
 
         func append(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try append($0) } }
 
+        /// Reads the content from `fd` to its end straight into the chunks being formed: the bytes
+        /// are not copied before they are sealed in place. A chunk that is complete stays unsealed
+        /// until the next read brings more (it may be the final one); that read goes where the next
+        /// chunk will start, which the complete chunk's size fixes.
+        func append(readingFrom fd: Int32) throws {
+            while true {
+                let complete = index == 0 || fill == SecureFiles.chunkSize
+                let start = complete ? used + 4 + fill + 16 + 4 : used + 4 + fill
+                let room = complete ? SecureFiles.chunkSize : SecureFiles.chunkSize - fill
+                let count = Glibc.read(fd, batch.baseAddress! + start, room)
+                if count < 0 && errno == EINTR { continue }
+                guard count >= 0 else {
+                    throw DCError(.ioError, "cannot read the input: \(String(cString: strerror(errno)))")
+                }
+                if count == 0 { return }
+                if complete { try seal(final: false, carrying: count) }
+                fill += count
+            }
+        }
+
         /// Adds `bytes` to the content, sealing each chunk as soon as the next one starts.
         func append(_ bytes: UnsafeRawBufferPointer) throws {
             var rest = bytes[...]
@@ -273,8 +282,9 @@ public struct SecureFiles: Sendable {
         }
 
         /// Seals the chunk being formed in place and starts the next one after it, writing the
-        /// batch out first when a full chunk would not fit.
-        private func seal(final: Bool) throws {
+        /// batch out when two more full chunks would not fit. `carrying` bytes of the next chunk's
+        /// content are in place already; they move to the front with it.
+        private func seal(final: Bool, carrying: Int = 0) throws {
             // Locked since the last chunk: stop here.
             try lock.check()
             SecureFiles.associatedData(
@@ -292,7 +302,11 @@ public struct SecureFiles: Sendable {
             used += 4 + fill + 16
             fill = 0
             index += 1
-            if batch.count - used < 4 + SecureFiles.chunkSize + 16 { try flush() }
+            if batch.count - used < 2 * SecureFiles.sealedChunkSize {
+                let next = used
+                try flush()
+                batch.baseAddress!.copyMemory(from: batch.baseAddress! + next, byteCount: 4 + carrying)
+            }
         }
 
         /// Writes the sealed chunks out, and starts the disk's writeback of what the batches before

@@ -1,3 +1,4 @@
+import CredentialCoding
 import DerivedCredentials
 import Foundation
 import ManagedClient
@@ -50,6 +51,15 @@ private func contents(_ path: String) throws -> [UInt8] { [UInt8](try Data(conte
 /// Replaces a file's bytes in place.
 private func overwrite(_ path: String, _ bytes: [UInt8]) throws {
     try Data(bytes).write(to: URL(fileURLWithPath: path))
+}
+
+/// The unlocked store key's file in the world's runtime directory (32 bytes).
+private func unlockedKeyFile(_ world: SecureFilesWorld) throws -> String {
+    let runtime = world.dir.file("run")
+    let keys = (FileManager.default.enumerator(atPath: runtime)?.allObjects as? [String] ?? [])
+        .filter { $0.hasSuffix(".key") }
+    try #require(keys.count == 1, "\(keys)")
+    return runtime + "/" + keys[0]
 }
 
 /// Bytes that differ from one offset to the next, so a moved chunk shows.
@@ -307,6 +317,78 @@ struct SecureFilesTests {
         }
         #expect(stopped == .serviceUnavailable)
         #expect(seen == 1)
+    }
+
+    @Test("a lock the key file's stat cannot see still stops a stream within 16 chunks (1 MiB)")
+    func lockedUnseenByStat() async throws {
+        let old = pattern(100_000, seed: 1)
+        let world = try SecureFilesWorld(file: old)
+        defer { world.dir.remove() }
+        // The key file stays, so a stat sees nothing; the key in it is no longer one.
+        let keyFile = try unlockedKeyFile(world)
+        let key = try contents(keyFile)
+        var calls = 0
+        let error = await thrownCode {
+            try world.files.write(to: "file") {
+                calls += 1
+                if calls == 3 { try overwrite(keyFile, [0]) }
+                return calls <= 60 ? pattern(SecureFiles.chunkSize, seed: 9) : nil
+            }
+        }
+        #expect(error == .serviceUnavailable)
+        #expect((3...(3 + 16)).contains(calls), "\(calls) chunks")
+        #expect(world.entries().count == 1, "\(world.entries())")
+        try overwrite(keyFile, key)
+        #expect(try world.files.read("file") == SecretBytes(old))
+
+        try world.files.write(pattern(60 * SecureFiles.chunkSize, seed: 4), to: "big")
+        var seen = 0
+        let stopped = await thrownCode {
+            try world.files.read("big") { _ in
+                seen += 1
+                if seen == 2 { try overwrite(keyFile, [0]) }
+            }
+        }
+        #expect(stopped == .serviceUnavailable)
+        #expect((2...(2 + 16)).contains(seen), "\(seen) chunks")
+    }
+
+    @Test(
+        "the format, checked both ways by Python's AES-GCM: our files open there, its files open here",
+        arguments: [0, 1, 65536, 65537, 3 * 65536 + 5, 40 * 65536 + 123])
+    func pythonOracle(size: Int) async throws {
+        let world = try SecureFilesWorld()
+        defer { world.dir.remove() }
+        let oracle = Repository.root + "/Tests/ManagedClientTests/secure_file_oracle.py"
+        let keyFile = try unlockedKeyFile(world)
+        // Written in odd pieces, so chunks are formed across the pieces' edges.
+        let content = pattern(size, seed: 6)
+        var offset = 0
+        try world.files.write(to: "ours") {
+            guard offset < content.count else { return nil }
+            let piece = Array(content[offset..<min(offset + 50_001, content.count)])
+            offset += piece.count
+            return piece
+        }
+        let opened = try runChecked("python3", [oracle, "open", keyFile, try world.onlyFile(), "ours"])
+        #expect(String(decoding: opened.stdout, as: UTF8.self) == Digests.hex(Digests.sha256(content)) + "\n")
+        // And from a descriptor, read straight into the chunks (past a batch of 16 at the largest).
+        let input = try world.dir.write("input", content)
+        let fd = open(input, O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        try world.files.remove("ours")
+        try world.files.write(to: "ours", fromDescriptor: fd)
+        let fromDescriptor = try runChecked("python3", [oracle, "open", keyFile, try world.onlyFile(), "ours"])
+        #expect(fromDescriptor.stdout == opened.stdout)
+
+        let sealed = try runChecked("python3", [oracle, "seal", keyFile, world.directory, "theirs", "\(size)"])
+        let theirs = try world.files.read("theirs")
+        #expect(
+            String(decoding: sealed.stdout, as: UTF8.self) == Digests.hex(theirs.withUnsafeBytes { Digests.sha256($0) })
+                + "\n")
+        #expect(theirs.count == size)
+        #expect(try world.files.list() == ["ours", "theirs"])
     }
 
     @Test("an interrupted write leaves the old file readable and no staging file")

@@ -17,6 +17,7 @@
 extern int pipe2(int fds[2], int flags);
 extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int lowest);
 extern int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *actions, const char *path);
+extern int sync_file_range(int fd, __off64_t offset, __off64_t count, unsigned int flags);
 
 // pipe2(O_CLOEXEC): both ends are close-on-exec from the moment they exist. pipe() followed by
 // fcntl(FD_CLOEXEC) leaves a window in which a fork on another thread inherits them.
@@ -70,5 +71,13 @@ static inline long dc_keyctl_read(int32_t key, void *buffer, size_t length) {
 
 // KEYCTL_INVALIDATE (21): the key is gone at once for everyone, and garbage-collected.
 static inline long dc_keyctl_invalidate(int32_t key) { return syscall(SYS_keyctl, 21, key); }
+
+// Starts the disk's writeback of `count` bytes of `fd` from `offset` and returns at once
+// (SYNC_FILE_RANGE_WRITE, 2 in glibc's fcntl.h): a long write that must end with fsync starts
+// writing back what it wrote while it goes on, and the fsync then waits only for the rest. It
+// makes nothing durable by itself (no metadata, no cache flush); the fsync still does that.
+static inline int dc_start_writeback(int fd, long long offset, long long count) {
+    return sync_file_range(fd, offset, count, 2);
+}
 
 #endif

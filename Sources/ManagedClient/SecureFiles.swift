@@ -1,3 +1,4 @@
+internal import CSystem
 import CredentialCoding
 import DerivedCredentials
 import Foundation
@@ -42,6 +43,12 @@ public struct SecureFiles: Sendable {
     static let magic = Array("DCSF".utf8)
     static let version: UInt8 = 1
     static let headerSize = 4 + 1 + 32 + 4
+    /// The buffer a stream reads or writes the file through: 16 sealed chunks and room for two more.
+    static let batchSize = 18 * sealedChunkSize + headerSize
+    /// The most bytes a chunk takes on disk: length, content, tag.
+    static let sealedChunkSize = 4 + chunkSize + 16
+    /// The bytes a write lets pile up in the page cache before it starts their writeback.
+    static let writebackWindow = 8 << 20
     static let nameContext = Array("dcclient secure-files name key v1".utf8)
     static let fileContext = Array("dcclient secure-files file key v1".utf8)
 
@@ -75,14 +82,19 @@ public struct SecureFiles: Sendable {
         return SecretBytes(consuming: &key)
     }
 
-    static func associatedData(name: [UInt8], index: UInt64, final: Bool) -> [UInt8] {
-        [version] + name + bigEndian(index) + [final ? 1 : 0]
+    /// Sets `data` to the associated data of a chunk, `version ‖ name ‖ index(8) ‖ final(1)`,
+    /// reusing its storage.
+    static func associatedData(_ data: inout [UInt8], name: [UInt8], index: UInt64, final: Bool) {
+        data.removeAll(keepingCapacity: true)
+        data.append(version)
+        data += name
+        for byte in 0..<8 { data.append(UInt8(truncatingIfNeeded: index >> (56 - 8 * byte))) }
+        data.append(final ? 1 : 0)
     }
 
-    static func nonce(prefix: [UInt8], index: UInt64) -> [UInt8] { prefix + bigEndian(index) }
-
-    static func bigEndian(_ value: UInt64) -> [UInt8] {
-        (0..<8).map { UInt8(truncatingIfNeeded: value >> (56 - 8 * $0)) }
+    /// Writes `index` big-endian into the last 8 bytes of the 12-byte `nonce`.
+    static func setIndex(_ nonce: inout [UInt8], _ index: UInt64) {
+        for byte in 0..<8 { nonce[4 + byte] = UInt8(truncatingIfNeeded: index >> (56 - 8 * byte)) }
     }
 
     // MARK: - Writing
@@ -127,23 +139,9 @@ public struct SecureFiles: Sendable {
     /// Writes the file `name` from what the descriptor `fd` reads until its end (the descriptor
     /// stays open), as ``write(to:from:)-(_,()->[UInt8]?)`` does.
     public func write(to name: String, fromDescriptor fd: Int32) throws {
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
-        defer {
-            SecretBytes.wipe(buffer)
-            buffer.deallocate()
-        }
         let writer = try Writer(files: self, name: name)
         do {
-            while true {
-                let count = Glibc.read(fd, buffer.baseAddress, buffer.count)
-                if count < 0 && errno == EINTR { continue }
-                guard count >= 0 else {
-                    throw DCError(.ioError, "cannot read the input: \(String(cString: strerror(errno)))")
-                }
-                if count == 0 { break }
-                // Appended straight from the buffer: no copy of the content per read.
-                try writer.append(UnsafeRawBufferPointer(rebasing: buffer[..<count]))
-            }
+            try writer.append(readingFrom: fd)
             try writer.commit()
         } catch {
             writer.abandon()
@@ -152,90 +150,127 @@ public struct SecureFiles: Sendable {
     }
 
     /// One write in progress: a staging file that becomes the file on ``commit()``.
+    ///
+    /// Content is read (from a descriptor) or copied into the chunk being formed, inside a batch
+    /// buffer of sealed chunks; a chunk is sealed in place (one cipher context for the whole
+    /// stream) once it is known whether it is the final one, and the batch goes out in one
+    /// `write(2)` of about 1 MiB.
     final class Writer {
         let files: SecureFiles
         let name: [UInt8]
         let target: String
         let staging: String
         let fd: Int32
-        let key: SecretBytes
-        /// The unlocked store key's file, resolved once; read before every chunk.
-        let unlockedKey: ExpiringSecret
-        let prefix: [UInt8]
+        var lock: LockCheck
+        let cipher: AESGCM.Stream
+        /// `prefix ‖ index(8)`, the index rewritten for every chunk.
+        var nonce: [UInt8]
+        /// The associated data of the chunk being sealed, rebuilt in place for each.
+        var associatedData: [UInt8] = []
+        /// Sealed chunks not yet written, then the chunk being formed (its plaintext in place).
+        let batch: UnsafeMutableRawBufferPointer
+        /// The bytes of `batch` before the chunk being formed.
+        var used = 0
+        /// The plaintext bytes in the chunk being formed: chunk 0 holds the name, the others content.
+        var fill = 0
         var index: UInt64 = 0
-        /// The chunk formed last, written once it is known whether it is the final one.
-        var held: [UInt8]
-        /// Content not yet in a chunk: less than one chunk.
-        var pending: [UInt8] = []
+        /// The bytes of the file written so far, and of those the ones whose writeback was started.
+        var written = 0
+        var flushed = 0
         var done = false
 
         init(files: SecureFiles, name: String) throws {
             try SecureFiles.validate(name: name)
             try files.client.requireSecureServices()
-            unlockedKey = try files.client.unlockedKey
+            let unlockedKey = try files.client.unlockedKey
             let storeKey = try files.client.storeKey(from: unlockedKey)
             try files.ensureDirectory()
             AtomicFileSet.removeStaleStagingFiles(in: files.directory)
             self.files = files
             self.name = Array(name.utf8)
+            lock = LockCheck(client: files.client, unlockedKey: unlockedKey)
             let disk = files.diskName(name, storeKey: storeKey)
             target = files.directory + "/" + disk
             staging =
                 files.directory + "/." + disk + AtomicFileSet.stagingMarker + "\(getpid())-"
                 + Digests.hex(try Digests.random(8).withUnsafeBytes { Array($0) })
             let salt = try Digests.random(32).withUnsafeBytes { Array($0) }
-            prefix = try Digests.random(4).withUnsafeBytes { Array($0) }
-            key = SecureFiles.derive(storeKey, SecureFiles.fileContext + salt)
-            held = self.name
+            let prefix = try Digests.random(4).withUnsafeBytes { Array($0) }
+            nonce = prefix + [UInt8](repeating: 0, count: 8)
+            associatedData.reserveCapacity(1 + 255 + 8 + 1)
+            cipher = try AESGCM.Stream(key: SecureFiles.derive(storeKey, SecureFiles.fileContext + salt), sealing: true)
+            batch = .allocate(byteCount: SecureFiles.batchSize, alignment: 64)
+            let header = SecureFiles.magic + [SecureFiles.version] + salt + prefix
+            batch.copyBytes(from: header)
+            used = header.count
+            UnsafeMutableRawBufferPointer(rebasing: batch[(used + 4)...]).copyBytes(from: self.name)
+            fill = self.name.count
             fd = Glibc.open(staging, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             guard fd >= 0 else {
                 throw DCError(
                     .cannotCreateOutput, "cannot create a secure file: \(String(cString: strerror(errno)))",
                     subject: files.directory)
             }
-            do {
-                guard fchmod(fd, 0o600) == 0 else { throw Self.failure("cannot set the mode", files.directory) }
-                try output(SecureFiles.magic + [SecureFiles.version] + salt + prefix)
-            } catch {
+            guard fchmod(fd, 0o600) == 0 else {
+                let error = Self.failure("cannot set the mode", files.directory)
                 abandon()
                 throw error
             }
         }
 
-        deinit { abandon() }
+        deinit {
+            abandon()
+            SecretBytes.wipe(batch)
+            batch.deallocate()
+        }
 
         func append(_ bytes: [UInt8]) throws { try bytes.withUnsafeBytes { try append($0) } }
+
+        /// Reads the content from `fd` to its end straight into the chunks being formed: the bytes
+        /// are not copied before they are sealed in place. A chunk that is complete stays unsealed
+        /// until the next read brings more (it may be the final one); that read goes where the next
+        /// chunk will start, which the complete chunk's size fixes.
+        func append(readingFrom fd: Int32) throws {
+            while true {
+                let complete = index == 0 || fill == SecureFiles.chunkSize
+                let start = complete ? used + 4 + fill + 16 + 4 : used + 4 + fill
+                let room = complete ? SecureFiles.chunkSize : SecureFiles.chunkSize - fill
+                let count = Glibc.read(fd, batch.baseAddress! + start, room)
+                if count < 0 && errno == EINTR { continue }
+                guard count >= 0 else {
+                    throw DCError(.ioError, "cannot read the input: \(String(cString: strerror(errno)))")
+                }
+                if count == 0 { return }
+                if complete { try seal(final: false, carrying: count) }
+                fill += count
+            }
+        }
 
         /// Adds `bytes` to the content, sealing each chunk as soon as the next one starts.
         func append(_ bytes: UnsafeRawBufferPointer) throws {
             var rest = bytes[...]
             while !rest.isEmpty {
-                if pending.isEmpty { pending.reserveCapacity(SecureFiles.chunkSize) }
-                let take = min(SecureFiles.chunkSize - pending.count, rest.count)
-                pending += rest.prefix(take)
+                // The name chunk, or a full one: more content follows, so it is not the final one.
+                if index == 0 || fill == SecureFiles.chunkSize { try seal(final: false) }
+                let take = min(SecureFiles.chunkSize - fill, rest.count)
+                UnsafeMutableRawBufferPointer(rebasing: batch[(used + 4 + fill)...])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: rest.prefix(take)))
+                fill += take
                 rest = rest.dropFirst(take)
-                if pending.count == SecureFiles.chunkSize {
-                    try seal(held, final: false)
-                    held.withUnsafeMutableBytes { SecretBytes.wipe($0) }
-                    // The two chunk buffers trade places: none is allocated per chunk.
-                    swap(&held, &pending)
-                    pending.removeAll(keepingCapacity: true)
-                }
             }
         }
 
         func commit() throws {
-            if !pending.isEmpty {
-                try seal(held, final: false)
-                held.withUnsafeMutableBytes { SecretBytes.wipe($0) }
-                held = pending
-            }
-            try seal(held, final: true)
-            _ = try files.client.storeKey(from: unlockedKey)
+            try seal(final: true)
+            try flush()
+            // The full check once more: the file is published only while the client is unlocked.
+            try files.client.requireSecureServices()
+            _ = try files.client.storeKey(from: lock.unlockedKey)
             guard fsync(fd) == 0 else { throw Self.failure("cannot sync", files.directory) }
             guard Glibc.rename(staging, target) == 0 else { throw Self.failure("cannot publish", files.directory) }
             done = true
             close(fd)
+            SecretBytes.wipe(batch)
             try files.syncDirectory()
         }
 
@@ -245,38 +280,94 @@ public struct SecureFiles: Sendable {
             done = true
             close(fd)
             unlink(staging)
-            held.withUnsafeMutableBytes { SecretBytes.wipe($0) }
-            pending.withUnsafeMutableBytes { SecretBytes.wipe($0) }
+            SecretBytes.wipe(batch)
         }
 
-        private func seal(_ plaintext: [UInt8], final: Bool) throws {
+        /// Seals the chunk being formed in place and starts the next one after it, writing the
+        /// batch out when two more full chunks would not fit. `carrying` bytes of the next chunk's
+        /// content are in place already; they move to the front with it.
+        private func seal(final: Bool, carrying: Int = 0) throws {
             // Locked since the last chunk: stop here.
-            _ = try files.client.storeKey(from: unlockedKey)
-            let sealed = try plaintext.withUnsafeBytes {
-                try AESGCM.seal(
-                    $0, key: key, nonce: SecureFiles.nonce(prefix: prefix, index: index),
-                    associatedData: SecureFiles.associatedData(
-                        name: index == 0 ? [] : name, index: index, final: final))
+            try lock.check()
+            SecureFiles.associatedData(
+                &associatedData, name: index == 0 ? [] : name, index: index, final: final)
+            SecureFiles.setIndex(&nonce, index)
+            let chunk = batch.baseAddress! + used
+            try cipher.seal(
+                UnsafeMutableRawBufferPointer(start: chunk + 4, count: fill), tag: chunk + 4 + fill, nonce: nonce,
+                associatedData: associatedData)
+            let length = UInt32(fill + 16)
+            for byte in 0..<4 {
+                chunk.storeBytes(
+                    of: UInt8(truncatingIfNeeded: length >> (24 - 8 * byte)), toByteOffset: byte, as: UInt8.self)
             }
-            let length = UInt32(sealed.count)
-            try output((0..<4).map { UInt8(truncatingIfNeeded: length >> (24 - 8 * $0)) } + sealed)
+            used += 4 + fill + 16
+            fill = 0
             index += 1
+            if batch.count - used < 2 * SecureFiles.sealedChunkSize {
+                let next = used
+                try flush()
+                batch.baseAddress!.copyMemory(from: batch.baseAddress! + next, byteCount: 4 + carrying)
+            }
         }
 
-        private func output(_ bytes: [UInt8]) throws {
-            try bytes.withUnsafeBytes { buffer in
-                var offset = 0
-                while offset < buffer.count {
-                    let count = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-                    if count < 0 && errno == EINTR { continue }
-                    guard count >= 0 else { throw Self.failure("cannot write", files.directory) }
-                    offset += count
-                }
+        /// Writes the sealed chunks out, and starts the disk's writeback of what the batches before
+        /// wrote, so that the final `fsync` has little left to wait for.
+        private func flush() throws {
+            var offset = 0
+            while offset < used {
+                let count = Glibc.write(fd, batch.baseAddress! + offset, used - offset)
+                if count < 0 && errno == EINTR { continue }
+                guard count >= 0 else { throw Self.failure("cannot write", files.directory) }
+                offset += count
+            }
+            written += used
+            used = 0
+            if written - flushed >= SecureFiles.writebackWindow {
+                // Only a hint: the final fsync makes the file durable whether this worked or not.
+                _ = dc_start_writeback(fd, Int64(flushed), Int64(written - flushed))
+                flushed = written
             }
         }
 
         static func failure(_ what: String, _ subject: String) -> DCError {
             DCError(.ioError, "\(what) a secure file: \(String(cString: strerror(errno)))", subject: subject)
+        }
+    }
+
+    /// The lock checked before every chunk of a stream, cheaply: a `stat` of the unlocked key's
+    /// file (locking removes it), and every ``fullCheckInterval`` chunks (and whenever the `stat`
+    /// fails) the key itself read through the client, so that whatever else the client checks
+    /// stops a stream within that many chunks.
+    /// The check before every chunk that secure services are still available: the unlocked key
+    /// is still there (locking, auto-lock, retire remove it) and the policy file is unchanged
+    /// (when it changed, the whole rule is checked again: an unauthorized app stops at once).
+    struct LockCheck {
+        let client: ManagedClient
+        /// The unlocked store key, resolved once per stream.
+        let unlockedKey: ExpiringSecret
+        /// The policy file's change time when the stream started.
+        let policyChanged: timespec?
+
+        init(client: ManagedClient, unlockedKey: ExpiringSecret) {
+            self.client = client
+            self.unlockedKey = unlockedKey
+            policyChanged = Self.changeTime(client.policyFile)
+        }
+
+        static func changeTime(_ path: String) -> timespec? {
+            var info = stat()
+            return stat(path, &info) == 0 ? info.st_ctim : nil
+        }
+
+        /// Throws `DCError/Code/serviceUnavailable` when the client is locked, and what
+        /// ``ManagedClient/requireSecureServices()`` throws when the policy changed.
+        mutating func check() throws {
+            let now = Self.changeTime(client.policyFile)
+            if now?.tv_sec != policyChanged?.tv_sec || now?.tv_nsec != policyChanged?.tv_nsec {
+                try client.requireSecureServices()
+            }
+            _ = try client.storeKey(from: unlockedKey)
         }
     }
 
@@ -304,9 +395,7 @@ public struct SecureFiles: Sendable {
         try Self.validate(name: name)
         let storeKey = try client.secureServicesKey()
         let disk = diskName(name, storeKey: storeKey)
-        try open(disk, storeKey: storeKey, expecting: Array(name.utf8)) { plaintext in
-            try plaintext.withUnsafeBytes(body)
-        }
+        try open(disk, storeKey: storeKey, expecting: Array(name.utf8), body: body)
     }
 
     /// The whole content of the file `name`.
@@ -323,9 +412,13 @@ public struct SecureFiles: Sendable {
 
     /// Opens the on-disk file `disk`, checks that it holds `expecting` (any name when nil) and
     /// hands each content chunk to `body`. Returns the logical name the file holds.
+    ///
+    /// The file is read about 1 MiB at a time into one buffer, each chunk opened in place there
+    /// (one cipher context for the whole file); `body` gets the plaintext where it lies.
     @discardableResult
     func open(
-        _ disk: String, storeKey: SecretBytes, expecting: [UInt8]?, body: (SecretBytes) throws -> Void = { _ in }
+        _ disk: String, storeKey: SecretBytes, expecting: [UInt8]?,
+        body: (UnsafeRawBufferPointer) throws -> Void = { _ in }
     ) throws -> String {
         let path = directory + "/" + disk
         let fd = Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
@@ -340,47 +433,69 @@ public struct SecureFiles: Sendable {
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { throw Self.damaged() }
         let size = Int(info.st_size)
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.batchSize, alignment: 64)
+        // The unconsumed bytes are buffer[start..<end]; `offset` is the file offset of `start`.
+        var start = 0
+        var end = 0
         var offset = 0
-        func take(_ count: Int) throws -> [UInt8] {
-            guard count >= 0, offset + count <= size else { throw Self.damaged() }
-            var bytes = [UInt8](repeating: 0, count: count)
-            var done = 0
-            while done < count {
-                let got = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + done, count - done) }
-                if got < 0 && errno == EINTR { continue }
-                guard got > 0 else { throw Self.damaged() }
-                done += got
-            }
-            offset += count
-            return bytes
+        // Plaintext stays where it was opened until read over; all of it is wiped at the end.
+        var used = 0
+        defer {
+            SecretBytes.wipe(UnsafeMutableRawBufferPointer(rebasing: buffer[..<used]))
+            buffer.deallocate()
         }
-        let header = try take(Self.headerSize)
-        guard Array(header.prefix(4)) == Self.magic, header[4] == Self.version else { throw Self.damaged() }
-        let key = Self.derive(storeKey, Self.fileContext + Array(header[5..<37]))
-        let prefix = Array(header[37..<41])
-        var name: [UInt8]?
-        var index: UInt64 = 0
-        let unlockedKey = try client.unlockedKey
-        while offset < size || name == nil {
-            _ = try client.storeKey(from: unlockedKey)
-            let lengthBytes = try take(4)
-            let length = lengthBytes.reduce(0) { $0 << 8 | Int($1) }
-            guard length >= 16, length <= Self.chunkSize + 16 else { throw Self.damaged() }
-            let sealed = try take(length)
-            let final = offset == size
-            let plaintext = try sealed.withUnsafeBytes { buffer in
-                do {
-                    return try AESGCM.open(
-                        buffer, key: key, nonce: Self.nonce(prefix: prefix, index: index),
-                        associatedData: Self.associatedData(name: name ?? [], index: index, final: final))
-                } catch let error as DCError where error.code == .invalid {
-                    throw Self.damaged()
+        // The next `count` bytes of the file, in the buffer; reads no further than the size found.
+        func take(_ count: Int) throws -> UnsafeMutableRawBufferPointer {
+            guard count >= 0, offset + count <= size else { throw Self.damaged() }
+            if end - start < count {
+                if start + count > buffer.count {
+                    let left = end - start
+                    buffer.baseAddress!.copyMemory(from: buffer.baseAddress! + start, byteCount: left)
+                    (start, end) = (0, left)
+                }
+                while end - start < count {
+                    let want = min(buffer.count - end, size - (offset + end - start))
+                    let got = Glibc.read(fd, buffer.baseAddress! + end, want)
+                    if got < 0 && errno == EINTR { continue }
+                    guard got > 0 else { throw Self.damaged() }
+                    end += got
+                    used = max(used, end)
                 }
             }
+            defer {
+                start += count
+                offset += count
+            }
+            return UnsafeMutableRawBufferPointer(rebasing: buffer[start..<(start + count)])
+        }
+        let header = Array(try take(Self.headerSize))
+        guard Array(header.prefix(4)) == Self.magic, header[4] == Self.version else { throw Self.damaged() }
+        let cipher = try AESGCM.Stream(
+            key: Self.derive(storeKey, Self.fileContext + Array(header[5..<37])), sealing: false)
+        var nonce = Array(header[37..<41]) + [UInt8](repeating: 0, count: 8)
+        var associatedData: [UInt8] = []
+        associatedData.reserveCapacity(1 + 255 + 8 + 1)
+        var name: [UInt8]?
+        var index: UInt64 = 0
+        var lock = LockCheck(client: client, unlockedKey: try client.unlockedKey)
+        while offset < size || name == nil {
+            try lock.check()
+            let length = try take(4).reduce(0) { $0 << 8 | Int($1) }
+            guard length >= 16, length <= Self.chunkSize + 16 else { throw Self.damaged() }
+            let sealed = try take(length)
+            let plaintext = UnsafeMutableRawBufferPointer(rebasing: sealed[..<(length - 16)])
+            Self.associatedData(&associatedData, name: name ?? [], index: index, final: offset == size)
+            Self.setIndex(&nonce, index)
+            do {
+                try cipher.open(
+                    plaintext, tag: sealed.baseAddress! + length - 16, nonce: nonce, associatedData: associatedData)
+            } catch let error as DCError where error.code == .invalid {
+                throw Self.damaged()
+            }
             if name != nil {
-                try body(plaintext)
+                try body(UnsafeRawBufferPointer(plaintext))
             } else {
-                let found = plaintext.withUnsafeBytes { Array($0) }
+                let found = Array(plaintext)
                 // The name inside must be the one the file is stored under: swapped files fail here.
                 guard let text = String(validating: found, as: UTF8.self), (try? Self.validate(name: text)) != nil,
                     expecting == nil || expecting == found, diskName(text, storeKey: storeKey) == disk

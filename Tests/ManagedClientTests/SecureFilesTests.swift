@@ -1,9 +1,11 @@
+import CredentialCoding
 import DerivedCredentials
 import Foundation
-import ManagedClient
 import SystemSupport
 import TestSupport
 import Testing
+
+@testable import ManagedClient
 
 /// A client set up and unlocked in a temporary directory, with its runtime directory there too.
 struct SecureFilesWorld {
@@ -48,6 +50,11 @@ private func contents(_ path: String) throws -> [UInt8] { [UInt8](try Data(conte
 /// Replaces a file's bytes in place.
 private func overwrite(_ path: String, _ bytes: [UInt8]) throws {
     try Data(bytes).write(to: URL(fileURLWithPath: path))
+}
+
+/// The unlocked store key (32 bytes), written to a file for the Python oracle.
+private func unlockedKeyFile(_ world: SecureFilesWorld) throws -> String {
+    try world.dir.write("store-key", try world.client.storeKey().withUnsafeBytes { Array($0) })
 }
 
 /// Bytes that differ from one offset to the next, so a moved chunk shows.
@@ -305,6 +312,68 @@ struct SecureFilesTests {
         }
         #expect(stopped == .serviceUnavailable)
         #expect(seen == 1)
+    }
+
+    @Test(
+        "unauthorized mid-stream (before the app even acknowledges): a write stops at the next chunk, the old file kept"
+    )
+    func unauthorizedMidStream() async throws {
+        let old = pattern(100_000, seed: 1)
+        let world = try SecureFilesWorld(file: old)
+        defer { world.dir.remove() }
+        var policy = try #require(try world.client.currentPolicy())
+        policy.sequence += 1
+        policy.state = .unauthorized
+        let url = try world.world.policyURL(policy)
+        var calls = 0
+        let error = await thrownCode {
+            try world.files.write(to: "file") {
+                calls += 1
+                if calls == 3 { _ = try world.client.handlePolicy(url) }
+                return calls <= 60 ? pattern(SecureFiles.chunkSize, seed: 9) : nil
+            }
+        }
+        #expect(error == .notAuthorized)
+        #expect((3...4).contains(calls), "\(calls) chunks")
+        #expect(world.entries().count == 1, "\(world.entries())")
+    }
+
+    @Test(
+        "the format, checked both ways by Python's AES-GCM: our files open there, its files open here",
+        arguments: [0, 1, 65536, 65537, 3 * 65536 + 5, 40 * 65536 + 123])
+    func pythonOracle(size: Int) async throws {
+        let world = try SecureFilesWorld()
+        defer { world.dir.remove() }
+        let oracle = Repository.root + "/Tests/ManagedClientTests/secure_file_oracle.py"
+        let keyFile = try unlockedKeyFile(world)
+        // Written in odd pieces, so chunks are formed across the pieces' edges.
+        let content = pattern(size, seed: 6)
+        var offset = 0
+        try world.files.write(to: "ours") {
+            guard offset < content.count else { return nil }
+            let piece = Array(content[offset..<min(offset + 50_001, content.count)])
+            offset += piece.count
+            return piece
+        }
+        let opened = try runChecked("python3", [oracle, "open", keyFile, try world.onlyFile(), "ours"])
+        #expect(String(decoding: opened.stdout, as: UTF8.self) == Digests.hex(Digests.sha256(content)) + "\n")
+        // And from a descriptor, read straight into the chunks (past a batch of 16 at the largest).
+        let input = try world.dir.write("input", content)
+        let fd = open(input, O_RDONLY | O_CLOEXEC)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        try world.files.remove("ours")
+        try world.files.write(to: "ours", fromDescriptor: fd)
+        let fromDescriptor = try runChecked("python3", [oracle, "open", keyFile, try world.onlyFile(), "ours"])
+        #expect(fromDescriptor.stdout == opened.stdout)
+
+        let sealed = try runChecked("python3", [oracle, "seal", keyFile, world.directory, "theirs", "\(size)"])
+        let theirs = try world.files.read("theirs")
+        #expect(
+            String(decoding: sealed.stdout, as: UTF8.self) == Digests.hex(theirs.withUnsafeBytes { Digests.sha256($0) })
+                + "\n")
+        #expect(theirs.count == size)
+        #expect(try world.files.list() == ["ours", "theirs"])
     }
 
     @Test("an interrupted write leaves the old file readable and no staging file")

@@ -13,9 +13,10 @@ struct JSONOutputTests {
         let tools = try Tools("json-output")
         defer { tools.sandbox.remove() }
         try tools.setUpClient()
-        // Nothing installed yet: the credential is null, not an error.
-        let empty = try tools.check("dcclient", ["list", "--json"])
-        #expect(try jsonPayload(empty.stdout, "credential") is NSNull)
+        // Not ready (no policy from a provider yet): the credential cannot be listed (policyNotReady, 69).
+        let notListed = try tools.run("dcclient", ["list", "--json"])
+        #expect(notListed.status == 69, "\(notListed.stderrText)")
+        #expect(notListed.stdout.isEmpty)
         let noSends = try tools.check("dcprovision", ["status", "--json"])
         let nothing = try #require(try jsonPayload(noSends.stdout, "status") as? [String: Any])
         #expect((nothing["sends"] as? [Any])?.isEmpty == true)
@@ -35,6 +36,10 @@ struct JSONOutputTests {
                 "--option", "common-name=Dana Json", "--option", "escrow-history=1",
             ])
         try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        try tools.check("dcprovision", ["authorize", "--client-scheme", "org.example.dcclient"])
+        // Ready and authorized, nothing installed yet: the credential is null, not an error.
+        let empty = try tools.check("dcclient", ["list", "--json"])
+        #expect(try jsonPayload(empty.stdout, "credential") is NSNull)
         try tools.check("dcclient", ["request"])
 
         let list = try tools.check("dcclient", ["list", "--json"])

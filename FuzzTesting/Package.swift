@@ -22,6 +22,8 @@ let package = Package(
         .executableTarget(name: "FuzzDeliverMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(name: "FuzzResultMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(name: "FuzzAvailableMessage", dependencies: ["FuzzMessageHarness"]),
+        .executableTarget(name: "FuzzPolicyMessage", dependencies: ["FuzzMessageHarness"]),
+        .executableTarget(name: "FuzzAckMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(
             name: "FuzzDeliveryPayload",
             dependencies: [

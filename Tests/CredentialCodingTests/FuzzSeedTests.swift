@@ -21,8 +21,8 @@ struct FuzzSeedTests {
         }
         #expect(
             harnesses.sorted() == [
-                "FuzzAvailableMessage", "FuzzCredentialReader", "FuzzDeliverMessage", "FuzzDeliveryPayload",
-                "FuzzDeliveryURL", "FuzzNewMessage", "FuzzResultMessage",
+                "FuzzAckMessage", "FuzzAvailableMessage", "FuzzCredentialReader", "FuzzDeliverMessage",
+                "FuzzDeliveryPayload", "FuzzDeliveryURL", "FuzzNewMessage", "FuzzPolicyMessage", "FuzzResultMessage",
             ])
         for harness in harnesses {
             #expect(FuzzInputs.all(harness).contains { !$0.isCrasher }, "\(harness) has no seeds")

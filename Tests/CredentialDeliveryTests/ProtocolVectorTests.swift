@@ -47,6 +47,35 @@ struct ProtocolVectorTests {
             with: key, scheme: "org.example.provider")
     }
 
+    /// The policy message of the vectors: its base64url spelling has a `_`.
+    static let policyMessage = "Lost device? Call ext. 4242 ~ help"
+
+    /// The policy vector, signed with the RFC 8032 key standing for the provider's.
+    static func signedPolicy() throws -> DeliveryMessage {
+        let key = try MessageSigningKey(pkcs8DER: SecretBytes(try #require(bytes(hex: rfc8032PKCS8))))
+        return try DeliveryMessage.policy(
+            client: "dcclient",
+            policy: ClientPolicy(state: .unauthorized, message: policyMessage, autoLock: 900, sequence: 3), time: time,
+            signature: ""
+        ).signed(with: key, scheme: "org.example.dcclient")
+    }
+
+    /// The acknowledgement vector, signed with the RFC 8032 key standing for the client's.
+    static func signedAcknowledgement() throws -> DeliveryMessage {
+        let key = try MessageSigningKey(pkcs8DER: SecretBytes(try #require(bytes(hex: rfc8032PKCS8))))
+        return try DeliveryMessage.acknowledgement(
+            client: "dcclient", sequence: 3, subject: .authState, state: .applied, message: "", time: time + 60,
+            signature: ""
+        ).signed(with: key, scheme: "org.example.provider")
+    }
+
+    /// What a signed message's signature covers, without the signing context.
+    static func signedURL(_ message: DeliveryMessage, scheme: String) -> String {
+        String(
+            decoding: message.signingInput(scheme: scheme).dropFirst(DeliveryMessage.signingContext.utf8.count),
+            as: UTF8.self)
+    }
+
     static func bytes(hex: String) -> [UInt8]? {
         var bytes: [UInt8] = []
         var index = hex.startIndex
@@ -77,6 +106,31 @@ struct ProtocolVectorTests {
         )
     }
 
+    @Test("URLs: the signed policy and acknowledgement parse back to themselves, and verify under the key")
+    func policyURLs() throws {
+        let policy = try Self.signedPolicy()
+        let policyURL = policy.url(scheme: "org.example.dcclient")
+        #expect(
+            policyURL
+                == "org.example.dcclient:/policy?v=2&client=dcclient&seq=3&state=unauthorized&autolock=900&message=TG9zdCBkZXZpY2U_IENhbGwgZXh0LiA0MjQyIH4gaGVscA&time=1795000000&sig="
+                + (policy.signature ?? ""))
+        #expect(try DeliveryMessage.parse(policyURL, scheme: "org.example.dcclient") == policy)
+        let ack = try Self.signedAcknowledgement()
+        let ackURL = ack.url(scheme: "org.example.provider")
+        #expect(
+            ackURL
+                == "org.example.provider:/ack?v=2&client=dcclient&seq=3&of=auth&policy=applied&message=&time=1795000060&sig="
+                + (ack.signature ?? ""))
+        #expect(try DeliveryMessage.parse(ackURL, scheme: "org.example.provider") == ack)
+        let publicKey = try #require(
+            Self.bytes(hex: "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"))
+        #expect(policy.isSigned(by: publicKey, scheme: "org.example.dcclient"))
+        #expect(ack.isSigned(by: publicKey, scheme: "org.example.provider"))
+        // The signature binds the scheme: the same values for another scheme do not verify.
+        #expect(!policy.isSigned(by: publicKey, scheme: "org.example.other"))
+        #expect(policyURL.utf8.count <= DeliveryMessage.maximumLength)
+    }
+
     @Test("Result MAC")
     func resultMAC() {
         #expect(
@@ -85,38 +139,59 @@ struct ProtocolVectorTests {
     }
 
     @Test(
-        "The document's table, our code, Python (hashlib, hmac, urllib.parse) and the openssl CLI (Ed25519) give the same four values"
+        "The document's table, our code, Python (hashlib, hmac, urllib.parse, base64) and the openssl CLI (Ed25519) give the same nine values"
     )
     func documentCodeAndPeersAgree() throws {
         let sandbox = try Sandbox("vectors")
         defer { sandbox.remove() }
         let python = try Self.python(
             """
-            import hashlib, hmac, urllib.parse
+            import base64, hashlib, hmac, urllib.parse
             request = "00112233445566778899aabbccddeeff"
             print("org.example.provider:/new?" + urllib.parse.urlencode(
                 [("v", "2"), ("client", "dcclient"), ("request", request), ("time", "1795000000")]))
             print(hashlib.sha256(b"sealed").hexdigest())
             print(hmac.new(bytes(range(1, 33)), ("v1|" + request + "|ok").encode(), hashlib.sha256).hexdigest())
+            message = base64.urlsafe_b64encode("Lost device? Call ext. 4242 ~ help".encode()).decode().rstrip("=")
+            print(message)
+            print("org.example.dcclient:/policy?" + urllib.parse.urlencode(
+                [("v", "2"), ("client", "dcclient"), ("seq", "3"), ("state", "unauthorized"), ("autolock", "900"),
+                 ("message", message), ("time", "1795000000")]))
+            print("org.example.provider:/ack?" + urllib.parse.urlencode(
+                [("v", "2"), ("client", "dcclient"), ("seq", "3"), ("of", "auth"), ("policy", "applied"),
+                 ("message", ""), ("time", "1795000060")]))
             """, in: sandbox)
-        try #require(python.count == 3)
+        try #require(python.count == 6)
         // The openssl CLI signs what the document says is signed, with the same key.
         let key = sandbox.file("ed25519.der")
-        let message = sandbox.file("signed-input")
         try Data(try #require(Self.bytes(hex: Self.rfc8032PKCS8))).write(to: URL(fileURLWithPath: key))
-        try Data((DeliveryMessage.signingContext + python[0]).utf8).write(to: URL(fileURLWithPath: message))
-        let signed = try sandbox.run(
-            "openssl", ["pkeyutl", "-sign", "-rawin", "-keyform", "DER", "-inkey", key, "-in", message])
-        try #require(signed.status == 0, "openssl pkeyutl: \(signed.stderrText)")
-        let peers = [python[0], Digests.hex(signed.stdout), python[1], python[2]]
+        func opensslSignature(of url: String) throws -> String {
+            let message = sandbox.file("signed-input")
+            try Data((DeliveryMessage.signingContext + url).utf8).write(to: URL(fileURLWithPath: message))
+            let signed = try sandbox.run(
+                "openssl", ["pkeyutl", "-sign", "-rawin", "-keyform", "DER", "-inkey", key, "-in", message])
+            try #require(signed.status == 0, "openssl pkeyutl: \(signed.stderrText)")
+            return Digests.hex(signed.stdout)
+        }
+        let peers = [
+            python[0], try opensslSignature(of: python[0]), python[1], python[2], python[3], python[4],
+            try opensslSignature(of: python[4]), python[5], try opensslSignature(of: python[5]),
+        ]
 
         let new = try Self.signedNew()
-        let input = new.signingInput(scheme: "org.example.provider")
+        let policy = try Self.signedPolicy()
+        let policyURL = Self.signedURL(policy, scheme: "org.example.dcclient")
+        let ack = try Self.signedAcknowledgement()
+        // Our base64url spelling of the message, as the policy URL carries it.
+        let encodedMessage = try #require(
+            policyURL.split(separator: "&").first { $0.hasPrefix("message=") }?.dropFirst("message=".count))
         let ours = [
-            String(decoding: input.dropFirst(DeliveryMessage.signingContext.utf8.count), as: UTF8.self),
+            Self.signedURL(new, scheme: "org.example.provider"),
             try #require(new.signature),
             Digests.hex(Digests.sha256(Array("sealed".utf8))),
             DeliveryPayload.resultMAC(key: Self.resultKey, request: Self.request, status: "ok"),
+            String(encodedMessage), policyURL, try #require(policy.signature),
+            Self.signedURL(ack, scheme: "org.example.provider"), try #require(ack.signature),
         ]
         #expect(ours == peers)
         #expect(try Self.documentedVectors() == peers, "docs/PROTOCOL.md's table")

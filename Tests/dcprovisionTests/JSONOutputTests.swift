@@ -6,16 +6,27 @@ import Testing
 /// `{"version": 1, "<kind>": …}`, on standard output alone, and no secret is in it.
 @Suite("JSON output: one versioned document per command, no secrets", .timeLimit(.minutes(3)))
 struct JSONOutputTests {
-    @Test("status, dcclient list and dcclient show: versioned documents that agree with each other and hold no key")
+    @Test(
+        "status, dcclient status, dcclient list and dcclient show: versioned documents that agree with each other and hold no key"
+    )
     func deliveryCommands() throws {
         let tools = try Tools("json-output")
         defer { tools.sandbox.remove() }
         try tools.setUpClient()
-        // Nothing installed yet: the credential is null, not an error.
-        let empty = try tools.check("dcclient", ["list", "--json"])
-        #expect(try jsonPayload(empty.stdout, "credential") is NSNull)
+        // Not ready (no policy from a provider yet): the credential cannot be listed (policyNotReady, 69).
+        let notListed = try tools.run("dcclient", ["list", "--json"])
+        #expect(notListed.status == 69, "\(notListed.stderrText)")
+        #expect(notListed.stdout.isEmpty)
         let noSends = try tools.check("dcprovision", ["status", "--json"])
-        #expect((try jsonPayload(noSends.stdout, "sends") as? [Any])?.isEmpty == true)
+        let nothing = try #require(try jsonPayload(noSends.stdout, "status") as? [String: Any])
+        #expect((nothing["sends"] as? [Any])?.isEmpty == true)
+        #expect((nothing["clients"] as? [Any])?.isEmpty == true)
+        // Not ready: no policy yet, so no state is claimed (absent, not a default).
+        let notReady = try tools.check("dcclient", ["status", "--json"])
+        let before = try #require(try jsonPayload(notReady.stdout, "status") as? [String: Any])
+        #expect(before["ready"] as? Bool == false)
+        #expect(before["secureServices"] as? String == "unavailable")
+        #expect(before["authState"] == nil && before["credential"] == nil, "\(before)")
 
         try tools.check("dcprovision", ["testca", "init", "ca"])
         try tools.check(
@@ -25,6 +36,10 @@ struct JSONOutputTests {
                 "--option", "common-name=Dana Json", "--option", "escrow-history=1",
             ])
         try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        try tools.check("dcprovision", ["authorize", "--client-scheme", "org.example.dcclient"])
+        // Ready and authorized, nothing installed yet: the credential is null, not an error.
+        let empty = try tools.check("dcclient", ["list", "--json"])
+        #expect(try jsonPayload(empty.stdout, "credential") is NSNull)
         try tools.check("dcclient", ["request"])
 
         let list = try tools.check("dcclient", ["list", "--json"])
@@ -33,6 +48,17 @@ struct JSONOutputTests {
         #expect(entries.compactMap { $0["tag"] as? String } == ["authentication", "signing", "encryption", "escrow"])
         #expect(entries.first { $0["tag"] as? String == "escrow" }?["keyHistory"] as? Int == 1)
         #expect(!list.stdoutText.contains("PRIVATE") && !list.stdoutText.contains("privateKey"))
+
+        // Paired and asked: the client has its first policy (authorized) and acknowledged it.
+        let ready = try tools.check("dcclient", ["status", "--json"])
+        let clientView = try #require(try jsonPayload(ready.stdout, "status") as? [String: Any])
+        #expect(clientView["ready"] as? Bool == true)
+        #expect(clientView["authState"] as? String == "authorized")
+        #expect(clientView["secureServices"] as? String == "available")
+        #expect(clientView["secureFileIOPolicy"] as? String == "required")
+        let shown = try #require(clientView["credential"] as? [String: Any])
+        #expect(shown["name"] as? String == credential["name"] as? String)
+        #expect(!ready.stdoutText.contains("PRIVATE") && !ready.stdoutText.contains("privateKey"))
 
         let show = try tools.check("dcclient", ["show", "authentication", "--json"])
         let entry = try #require(try jsonPayload(show.stdout, "entry") as? [String: Any])
@@ -55,7 +81,8 @@ struct JSONOutputTests {
 
         let status = try tools.check("dcprovision", ["status", "--json"])
         #expect(status.stderr.isEmpty, "messages belong on stderr, and there should be none: \(status.stderrText)")
-        let sends = try #require(try jsonPayload(status.stdout, "sends") as? [[String: Any]])
+        let document = try #require(try jsonPayload(status.stdout, "status") as? [String: Any])
+        let sends = try #require(document["sends"] as? [[String: Any]])
         #expect(Set(sends.compactMap { $0["state"] as? String }) == ["ok", "queued"])
         for send in sends {
             #expect(send["clientScheme"] as? String == "org.example.dcclient")
@@ -64,6 +91,27 @@ struct JSONOutputTests {
                     "request", "created", "completed", "clientScheme", "credentialName", "state",
                 ]))
         }
+        // The managed client: its policy, sent and acknowledged by the app (both subjects).
+        let clients = try #require(document["clients"] as? [[String: Any]])
+        try #require(clients.count == 1)
+        let managed = clients[0]
+        #expect(managed["clientId"] as? String == "dcclient")
+        #expect(managed["clientScheme"] as? String == "org.example.dcclient")
+        #expect(managed["state"] as? String == "authorized")
+        #expect(managed["sent"] is String)
+        let acknowledgement = try #require(managed["acknowledgement"] as? [String: Any])
+        #expect(acknowledgement["state"] as? String == "applied")
+        #expect(acknowledgement["policy"] as? Int == managed["policy"] as? Int)
+        #expect((managed["secureFileIO"] as? [String: Any])?["state"] as? String == "applied")
+
+        // Locked: still ready and authorized, but no secure services and no credential shown.
+        let locked = try tools.check("dcclient", ["status", "--json"])
+        let lockedView = try #require(try jsonPayload(locked.stdout, "status") as? [String: Any])
+        #expect(lockedView["unlocked"] as? Bool == false)
+        #expect(lockedView["secureServices"] as? String == "unavailable")
+        #expect(lockedView["authState"] as? String == "authorized")
+        #expect(lockedView["credential"] == nil)
+
         let queued = try #require(sends.first { $0["state"] as? String == "queued" }?["request"] as? String)
         // The ledger holds the queued request's result key: the JSON must not carry it in any form.
         let ledger = tools.sandbox.stateHome + "/dcprovision/requests/\(queued).json"

@@ -1,0 +1,36 @@
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import Testing
+
+/// What a provider accepts as a policy's message (`PolicyText.check`) must reach the client: a
+/// message the provider sets but the client's parser refuses would leave the policy waiting forever.
+@Suite("Policy messages: what the provider accepts, the client parses", .timeLimit(.minutes(1)))
+struct PolicyTextTests {
+    static let scheme = "org.example.dcclient"
+    static let messages = [
+        "", "plain", "Lost device? Call ext. 4242 ~ help", "Café – ext. 4242 ✓",
+        String(repeating: "é", count: PolicyText.maximumLength / 2), "ends with a BOM\u{FEFF}",
+        "\u{FEFF}starts with a BOM",
+    ]
+
+    @Test("Every message PolicyText.check accepts travels in a policy and an ack, and parses back", arguments: messages)
+    func travels(message: String) throws {
+        try PolicyText.check(message)
+        let signature = String(repeating: "0", count: 128)
+        let policy = DeliveryMessage.policy(
+            client: "dcclient", policy: ClientPolicy(state: .unauthorized, message: message, sequence: 1),
+            time: 1_795_000_000, signature: signature)
+        let ack = DeliveryMessage.acknowledgement(
+            client: "dcclient", sequence: 1, subject: .authState, state: .error, message: message,
+            time: 1_795_000_000, signature: signature)
+        // Foundation's String(data:encoding: .utf8) drops a leading U+FEFF, so PolicyText.decode
+        // refuses a message that PolicyText.check accepted (reported to the lead; not fixed here).
+        withKnownIssue("a leading BOM is dropped when the client decodes the message") {
+            #expect((try? DeliveryMessage.parse(policy.url(scheme: Self.scheme), scheme: Self.scheme)) == policy)
+            #expect((try? DeliveryMessage.parse(ack.url(scheme: Self.scheme), scheme: Self.scheme)) == ack)
+        } when: {
+            message.hasPrefix("\u{FEFF}")
+        }
+    }
+}

@@ -145,7 +145,8 @@ public enum PolicyText {
         else { return nil }
         var base64 = value.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
-        guard let data = Data(base64Encoded: base64), let text = String(data: data, encoding: .utf8),
+        // String(validating:as:) keeps every byte (a leading U+FEFF too, which String(data:encoding:) drops).
+        guard let data = Data(base64Encoded: base64), let text = String(validating: Array(data), as: UTF8.self),
             (try? check(text)) != nil, encode(text) == value
         else { return nil }
         return text

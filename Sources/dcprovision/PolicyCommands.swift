@@ -12,12 +12,13 @@ struct PolicyTarget: ParsableArguments {
     var clientScheme: String
     @Option(
         help: ArgumentHelp(
-            "Why, for the app's user (at most 200 bytes, one line; default: none).", valueName: "text"))
-    var message: String = ""
+            "Why, for the app's user (at most 200 bytes, one line); authorize, unauthorize and retire clear it when not given, policy keeps it.",
+            valueName: "text"))
+    var message: String?
 
     /// Sets the client's policy with `change`, sends it now or queues it, and says which.
-    func apply(_ change: @escaping (inout ClientPolicy) -> Void) async throws {
-        try PolicyText.check(message)
+    func apply(keepingMessage: Bool = false, _ change: @escaping (inout ClientPolicy) -> Void) async throws {
+        try PolicyText.check(message ?? "")
         let config = try ProviderConfig.load()
         let message = message
         let service = try service(brand: config.brand, scheme: config.scheme)
@@ -25,7 +26,11 @@ struct PolicyTarget: ParsableArguments {
             clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), progress: { Console.say($0) },
             { policy in
                 change(&policy)
-                policy.message = message
+                if let message {
+                    policy.message = message
+                } else if !keepingMessage {
+                    policy.message = ""
+                }
             })
         let record = receipt.record
         guard receipt.sent else {
@@ -76,7 +81,7 @@ struct Policy: AsyncParsableCommand, OutputCommand {
 
     func run() async throws {
         let seconds = try Self.seconds(autoLock)
-        try await target.apply { $0.autoLock = seconds }
+        try await target.apply(keepingMessage: true) { $0.autoLock = seconds }
     }
 
     /// `90`, `90s`, `15m`, `2h` or `1d` in seconds, within the policy's range.

@@ -321,8 +321,13 @@ public struct ManagedClient: Sendable {
     /// The availability notification for the provider, signed with the client's key.
     public func availabilityURL(now: Date = Date()) throws -> String? {
         let config = try config()
+        // Each notice newer than the last, even two within one second (the provider takes only a
+        // newer one).
+        let time = try FileLock.updateNumber(at: store + "/available.time") { text in
+            max(UInt64(now.timeIntervalSince1970), (UInt64(text) ?? 0) + 1)
+        }
         return try DeliveryMessage.available(
-            client: config.clientId, time: Int64(now.timeIntervalSince1970), signature: ""
+            client: config.clientId, time: Int64(time), signature: ""
         )
         .signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
     }

@@ -260,11 +260,7 @@ extension ManagedClient {
         try? FileManager.default.removeItem(atPath: spool.directory)
         unlink(statusFile)
         // The directory's entries are gone for good only once it is synced.
-        let directory = open(store, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directory >= 0 {
-            _ = fsync(directory)
-            close(directory)
-        }
+        try? AtomicFileSet.syncDirectory(store)
     }
 
     /// Whether the client was retired: its data is erased, and it is set up afresh before use.

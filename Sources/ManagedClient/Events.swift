@@ -26,8 +26,9 @@ extension ManagedClient {
         var installedSequence: UInt64?
 
         init(_ client: ManagedClient) {
+            // One read of the policy per look: availability is ready ∧ authorized ∧ unlocked.
             policy = try? client.currentPolicy()
-            availability = client.secureServicesAvailability
+            availability = policy?.state == .authorized && client.isUnlocked ? .available : .unavailable
             installedSequence = client.installedSequence
         }
     }

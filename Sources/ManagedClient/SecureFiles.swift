@@ -377,13 +377,7 @@ public struct SecureFiles: Sendable {
     }
 
     func syncDirectory() throws {
-        let dirfd = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        defer { if dirfd >= 0 { close(dirfd) } }
-        guard dirfd >= 0, fsync(dirfd) == 0 else {
-            throw DCError(
-                .ioError, "cannot sync the secure files' directory: \(String(cString: strerror(errno)))",
-                subject: directory)
-        }
+        try AtomicFileSet.syncDirectory(directory, what: "the secure files' directory")
     }
 
     // MARK: - Reading

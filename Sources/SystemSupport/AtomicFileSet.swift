@@ -82,6 +82,16 @@ public struct AtomicFileSet {
         }
     }
 
+    /// Syncs `directory` itself, so that the entries created, renamed or removed in it last
+    /// survive a crash. Throws `ioError` naming `what` when it cannot.
+    public static func syncDirectory(_ directory: String, what: String = "the directory") throws {
+        let dirfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { if dirfd >= 0 { close(dirfd) } }
+        guard dirfd >= 0, fsync(dirfd) == 0 else {
+            throw DCError(.ioError, "cannot sync \(what): \(String(cString: strerror(errno)))", subject: directory)
+        }
+    }
+
     /// Writes every file, or none.
     public func commit(replacingExisting: Bool = false) throws {
         let dirfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

@@ -8,18 +8,6 @@ import Testing
 
 @testable import ManagedClient
 
-/// The DCError code `body` throws, or nil.
-private func code(_ body: () throws -> Void) -> DCError.Code? {
-    do {
-        try body()
-        return nil
-    } catch let error as DCError {
-        return error.code
-    } catch {
-        return .unknown
-    }
-}
-
 /// The names of the `needles` found in any regular file under `roots`: their raw bytes, or any
 /// text encoding of them (``SecretEncodings``).
 private func search(_ roots: [String], for needles: [(String, [UInt8])]) -> [String] {
@@ -44,18 +32,18 @@ private func search(_ roots: [String], for needles: [(String, [UInt8])]) -> [Str
 @Suite("The managed-app runtime: ready, authorization, acknowledgements, retire", .timeLimit(.minutes(3)))
 struct AuthorizationTests {
     @Test("Before the first policy nothing answers with a default: not ready, and no credential or file can be read")
-    func notReady() throws {
+    func notReady() async throws {
         let world = try World(paired: false)
         defer { world.dir.remove() }
         let client = world.client
         #expect(!client.ready)
-        #expect(code { _ = try client.authState } == .policyNotReady)
-        #expect(code { _ = try client.authMessage } == .policyNotReady)
-        #expect(code { _ = try client.secureFileIOPolicy } == .policyNotReady)
+        #expect(await thrownCode { _ = try client.authState } == .policyNotReady)
+        #expect(await thrownCode { _ = try client.authMessage } == .policyNotReady)
+        #expect(await thrownCode { _ = try client.secureFileIOPolicy } == .policyNotReady)
         #expect(client.secureServicesAvailability == .unavailable)
-        #expect(code { _ = try client.installed() } == .policyNotReady)
-        #expect(code { try client.secureFiles.write([1, 2, 3], to: "x") } == .policyNotReady)
-        #expect(code { try client.pasteboard.copy("x") } == .policyNotReady)
+        #expect(await thrownCode { _ = try client.installed() } == .policyNotReady)
+        #expect(await thrownCode { try client.secureFiles.write([1, 2, 3], to: "x") } == .policyNotReady)
+        #expect(await thrownCode { try client.pasteboard.copy("x") } == .policyNotReady)
     }
 
     @Test("Pairing authorizes: the policy goes out before the first credential, and both acknowledgements come back")
@@ -95,7 +83,7 @@ struct AuthorizationTests {
             { _ = try world.client.installed() }, { _ = try world.client.secureFiles.read("note") },
             { _ = try world.client.pasteboard.paste() }, { _ = try world.client.secureFiles.list() },
         ] as [() throws -> Void] {
-            #expect(code(read) == .notAuthorized)
+            #expect(await thrownCode(read) == .notAuthorized)
         }
         #expect(DCError.Code.notAuthorized.category.exitStatus == 77)
         // The provider sends nothing, not even a credential, and seals nothing.
@@ -109,7 +97,7 @@ struct AuthorizationTests {
             try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
         // Unlocking works (acknowledgements need the signing key) but services stay unavailable.
         try world.client.unlock(passphrase: world.passphrase)
-        #expect(code { _ = try world.client.secureFiles.read("note") } == .notAuthorized)
+        #expect(await thrownCode { _ = try world.client.secureFiles.read("note") } == .notAuthorized)
         try await world.setPolicy { $0.state = .authorized }
         #expect(try world.client.secureFiles.read("note").withUnsafeBytes { Array($0) } == Array("kept".utf8))
         #expect(try world.client.pasteboard.paste() == "copied")
@@ -147,7 +135,7 @@ struct AuthorizationTests {
         }
         refused.append(other.url(scheme: "org.example.dcclient"))
         for url in refused {
-            #expect(code { _ = try client.handlePolicy(url) } == .refusedMessage, "\(url)")
+            #expect(await thrownCode { _ = try client.handlePolicy(url) } == .refusedMessage, "\(url)")
             #expect(try client.currentPolicy() == current)
         }
         // The genuine one applies once; once acknowledged, the same URL again, or an older policy,
@@ -155,8 +143,8 @@ struct AuthorizationTests {
         #expect(try client.handlePolicy(genuine).policy == next)
         #expect(try client.handlePolicy(genuine).repeated)
         try await client.authStateApplied(.applied) { _ in }
-        #expect(code { _ = try client.handlePolicy(genuine) } == .refusedMessage)
-        #expect(code { _ = try client.handlePolicy(try world.policyURL(current)) } == .refusedMessage)
+        #expect(await thrownCode { _ = try client.handlePolicy(genuine) } == .refusedMessage)
+        #expect(await thrownCode { _ = try client.handlePolicy(try world.policyURL(current)) } == .refusedMessage)
         #expect(try client.authState == .unauthorized)
     }
 
@@ -182,7 +170,7 @@ struct AuthorizationTests {
             genuine.replacingOccurrences(of: "autolock=900", with: "autolock=99999999"),
         ] {
             #expect(hostile != genuine)
-            #expect(code { _ = try world.client.handlePolicy(hostile) } == .invalid, "\(hostile)")
+            #expect(await thrownCode { _ = try world.client.handlePolicy(hostile) } == .invalid, "\(hostile)")
         }
         // The provider refuses such a message before anything is signed.
         await #expect(throws: DCError.self) {
@@ -209,10 +197,10 @@ struct AuthorizationTests {
         #expect(record.authAcknowledgement?.state == .error)
         #expect(record.authAcknowledgement?.message == "could not hide the inbox")
         // The same acknowledgement again: a replay.
-        #expect(code { _ = try world.service.handleAcknowledgement(ack) } == .refusedMessage)
+        #expect(await thrownCode { _ = try world.service.handleAcknowledgement(ack) } == .refusedMessage)
         // Altered: another answer under the same signature.
         let altered = ack.replacingOccurrences(of: "policy=error", with: "policy=applied")
-        #expect(code { _ = try world.service.handleAcknowledgement(altered) } == .refusedMessage)
+        #expect(await thrownCode { _ = try world.service.handleAcknowledgement(altered) } == .refusedMessage)
         // An acknowledgement of a policy the provider never sent.
         let future = try DeliveryMessage.parse(ack, scheme: "org.example.provider")
         if case .acknowledgement(let client, let sequence, let subject, let state, let message, let time, _) = future {
@@ -221,7 +209,7 @@ struct AuthorizationTests {
                 client: client, sequence: sequence + 10, subject: subject, state: state, message: message,
                 time: time + 1, signature: ""
             ).signed(with: signer, scheme: "org.example.provider").url(scheme: "org.example.provider")
-            #expect(code { _ = try world.service.handleAcknowledgement(unsent) } == .refusedMessage)
+            #expect(await thrownCode { _ = try world.service.handleAcknowledgement(unsent) } == .refusedMessage)
         }
         #expect(try world.service.policyRecord(clientId: "dcclient")?.authAcknowledgement?.state == .error)
     }
@@ -319,7 +307,7 @@ struct AuthorizationTests {
         let record = try #require(try world.service.policyRecord(clientId: "dcclient"))
         #expect(record.authAcknowledgement?.sequence == record.policy.sequence)
         #expect(try world.service.pairing(clientId: "dcclient") == nil)
-        #expect(code { try world.client.unlock(passphrase: world.passphrase) } == .notAuthorized)
+        #expect(await thrownCode { try world.client.unlock(passphrase: world.passphrase) } == .notAuthorized)
         // Nothing more is sent; the same client cannot simply be paired again.
         await #expect(throws: DCError.self) {
             _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
@@ -349,7 +337,7 @@ struct AuthorizationTests {
         }
         #expect(!world.client.isUnlocked)
         #expect(world.client.secureServicesAvailability == .unavailable)
-        #expect(code { _ = try world.client.secureFiles.list() } == .serviceUnavailable)
+        #expect(await thrownCode { _ = try world.client.secureFiles.list() } == .serviceUnavailable)
         // A provider reading the client's status sees it locked, and queues.
         #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
     }

@@ -45,7 +45,7 @@ extension ManagedClient {
         get throws { try readyPolicy().message }
     }
 
-    /// The secure file I/O policy: always ``SecureFileIOPolicy/required`` once the client is
+    /// The secure file I/O policy: always `SecureFileIOPolicy.required` once the client is
     /// ``ready``; throws `policyNotReady` before.
     public var secureFileIOPolicy: SecureFileIOPolicy {
         get throws {

@@ -26,9 +26,12 @@ extension ManagedClient {
 /// another file without the file failing to open.
 ///
 /// A write goes to a staging file in the same directory, is synced and renamed over the old file,
-/// then the directory is synced: a crash or a failure leaves the old file or the new one. The store
-/// key is checked before every chunk, so locking the client stops a read or a write at once
-/// (`DCError/Code/serviceUnavailable`); a failed write leaves the old file and no staging file.
+/// then the directory is synced: a crash or a failure leaves the old file or the new one (the one
+/// `fsync` is at the end; the disk's writeback starts as the write goes). Secure services are
+/// checked before every chunk (the unlocked key read again from where it expires, the policy read
+/// again whenever its file changed), so locking, auto-lock or a policy that takes authorization
+/// away stops a read or a write at the next chunk (`DCError/Code/serviceUnavailable`, or
+/// `notAuthorized`); a failed write leaves the old file and no staging file.
 public struct SecureFiles: Sendable {
     /// The client whose store key encrypts the files.
     public let client: ManagedClient
@@ -407,8 +410,10 @@ public struct SecureFiles: Sendable {
     /// Opens the on-disk file `disk`, checks that it holds `expecting` (any name when nil) and
     /// hands each content chunk to `body`. Returns the logical name the file holds.
     ///
-    /// The file is read about 1 MiB at a time into one buffer, each chunk opened in place there
-    /// (one cipher context for the whole file); `body` gets the plaintext where it lies.
+    /// The file is read about 1 MiB at a time, each chunk opened in place (one cipher context for
+    /// the whole file), and `body` gets the plaintext where it lies. While `body` takes one batch,
+    /// the next is read and opened on another thread, into the other of two buffers; the lock is
+    /// still checked before every chunk handed out.
     @discardableResult
     func open(
         _ disk: String, storeKey: SecretBytes, expecting: [UInt8]?,
@@ -424,81 +429,164 @@ public struct SecureFiles: Sendable {
                 .ioError, "cannot open a secure file: \(String(cString: strerror(errno)))", subject: directory)
         }
         defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { throw Self.damaged() }
-        let size = Int(info.st_size)
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.batchSize, alignment: 64)
-        // The unconsumed bytes are buffer[start..<end]; `offset` is the file offset of `start`.
-        var start = 0
-        var end = 0
-        var offset = 0
-        // Plaintext stays where it was opened until read over; all of it is wiped at the end.
-        var used = 0
-        defer {
-            SecretBytes.wipe(UnsafeMutableRawBufferPointer(rebasing: buffer[..<used]))
-            buffer.deallocate()
-        }
-        // The next `count` bytes of the file, in the buffer; reads no further than the size found.
-        func take(_ count: Int) throws -> UnsafeMutableRawBufferPointer {
-            guard count >= 0, offset + count <= size else { throw Self.damaged() }
-            if end - start < count {
-                if start + count > buffer.count {
-                    let left = end - start
-                    buffer.baseAddress!.copyMemory(from: buffer.baseAddress! + start, byteCount: left)
-                    (start, end) = (0, left)
-                }
-                while end - start < count {
-                    let want = min(buffer.count - end, size - (offset + end - start))
-                    let got = Glibc.read(fd, buffer.baseAddress! + end, want)
-                    if got < 0 && errno == EINTR { continue }
-                    guard got > 0 else { throw Self.damaged() }
-                    end += got
-                    used = max(used, end)
-                }
-            }
-            defer {
-                start += count
-                offset += count
-            }
-            return UnsafeMutableRawBufferPointer(rebasing: buffer[start..<(start + count)])
-        }
-        let header = Array(try take(Self.headerSize))
-        guard Array(header.prefix(4)) == Self.magic, header[4] == Self.version else { throw Self.damaged() }
-        let cipher = try AESGCM.Stream(
-            key: Self.derive(storeKey, Self.fileContext + Array(header[5..<37])), sealing: false)
-        var nonce = Array(header[37..<41]) + [UInt8](repeating: 0, count: 8)
-        var associatedData: [UInt8] = []
-        associatedData.reserveCapacity(1 + 255 + 8 + 1)
-        var name: [UInt8]?
-        var index: UInt64 = 0
+        let reader = try ChunkReader(fd: fd, storeKey: storeKey)
         var lock = LockCheck(client: client, unlockedKey: try client.unlockedKey)
-        while offset < size || name == nil {
-            try lock.check()
-            let length = try take(4).reduce(0) { $0 << 8 | Int($1) }
-            guard length >= 16, length <= Self.chunkSize + 16 else { throw Self.damaged() }
-            let sealed = try take(length)
-            let plaintext = UnsafeMutableRawBufferPointer(rebasing: sealed[..<(length - 16)])
-            Self.associatedData(&associatedData, name: name ?? [], index: index, final: offset == size)
-            Self.setIndex(&nonce, index)
-            do {
-                try cipher.open(
-                    plaintext, tag: sealed.baseAddress! + length - 16, nonce: nonce, associatedData: associatedData)
-            } catch let error as DCError where error.code == .invalid {
-                throw Self.damaged()
+        let ahead = DispatchQueue(label: "secure-file read-ahead")
+        let next = ChunkReader.Pending()
+        var buffer = 0
+        var batch = try reader.batch(into: buffer)
+        var name: [UInt8]?
+        while true {
+            let group = DispatchGroup()
+            if !batch.last {
+                ahead.async(group: group) { [buffer] in next.result = Result { try reader.batch(into: 1 - buffer) } }
             }
-            if name != nil {
-                try body(UnsafeRawBufferPointer(plaintext))
-            } else {
-                let found = Array(plaintext)
-                // The name inside must be the one the file is stored under: swapped files fail here.
-                guard let text = String(validating: found, as: UTF8.self), (try? Self.validate(name: text)) != nil,
-                    expecting == nil || expecting == found, diskName(text, storeKey: storeKey) == disk
-                else { throw Self.damaged() }
-                name = found
+            // The other thread is done with the reader before anything here returns or throws.
+            defer { group.wait() }
+            for chunk in batch.chunks {
+                try lock.check()
+                let plaintext = UnsafeRawBufferPointer(rebasing: reader.buffers[buffer][chunk])
+                if name != nil {
+                    try body(plaintext)
+                } else {
+                    let found = Array(plaintext)
+                    // The name inside must be the one the file is stored under: swapped files fail here.
+                    guard let text = String(validating: found, as: UTF8.self),
+                        (try? Self.validate(name: text)) != nil,
+                        expecting == nil || expecting == found, diskName(text, storeKey: storeKey) == disk
+                    else { throw Self.damaged() }
+                    name = found
+                }
             }
-            index += 1
+            if batch.last { break }
+            group.wait()
+            batch = try next.take()
+            buffer = 1 - buffer
         }
         return String(decoding: name ?? [], as: UTF8.self)
+    }
+
+    /// A secure file's chunks read a batch at a time into one of two buffers and opened in place.
+    ///
+    /// `@unchecked Sendable`: one thread at a time uses it, the caller of ``open(_:storeKey:expecting:body:)``
+    /// or, between the dispatch of the next batch and the caller's wait for it, the read-ahead
+    /// thread; the dispatch group's wait orders the two. The read-ahead thread writes only the
+    /// buffer the caller is not handing out.
+    final class ChunkReader: @unchecked Sendable {
+        let fd: Int32
+        let size: Int
+        let buffers: [UnsafeMutableRawBufferPointer]
+        /// How far each buffer was ever filled: what is wiped at the end.
+        var filled = [0, 0]
+        /// The bytes read but not yet parsed: `buffers[rest.buffer][rest.start..<rest.end]`.
+        var rest = (buffer: 0, start: 0, end: 0)
+        /// The file offset of the first byte not yet parsed.
+        var offset = headerSize
+        let cipher: AESGCM.Stream
+        var nonce: [UInt8]
+        var associatedData: [UInt8] = []
+        /// The name chunk's plaintext once it is opened: the other chunks' associated data.
+        var name: [UInt8]?
+        var index: UInt64 = 0
+
+        /// The opened chunks of one batch, as ranges of its buffer; `last` when the file ends there.
+        struct Batch: Sendable {
+            var chunks: [Range<Int>] = []
+            var last = false
+        }
+
+        /// The read-ahead thread's batch, or its error, for the caller.
+        final class Pending: @unchecked Sendable {
+            // @unchecked: written by the read-ahead thread before the group's wait returns, read
+            // by the caller only after it.
+            var result: Result<Batch, any Error>?
+
+            func take() throws -> Batch {
+                defer { result = nil }
+                return try result!.get()
+            }
+        }
+
+        init(fd: Int32, storeKey: SecretBytes) throws {
+            var info = stat()
+            guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { throw SecureFiles.damaged() }
+            self.fd = fd
+            size = Int(info.st_size)
+            var header = [UInt8](repeating: 0, count: headerSize)
+            var done = 0
+            while done < headerSize {
+                let got = header.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + done, headerSize - done) }
+                if got < 0 && errno == EINTR { continue }
+                guard got > 0 else { throw SecureFiles.damaged() }
+                done += got
+            }
+            guard Array(header.prefix(4)) == magic, header[4] == version else { throw SecureFiles.damaged() }
+            cipher = try AESGCM.Stream(key: derive(storeKey, fileContext + Array(header[5..<37])), sealing: false)
+            nonce = Array(header[37..<41]) + [UInt8](repeating: 0, count: 8)
+            associatedData.reserveCapacity(1 + 255 + 8 + 1)
+            buffers = (0..<2).map { _ in .allocate(byteCount: batchSize, alignment: 64) }
+        }
+
+        deinit {
+            for (buffer, filled) in zip(buffers, filled) {
+                // Plaintext stays where it was opened until read over; all of it is wiped here.
+                SecretBytes.wipe(UnsafeMutableRawBufferPointer(rebasing: buffer[..<filled]))
+                buffer.deallocate()
+            }
+        }
+
+        /// Moves the unparsed bytes to the front of buffer `target`, fills it from the file (no
+        /// further than the size found at the start) and opens every whole chunk in it.
+        func batch(into target: Int) throws -> Batch {
+            let buffer = buffers[target]
+            let carried = rest.end - rest.start
+            if carried > 0 {
+                buffer.baseAddress!.copyMemory(from: buffers[rest.buffer].baseAddress! + rest.start, byteCount: carried)
+            }
+            var start = 0
+            var end = carried
+            let limit = min(buffer.count, carried + size - (offset + carried))
+            while end < limit {
+                let got = Glibc.read(fd, buffer.baseAddress! + end, limit - end)
+                if got < 0 && errno == EINTR { continue }
+                guard got > 0 else { throw SecureFiles.damaged() }
+                end += got
+            }
+            filled[target] = max(filled[target], end)
+            var batch = Batch()
+            while !(offset == size && name != nil) {
+                // The file ends inside a chunk (or before the name chunk): damaged.
+                let atEnd = offset + (end - start) == size
+                guard end - start >= 4 else {
+                    if atEnd { throw SecureFiles.damaged() }
+                    break
+                }
+                let length = (0..<4).reduce(0) { $0 << 8 | Int(buffer[start + $1]) }
+                guard length >= 16, length <= chunkSize + 16 else { throw SecureFiles.damaged() }
+                guard end - start >= 4 + length else {
+                    if atEnd { throw SecureFiles.damaged() }
+                    break
+                }
+                let content = start + 4..<start + 4 + length - 16
+                offset += 4 + length
+                SecureFiles.associatedData(&associatedData, name: name ?? [], index: index, final: offset == size)
+                setIndex(&nonce, index)
+                do {
+                    try cipher.open(
+                        UnsafeMutableRawBufferPointer(rebasing: buffer[content]),
+                        tag: buffer.baseAddress! + content.upperBound, nonce: nonce, associatedData: associatedData)
+                } catch let error as DCError where error.code == .invalid {
+                    throw SecureFiles.damaged()
+                }
+                if name == nil { name = Array(buffer[content]) }
+                batch.chunks.append(content)
+                start += 4 + length
+                index += 1
+            }
+            batch.last = offset == size && name != nil
+            rest = (target, start, end)
+            return batch
+        }
     }
 
     static func damaged() -> DCError {

@@ -29,7 +29,7 @@ private func search(_ roots: [String], for needles: [(String, [UInt8])]) -> [Str
     return found
 }
 
-@Suite("The managed-app runtime: ready, authorization, acknowledgements, retire", .timeLimit(.minutes(3)))
+@Suite("The managed-app runtime: ready, authorization, acknowledgements, retire", .timeLimit(.minutes(5)))
 struct AuthorizationTests {
     @Test("Before the first policy nothing answers with a default: not ready, and no credential or file can be read")
     func notReady() async throws {
@@ -243,12 +243,8 @@ struct AuthorizationTests {
             for await event in stream { seen.append("\(event)") }
         }
         defer { watcher.cancel() }
-        func waitFor(_ text: String) async throws {
-            let deadline = ContinuousClock.now + .seconds(10)
-            while !seen.all.contains(text), ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            #expect(seen.all.contains(text), "\(seen.all)")
+        func waitFor(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+            try await eventually(sourceLocation: sourceLocation) { seen.all.contains(text) }
         }
         _ = try world.service.pair(clientScheme: "org.example.dcclient")
         _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")

@@ -148,6 +148,10 @@ extension CredentialService {
 
     /// Opens the client's newest policy, signed now, if it still waits for the app's
     /// acknowledgement. Returns whether it was opened.
+    ///
+    /// Two sends at once may both push the same policy: the app acknowledges the first, and
+    /// refuses the second as a replay. That refusal is no failure of the second send, which goes
+    /// on once it finds the policy acknowledged.
     @discardableResult
     func pushPolicy(to registration: ClientRegistration, progress: @Sendable (String) -> Void) async throws -> Bool {
         guard let record = try policyRecord(clientId: registration.clientId), record.isPending else { return false }
@@ -156,7 +160,14 @@ extension CredentialService {
             client: record.clientId, policy: record.policy, time: Int64(Date().timeIntervalSince1970), signature: ""
         ).signed(with: try signingKey(), scheme: registration.scheme).url(scheme: registration.scheme)
         progress("opening \(url)")
-        try await open(url, registration)
+        do {
+            try await open(url, registration)
+        } catch {
+            guard let now = try policyRecord(clientId: registration.clientId), now.policy == record.policy,
+                !now.isPending
+            else { throw error }
+            return false
+        }
         try updatePolicyRecord(record.clientId) { current in
             guard var current else { return record }
             if current.policy.sequence == record.policy.sequence { current.sent = Date() }

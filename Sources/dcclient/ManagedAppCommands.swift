@@ -30,6 +30,11 @@ extension DCClient {
                 try await client.secureFileIOPolicyApplied(.applied, send: send)
             }
             try await client.authStateApplied(.applied, send: send)
+        } catch DCError.Code.serviceUnavailable where policy.state == .retired {
+            // Locked: the acknowledgement cannot be signed, and the erasure does not wait for an
+            // unlock (authStateApplied erased everything before it threw). The provider keeps
+            // showing the retire as not acknowledged, and sends this client nothing either way.
+            Console.say("dcclient: locked, so no acknowledgement could be signed; the provider shows it unacknowledged")
         } catch DCError.Code.serviceUnavailable {
             // Locked: the acknowledgement cannot be signed now. The provider sends the policy
             // again when the client announces availability (dcclient unlock).

@@ -311,6 +311,35 @@ struct AuthorizationTests {
     }
 
     @Test(
+        "Retired while locked: everything is erased at once, without waiting for an unlock; the provider shows the retire unacknowledged and sends nothing"
+    )
+    func retiredWhileLocked() async throws {
+        let world = try World(handlesPolicies: false)
+        defer { world.dir.remove() }
+        try world.client.secureFiles.write(Array(repeating: 0x5a, count: 1000), to: "mail.db")
+        // The provider sends the retire while the client is unlocked; it reaches the client after
+        // the client locked (auto-lock, say).
+        let record = try await world.setPolicy { $0.state = .retired }
+        let url = try #require(world.policies.all.last)
+        try world.client.lock()
+        #expect(try world.client.handlePolicy(url).policy.state == .retired)
+        // The acknowledgement cannot be signed while locked; the erasure does not wait for it.
+        #expect(await thrownCode { try await world.client.authStateApplied(.applied) { _ in } } == .serviceUnavailable)
+        let store = world.locations.dataHome + "/dcclient/store"
+        #expect(
+            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [".lock", "client.json", "policy.json"])
+        #expect(await thrownCode { try world.client.unlock(passphrase: world.passphrase) } == .notAuthorized)
+        // The provider did not hear back: the retire stays unacknowledged, and nothing is sent.
+        let after = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        #expect(after.policy == record.policy && after.authAcknowledgement?.sequence != record.policy.sequence)
+        // (The client's registration is gone with the rest, so a send fails before it asks.)
+        await #expect(throws: DCError.self) {
+            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        }
+        #expect(world.deliveries.all.isEmpty)
+    }
+
+    @Test(
         "Auto-lock: the unlocked key's lifetime is the policy's, bounded where the key is kept (the kernel or the file's deadline) with no process running; the event says so"
     )
     func autoLock() async throws {

@@ -55,6 +55,15 @@ private struct Sandbox {
             urls.append(url)
         }
         ca = try TestCA.initialize(at: dir.file("ca"))
+        // Paired: the provider's first policy (authorized) reaches the client's handler, which
+        // applies and acknowledges it; the client is then ready for deliveries.
+        _ = try service.pair(clientScheme: "org.example.dcclient")
+        let policy = try #require(try service.policyRecord(clientId: "dcclient")).policy
+        let url = try DeliveryMessage.policy(
+            client: "dcclient", policy: policy, time: Int64(Date().timeIntervalSince1970), signature: ""
+        ).signed(with: try service.signingKey(), scheme: "org.example.dcclient").url(scheme: "org.example.dcclient")
+        let handled = try run(dcclient, ["handle-url", url], environment: environment)
+        guard handled.status == 0 else { throw ProcessFailure(command: ["handle-url"], result: handled) }
     }
 
     /// Seals and spools `credential` and returns the delivery URL, without delivering it.

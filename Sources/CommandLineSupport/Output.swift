@@ -1,6 +1,7 @@
 import ArgumentParser
 import DerivedCredentials
 import Glibc
+import SystemSupport
 
 /// `--quiet`, on every command of both tools: confirmations and progress are not printed; data
 /// (tables, listings, JSON, the files written) and errors still are.
@@ -52,19 +53,8 @@ public enum StandardStream: Int32, Sendable {
     /// is closed or broken. Returns whether everything was written.
     @discardableResult
     public func write(bytes: UnsafeRawBufferPointer) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let count = Glibc.write(rawValue, bytes.baseAddress! + offset, bytes.count - offset)
-            if count > 0 {
-                offset += count
-            } else if count < 0 && errno == EINTR {
-                continue
-            } else {
-                // EBADF (closed), EPIPE (reader gone) or any other failure: there is no one to tell.
-                return false
-            }
-        }
-        return true
+        // EBADF (closed), EPIPE (reader gone) or any other failure: there is no one to tell.
+        Descriptors.writeAll(bytes, to: rawValue)
     }
 
     /// Whether the stream is a terminal.

@@ -159,6 +159,13 @@ extension CredentialService {
         let url = try DeliveryMessage.policy(
             client: record.clientId, policy: record.policy, time: Int64(Date().timeIntervalSince1970), signature: ""
         ).signed(with: try signingKey(), scheme: registration.scheme).url(scheme: registration.scheme)
+        // Marked sent before it goes: the app's acknowledgement may come back before the opener
+        // returns, and only a policy that went out can be acknowledged.
+        try updatePolicyRecord(record.clientId) { current in
+            guard var current else { return record }
+            if current.policy.sequence == record.policy.sequence { current.sent = Date() }
+            return current
+        }
         progress("opening \(url)")
         do {
             try await open(url, registration)
@@ -167,11 +174,6 @@ extension CredentialService {
                 !now.isPending
             else { throw error }
             return false
-        }
-        try updatePolicyRecord(record.clientId) { current in
-            guard var current else { return record }
-            if current.policy.sequence == record.policy.sequence { current.sent = Date() }
-            return current
         }
         return true
     }
@@ -208,6 +210,12 @@ extension CredentialService {
                 throw DCError(
                     .refusedMessage, "an acknowledgement of a policy this provider never sent", subject: clientId,
                     hint: "nothing was recorded")
+            }
+            // An app must handle its authorization state: `unsupported` is no answer to it.
+            if subject == .authState && state == .unsupported {
+                throw DCError(
+                    .refusedMessage, "an acknowledgement of the authorization state as unsupported",
+                    subject: clientId, hint: "nothing was recorded")
             }
             if let previous = record.acknowledgements[subject.rawValue],
                 (previous.sequence, previous.time) >= (sequence, acknowledgement.time)

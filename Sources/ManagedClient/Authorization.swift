@@ -71,6 +71,7 @@ extension ManagedClient {
     public func requireSecureServices() throws {
         let policy = try readyPolicy()
         guard policy.state == .authorized else {
+            if policy.state == .retired { finishRetiring() }
             let why = policy.message.isEmpty ? "" : ": \(policy.message.escapingControlCharacters)"
             throw DCError(.notAuthorized, "the app is \(policy.state)\(why)", subject: base)
         }
@@ -147,8 +148,19 @@ extension ManagedClient {
                 }
             }
             try keep(AppliedPolicy(policy: policy, signed: time))
+            try shortenAutoLock(to: policy.autoLock)
             return PolicyUpdate(policy: policy, previous: applied?.policy, repeated: false)
         }
+    }
+
+    /// Brings the unlocked key's auto-lock forward when a new policy allows less time than is
+    /// left; a longer one takes effect at the next unlock.
+    private func shortenAutoLock(to seconds: Int) throws {
+        guard let key = try? unlockedKey, let expiry = key.expiry(), Date() + TimeInterval(seconds) < expiry,
+            let secret = try key.read()
+        else { return }
+        _ = try key.store(secret, lifetime: .seconds(seconds))
+        try publishStatus(available: true, until: key.expiry())
     }
 
     private func keep(_ applied: AppliedPolicy) throws {
@@ -261,6 +273,14 @@ extension ManagedClient {
         unlink(statusFile)
         // The directory's entries are gone for good only once it is synced.
         try? AtomicFileSet.syncDirectory(store)
+    }
+
+    /// Erases what a retire left behind, if anything: a handler that acknowledged a retire and
+    /// died before it erased (killed, or crashed) leaves the sealed store, and the next use of the
+    /// retired client finishes the job.
+    func finishRetiring() {
+        guard FileManager.default.fileExists(atPath: store + "/wrapped-key.json") || isUnlocked else { return }
+        try? eraseEverything()
     }
 
     /// Whether the client was retired: its data is erased, and it is set up afresh before use.

@@ -237,6 +237,7 @@ public struct ManagedClient: Sendable {
     /// has nothing left to unlock.
     public func unlock(passphrase: SecretBytes) throws {
         if let policy = try currentPolicy(), policy.state == .retired {
+            finishRetiring()
             throw DCError(
                 .notAuthorized, "the client was retired: its data is erased", subject: base,
                 hint: "set it up afresh (dcclient init), then ask the provider to pair it again")

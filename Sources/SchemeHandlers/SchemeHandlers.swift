@@ -323,8 +323,9 @@ public struct SchemeHandlers: Sendable {
     ) async throws {
         fflush(nil)
         let outcome = try await open(url, scheme: scheme, expectedExecutable: expectedExecutable)
-        if passingStandardOutput && !outcome.stdout.isEmpty { FileHandle.standardOutput.write(Data(outcome.stdout)) }
-        if !outcome.stderr.isEmpty { FileHandle.standardError.write(Data(outcome.stderr)) }
+        // A closed or broken stream loses the handler's output, never the outcome.
+        if passingStandardOutput { outcome.stdout.withUnsafeBytes { _ = Descriptors.writeAll($0, to: 1) } }
+        outcome.stderr.withUnsafeBytes { _ = Descriptors.writeAll($0, to: 2) }
         guard outcome.termination == .exited(0) else {
             throw DCError(
                 .notReady, "the handler for \(scheme): did not complete (\(outcome.termination))",

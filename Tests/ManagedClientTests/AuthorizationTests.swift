@@ -311,6 +311,53 @@ struct AuthorizationTests {
     }
 
     @Test(
+        "A shorter auto-lock in a new policy applies to the key already unlocked; a longer one waits for the next unlock"
+    )
+    func shorterAutoLockApplies() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let before = try #require(world.client.autoLockDate)
+        #expect(before > Date() + 800)
+        try await world.setPolicy { $0.autoLock = 2 }
+        let after = try #require(world.client.autoLockDate)
+        #expect(after <= Date() + 2.5)
+        try await world.setPolicy { $0.autoLock = 3600 }
+        #expect(world.client.autoLockDate == after)
+        try await Task.sleep(for: .seconds(3))
+        #expect(!world.client.isUnlocked)
+        #expect(await thrownCode { try world.client.requireSecureServices() } == .serviceUnavailable)
+    }
+
+    @Test("The provider records no `unsupported` answer to the authorization state")
+    func noUnsupportedAuthAcknowledgement() async throws {
+        let world = try World(handlesPolicies: false)
+        defer { world.dir.remove() }
+        let sent = try #require(try world.service.policyRecord(clientId: "dcclient")).policy
+        let unsupported = try world.client.acknowledgementURL(.authState, .unsupported, "", policy: sent, now: Date())
+        #expect(await thrownCode { _ = try world.service.handleAcknowledgement(unsupported) } == .refusedMessage)
+        #expect(try world.service.policyRecord(clientId: "dcclient")?.authAcknowledgement == nil)
+    }
+
+    @Test("A handler that acknowledged a retire and died before erasing: the next use of the client erases it")
+    func retireFinishedLater() async throws {
+        let world = try World(handlesPolicies: false)
+        defer { world.dir.remove() }
+        try world.client.secureFiles.write(Array(repeating: 0x5a, count: 1000), to: "mail.db")
+        _ = try await world.setPolicy { $0.state = .retired }
+        let update = try world.client.handlePolicy(try #require(world.policies.all.last))
+        // The acknowledgement goes out, and the handler dies (killed, or crashed writing its output).
+        _ = try world.service.handleAcknowledgement(
+            try world.client.acknowledgementURL(.authState, .applied, "", policy: update.policy, now: Date()))
+        #expect(try world.service.pairing(clientId: "dcclient") == nil)
+        let store = world.locations.dataHome + "/dcclient/store"
+        #expect(FileManager.default.fileExists(atPath: store + "/wrapped-key.json"))
+        #expect(await thrownCode { _ = try world.client.secureFiles.read("mail.db") } == .notAuthorized)
+        #expect(
+            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [".lock", "client.json", "policy.json"])
+        #expect(!world.client.isUnlocked)
+    }
+
+    @Test(
         "Retired while locked: everything is erased at once, without waiting for an unlock; the provider shows the retire unacknowledged and sends nothing"
     )
     func retiredWhileLocked() async throws {

@@ -56,6 +56,25 @@ struct PolicyCommandTests {
     }
 
     @Test(
+        "Closed standard output and error: the handler's output is dropped, the policy still goes out and is acknowledged (exit 0, no crash)"
+    )
+    func closedOutput() throws {
+        let tools = try Tools("policy-closed-output")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        for command in [["policy", "--auto-lock", "10m"], ["unauthorize"]] {
+            let result = try tools.sandbox.run(
+                "/bin/sh",
+                ["-c", "exec \"$0\" \"$@\" >&- 2>&-", Binaries.directory + "/dcprovision"] + command + Self.scheme,
+                timeout: 120)
+            #expect(result.status == 0, "\(command): \(result.status)")
+        }
+        let status = try tools.check("dcprovision", ["status"]).stdoutText
+        #expect(status.contains("acknowledged"), "\(status)")
+        #expect(try tools.check("dcclient", ["status"]).stdoutText.contains("authorization:    unauthorized"))
+    }
+
+    @Test(
         "Bad policy input is a usage error (64) and sends nothing: control characters, an overlong message, an auto-lock out of range"
     )
     func badInput() throws {

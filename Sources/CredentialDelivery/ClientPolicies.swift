@@ -156,9 +156,7 @@ extension CredentialService {
     func pushPolicy(to registration: ClientRegistration, progress: @Sendable (String) -> Void) async throws -> Bool {
         guard let record = try policyRecord(clientId: registration.clientId), record.isPending else { return false }
         try checkHandler(registration)
-        let url = try DeliveryMessage.policy(
-            client: record.clientId, policy: record.policy, time: Int64(Date().timeIntervalSince1970), signature: ""
-        ).signed(with: try signingKey(), scheme: registration.scheme).url(scheme: registration.scheme)
+        let url = try policyURL(record.policy, clientId: record.clientId, clientScheme: registration.scheme)
         // Marked sent before it goes: the app's acknowledgement may come back before the opener
         // returns, and only a policy that went out can be acknowledged.
         try updatePolicyRecord(record.clientId) { current in
@@ -176,6 +174,16 @@ extension CredentialService {
             return false
         }
         return true
+    }
+
+    /// The URL that carries `policy` to the client `clientId` at `clientScheme`, signed by this
+    /// provider at `time`.
+    public func policyURL(_ policy: ClientPolicy, clientId: String, clientScheme: String, time: Date = Date())
+        throws -> String
+    {
+        try DeliveryMessage.policy(
+            client: clientId, policy: policy, time: Int64(time.timeIntervalSince1970), signature: ""
+        ).signed(with: try signingKey(), scheme: clientScheme).url(scheme: clientScheme)
     }
 
     /// Refuses to send anything to a client whose policy is not `authorized`.

@@ -101,13 +101,7 @@ struct SecureFilesTests {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }
         let content = pattern(200 * 1024, seed: 3)
-        var offset = 0
-        try world.files.write(to: "closure") {
-            guard offset < content.count else { return nil }
-            let piece = Array(content[offset..<min(offset + 7777, content.count)])
-            offset += piece.count
-            return piece
-        }
+        try write(content, to: "closure", in: world.files, pieces: 7777)
         #expect(try world.files.read("closure") == SecretBytes(content))
 
         let stream = AsyncStream<[UInt8]> { continuation in
@@ -348,13 +342,7 @@ struct SecureFilesTests {
         let keyFile = try unlockedKeyFile(world)
         // Written in odd pieces, so chunks are formed across the pieces' edges.
         let content = pattern(size, seed: 6)
-        var offset = 0
-        try world.files.write(to: "ours") {
-            guard offset < content.count else { return nil }
-            let piece = Array(content[offset..<min(offset + 50_001, content.count)])
-            offset += piece.count
-            return piece
-        }
+        try write(content, to: "ours", in: world.files, pieces: 50_001)
         let opened = try runChecked("python3", [oracle, "open", keyFile, try world.onlyFile(), "ours"])
         #expect(String(decoding: opened.stdout, as: UTF8.self) == Digests.hex(Digests.sha256(content)) + "\n")
         // And from a descriptor, read straight into the chunks (past a batch of 16 at the largest).
@@ -408,5 +396,17 @@ struct SecureFilesTests {
         return (0...(haystack.count - needle.count)).contains {
             haystack[$0..<($0 + needle.count)].elementsEqual(needle)
         }
+    }
+}
+
+/// Writes `content` to the secure file `name` through the streaming write, handing it over in
+/// pieces of `pieces` bytes (so that chunks form across the pieces' edges).
+private func write(_ content: [UInt8], to name: String, in files: SecureFiles, pieces: Int) throws {
+    var offset = 0
+    try files.write(to: name) {
+        guard offset < content.count else { return nil }
+        let piece = Array(content[offset..<min(offset + pieces, content.count)])
+        offset += piece.count
+        return piece
     }
 }

@@ -94,9 +94,7 @@ struct World {
 
     /// `policy` as the provider signs it for the client, at `time`.
     func policyURL(_ policy: ClientPolicy, time: Date = Date()) throws -> String {
-        try DeliveryMessage.policy(
-            client: "dcclient", policy: policy, time: Int64(time.timeIntervalSince1970), signature: ""
-        ).signed(with: try service.signingKey(), scheme: "org.example.dcclient").url(scheme: "org.example.dcclient")
+        try service.policyURL(policy, clientId: "dcclient", clientScheme: "org.example.dcclient", time: time)
     }
 
     /// Sets the client's policy through the provider (sent at once when the client is unlocked)

@@ -59,9 +59,7 @@ private struct Sandbox {
         // applies and acknowledges it; the client is then ready for deliveries.
         _ = try service.pair(clientScheme: "org.example.dcclient")
         let policy = try #require(try service.policyRecord(clientId: "dcclient")).policy
-        let url = try DeliveryMessage.policy(
-            client: "dcclient", policy: policy, time: Int64(Date().timeIntervalSince1970), signature: ""
-        ).signed(with: try service.signingKey(), scheme: "org.example.dcclient").url(scheme: "org.example.dcclient")
+        let url = try service.policyURL(policy, clientId: "dcclient", clientScheme: "org.example.dcclient")
         let handled = try run(dcclient, ["handle-url", url], environment: environment)
         guard handled.status == 0 else { throw ProcessFailure(command: ["handle-url"], result: handled) }
     }

@@ -149,31 +149,38 @@ extension CredentialService {
     /// Opens the client's newest policy, signed now, if it still waits for the app's
     /// acknowledgement. Returns whether it was opened.
     ///
-    /// Two sends at once may both push the same policy: the app acknowledges the first, and
-    /// refuses the second as a replay. That refusal is no failure of the second send, which goes
-    /// on once it finds the policy acknowledged.
+    /// Pushes to one client take turns (a lock beside its policy record, held until the opener
+    /// returns), so two sends at once do not both push the same policy: the second finds it
+    /// acknowledged and goes on. If the app's acknowledgement came late and the second push went
+    /// out anyway, the app refuses the repeated acknowledgement as a replay; that is no failure of
+    /// the second send either, once the policy is found acknowledged.
     @discardableResult
     func pushPolicy(to registration: ClientRegistration, progress: @Sendable (String) -> Void) async throws -> Bool {
-        guard let record = try policyRecord(clientId: registration.clientId), record.isPending else { return false }
-        try checkHandler(registration)
-        let url = try policyURL(record.policy, clientId: record.clientId, clientScheme: registration.scheme)
-        // Marked sent before it goes: the app's acknowledgement may come back before the opener
-        // returns, and only a policy that went out can be acknowledged.
-        try updatePolicyRecord(record.clientId) { current in
-            guard var current else { return record }
-            if current.policy.sequence == record.policy.sequence { current.sent = Date() }
-            return current
+        try AtomicFileSet.ensureDirectory(policiesDirectory)
+        return try await FileLock.withExclusiveLock(at: policyPath(registration.clientId) + ".push.lock") {
+            guard let record = try policyRecord(clientId: registration.clientId), record.isPending else {
+                return false
+            }
+            try checkHandler(registration)
+            let url = try policyURL(record.policy, clientId: record.clientId, clientScheme: registration.scheme)
+            // Marked sent before it goes: the app's acknowledgement may come back before the
+            // opener returns, and only a policy that went out can be acknowledged.
+            try updatePolicyRecord(record.clientId) { current in
+                guard var current else { return record }
+                if current.policy.sequence == record.policy.sequence { current.sent = Date() }
+                return current
+            }
+            progress("opening \(url)")
+            do {
+                try await open(url, registration)
+            } catch {
+                guard let now = try policyRecord(clientId: registration.clientId), now.policy == record.policy,
+                    !now.isPending
+                else { throw error }
+                return false
+            }
+            return true
         }
-        progress("opening \(url)")
-        do {
-            try await open(url, registration)
-        } catch {
-            guard let now = try policyRecord(clientId: registration.clientId), now.policy == record.policy,
-                !now.isPending
-            else { throw error }
-            return false
-        }
-        return true
     }
 
     /// The URL that carries `policy` to the client `clientId` at `clientScheme`, signed by this

@@ -22,6 +22,27 @@ public enum FileLock {
         return try body(descriptor)
     }
 
+    /// Runs the async `body` with `path` locked exclusively, for work that awaits while it holds
+    /// the lock (a child process, a handler's answer). It waits for the lock without blocking a
+    /// thread: it tries, and sleeps between tries, so that the holder's own tasks, which may need
+    /// the same few threads, can finish. Waits as long as the holder holds the lock.
+    public static func withExclusiveLock<T>(at path: String, _ body: () async throws -> T) async throws -> T {
+        try AtomicFileSet.ensureDirectory((path as NSString).deletingLastPathComponent)
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard descriptor >= 0 else {
+            throw DCError(.cannotCreateOutput, "cannot open the lock file", subject: path)
+        }
+        defer { close(descriptor) }
+        var pause = Duration.milliseconds(2)
+        while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            guard errno == EWOULDBLOCK || errno == EINTR else { throw DCError(.ioError, "cannot lock", subject: path) }
+            try await Task.sleep(for: pause)
+            pause = min(pause * 2, .milliseconds(50))
+        }
+        defer { flock(descriptor, LOCK_UN) }
+        return try await body()
+    }
+
     /// Replaces the decimal number kept in the file at `path`, under the lock: `next` gets the
     /// file's text, trimmed (empty when new), and returns the number to store, which is written
     /// in place and synced before the lock is released. Returns that number.

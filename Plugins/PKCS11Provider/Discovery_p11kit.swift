@@ -385,9 +385,26 @@ public enum PKCS11Discovery {
                 }
             }
             try scope(module, slot) { session in
-                for handle in try session.find(uri.template) {
-                    let values = try session.attributes(handle, Self.wanted)
-                    results.append(try describe(session, handle, values, token: token))
+                // A handle found can turn invalid before it is read when another program changes
+                // the token's objects meanwhile (SoftHSM rewrites a token's files at every login):
+                // the search starts again in the same session (no second login), up to three
+                // times, rather than failing the listing.
+                var attempt = 1
+                while true {
+                    do {
+                        var found: [(TokenObject, Certificate?)] = []
+                        for handle in try session.find(uri.template) {
+                            let values = try session.attributes(handle, Self.wanted)
+                            found.append(try describe(session, handle, values, token: token))
+                        }
+                        results += found
+                        return
+                    } catch let error as DCError
+                        where attempt < 3
+                        && (error.underlying as? PKCS11Error)?.returnValue == UInt(CKR_OBJECT_HANDLE_INVALID)
+                    {
+                        attempt += 1
+                    }
                 }
             }
         }

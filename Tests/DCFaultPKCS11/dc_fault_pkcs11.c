@@ -12,7 +12,11 @@
 //                       of the token and answers CKR_SESSION_HANDLE_INVALID: a card reset, or
 //                       another program's C_CloseAllSessions, mid-read), empty-slot (one more slot,
 //                       EMPTY_SLOT, that C_GetSlotList lists only when asked for every slot, and that
-//                       holds no token: a reader without a card, which SoftHSM cannot show)
+//                       holds no token: a reader without a card, which SoftHSM cannot show),
+//                       changed-once (the first C_GetAttributeValue answers
+//                       CKR_OBJECT_HANDLE_INVALID: another program changed the token's objects
+//                       between the find and the read), changing (every C_GetAttributeValue
+//                       answers so: a token that never holds still)
 //   DC_FAULT_LOGIN_LOG  a file that gets one line per C_Login call, so tests can count attempts
 //   DC_FAULT_CALL_LOG   a file that gets, when the process exits, the number of calls to each function that
 //                       talks to the token (the benchmark's "PKCS#11 calls per listing")
@@ -93,11 +97,15 @@ static CK_RV fault_Login(CK_SESSION_HANDLE session, CK_USER_TYPE user, CK_UTF8CH
 }
 
 
+static int changed_once;
+
 static CK_RV fault_GetAttributeValue(CK_SESSION_HANDLE session, CK_OBJECT_HANDLE object, CK_ATTRIBUTE_PTR template, CK_ULONG count) {
     if (fault("session-closed") && logged_in_slot_valid && !__atomic_exchange_n(&session_closed_once, 1, __ATOMIC_SEQ_CST)) {
         real->C_CloseAllSessions(logged_in_slot);
         return CKR_SESSION_HANDLE_INVALID;
     }
+    if (fault("changing")) return CKR_OBJECT_HANDLE_INVALID;
+    if (fault("changed-once") && !__atomic_exchange_n(&changed_once, 1, __ATOMIC_SEQ_CST)) return CKR_OBJECT_HANDLE_INVALID;
     return real->C_GetAttributeValue(session, object, template, count);
 }
 

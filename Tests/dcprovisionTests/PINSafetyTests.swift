@@ -5,7 +5,7 @@ import Testing
 /// PIN safety through the real CLI and a real module path: SoftHSM2 wrapped by the test-only
 /// fault-injecting module (SoftHSM never reports FINAL_TRY or LOCKED, and has no PIN pad). Every
 /// case counts the C_Login calls the token saw.
-@Suite("PIN safety: flags read before C_Login, never a retry", .serialized, .timeLimit(.minutes(3)))
+@Suite("PIN safety: flags read before C_Login, never a retry", .serialized, .ownThreads, .timeLimit(.minutes(3)))
 struct PINSafetyTests {
     static let faultModule = Binaries.directory + "/libDCFaultPKCS11.so"
     static let uri = "pkcs11:token=PIN%20Card;type=private"
@@ -118,7 +118,7 @@ struct PINSafetyTests {
 
 /// Card faults other than PIN state, through the fault-injecting module: the error says what
 /// happened and nothing is written.
-@Suite("Card faults: a clean error and no partial output", .timeLimit(.minutes(3)))
+@Suite("Card faults: a clean error and no partial output", .ownThreads, .timeLimit(.minutes(3)))
 struct CardFaultTests {
     @Test(
         "A session closed under us mid-read (card reset) is exit 69 naming CKR_SESSION_HANDLE_INVALID; the output directory stays empty",
@@ -148,5 +148,39 @@ struct CardFaultTests {
         #expect(result.stderrText.split(separator: "\n").count == 1, "\(result.stderrText)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: out)) ?? []).isEmpty)
         #expect((try readText(dir.file("logins"))).split(separator: "\n").count == 1)
+    }
+
+    @Test(
+        "Objects changed between the search and the read (CKR_OBJECT_HANDLE_INVALID): searched again in the same session, one login; a token that never holds still is exit 69"
+    )
+    func objectsChanged() throws {
+        let dir = try TemporaryDirectory("fault")
+        defer { dir.remove() }
+        func objects(_ fault: String) throws -> (result: ProcessResult, logins: Int) {
+            var environment = try Sandbox.shared().environment
+            environment["SOFTHSM2_CONF"] = SoftHSM.shared.configuration
+            environment["DC_FAULT"] = fault
+            environment["DC_FAULT_LOGIN_LOG"] = dir.file("logins-\(fault)")
+            let result = try run(
+                Binaries.dcprovision,
+                [
+                    "objects", "pkcs11:token=Export%20Card;type=cert", "--module", PINSafetyTests.faultModule,
+                    "--login", "--pin-file", try dir.write("pin", SoftHSM.userPIN + "\n"),
+                ],
+                environment: environment, timeout: 60)
+            let logins = ((try? readText(dir.file("logins-\(fault)"))) ?? "").split(separator: "\n").count
+            return (result, logins)
+        }
+        let changedOnce = try objects("changed-once")
+        #expect(changedOnce.result.status == 0, "\(changedOnce.result.stderrText)")
+        #expect(changedOnce.logins == 1)
+        // Every certificate of the card, once each.
+        let listed = changedOnce.result.stdoutText.split(separator: "\n").filter { $0.contains("certificate") }
+        #expect(listed.count == 5, "\(changedOnce.result.stdoutText)")
+        let changing = try objects("changing")
+        #expect(changing.result.status == 69, "\(changing.result.stderrText)")
+        #expect(changing.result.stderrText.contains("CKR_OBJECT_HANDLE_INVALID"), "\(changing.result.stderrText)")
+        #expect(changing.result.stderrText.split(separator: "\n").count == 1, "\(changing.result.stderrText)")
+        #expect(changing.logins == 1)
     }
 }

@@ -180,7 +180,7 @@ extension AcceptedForm {
     ]
 }
 
-@Suite("Conversion: every accepted form, byte-for-byte against the openssl CLI", .timeLimit(.minutes(3)))
+@Suite("Conversion: every accepted form, byte-for-byte against the openssl CLI", .ownThreads, .timeLimit(.minutes(3)))
 struct ConversionTests {
     @Test(arguments: AcceptedForm.all)
     func matchesOpenSSL(form: AcceptedForm) throws {
@@ -247,7 +247,7 @@ struct ConversionTests {
     }
 }
 
-@Suite("Reused OpenSSL key decoders", .timeLimit(.minutes(3)))
+@Suite("Reused OpenSSL key decoders", .ownThreads, .timeLimit(.minutes(3)))
 struct KeyDecoderPoolTests {
     @Test("Keys of different types and curves decode correctly through reused decoders, also after a failure")
     func mixedAndAfterFailure() throws {

@@ -10,7 +10,7 @@ private let fuzzReader = CredentialReader(passphrase: FixedPassphrase(SecretByte
 
 /// The libFuzzer harnesses' inputs replayed in the ordinary suite, so that a seed or a kept crasher
 /// that breaks the code fails `swift test`, not only a fuzz run nobody started.
-@Suite("Fuzz seeds and crashers replayed: the credential reader", .timeLimit(.minutes(3)))
+@Suite("Fuzz seeds and crashers replayed: the credential reader", .ownThreads, .timeLimit(.minutes(3)))
 struct FuzzSeedTests {
     @Test("Every harness in FuzzTesting/Sources has its seeds replayed here or in CredentialDeliveryTests")
     func everyHarnessReplayed() throws {

@@ -16,7 +16,7 @@ private func recipient(_ algorithm: KeyAlgorithm) throws -> (key: PrivateKey, ce
     return (key, certificate)
 }
 
-@Suite("Sealing: CMS AuthEnvelopedData", .timeLimit(.minutes(3)))
+@Suite("Sealing: CMS AuthEnvelopedData", .ownThreads, .timeLimit(.minutes(3)))
 struct SealingTests {
     static let message = SecretBytes(Array("{\"requestId\":\"42\",\"entries\":[]}".utf8))
 

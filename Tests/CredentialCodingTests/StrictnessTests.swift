@@ -20,7 +20,7 @@ final class CountingPassphrase: PassphraseSource, @unchecked Sendable {
 
 @Suite(
     "Strictness: every hostile input is refused cheaply, with its own code, asking for a passphrase at most once",
-    .timeLimit(.minutes(3)))
+    .ownThreads, .timeLimit(.minutes(3)))
 struct StrictnessTests {
     @Test(arguments: HostileInput.all + HostileInput.labelMismatches)
     func refused(input: HostileInput) throws {

@@ -192,7 +192,7 @@ private func opensslVerdict(_ certificate: String, purpose: String, in sandbox: 
     return .refuses(number)
 }
 
-@Suite("Validation: the derived-PIV profiles", .timeLimit(.minutes(5)))
+@Suite("Validation: the derived-PIV profiles", .ownThreads, .timeLimit(.minutes(5)))
 struct ValidationTests {
     @Test("A conforming four-tag credential with escrow history has no findings, chained to its CA")
     func conforming() throws {
@@ -302,7 +302,7 @@ struct ValidationTests {
     }
 }
 
-@Suite("Certificate details", .timeLimit(.minutes(3)))
+@Suite("Certificate details", .ownThreads, .timeLimit(.minutes(3)))
 struct CertificateDetailsTests {
     @Test(
         "The SHA-256 fingerprint, subject, issuer and serial are openssl's (subject and issuer as -nameopt RFC2253 prints them)",

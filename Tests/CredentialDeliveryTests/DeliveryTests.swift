@@ -16,7 +16,7 @@ private let issued: (ca: TestCA, credential: Credential, dir: TemporaryDirectory
     return (ca, try! ca.issue(TestCAIssueRequest(escrowHistory: 2)).credential(), dir)
 }()
 
-@Suite("Delivery URLs", .timeLimit(.minutes(3)))
+@Suite("Delivery URLs", .ownThreads, .timeLimit(.minutes(3)))
 struct DeliveryURLTests {
     @Test("The four messages round-trip, and carry no secret")
     func roundTrip() throws {
@@ -107,7 +107,7 @@ struct DeliveryURLTests {
     ]
 }
 
-@Suite("Delivery URL forms (docs/PROTOCOL.md: scheme:/path, no authority)", .timeLimit(.minutes(3)))
+@Suite("Delivery URL forms (docs/PROTOCOL.md: scheme:/path, no authority)", .ownThreads, .timeLimit(.minutes(3)))
 struct DeliveryURLFormTests {
     static let query = "?v=2&client=dcclient&request=\(request)&time=1&sig=\(signature)"
 
@@ -130,7 +130,7 @@ struct DeliveryURLFormTests {
     }
 }
 
-@Suite("Delivery payload and spool", .timeLimit(.minutes(3)))
+@Suite("Delivery payload and spool", .ownThreads, .timeLimit(.minutes(3)))
 struct DeliveryPayloadTests {
     private func payload() throws -> DeliveryPayload {
         DeliveryPayload(

@@ -11,7 +11,7 @@ private let fuzzScheme = "org.example.dcclient"
 
 /// The libFuzzer harnesses' inputs replayed in the ordinary suite: each seed and kept crasher goes
 /// to the entry point its harness calls, with the harness's own check.
-@Suite("Fuzz seeds and crashers replayed: delivery URLs and payloads", .timeLimit(.minutes(3)))
+@Suite("Fuzz seeds and crashers replayed: delivery URLs and payloads", .ownThreads, .timeLimit(.minutes(3)))
 struct DeliveryFuzzSeedTests {
     @Test(
         "FuzzDeliveryURL: parsed or refused with a DCError; what parses prints back to a URL that parses to the same message",

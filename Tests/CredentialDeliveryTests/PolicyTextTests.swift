@@ -1,11 +1,12 @@
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import TestSupport
 import Testing
 
 /// What a provider accepts as a policy's message (`PolicyText.check`) must reach the client: a
 /// message the provider sets but the client's parser refuses would leave the policy waiting forever.
-@Suite("Policy messages: what the provider accepts, the client parses", .timeLimit(.minutes(1)))
+@Suite("Policy messages: what the provider accepts, the client parses", .ownThreads, .timeLimit(.minutes(1)))
 struct PolicyTextTests {
     static let scheme = "org.example.dcclient"
     static let messages = [

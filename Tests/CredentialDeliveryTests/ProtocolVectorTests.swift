@@ -8,7 +8,7 @@ import Testing
 /// The test vectors printed in docs/PROTOCOL.md: if one of these fails, the document or the code is
 /// wrong. The values are checked three ways: as printed in the document, as our code computes them,
 /// and as Python's `hashlib`, `hmac` and `urllib.parse` compute them, live, in a child process.
-@Suite("docs/PROTOCOL.md test vectors", .timeLimit(.minutes(3)))
+@Suite("docs/PROTOCOL.md test vectors", .ownThreads, .timeLimit(.minutes(3)))
 struct ProtocolVectorTests {
     static let request = "00112233445566778899aabbccddeeff"
     static let resultKey = SecretBytes((1...32).map { UInt8($0) })

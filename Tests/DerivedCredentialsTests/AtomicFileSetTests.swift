@@ -4,7 +4,7 @@ import SystemSupport
 import TestSupport
 import Testing
 
-@Suite("Atomic file sets", .timeLimit(.minutes(3)))
+@Suite("Atomic file sets", .ownThreads, .timeLimit(.minutes(3)))
 struct AtomicFileSetTests {
     @Test("All files appear with their modes, and no staging file is left")
     func writesAll() throws {

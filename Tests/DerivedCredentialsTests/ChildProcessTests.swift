@@ -4,7 +4,7 @@ import SystemSupport
 import TestSupport
 import Testing
 
-@Suite("Child processes: deadlines", .timeLimit(.minutes(3)))
+@Suite("Child processes: deadlines", .ownThreads, .timeLimit(.minutes(3)))
 struct ChildProcessTests {
     @Test("A child past its deadline is killed: timedOut, SIGKILL, and a lifetime of the limit plus little")
     func deadline() async throws {

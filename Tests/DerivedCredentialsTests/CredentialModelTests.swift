@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import TestSupport
 import Testing
 
 /// Stand-in bytes: the core does not parse certificates or keys, so any bytes do here.
@@ -27,7 +28,7 @@ private func code(of body: () throws -> Void) -> DCError.Code? {
     }
 }
 
-@Suite("Credential model", .timeLimit(.minutes(3)))
+@Suite("Credential model", .ownThreads, .timeLimit(.minutes(3)))
 struct CredentialModelTests {
     @Test("Tag wire names are stable lowercase strings")
     func tagWireNames() {
@@ -76,7 +77,7 @@ struct CredentialModelTests {
     }
 }
 
-@Suite("Errors", .timeLimit(.minutes(3)))
+@Suite("Errors", .ownThreads, .timeLimit(.minutes(3)))
 struct ErrorTests {
     @Test("The AppConnect send errors keep their numeric values")
     func appConnectValues() {
@@ -124,7 +125,7 @@ struct ErrorTests {
     }
 }
 
-@Suite("Secret redaction", .timeLimit(.minutes(3)))
+@Suite("Secret redaction", .ownThreads, .timeLimit(.minutes(3)))
 struct RedactionTests {
     static let marker: [UInt8] = Array("TOPSECRET-KEY-MATERIAL".utf8)
 
@@ -163,7 +164,7 @@ struct RedactionTests {
     }
 }
 
-@Suite("Verdicts", .timeLimit(.minutes(3)))
+@Suite("Verdicts", .ownThreads, .timeLimit(.minutes(3)))
 struct VerdictTests {
     @Test("Errors always fail; warnings fail only when strict")
     func strictness() {

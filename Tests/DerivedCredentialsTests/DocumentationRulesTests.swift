@@ -13,7 +13,7 @@ import Testing
 /// line one indentation step (four spaces, which `swift format` enforces) inside the type's body.
 /// Documented means a `///` line, or the end of a `/** … */` block, directly above the
 /// declaration; attribute lines may stand in between, blank lines and plain comments may not.
-@Suite("Every public declaration is documented", .timeLimit(.minutes(3)))
+@Suite("Every public declaration is documented", .ownThreads, .timeLimit(.minutes(3)))
 struct DocumentationRulesTests {
     /// A public declaration without a doc comment: where it is, and its line.
     struct Undocumented: Equatable, CustomStringConvertible {

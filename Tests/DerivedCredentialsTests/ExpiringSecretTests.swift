@@ -9,7 +9,7 @@ import Testing
 /// suite under `keyctl session -`); `TestSuiteRulesTests` fails when it is missing.
 private let kernelKeyringUsable = KernelKeyring.sessionIsUserSession() == false
 
-@Suite("Secrets with a bounded lifetime", .timeLimit(.minutes(2)))
+@Suite("Secrets with a bounded lifetime", .ownThreads, .timeLimit(.minutes(2)))
 struct ExpiringSecretTests {
     /// A fresh name per test, so tests running side by side in the one session keyring never meet.
     static func uniqueName() -> String { "test-" + UUID().uuidString.lowercased() }

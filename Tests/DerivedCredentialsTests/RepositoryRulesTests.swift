@@ -4,7 +4,7 @@ import Testing
 
 /// The repository stands alone: nothing in it (README, docs, code, comments, samples, scripts)
 /// points at a file outside it. The design is explained in docs/ in the project's own words.
-@Suite("The repository stands alone", .timeLimit(.minutes(3)))
+@Suite("The repository stands alone", .ownThreads, .timeLimit(.minutes(3)))
 struct RepositoryRulesTests {
     /// Text files in the repository, outside build products and fetched packages.
     static func textFiles() -> [String] {

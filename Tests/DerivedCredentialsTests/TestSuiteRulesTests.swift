@@ -6,7 +6,7 @@ import Testing
 /// a new test cannot quietly break them: each suite has a time limit, no test function lives
 /// outside a suite, no test returns early from a failed match, and no test starts a process
 /// without the bounded runner or hands a child the test process's own environment.
-@Suite("The test suite's own rules", .timeLimit(.minutes(3)))
+@Suite("The test suite's own rules", .ownThreads, .timeLimit(.minutes(3)))
 struct TestSuiteRulesTests {
     /// Every Swift file under Tests/, except TestSupport (which implements the runner and the sandbox).
     static let testFiles: [(path: String, text: String)] = Repository.files(under: "Tests").compactMap { path in
@@ -53,15 +53,43 @@ struct TestSuiteRulesTests {
         #expect(Self.testFiles.contains { $0.path == "Tests/DerivedCredentialsTests/TestSuiteRulesTests.swift" })
     }
 
-    @Test("Every suite has a time limit, and every file with tests declares a suite")
+    @Test(
+        "Every suite has a time limit and runs on threads of its own, and every file with tests declares a suite")
     func timeLimits() {
         for file in Self.testFiles where file.text.contains("@Test") {
             let suites = Self.suiteAttributes(in: file.text)
             #expect(!suites.isEmpty, "\(file.path): tests outside a @Suite have no time limit")
             for suite in suites {
                 #expect(suite.contains(".timeLimit("), "\(file.path): @Suite\(suite) has no .timeLimit")
+                // A test that blocks must not hold a thread of the concurrency pool (OwnThreads).
+                #expect(suite.contains(".ownThreads"), "\(file.path): @Suite\(suite) has no .ownThreads")
             }
         }
+    }
+
+    @Test("Tests that block do not take threads from each other: more blocked tasks than cores all run")
+    func blockedTasksRun() async {
+        // Each task blocks its thread until all have started. On the concurrency pool (one thread
+        // per core) the later ones could not start while the first ones block, and the wait would
+        // run out.
+        let count = ProcessInfo.processInfo.activeProcessorCount * 2 + 2
+        let started = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let allStarted = await withTaskGroup(of: Bool.self) { group in
+            for _ in 0..<count {
+                group.addTask {
+                    started.signal()
+                    return release.wait(timeout: .now() + 10) == .success
+                }
+            }
+            var arrived = 0
+            while arrived < count, started.wait(timeout: .now() + 10) == .success { arrived += 1 }
+            for _ in 0..<count { release.signal() }
+            var all = arrived == count
+            for await released in group { all = all && released }
+            return all
+        }
+        #expect(allStarted)
     }
 
     @Test("No test returns early from a failed match: #require fails instead")

@@ -11,7 +11,7 @@ import Testing
 
 /// The attacks of docs/SECURITY.md on the delivery boundary, tried against the library: each test
 /// makes the attack and checks that it fails and changed nothing, then runs the honest control.
-@Suite("Trust at the delivery boundary (docs/SECURITY.md)", .timeLimit(.minutes(3)))
+@Suite("Trust at the delivery boundary (docs/SECURITY.md)", .ownThreads, .timeLimit(.minutes(3)))
 struct BoundaryTests {
     @Test("A delivery older than the installed credential is kept out (stale), unless the user allows it")
     func noRollback() async throws {

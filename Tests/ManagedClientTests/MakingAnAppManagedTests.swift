@@ -17,7 +17,7 @@ final class AppUI: @unchecked Sendable {
 /// The article "Making an app managed" (ManagedClient.docc/MakingAnAppManaged.md): its code is
 /// this file's, compiled and run against a real provider and client. The first test checks that
 /// every Swift block of the article is here, line for line.
-@Suite("The article \"Making an app managed\": its code compiles and runs", .timeLimit(.minutes(5)))
+@Suite("The article \"Making an app managed\": its code compiles and runs", .ownThreads, .timeLimit(.minutes(5)))
 struct MakingAnAppManagedTests {
     static let article = Repository.root + "/Sources/ManagedClient/ManagedClient.docc/MakingAnAppManaged.md"
 

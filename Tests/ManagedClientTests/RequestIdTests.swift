@@ -16,7 +16,8 @@ final class Counter: @unchecked Sendable {
     var value: Int { lock.withLock { count } }
 }
 
-@Suite("The delivery answers the request id that `new` carried (docs/PROTOCOL.md)", .timeLimit(.minutes(3)))
+@Suite(
+    "The delivery answers the request id that `new` carried (docs/PROTOCOL.md)", .ownThreads, .timeLimit(.minutes(3)))
 struct RequestIdTests {
     @Test("A client's new: the delivery URL carries its request id; the same new again is refused and issues nothing")
     func answersTheRequest() async throws {

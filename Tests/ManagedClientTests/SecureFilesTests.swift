@@ -76,7 +76,7 @@ private func split(_ bytes: [UInt8]) throws -> (header: [UInt8], chunks: [[UInt8
     return (header, chunks)
 }
 
-@Suite("SecureFiles: encrypted files of managed apps", .timeLimit(.minutes(3)))
+@Suite("SecureFiles: encrypted files of managed apps", .ownThreads, .timeLimit(.minutes(3)))
 struct SecureFilesTests {
     @Test("round trip, byte for byte", arguments: [0, 1, 1000, 65536, 65537, 200 * 1024])
     func roundTrip(size: Int) async throws {

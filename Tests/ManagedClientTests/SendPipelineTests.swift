@@ -128,7 +128,7 @@ final class ServiceHolder: @unchecked Sendable {
     var service: CredentialService?
 }
 
-@Suite("Send pipeline: the AppConnect semantics", .timeLimit(.minutes(3)))
+@Suite("Send pipeline: the AppConnect semantics", .ownThreads, .timeLimit(.minutes(3)))
 struct SendPipelineTests {
     @Test("support is missingClient / oldClient / present from the registration; canSend needs services available")
     func supportAndCanSend() throws {

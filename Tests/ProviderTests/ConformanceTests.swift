@@ -27,7 +27,7 @@ let issued: (dir: TemporaryDirectory, ca: String, pemFolder: String) = {
 /// The sample exec provider in Samples/.
 let sampleExecProvider = Repository.root + "/Samples/exec-provider/dcprovider-sample"
 
-@Suite("Conformance kit: every provider", .timeLimit(.minutes(3)))
+@Suite("Conformance kit: every provider", .ownThreads, .timeLimit(.minutes(3)))
 struct ConformanceTests {
     @Test("PEM-file provider")
     func pemFiles() async throws {

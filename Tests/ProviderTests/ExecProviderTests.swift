@@ -59,7 +59,7 @@ private func refusal(_ body: () async throws -> Void) async -> DCError? {
     }
 }
 
-@Suite("Exec providers: hostile plug-ins get clear errors and nothing installed", .timeLimit(.minutes(5)))
+@Suite("Exec providers: hostile plug-ins get clear errors and nothing installed", .ownThreads, .timeLimit(.minutes(5)))
 struct ExecProviderTests {
     @Test("A well-behaved plug-in's answer is converted and checked")
     func wellBehaved() async throws {

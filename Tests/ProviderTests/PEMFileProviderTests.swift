@@ -37,7 +37,7 @@ private func dated(
 
 private func der(_ path: String) throws -> [UInt8] { try CredentialReader().read(file: path).certificates[0].derBytes }
 
-@Suite("PEM-file provider", .timeLimit(.minutes(3)))
+@Suite("PEM-file provider", .ownThreads, .timeLimit(.minutes(3)))
 struct PEMFileProviderTests {
     @Test("Escrow files form the key history, ordered by validity whatever the order given")
     func escrowOrdering() async throws {

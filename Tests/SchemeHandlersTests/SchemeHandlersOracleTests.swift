@@ -112,7 +112,7 @@ struct HandlerCase: Sendable, CustomTestStringConvertible {
     ]
 }
 
-@Suite("Scheme handlers against xdg-mime and gio", .timeLimit(.minutes(5)))
+@Suite("Scheme handlers against xdg-mime and gio", .ownThreads, .timeLimit(.minutes(5)))
 struct SchemeHandlersOracleTests {
     @Test(arguments: HandlerCase.all)
     func resolution(_ handlerCase: HandlerCase) throws {
@@ -174,7 +174,7 @@ struct SchemeHandlersOracleTests {
     }
 }
 
-@Suite("xdg-open and gio open start our registered handler", .timeLimit(.minutes(3)))
+@Suite("xdg-open and gio open start our registered handler", .ownThreads, .timeLimit(.minutes(3)))
 struct SchemeHandlersLaunchOracleTests {
     /// A URL with every character a shell or an Exec line would read: it must arrive whole, as one
     /// argument, and run nothing.

@@ -43,7 +43,7 @@ extension TemporaryDirectory {
     }
 }
 
-@Suite("Scheme handlers (freedesktop, headless)", .timeLimit(.minutes(3)))
+@Suite("Scheme handlers (freedesktop, headless)", .ownThreads, .timeLimit(.minutes(3)))
 struct SchemeHandlersTests {
     @Test("Exec lines become argv arrays per the Desktop Entry spec")
     func execParsing() throws {

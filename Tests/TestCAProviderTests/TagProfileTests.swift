@@ -30,7 +30,7 @@ private func opensslPurpose(_ tag: CredentialTag, _ algorithm: KeyAlgorithm) -> 
     }
 }
 
-@Suite("Tag profile table: the test CA issues what the table says", .timeLimit(.minutes(3)))
+@Suite("Tag profile table: the test CA issues what the table says", .ownThreads, .timeLimit(.minutes(3)))
 struct TagProfileTests {
     @Test(
         "Every tag's certificate from the test CA has the table's keyUsage, EKU and algorithm, as openssl reads it",

@@ -16,7 +16,7 @@ private func validator(_ ca: TestCA) -> CredentialValidator {
     CredentialValidator(trustAnchors: [ca.rootCertificate], intermediates: [ca.issuingCertificate])
 }
 
-@Suite("Test CA", .timeLimit(.minutes(3)))
+@Suite("Test CA", .ownThreads, .timeLimit(.minutes(3)))
 struct TestCATests {
     @Test("init makes a private directory with 0600 keys and refuses to overwrite")
     func initialize() throws {

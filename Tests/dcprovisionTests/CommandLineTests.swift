@@ -55,7 +55,7 @@ struct Tools {
     }
 }
 
-@Suite("The delivery answers the `new` that asked, through the real handlers", .timeLimit(.minutes(3)))
+@Suite("The delivery answers the `new` that asked, through the real handlers", .ownThreads, .timeLimit(.minutes(3)))
 struct RequestIdCommandTests {
     @Test(
         "dcclient request: the delivery carries the request id of the new; the same new again exits 77, issuing nothing"
@@ -127,7 +127,7 @@ struct RequestIdCommandTests {
     }
 }
 
-@Suite("One name per idea on the command line (docs/CLI.md)", .timeLimit(.minutes(3)))
+@Suite("One name per idea on the command line (docs/CLI.md)", .ownThreads, .timeLimit(.minutes(3)))
 struct VocabularyTests {
     @Test("Former names are rewritten for their command only, as --old VALUE and --old=VALUE, never after --")
     func rewriting() {
@@ -237,7 +237,7 @@ struct VocabularyTests {
     }
 }
 
-@Suite("Every error says what to do next", .timeLimit(.minutes(3)))
+@Suite("Every error says what to do next", .ownThreads, .timeLimit(.minutes(3)))
 struct ErrorHintTests {
     @Test("A send to a client with no registration: exit 69, and how to register it")
     func missingClientRegistration() throws {

@@ -9,7 +9,7 @@ private func dcprovision(_ arguments: [String], stdin: [UInt8]? = nil) throws ->
     try run(Binaries.dcprovision, arguments, stdin: stdin, timeout: 30)
 }
 
-@Suite("dcprovision convert", .timeLimit(.minutes(3)))
+@Suite("dcprovision convert", .ownThreads, .timeLimit(.minutes(3)))
 struct ConvertCommandTests {
     @Test("Writes DER certificates and a 0600 PKCS#8 key, identical to the openssl CLI")
     func converts() throws {
@@ -117,7 +117,7 @@ struct ConvertCommandTests {
     }
 }
 
-@Suite("Passphrase sources", .timeLimit(.minutes(3)))
+@Suite("Passphrase sources", .ownThreads, .timeLimit(.minutes(3)))
 struct PassphraseCommandTests {
     private func encryptedKey(_ dir: TemporaryDirectory) throws -> String {
         let pass = try dir.write("pass", fixturePassphrase + "\n")

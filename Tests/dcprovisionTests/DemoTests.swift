@@ -26,7 +26,7 @@ struct ExecTrace {
     func execs(containing text: String) -> [String] { lines.filter { $0.contains(text) } }
 }
 
-@Suite("dcprovision demo", .timeLimit(.minutes(3)))
+@Suite("dcprovision demo", .ownThreads, .timeLimit(.minutes(3)))
 struct DemoTests {
     @Test("The round trip runs through real handler processes, and no secret reaches a child's argv or environment")
     func demo() throws {

@@ -13,7 +13,7 @@ private func filesUnderHome(_ sandbox: Sandbox) -> [String] {
     return found.sorted()
 }
 
-@Suite("The desktop entries dcprovision and dcclient write", .timeLimit(.minutes(3)))
+@Suite("The desktop entries dcprovision and dcclient write", .ownThreads, .timeLimit(.minutes(3)))
 struct DesktopEntryCommandTests {
     @Test(
         "register and init write desktop entries desktop-file-validate accepts without a word, with an unquoted Exec")

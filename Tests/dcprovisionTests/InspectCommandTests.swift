@@ -19,7 +19,7 @@ private func pemArguments() -> [String] {
     ]
 }
 
-@Suite("dcprovision inspect", .timeLimit(.minutes(3)))
+@Suite("dcprovision inspect", .ownThreads, .timeLimit(.minutes(3)))
 struct InspectCommandTests {
     @Test("A four-tag credential prints a table and validates, chained to the CA")
     func table() throws {

@@ -4,7 +4,7 @@ import Testing
 
 /// `--json` (docs/JSON.md): every command that prints data prints one document,
 /// `{"version": 1, "<kind>": …}`, on standard output alone, and no secret is in it.
-@Suite("JSON output: one versioned document per command, no secrets", .timeLimit(.minutes(3)))
+@Suite("JSON output: one versioned document per command, no secrets", .ownThreads, .timeLimit(.minutes(3)))
 struct JSONOutputTests {
     @Test(
         "status, dcclient status, dcclient list and dcclient show: versioned documents that agree with each other and hold no key"

@@ -6,7 +6,7 @@ import Testing
 private let f = OpenSSLFixtures.shared
 
 /// Issue 12: what the tools print cannot hurt them or the terminal that shows it.
-@Suite("Output that cannot hurt", .timeLimit(.minutes(3)))
+@Suite("Output that cannot hurt", .ownThreads, .timeLimit(.minutes(3)))
 struct OutputSafetyTests {
     /// The tools' standard streams a test closes: output, error, both.
     static let closings: [Set<Int32>] = [[1], [2], [1, 2]]

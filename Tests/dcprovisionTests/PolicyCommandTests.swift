@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("The managed-app runtime through dcprovision and dcclient", .timeLimit(.minutes(5)))
+@Suite("The managed-app runtime through dcprovision and dcclient", .ownThreads, .timeLimit(.minutes(5)))
 struct PolicyCommandTests {
     static let scheme = ["--client-scheme", "org.example.dcclient"]
 

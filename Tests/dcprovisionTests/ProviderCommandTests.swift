@@ -20,7 +20,7 @@ private func issuePEMFolder(in dir: TemporaryDirectory) throws {
             .status == 0)
 }
 
-@Suite("dcprovision testca, providers, and provider sources", .timeLimit(.minutes(3)))
+@Suite("dcprovision testca, providers, and provider sources", .ownThreads, .timeLimit(.minutes(3)))
 struct ProviderCommandTests {
     @Test("testca init, issue (der and pem), and the output reads back through its manifest")
     func testCA() throws {

@@ -4,7 +4,7 @@ import Testing
 
 /// `--quiet` (docs/CLI.md): every command takes it; it silences confirmations and progress, never
 /// data or errors.
-@Suite("--quiet: only data and errors", .timeLimit(.minutes(3)))
+@Suite("--quiet: only data and errors", .ownThreads, .timeLimit(.minutes(3)))
 struct QuietTests {
     static let commands: [(tool: String, path: [String])] =
         [

@@ -88,7 +88,7 @@ func checkoutView(in sandbox: Sandbox) throws -> String {
     return view
 }
 
-@Suite("Docs that run as written", .timeLimit(.minutes(10)))
+@Suite("Docs that run as written", .ownThreads, .timeLimit(.minutes(10)))
 struct ReadmeTests {
     @Test("Every fence is sh, sh scripts-test, text, json or mermaid; README.md opens with the front door")
     func fences() throws {

@@ -77,7 +77,7 @@ private struct Sandbox {
     var client: ManagedClient { ManagedClient(locations: locations) }
 }
 
-@Suite("Reliability: nothing lost, nothing half-installed", .timeLimit(.minutes(5)))
+@Suite("Reliability: nothing lost, nothing half-installed", .ownThreads, .timeLimit(.minutes(5)))
 struct ReliabilityTests {
     @Test(
         "kill -9 of the client at random points during 100 deliveries: each credential is wholly installed or not at all"

@@ -10,7 +10,7 @@ private func oneLine(_ result: ProcessResult) -> Bool {
     result.stderrText.split(separator: "\n").count == 1
 }
 
-@Suite("Secret sources: empty, exposed, blocking and short secrets are refused", .timeLimit(.minutes(3)))
+@Suite("Secret sources: empty, exposed, blocking and short secrets are refused", .ownThreads, .timeLimit(.minutes(3)))
 struct SecretSourceTests {
     @Test("An empty passphrase file or environment variable is a usage error, in one line")
     func emptySecret() throws {

@@ -3,7 +3,7 @@ import SystemSupport
 import TestSupport
 import Testing
 
-@Suite("dcclient files: secure files through the command line", .timeLimit(.minutes(5)))
+@Suite("dcclient files: secure files through the command line", .ownThreads, .timeLimit(.minutes(5)))
 struct SecureFilesCommandTests {
     @Test("put, get, ls, mv, rm; locked is exit 69 with what to do; a missing file is exit 66")
     func commands() throws {

@@ -18,6 +18,9 @@ let package = Package(
         .library(name: "ManagedClient", targets: ["ManagedClient"]),
         .executable(name: "dcclient", targets: ["dcclient"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
+        .library(name: "AuthTokens", targets: ["AuthTokens"]),
+        .library(name: "VerificationService", targets: ["VerificationService"]),
+        .executable(name: "dcverify", targets: ["dcverify"]),
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
         // Tests only: a PKCS#11 module that wraps SoftHSM2 and injects PIN states and faults.
         .library(name: "DCFaultPKCS11", type: .dynamic, targets: ["DCFaultPKCS11"]),
@@ -27,6 +30,13 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         // Documentation only: `swift package generate-documentation` (scripts/test builds the DocC catalogs).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // The verification service (dcverify): HTTP, TLS and graceful shutdown.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // C engines, as system libraries. Nothing outside CredentialCoding (and later the
@@ -93,6 +103,35 @@ let package = Package(
                 "CommandLineSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+
+        // Auth tokens: the issuing key's delegations, the client's tokens bound to a challenge, the
+        // revocation list, and the stateless verifier. OpenSSL does the cryptography.
+        .target(
+            name: "AuthTokens", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
+
+        // The verification service app servers call: HTTP(S) on Hummingbird, limits, reloads, logs.
+        .target(
+            name: "VerificationService",
+            dependencies: [
+                "AuthTokens", "DerivedCredentials", "SystemSupport", "CredentialCoding",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+        .executableTarget(
+            name: "dcverify",
+            dependencies: [
+                "VerificationService", "AuthTokens", "DerivedCredentials", "SystemSupport", "CommandLineSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
 
         // The provider conformance kit, for the built-in providers and vendors' alike.
         .target(name: "DerivedCredentialsTesting", dependencies: ["DerivedCredentials", "CredentialCoding"]),
@@ -190,6 +229,11 @@ let package = Package(
             // Run by the tests with python3 from the source tree: the secure-file format's oracle.
             exclude: ["secure_file_oracle.py"]
         ),
+        .testTarget(
+            name: "AuthTokensTests", dependencies: ["AuthTokens", "CredentialCoding", "DerivedCredentials", "TestSupport"]),
+        .testTarget(
+            name: "VerificationServiceTests",
+            dependencies: ["VerificationService", "AuthTokens", "CredentialCoding", "TestSupport"]),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(

@@ -206,7 +206,7 @@ let package = Package(
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
             name: "dcbench",
-            dependencies: ["DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient"],
+            dependencies: ["DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient", "AuthTokens"],
             path: "Benchmarks/dcbench"
         ),
 

@@ -222,11 +222,27 @@ private final class ES256Verifier: @unchecked Sendable {
     private static let maximumIdle = 64
 
     init?(point: [UInt8]) {
+        // A copy of the P-256 parameters with the point set: about 9 µs, against 50 µs for
+        // EVP_PKEY_fromdata, which builds the curve's group from its name every time.
+        guard let template = ES256Verifier.curveParameters?.key, let copy = EVP_PKEY_dup(template.pointer) else {
+            return nil
+        }
+        let key = PKey(taking: copy)
+        // EC_POINT_oct2point underneath refuses a point that is not on the curve.
+        guard EVP_PKEY_set1_encoded_public_key(key.pointer, point, point.count) == 1 else { return nil }
+        // On the curve and not the point at infinity (P-256 has cofactor 1, so that is enough).
+        guard let check = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return nil }
+        defer { EVP_PKEY_CTX_free(check) }
+        guard EVP_PKEY_public_check_quick(check) == 1 else { return nil }
+        self.key = key
+    }
+
+    /// A key that holds only the P-256 domain parameters, made once and copied for every public key.
+    private static let curveParameters: SharedPKey? = {
         OpenSSL.ensureInitialized()
         guard let builder = OSSL_PARAM_BLD_new() else { return nil }
         defer { OSSL_PARAM_BLD_free(builder) }
         guard OSSL_PARAM_BLD_push_utf8_string(builder, OSSL_PKEY_PARAM_GROUP_NAME, "prime256v1", 0) == 1,
-            OSSL_PARAM_BLD_push_octet_string(builder, OSSL_PKEY_PARAM_PUB_KEY, point, point.count) == 1,
             let parameters = OSSL_PARAM_BLD_to_param(builder)
         else { return nil }
         defer { OSSL_PARAM_free(parameters) }
@@ -234,15 +250,13 @@ private final class ES256Verifier: @unchecked Sendable {
         defer { EVP_PKEY_CTX_free(context) }
         var made: OpaquePointer?
         guard EVP_PKEY_fromdata_init(context) == 1,
-            EVP_PKEY_fromdata(context, &made, dc_EVP_PKEY_PUBLIC_KEY(), parameters) == 1, let made
-        else { return nil }
-        let key = PKey(taking: made)
-        // On the curve and not the point at infinity (P-256 has cofactor 1, so that is enough).
-        guard let check = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return nil }
-        defer { EVP_PKEY_CTX_free(check) }
-        guard EVP_PKEY_public_check_quick(check) == 1 else { return nil }
-        self.key = key
-    }
+            EVP_PKEY_fromdata(context, &made, dc_EVP_PKEY_KEY_PARAMETERS(), parameters) == 1, let made
+        else {
+            OpenSSLError.clear()
+            return nil
+        }
+        return SharedPKey(PKey(taking: made))
+    }()
 
     deinit { idle.forEach { EVP_PKEY_CTX_free($0) } }
 

@@ -34,9 +34,8 @@ static inline long dc_BIO_get_mem_data(BIO *bio, char **data) {
 // non-ASCII) and escape control characters ourselves when printing.
 static inline unsigned long dc_name_flags_rfc2253_utf8(void) { return XN_FLAG_RFC2253 & ~ASN1_STRFLGS_ESC_MSB; }
 
-// EVP_PKEY_KEYPAIR and EVP_PKEY_KEY_PARAMETERS are macro expressions (selection bit masks).
+// EVP_PKEY_KEYPAIR is a macro expression (a selection bit mask).
 static inline int dc_EVP_PKEY_KEYPAIR(void) { return EVP_PKEY_KEYPAIR; }
-static inline int dc_EVP_PKEY_KEY_PARAMETERS(void) { return EVP_PKEY_KEY_PARAMETERS; }
 
 // sk_X509_* and sk_ASN1_OBJECT_* are macros; these typed wrappers keep casts out of Swift.
 static inline int dc_sk_X509_num(const STACK_OF(X509) *sk) { return OPENSSL_sk_num((const OPENSSL_STACK *)sk); }

@@ -23,7 +23,7 @@ public struct TrustedIssuers: Sendable, Equatable {
     }
 
     /// Trusts no key: every token is refused.
-    public static let none = TrustedIssuers([])
+    public static let empty = TrustedIssuers([])
 
     /// The key whose id is `keyID`, if it is trusted.
     public func key(for keyID: String) -> TokenPublicKey? { keys[keyID] }

@@ -239,18 +239,15 @@ private final class ES256Verifier: @unchecked Sendable {
 
     /// A key that holds only the P-256 domain parameters, made once and copied for every public key.
     private static let curveParameters: SharedPKey? = {
+        // Parameter generation for a named curve only looks the curve up. (EVP_PKEY_CTX_set_group_name
+        // copies the name at once; OSSL_PARAM_BLD_push_utf8_string would keep a pointer to a
+        // temporary Swift string until OSSL_PARAM_BLD_to_param.)
         OpenSSL.ensureInitialized()
-        guard let builder = OSSL_PARAM_BLD_new() else { return nil }
-        defer { OSSL_PARAM_BLD_free(builder) }
-        guard OSSL_PARAM_BLD_push_utf8_string(builder, OSSL_PKEY_PARAM_GROUP_NAME, "prime256v1", 0) == 1,
-            let parameters = OSSL_PARAM_BLD_to_param(builder)
-        else { return nil }
-        defer { OSSL_PARAM_free(parameters) }
         guard let context = EVP_PKEY_CTX_new_from_name(nil, "EC", nil) else { return nil }
         defer { EVP_PKEY_CTX_free(context) }
         var made: OpaquePointer?
-        guard EVP_PKEY_fromdata_init(context) == 1,
-            EVP_PKEY_fromdata(context, &made, dc_EVP_PKEY_KEY_PARAMETERS(), parameters) == 1, let made
+        guard EVP_PKEY_paramgen_init(context) == 1, EVP_PKEY_CTX_set_group_name(context, "P-256") == 1,
+            EVP_PKEY_paramgen(context, &made) == 1, let made
         else {
             OpenSSLError.clear()
             return nil

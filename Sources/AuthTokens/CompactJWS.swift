@@ -5,8 +5,8 @@ import DerivedCredentials
 /// use: ES256 only, a protected header with exactly the members `alg`, `typ` and (for delegations)
 /// `kid`, and nothing unprotected.
 ///
-/// Parsing is strict: three canonical base64url parts (``CredentialCoding/Base64URL``) separated
-/// by two dots, a header that is strict JSON (``typ`` as expected, no duplicate, unknown or
+/// Parsing is strict: three canonical base64url parts (`Base64URL` in CredentialCoding) separated
+/// by two dots, a header that is strict JSON (`typ` as expected, no duplicate, unknown or
 /// critical member, `alg` exactly `ES256`, so `none` and every other algorithm are refused), a
 /// 64-byte signature, and size caps on every part. A parsed JWS is not yet verified: call
 /// ``isSigned(by:)``.

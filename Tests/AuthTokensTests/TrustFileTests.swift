@@ -50,7 +50,7 @@ struct TrustFileTests {
         #expect(error?.code == .invalid)
     }
 
-    @Test("The JWKS is written with kid = thumbprint, read back, and PyJWT reads it")
+    @Test("The JWKS is written with kid = thumbprint and read back, with or without kid, use and alg")
     func jwksRoundTrip() throws {
         let keys = [try Keys.issuing.publicKey, try Keys.other.publicKey]
         let issuers = TrustedIssuers(keys)

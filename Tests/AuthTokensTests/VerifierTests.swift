@@ -77,6 +77,24 @@ struct VerifierTests {
         }
     }
 
+    @Test("Step 1: a properly signed token over 4096 bytes is 101")
+    func oversize() throws {
+        let world = try TokenWorld()
+        let long = String(repeating: "x", count: 256)
+        let delegation = try world.delegation(
+            payload: world.delegationPayload(sub: long, app: long, ctr: long))
+        let challenge = String(repeating: "\\\"", count: 1024)  // 1024 quotes, each escaped in the JSON
+        let token = try world.tokenPart(payload: world.tokenPayload(challenge: challenge))
+        #expect((delegation + "~" + token).utf8.count > 4096)
+        #expect(delegation.utf8.count < 4096 && token.utf8.count < 4096)
+        let result = judge(world, delegation: delegation, token: token)
+        #expect(result.code == 101)
+        #expect(result.reason == "longer than 4096 bytes")
+        // The same parts with a short challenge verify: only the size was wrong.
+        let short = try world.tokenPart(payload: world.tokenPayload(challenge: "short"))
+        #expect(judge(world, delegation: delegation, token: short).code == 100)
+    }
+
     @Test("Step 1: a properly signed payload with a duplicate, unknown or missing member is 101")
     func strictPayloads() throws {
         let world = try TokenWorld()
@@ -116,7 +134,9 @@ struct VerifierTests {
     func issuingKey() throws {
         let world = try TokenWorld()
         let other = try Keys.other
-        #expect(judge(world, issuers: TrustedIssuers([other.publicKey])).code == 101)
+        let untrusted = judge(world, issuers: TrustedIssuers([other.publicKey]))
+        #expect(untrusted.code == 101)
+        #expect(untrusted.reason == "the issuing key is not trusted")
         #expect(judge(world, issuers: .empty).code == 101)
         // A delegation that names a key id nobody trusts, signed by that key.
         let foreign = try world.delegation(

@@ -90,6 +90,8 @@ struct VerifierTests {
         let result = judge(world, delegation: delegation, token: token)
         #expect(result.code == 101)
         #expect(result.reason == "longer than 4096 bytes")
+        let parseError = try #require(throws: DCError.self) { try AuthToken(parsing: delegation + "~" + token) }
+        #expect(parseError.message.contains("longer than 4096 bytes"))
         // The same parts with a short challenge verify: only the size was wrong.
         let short = try world.tokenPart(payload: world.tokenPayload(challenge: "short"))
         #expect(judge(world, delegation: delegation, token: short).code == 100)

@@ -74,6 +74,15 @@ public struct TokenVerdict: Sendable, Equatable {
     /// The verdict `outcome`.
     public init(_ outcome: Result<Identity, FailureReason>) { self.outcome = outcome }
 
+    /// The identity, when the token is genuine.
+    public var identity: Identity? { try? outcome.get() }
+
+    /// Why the token is refused, when it is.
+    public var failureReason: FailureReason? {
+        guard case .failure(let reason) = outcome else { return nil }
+        return reason
+    }
+
     /// `X-Good-GD-AuthResponseCode`: always digits, a space and text, as existing servers parse it.
     public var responseCode: String {
         switch outcome {

@@ -167,7 +167,7 @@ struct ES256Tests {
     }
 }
 
-@Suite("Base64URL, strict")
+@Suite("Base64URL, strict", .timeLimit(.minutes(1)))
 struct Base64URLTests {
     @Test("RFC 4648 vectors, and every length round-trips against Foundation's base64")
     func vectors() throws {

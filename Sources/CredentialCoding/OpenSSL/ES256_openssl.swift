@@ -113,7 +113,8 @@ public struct TokenSigningKey: Sendable, CustomStringConvertible, CustomDebugStr
 ///
 /// It is parsed and checked to be on the curve once, when it is made; verifying then reuses
 /// OpenSSL's parsed key and a small pool of ready verification contexts, so a verification costs
-/// one hash and one ECDSA check and allocates nothing on the heap. Equal keys compare equal by
+/// one hash and one ECDSA check, with no Swift heap allocation (OpenSSL allocates its own
+/// temporaries). Equal keys compare equal by
 /// their coordinates.
 public struct TokenPublicKey: Sendable, Hashable, CustomStringConvertible {
     /// The affine x coordinate, 32 bytes, big-endian.

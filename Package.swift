@@ -18,6 +18,9 @@ let package = Package(
         .library(name: "ManagedClient", targets: ["ManagedClient"]),
         .executable(name: "dcclient", targets: ["dcclient"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
+        .library(name: "AuthTokens", targets: ["AuthTokens"]),
+        .library(name: "VerificationService", targets: ["VerificationService"]),
+        .executable(name: "dcverify", targets: ["dcverify"]),
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
         // Tests only: a PKCS#11 module that wraps SoftHSM2 and injects PIN states and faults.
         .library(name: "DCFaultPKCS11", type: .dynamic, targets: ["DCFaultPKCS11"]),
@@ -27,6 +30,13 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         // Documentation only: `swift package generate-documentation` (scripts/test builds the DocC catalogs).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        // The verification service (dcverify): HTTP, TLS and graceful shutdown.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // C engines, as system libraries. Nothing outside CredentialCoding (and later the
@@ -43,8 +53,8 @@ let package = Package(
         ),
 
         // glibc calls Swift does not import (close-on-exec pipes, descriptors closed in a spawned
-        // child); header-only, nothing to link.
-        .systemLibrary(name: "CSystem"),
+        // child); header-only, nothing to link. Not `CSystem`: swift-system (through NIO) has a target of that name.
+        .systemLibrary(name: "CSystemShims"),
 
         // Core: what a credential is: tags, credential, errors, verdicts, secret values, the
         // provider protocols. No C, no operating-system machinery.
@@ -52,7 +62,7 @@ let package = Package(
 
         // What is about the operating system: child processes, all-or-nothing file writes,
         // reading PINs and passphrases, the XDG base directories. Errors are the core's DCError.
-        .target(name: "SystemSupport", dependencies: ["DerivedCredentials", "CSystem"]),
+        .target(name: "SystemSupport", dependencies: ["DerivedCredentials", "CSystemShims"]),
 
         // OpenSSL-backed parsing, conversion and validation.
         .target(
@@ -84,7 +94,7 @@ let package = Package(
         // The reference managed client, and its thin CLI.
         .target(
             name: "ManagedClient",
-            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystem"]),
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystemShims"]),
         .executableTarget(
             name: "dcclient",
             dependencies: [
@@ -93,6 +103,35 @@ let package = Package(
                 "CommandLineSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+
+        // Auth tokens: the issuing key's delegations, the client's tokens bound to a challenge, the
+        // revocation list, and the stateless verifier. OpenSSL does the cryptography.
+        .target(
+            name: "AuthTokens", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
+
+        // The verification service app servers call: HTTP(S) on Hummingbird, limits, reloads, logs.
+        .target(
+            name: "VerificationService",
+            dependencies: [
+                "AuthTokens", "DerivedCredentials", "SystemSupport", "CredentialCoding",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
+        .executableTarget(
+            name: "dcverify",
+            dependencies: [
+                "VerificationService", "AuthTokens", "DerivedCredentials", "SystemSupport", "CommandLineSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
 
         // The provider conformance kit, for the built-in providers and vendors' alike.
         .target(name: "DerivedCredentialsTesting", dependencies: ["DerivedCredentials", "CredentialCoding"]),
@@ -162,12 +201,12 @@ let package = Package(
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
         .target(
             name: "TestSupport",
-            dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystem"],
+            dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystemShims"],
             path: "Tests/TestSupport"),
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
             name: "dcbench",
-            dependencies: ["DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient"],
+            dependencies: ["DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient", "AuthTokens"],
             path: "Benchmarks/dcbench"
         ),
 
@@ -190,6 +229,14 @@ let package = Package(
             // Run by the tests with python3 from the source tree: the secure-file format's oracle.
             exclude: ["secure_file_oracle.py"]
         ),
+        .testTarget(
+            name: "AuthTokensTests",
+            dependencies: ["AuthTokens", "CredentialCoding", "DerivedCredentials", "TestSupport"],
+            // Run by the tests with /usr/bin/python3: PyJWT as an independent peer.
+            exclude: ["jws_oracle.py"]),
+        .testTarget(
+            name: "VerificationServiceTests",
+            dependencies: ["VerificationService", "AuthTokens", "CredentialCoding", "TestSupport"]),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(

@@ -21,8 +21,8 @@ public enum Digests {
 
     /// SHA-256 fetched once: `EVP_sha256()` makes OpenSSL 3 look the implementation up by name on
     /// every digest. Kept for the life of the process.
-    private static let sha256Algorithm = FetchedDigest("SHA256")
-    private final class FetchedDigest: @unchecked Sendable {
+    static let sha256Algorithm = FetchedDigest("SHA256")
+    final class FetchedDigest: @unchecked Sendable {
         // An EVP_MD is immutable once fetched and OpenSSL allows sharing it between threads.
         let pointer: OpaquePointer?
         init(_ name: String) {

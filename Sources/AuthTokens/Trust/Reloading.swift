@@ -1,0 +1,142 @@
+import DerivedCredentials
+import Foundation
+
+/// A value read from a file and read again when the file changes, without a restart: how the
+/// verifier holds its ``RevocationList`` and ``TrustedIssuers``.
+///
+/// ``value`` looks at the file (`stat`: device, inode, size, modification and change times) at
+/// most once per check interval, and reads it again when any of those changed, as happens when
+/// the provider replaces it atomically. The new value replaces the old one at once for every
+/// thread. A file that cannot be read or is malformed leaves the last good value in force and is
+/// reported in ``lastError`` (a broken update must not empty the revocation list); the next
+/// change is tried again. ``reload()`` reads the file now, whatever its times say (for SIGHUP).
+public final class Reloading<Value: Sendable>: @unchecked Sendable {
+    // Every mutable property is only touched under `lock`; `load` and `path` never change.
+
+    /// The file's path.
+    public let path: String
+    private let load: @Sendable (String) throws -> Value
+    private let interval: Duration
+    private let lock = NSLock()
+    private var current: Value
+    private var stamp: FileStamp?
+    private var lastCheck: ContinuousClock.Instant
+    private var failure: DCError?
+    private var checking = false
+
+    /// Reads the file at `path` with `load` now (its error is thrown), then at most once every
+    /// `checkInterval` when it has changed.
+    public init(
+        path: String, checkInterval: Duration = .seconds(1), load: @escaping @Sendable (String) throws -> Value
+    ) throws {
+        self.path = path
+        self.load = load
+        self.interval = checkInterval
+        self.stamp = FileStamp(path)
+        self.current = try load(path)
+        self.lastCheck = .now
+    }
+
+    /// The current value, read again first when the file changed and the last look is at least
+    /// the check interval old. Never throws and never waits for another thread's reading.
+    public var value: Value {
+        let now = ContinuousClock.now
+        let (snapshot, due) = lock.withLock { () -> (Value, Bool) in
+            guard !checking, now - lastCheck >= interval else { return (current, false) }
+            checking = true
+            lastCheck = now
+            return (current, true)
+        }
+        guard due else { return snapshot }
+        refresh()
+        return lock.withLock { current }
+    }
+
+    /// Reads the file now and, when it is good, makes it the value. Throws (and keeps the old
+    /// value) when it cannot be read or is malformed.
+    public func reload() throws {
+        let stamp = FileStamp(path)
+        do {
+            let value = try load(path)
+            lock.withLock {
+                current = value
+                self.stamp = stamp
+                failure = nil
+            }
+        } catch {
+            let reported = error as? DCError ?? DCError(.invalid, "\(error)", subject: path)
+            lock.withLock { failure = reported }
+            throw reported
+        }
+    }
+
+    /// Why the last reading failed, while the value from an earlier one is still in force; nil
+    /// once a reading succeeds.
+    public var lastError: DCError? { lock.withLock { failure } }
+
+    /// Replaces the value directly (the file is looked at again only when it changes).
+    public func replace(with value: Value) {
+        lock.withLock { current = value }
+    }
+
+    private func refresh() {
+        defer { lock.withLock { checking = false } }
+        let stamp = FileStamp(path)
+        guard lock.withLock({ stamp != self.stamp }) else { return }
+        do {
+            let value = try load(path)
+            lock.withLock {
+                current = value
+                self.stamp = stamp
+                failure = nil
+            }
+        } catch {
+            // Keep the last good value; remember this stamp so the same broken file is not read
+            // again every second, and say why.
+            let reported = error as? DCError ?? DCError(.invalid, "\(error)", subject: path)
+            lock.withLock {
+                self.stamp = stamp
+                failure = reported
+            }
+        }
+    }
+}
+
+extension Reloading where Value == RevocationList {
+    /// The revocation list at `path`, reloaded when it changes (see ``RevocationList/load(from:)``).
+    public convenience init(revocationsAt path: String, checkInterval: Duration = .seconds(1)) throws {
+        try self.init(path: path, checkInterval: checkInterval, load: RevocationList.load(from:))
+    }
+}
+
+extension Reloading where Value == TrustedIssuers {
+    /// The trusted issuing keys at `path`, reloaded when they change (see ``TrustedIssuers/load(from:)``).
+    public convenience init(issuersAt path: String, checkInterval: Duration = .seconds(1)) throws {
+        try self.init(path: path, checkInterval: checkInterval, load: TrustedIssuers.load(from:))
+    }
+}
+
+/// What `stat` says of a file that changes when it is replaced or rewritten.
+struct FileStamp: Equatable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int64
+    var modified: timespec
+    var changed: timespec
+
+    init?(_ path: String) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
+        size = Int64(info.st_size)
+        modified = info.st_mtim
+        changed = info.st_ctim
+    }
+
+    static func == (lhs: FileStamp, rhs: FileStamp) -> Bool {
+        lhs.device == rhs.device && lhs.inode == rhs.inode && lhs.size == rhs.size
+            && lhs.modified.tv_sec == rhs.modified.tv_sec && lhs.modified.tv_nsec == rhs.modified.tv_nsec
+            && lhs.changed.tv_sec == rhs.changed.tv_sec && lhs.changed.tv_nsec == rhs.changed.tv_nsec
+    }
+}

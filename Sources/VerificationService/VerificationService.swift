@@ -1,0 +1,4 @@
+import AuthTokens
+
+/// Placeholder: the service is built on branch h14s.
+enum VerificationServicePlaceholder {}

@@ -53,8 +53,8 @@ let package = Package(
         ),
 
         // glibc calls Swift does not import (close-on-exec pipes, descriptors closed in a spawned
-        // child); header-only, nothing to link.
-        .systemLibrary(name: "CSystem"),
+        // child); header-only, nothing to link. Not `CSystem`: swift-system (through NIO) has a target of that name.
+        .systemLibrary(name: "CSystemShims"),
 
         // Core: what a credential is: tags, credential, errors, verdicts, secret values, the
         // provider protocols. No C, no operating-system machinery.
@@ -62,7 +62,7 @@ let package = Package(
 
         // What is about the operating system: child processes, all-or-nothing file writes,
         // reading PINs and passphrases, the XDG base directories. Errors are the core's DCError.
-        .target(name: "SystemSupport", dependencies: ["DerivedCredentials", "CSystem"]),
+        .target(name: "SystemSupport", dependencies: ["DerivedCredentials", "CSystemShims"]),
 
         // OpenSSL-backed parsing, conversion and validation.
         .target(
@@ -94,7 +94,9 @@ let package = Package(
         // The reference managed client, and its thin CLI.
         .target(
             name: "ManagedClient",
-            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystem"]),
+            dependencies: [
+                "DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystemShims",
+            ]),
         .executableTarget(
             name: "dcclient",
             dependencies: [
@@ -201,7 +203,7 @@ let package = Package(
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
         .target(
             name: "TestSupport",
-            dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystem"],
+            dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystemShims"],
             path: "Tests/TestSupport"),
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(

@@ -1,4 +1,4 @@
-internal import CSystem
+internal import CSystemShims
 import CredentialCoding
 import DerivedCredentials
 import Foundation

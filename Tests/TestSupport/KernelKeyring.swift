@@ -1,4 +1,4 @@
-internal import CSystem
+internal import CSystemShims
 
 #if canImport(Glibc)
     import Glibc

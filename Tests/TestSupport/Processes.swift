@@ -1,4 +1,4 @@
-internal import CSystem
+internal import CSystemShims
 import DerivedCredentials
 import Foundation
 import SystemSupport

@@ -117,6 +117,7 @@ let package = Package(
             dependencies: [
                 "AuthTokens", "DerivedCredentials", "SystemSupport", "CredentialCoding",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

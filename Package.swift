@@ -233,10 +233,22 @@ let package = Package(
             exclude: ["secure_file_oracle.py"]
         ),
         .testTarget(
-            name: "AuthTokensTests", dependencies: ["AuthTokens", "CredentialCoding", "DerivedCredentials", "TestSupport"]),
+            name: "AuthTokensTests",
+            dependencies: ["AuthTokens", "CredentialCoding", "DerivedCredentials", "TestSupport"]),
+        // Tests only: the verification service with a table verifier (fixed tokens → verdicts), run
+        // as a real process by VerificationServiceTests until the AuthTokens verifier is wired in.
+        .executableTarget(
+            name: "VerificationServiceFixture",
+            dependencies: [
+                "VerificationService", "AuthTokens", .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/VerificationServiceFixture"),
         .testTarget(
             name: "VerificationServiceTests",
-            dependencies: ["VerificationService", "AuthTokens", "CredentialCoding", "TestSupport"]),
+            dependencies: [
+                "VerificationService", "AuthTokens", "CredentialCoding", "TestSupport", "dcverify",
+                "VerificationServiceFixture",
+            ]),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(

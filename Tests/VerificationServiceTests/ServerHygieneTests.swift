@@ -135,6 +135,25 @@ struct ServerHygieneTests {
         #expect(try rawRequest(port: service.port, "/health")?.status == 200 || phase == "tls-handshake")
     }
 
+    @Test("--max-connections: a connection over the limit waits until one closes")
+    func connectionLimit() throws {
+        let sandbox = try Sandbox("dcverify-max-connections")
+        defer { sandbox.remove() }
+        let service = try RunningService.start(
+            Binaries.dcverify,
+            ["serve", "--listen", "127.0.0.1:0", "--max-connections", "1"] + verifierFiles(in: sandbox), in: sandbox)
+        defer { service.stop() }
+        var holder: RawConnection? = try RawConnection(port: service.port)
+        holder?.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(holder?.readResponse(timeout: .seconds(10))?.status == 200)
+        // The first connection stays open (keep-alive); the second is not served meanwhile.
+        let waiting = try RawConnection(port: service.port)
+        waiting.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        #expect(waiting.readResponse(timeout: .seconds(2)) == nil)
+        holder = nil
+        #expect(waiting.readResponse(timeout: .seconds(10))?.status == 200)
+    }
+
     @Test("SIGTERM: a request in flight still gets its whole answer, new connections are refused, exit 0")
     func gracefulShutdown() async throws {
         let sandbox = try Sandbox("dcverify-sigterm")

@@ -84,19 +84,30 @@ struct VerifyEndpointTests {
                 == answers[1].fields.filter { $0.name != "Date" }.map { "\($0)" })
     }
 
+    /// A request whose token header is wrong, described briefly in the test's name.
+    struct BadHeaders: Sendable, CustomTestStringConvertible {
+        var label: String
+        var headers: [(String, String)]
+        var testDescription: String { label }
+    }
+
+    static let badHeaders = [
+        BadHeaders(label: "missing", headers: []),
+        BadHeaders(
+            label: "repeated", headers: [("X-Good-GD-AuthToken", Tokens.valid), ("X-Good-GD-AuthToken", Tokens.valid)]),
+        BadHeaders(
+            label: "repeated, in another case",
+            headers: [("X-Good-GD-AuthToken", Tokens.valid), ("x-good-gd-authtoken", "x")]),
+        BadHeaders(label: "4097 bytes", headers: [("X-Good-GD-AuthToken", String(repeating: "a", count: 4097))]),
+        BadHeaders(
+            label: "20000 bytes (over the decoder's field limit)",
+            headers: [("X-Good-GD-AuthToken", String(repeating: "a", count: 20000))]),
+    ]
+
     @Test(
-        "a missing, repeated, oversized or empty-named token header: 400, no identity, the service lives on",
-        arguments: [
-            ("missing", [(String, String)]()),
-            ("repeated", [("X-Good-GD-AuthToken", Tokens.valid), ("X-Good-GD-AuthToken", Tokens.valid)]),
-            ("repeated, other case", [("X-Good-GD-AuthToken", Tokens.valid), ("x-good-gd-authtoken", "x")]),
-            ("4097 bytes", [("X-Good-GD-AuthToken", String(repeating: "a", count: 4097))]),
-            (
-                "20000 bytes (over the decoder's field limit)",
-                [("X-Good-GD-AuthToken", String(repeating: "a", count: 20000))]
-            ),
-        ])
-    func badRequest(_ label: String, headers: [(String, String)]) throws {
+        "a missing, repeated or oversized token header: 400, no identity, the service lives on", arguments: badHeaders)
+    func badRequest(_ bad: BadHeaders) throws {
+        let (label, headers) = (bad.label, bad.headers)
         let sandbox = try Sandbox("verify-bad")
         defer { sandbox.remove() }
         let service = try Tokens.startFixture(in: sandbox)

@@ -1,7 +1,7 @@
 import DerivedCredentials
 
 /// Everything about how the verification service listens and defends itself; what it verifies
-/// with is given separately (a ``TokenVerifying`` value), so one configuration fits every
+/// with is given separately (a `TokenVerifying` value from AuthTokens), so one configuration fits every
 /// verifier.
 ///
 /// The defaults suit one instance behind a reverse proxy on the same host: plain HTTP on

@@ -94,7 +94,9 @@ let package = Package(
         // The reference managed client, and its thin CLI.
         .target(
             name: "ManagedClient",
-            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystemShims"]),
+            dependencies: [
+                "DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystemShims",
+            ]),
         .executableTarget(
             name: "dcclient",
             dependencies: [
@@ -115,6 +117,7 @@ let package = Package(
             dependencies: [
                 "AuthTokens", "DerivedCredentials", "SystemSupport", "CredentialCoding",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -234,9 +237,20 @@ let package = Package(
             dependencies: ["AuthTokens", "CredentialCoding", "DerivedCredentials", "TestSupport"],
             // Run by the tests with /usr/bin/python3: PyJWT as an independent peer.
             exclude: ["jws_oracle.py"]),
+        // Tests only: the verification service with a table verifier (fixed tokens → verdicts), run
+        // as a real process by VerificationServiceTests until the AuthTokens verifier is wired in.
+        .executableTarget(
+            name: "VerificationServiceFixture",
+            dependencies: [
+                "VerificationService", "AuthTokens", .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/VerificationServiceFixture"),
         .testTarget(
             name: "VerificationServiceTests",
-            dependencies: ["VerificationService", "AuthTokens", "CredentialCoding", "TestSupport"]),
+            dependencies: [
+                "VerificationService", "AuthTokens", "CredentialCoding", "TestSupport", "dcverify",
+                "VerificationServiceFixture",
+            ]),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(

@@ -17,3 +17,10 @@ public enum Binaries {
 
     public static var dcprovision: String { directory + "/dcprovision" }
 }
+
+extension Binaries {
+    /// The verification service.
+    public static var dcverify: String { directory + "/dcverify" }
+    /// The verification service with a table verifier (Tests/VerificationServiceFixture).
+    public static var verificationServiceFixture: String { directory + "/VerificationServiceFixture" }
+}

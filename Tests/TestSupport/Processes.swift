@@ -182,14 +182,19 @@ public struct SpawnedProcess: Sendable {
     /// The child's process id (also its process group's).
     public let pid: Int32
 
-    /// Starts `executable` with `/dev/null` as stdin, stdout and stderr.
-    public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws {
+    /// Starts `executable` with `/dev/null` as stdin, and stdout and stderr appended to `output`
+    /// (a file, created 0600 if missing) or else discarded.
+    public init(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil, output: String? = nil
+    ) throws {
         let environment = try environment ?? Sandbox.shared().environment
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        for fd in Int32(0)...2 {
-            posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        for fd in Int32(1)...2 {
+            posix_spawn_file_actions_addopen(
+                &actions, fd, output ?? "/dev/null", output == nil ? O_WRONLY : O_WRONLY | O_CREAT | O_APPEND, 0o600)
         }
         dc_spawn_close_from(&actions, 3)
         var attributes = posix_spawnattr_t()

@@ -1,0 +1,147 @@
+import DerivedCredentials
+
+/// Everything about how the verification service listens and defends itself; what it verifies
+/// with is given separately (a `TokenVerifying` value from AuthTokens), so one configuration fits every
+/// verifier.
+///
+/// The defaults suit one instance behind a reverse proxy on the same host: plain HTTP on
+/// `127.0.0.1:8080`, a 10-second limit per request, 1024 connections at most, small header limits
+/// (a token is at most ``maximumTokenSize`` bytes; nothing else needs more).
+public struct ServiceConfiguration: Sendable, Equatable {
+    /// The largest `X-Good-GD-AuthToken` value accepted, in bytes; a larger one is answered 400.
+    public static let maximumTokenSize = 4096
+
+    /// Where to listen. Port 0 asks the kernel for a free port (see ``portFile``).
+    public var listen: ListenAddress
+    /// The certificate and key to serve HTTPS with; `nil` serves plain HTTP (behind a proxy that
+    /// terminates TLS, or on localhost).
+    public var tls: TLSFiles?
+    /// A JWKS document (`{"keys":[…]}`) served at `/.well-known/jwks.json`, re-read when the
+    /// file changes; `nil` answers that path 404.
+    public var jwksFile: String?
+    /// A file that receives the bound port (decimal, one line) once the service listens, written
+    /// atomically: a reader sees the whole number or no file.
+    public var portFile: String?
+    /// Event-loop threads. NIO counts the cores of the cgroup and cpuset but not a `taskset`
+    /// affinity, so a pinned process says here how many it has.
+    public var threads: Int
+    /// The time a connection has to deliver a whole request: from connecting (including the TLS
+    /// handshake) or from its previous response to the end of the request head, and from the head
+    /// to the end of the body. A client that takes longer (a slowloris) is disconnected.
+    public var requestTimeout: Duration
+    /// Connections served at once; more wait in the listen backlog.
+    public var maximumConnections: Int
+    /// The largest single header field (name and value) the HTTP decoder accepts; a larger one
+    /// is answered 400 and the connection closed.
+    public var maximumHeaderFieldSize: Int
+    /// The largest request head (request line and all fields) the HTTP decoder accepts.
+    public var maximumHeaderListSize: Int
+    /// The most header fields one request may have.
+    public var maximumHeaderCount: Int
+    /// How long a graceful shutdown (SIGTERM, SIGINT) waits for requests in flight before it
+    /// cancels them.
+    public var shutdownGracePeriod: Duration
+
+    /// A configuration with the defaults, changed by the arguments given.
+    public init(
+        listen: ListenAddress = ListenAddress(host: "127.0.0.1", port: 8080),
+        tls: TLSFiles? = nil,
+        jwksFile: String? = nil,
+        portFile: String? = nil,
+        threads: Int = 1,
+        requestTimeout: Duration = .seconds(10),
+        maximumConnections: Int = 1024,
+        maximumHeaderFieldSize: Int = 8192,
+        maximumHeaderListSize: Int = 16384,
+        maximumHeaderCount: Int = 64,
+        shutdownGracePeriod: Duration = .seconds(10)
+    ) {
+        self.listen = listen
+        self.tls = tls
+        self.jwksFile = jwksFile
+        self.portFile = portFile
+        self.threads = threads
+        self.requestTimeout = requestTimeout
+        self.maximumConnections = maximumConnections
+        self.maximumHeaderFieldSize = maximumHeaderFieldSize
+        self.maximumHeaderListSize = maximumHeaderListSize
+        self.maximumHeaderCount = maximumHeaderCount
+        self.shutdownGracePeriod = shutdownGracePeriod
+    }
+
+    /// Refuses values the service cannot run with, naming the setting (exit 64 in the CLI).
+    public func validate() throws {
+        func require(_ condition: Bool, _ message: String) throws {
+            if !condition { throw DCError(.usage, message) }
+        }
+        try require((1...256).contains(threads), "threads must be between 1 and 256, not \(threads)")
+        try require(
+            requestTimeout >= .milliseconds(100) && requestTimeout <= .seconds(3600),
+            "the request timeout must be between 0.1 and 3600 seconds")
+        try require(
+            (1...1_000_000).contains(maximumConnections),
+            "the maximum number of connections must be between 1 and 1000000, not \(maximumConnections)")
+        try require(
+            maximumHeaderFieldSize >= ServiceConfiguration.maximumTokenSize + 64,
+            "the header field limit must leave room for a \(ServiceConfiguration.maximumTokenSize)-byte token")
+        try require(
+            maximumHeaderListSize >= maximumHeaderFieldSize, "the header list limit must not be below the field limit")
+        try require(maximumHeaderCount >= 8, "the header count limit must be at least 8")
+        try require(shutdownGracePeriod >= .zero, "the shutdown grace period must not be negative")
+    }
+}
+
+/// A host and port to listen on, written `HOST:PORT` (`[v6]:PORT` for an IPv6 literal).
+public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    /// A host name or an IP address literal (without brackets).
+    public var host: String
+    /// The TCP port; 0 asks for a free one.
+    public var port: Int
+
+    /// An address from its parts.
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// Parses `HOST:PORT`, `[IPv6]:PORT` or `:PORT` (all addresses, `0.0.0.0`).
+    public init(parsing text: String) throws {
+        guard let colon = text.lastIndex(of: ":") else {
+            throw DCError(.usage, "expected HOST:PORT, such as 127.0.0.1:8080", subject: text)
+        }
+        var host = String(text[..<colon])
+        let portText = text[text.index(after: colon)...]
+        guard let port = Int(portText), (0...65535).contains(port), portText.allSatisfy(\.isASCII) else {
+            throw DCError(.usage, "the port must be a number from 0 to 65535", subject: text)
+        }
+        if host.hasPrefix("[") && host.hasSuffix("]") {
+            host = String(host.dropFirst().dropLast())
+        } else if host.contains(":") {
+            throw DCError(.usage, "write an IPv6 address in brackets: [::1]:8080", subject: text)
+        }
+        if host.isEmpty { host = "0.0.0.0" }
+        guard host.utf8.allSatisfy({ $0 > 32 && $0 < 127 }) else {
+            throw DCError(.usage, "the host must be a name or an address", subject: text)
+        }
+        self.init(host: host, port: port)
+    }
+
+    /// `HOST:PORT`, with brackets around an IPv6 literal.
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// The files HTTPS is served with. Both are read by `CredentialCoding`'s reader, so either may
+/// be PEM, DER or (unencrypted) PKCS#12, and one file may hold both; the certificate file may
+/// carry the chain after the leaf.
+public struct TLSFiles: Sendable, Equatable {
+    /// The server certificate (and its chain).
+    public var certificate: String
+    /// The private key of the certificate; it must not be encrypted.
+    public var key: String
+
+    /// The two paths.
+    public init(certificate: String, key: String) {
+        self.certificate = certificate
+        self.key = key
+    }
+}

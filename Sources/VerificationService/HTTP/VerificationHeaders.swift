@@ -1,0 +1,40 @@
+import HTTPTypes
+
+/// The header names of the verification protocol, exactly as application servers already parse
+/// them (they compare names case-sensitively, so the case on the wire matters).
+public enum VerificationHeaders {
+    /// The request header that carries the token.
+    public static let authToken = "X-Good-GD-AuthToken"
+    /// The answer: `100 OK` for a genuine token, else another code and its text.
+    public static let responseCode = "X-Good-GD-AuthResponseCode"
+    /// The challenge bound into a genuine token.
+    public static let challenge = "X-Good-GD-AuthChallenge"
+    /// The server name bound into a genuine token.
+    public static let server = "X-Good-GD-Server"
+    /// The user a genuine token was issued for.
+    public static let userID = "X-Good-GD-UserID"
+    /// The app that made a genuine token.
+    public static let appID = "X-Good-GD-AppID"
+    /// The app's container (installation).
+    public static let containerID = "X-Good-GD-ContainerID"
+    /// The token format's version.
+    public static let tokenVersion = "X-Good-GD-AuthTokenVersion"
+    /// When the client made the token, in Unix seconds.
+    public static let creationTime = "X-Good-GD-AuthTokenCreationTime"
+
+    /// The identity headers, sent only with `100 OK`, in the order they are written.
+    public static let identity = [challenge, server, userID, appID, containerID, tokenVersion, creationTime]
+}
+
+extension HTTPField.Name {
+    // HTTPTypes keeps the case a name was made with, and NIO's HTTP/1 encoder writes it so.
+    static let gdAuthToken = Self(VerificationHeaders.authToken)!
+    static let gdResponseCode = Self(VerificationHeaders.responseCode)!
+    static let gdChallenge = Self(VerificationHeaders.challenge)!
+    static let gdServer = Self(VerificationHeaders.server)!
+    static let gdUserID = Self(VerificationHeaders.userID)!
+    static let gdAppID = Self(VerificationHeaders.appID)!
+    static let gdContainerID = Self(VerificationHeaders.containerID)!
+    static let gdTokenVersion = Self(VerificationHeaders.tokenVersion)!
+    static let gdCreationTime = Self(VerificationHeaders.creationTime)!
+}

@@ -1,0 +1,88 @@
+import AuthTokens
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import NIOCore
+
+/// Answers the service's three paths; every other path is 404, every other method on them 405.
+///
+/// Nothing here throws: Hummingbird turns a thrown error into a 500, and every failure has a
+/// proper answer. Logs carry outcome codes, reasons and sizes, never a token or a challenge.
+struct VerificationResponder: HTTPResponder {
+    typealias Context = BasicRequestContext
+
+    let verifier: any TokenVerifying
+    let jwks: WatchedFile?
+    let now: @Sendable () -> Date
+
+    func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
+        let path = request.uri.path
+        let route: Route
+        switch path {
+        case "/verifyGDAuthToken": route = .verify
+        case "/health": route = .health
+        case "/.well-known/jwks.json": route = .jwks
+        default:
+            context.logger.debug("no such path", metadata: ["dc.status": "404"])
+            return Response(status: .notFound)
+        }
+        guard request.method == .get else {
+            context.logger.debug("method not allowed", metadata: ["dc.status": "405"])
+            return Response(status: .methodNotAllowed, headers: [.allow: "GET"])
+        }
+        switch route {
+        case .verify: return verify(request, logger: context.logger)
+        case .health: return Response(status: .ok, headers: [.contentType: "text/plain"], body: body("ok\n"))
+        case .jwks: return serveJWKS(logger: context.logger)
+        }
+    }
+
+    private enum Route { case verify, health, jwks }
+
+    private func verify(_ request: Request, logger: Logger) -> Response {
+        let values = request.headers[values: .gdAuthToken]
+        guard values.count == 1 else {
+            logger.info(
+                "refused: the token header must appear once",
+                metadata: ["dc.status": "400", "dc.count": "\(values.count)"])
+            return Response(status: .badRequest)
+        }
+        let token = values[0]
+        guard token.utf8.count <= ServiceConfiguration.maximumTokenSize else {
+            logger.info(
+                "refused: the token is too large", metadata: ["dc.status": "400", "dc.size": "\(token.utf8.count)"])
+            return Response(status: .badRequest)
+        }
+        let verdict = verifier.verify(token, now: now())
+        var headers = HTTPFields()
+        headers[.gdResponseCode] = verdict.responseCode
+        switch verdict.outcome {
+        case .success(let identity):
+            headers[.gdChallenge] = identity.challenge
+            headers[.gdServer] = identity.serverName
+            headers[.gdUserID] = identity.userID
+            headers[.gdAppID] = identity.appID
+            headers[.gdContainerID] = identity.containerID
+            headers[.gdTokenVersion] = String(identity.version)
+            headers[.gdCreationTime] = String(identity.creationTime)
+            logger.info(
+                "verified",
+                metadata: ["dc.code": "100", "dc.app": "\(identity.appID)", "dc.container": "\(identity.containerID)"])
+        case .failure(let failure):
+            logger.info(
+                "not verified", metadata: ["dc.code": "\(failure.failure.rawValue)", "dc.reason": "\(failure.reason)"])
+        }
+        return Response(status: .ok, headers: headers)
+    }
+
+    private func serveJWKS(logger: Logger) -> Response {
+        guard let jwks else { return Response(status: .notFound) }
+        let bytes = jwks.contents(logger: logger)
+        return Response(
+            status: .ok, headers: [.contentType: "application/json", .cacheControl: "max-age=60"],
+            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+
+    private func body(_ text: String) -> ResponseBody { .init(byteBuffer: ByteBuffer(string: text)) }
+}

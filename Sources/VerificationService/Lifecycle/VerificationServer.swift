@@ -1,0 +1,132 @@
+import AuthTokens
+import DerivedCredentials
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import SystemSupport
+
+/// The verification service: `GET /verifyGDAuthToken`, `GET /health` and
+/// `GET /.well-known/jwks.json` over HTTP/1.1 (HTTPS with ``ServiceConfiguration/tls``), until
+/// SIGTERM or SIGINT.
+///
+/// ```swift
+/// let server = try VerificationServer(
+///     configuration: ServiceConfiguration(listen: try ListenAddress(parsing: "127.0.0.1:8080")),
+///     verifier: verifier, logger: Logger(label: "dcverify"), onReload: { verifier.reloadRevocations() })
+/// try await server.run()
+/// ```
+///
+/// The service is stateless: it keeps nothing between requests but what the verifier keeps, so
+/// several instances can serve behind one load balancer.
+public struct VerificationServer: Sendable {
+    /// How it listens and defends itself.
+    public let configuration: ServiceConfiguration
+    private let verifier: any TokenVerifying
+    private let logger: Logger
+    private let onReload: @Sendable () -> Void
+    private let jwks: WatchedFile?
+    private let tls: TLSConfiguration?
+    private let now: @Sendable () -> Date
+
+    /// Checks `configuration` and reads what it names now (the TLS certificate and key, the JWKS
+    /// file), so that a mistake stops the service before it listens. `onReload` runs on each
+    /// SIGHUP, after the JWKS file is re-read; `now` is the verifier's clock.
+    public init(
+        configuration: ServiceConfiguration,
+        verifier: any TokenVerifying,
+        logger: Logger,
+        onReload: @escaping @Sendable () -> Void = {},
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) throws {
+        try configuration.validate()
+        self.configuration = configuration
+        self.verifier = verifier
+        self.logger = logger
+        self.onReload = onReload
+        self.now = now
+        jwks = try configuration.jwksFile.map { try WatchedFile.jwks(path: $0) }
+        tls = try configuration.tls.map { try ServerTLS.configuration($0) }
+    }
+
+    /// Listens, writes the port file, and serves until SIGTERM or SIGINT; then stops accepting,
+    /// lets the requests in flight finish (up to ``ServiceConfiguration/shutdownGracePeriod``)
+    /// and returns. Throws when it cannot listen.
+    public func run() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: configuration.threads)
+        do {
+            try await serve(on: group)
+        } catch {
+            try? await group.shutdownGracefully()
+            throw error
+        }
+        try await group.shutdownGracefully()
+    }
+
+    private func serve(on eventLoopGroup: MultiThreadedEventLoopGroup) async throws {
+        let limit = TimeAmount.nanoseconds(
+            configuration.requestTimeout.components.seconds * 1_000_000_000
+                + configuration.requestTimeout.components.attoseconds / 1_000_000_000)
+        let http1 = HTTP1Channel.Configuration(
+            additionalChannelHandlers: [RequestDeadlineHandler(limit: limit)],
+            idleTimeout: limit,
+            httpDecoderConfiguration: .init(
+                maxHeaderFieldSize: configuration.maximumHeaderFieldSize,
+                maxHeaderListSize: configuration.maximumHeaderListSize,
+                maxHeaderFieldCount: configuration.maximumHeaderCount))
+        let server: HTTPServerBuilder =
+            if let tls { try .tls(.http1(configuration: http1), tlsConfiguration: tls) } else {
+                .http1(configuration: http1)
+            }
+        let responder = VerificationResponder(verifier: verifier, jwks: jwks, now: now)
+        let logger = self.logger
+        let portFile = configuration.portFile
+        let scheme = tls == nil ? "http" : "https"
+        let application = Application(
+            responder: responder,
+            server: server,
+            configuration: .init(
+                address: .hostname(configuration.listen.host, port: configuration.listen.port),
+                availableConnectionsDelegate: MaximumAvailableConnections(configuration.maximumConnections)),
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? 0
+                logger.notice("listening", metadata: ["dc.scheme": "\(scheme)", "dc.port": "\(port)"])
+                if let portFile {
+                    do {
+                        try PortFile.write(port, to: portFile)
+                    } catch {
+                        logger.error("cannot write the port file", metadata: ["dc.error": "\(error)"])
+                    }
+                }
+            },
+            eventLoopGroupProvider: .shared(eventLoopGroup),
+            logger: logger)
+        let jwks = self.jwks
+        let onReload = self.onReload
+        let reloader = await SignalReloader {
+            logger.notice("SIGHUP: reloading")
+            jwks?.reload(logger: logger)
+            onReload()
+        }
+        var group = ServiceGroupConfiguration(
+            services: [application, reloader], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        group.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
+        try await ServiceGroup(configuration: group).run()
+        logger.notice("stopped")
+    }
+}
+
+/// The bound port, written for whoever started the service (`--port-file`).
+enum PortFile {
+    /// Writes `port` and a newline to `path` atomically (a temporary file renamed over it).
+    static func write(_ port: Int, to path: String) throws {
+        let url = URL(fileURLWithPath: path)
+        var files = AtomicFileSet(directory: url.deletingLastPathComponent().path)
+        try files.add(url.lastPathComponent, .bytes(Array("\(port)\n".utf8)), mode: 0o644)
+        try files.commit(replacingExisting: true)
+    }
+}

@@ -1,0 +1,165 @@
+import ArgumentParser
+import AuthTokens
+import CommandLineSupport
+import DerivedCredentials
+import Foundation
+import Logging
+import VerificationService
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve token verification over HTTP or HTTPS until SIGTERM or SIGINT.",
+        discussion: """
+            Paths: GET /verifyGDAuthToken (the token in X-Good-GD-AuthToken, exactly once, at most 4096 \
+            bytes, else 400; otherwise 200 with X-Good-GD-AuthResponseCode: 100 OK and the identity headers \
+            X-Good-GD-AuthChallenge, -Server, -UserID, -AppID, -ContainerID, -AuthTokenVersion and \
+            -AuthTokenCreationTime, or 101 Invalid Token, 102 Expired Token or 103 Revoked and no identity), \
+            GET /health (200), GET /.well-known/jwks.json (the --jwks file). Other paths 404, other methods 405. \
+            SIGHUP re-reads the revocation list and the JWKS file (both are also re-read when they change, \
+            checked at most once a second). SIGTERM or SIGINT stops accepting, lets the requests in flight \
+            finish (10 s at most) and exits 0. Logs go to standard error (label dcverify); they never \
+            contain a token, a challenge or a key. \
+            --config FILE reads the same settings from a JSON object whose keys are the long flag names \
+            without the dashes, such as {"issuers": "issuers.jwks", "revocations": "revocations.json", \
+            "listen": "0.0.0.0:8443", "tls-certificate": "server.pem", "tls-key": "server.key", "threads": 2, \
+            "request-timeout": 10, "max-connections": 1024, "log-level": "info"}; flags win over the file, \
+            relative paths are relative to the file, an unknown key is an error.
+            """
+    )
+
+    @Option(help: ArgumentHelp("A JSON configuration file with the same settings (see above).", valueName: "file"))
+    var config: String?
+
+    @Option(help: ArgumentHelp("The trusted token-issuing keys: a JWKS file the provider writes.", valueName: "file"))
+    var issuers: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "The revocation list (revoked issuing keys and delegations, retired containers), re-read without a restart.",
+            valueName: "file"))
+    var revocations: String?
+
+    @Option(help: ArgumentHelp("A JWKS document to serve at /.well-known/jwks.json (default: 404).", valueName: "file"))
+    var jwks: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Where to listen, HOST:PORT or [IPv6]:PORT (default 127.0.0.1:8080); port 0 picks a free port.",
+            valueName: "host:port"))
+    var listen: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Serve HTTPS with this certificate (PEM, DER or PKCS#12; the chain may follow the leaf).",
+            valueName: "file"))
+    var tlsCertificate: String?
+
+    @Option(
+        help: ArgumentHelp("The certificate's private key (PEM, DER or PKCS#12, not encrypted).", valueName: "file"))
+    var tlsKey: String?
+
+    @Option(help: ArgumentHelp("Write the bound port to this file, atomically, once listening.", valueName: "file"))
+    var portFile: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Event-loop threads (default: the cores this process may run on, as taskset sets them).", valueName: "n"))
+    var threads: Int?
+
+    @Option(
+        help: ArgumentHelp(
+            """
+            Seconds a connection has to deliver a whole request, from connecting (TLS included) or its last \
+            answer, and from the request's head to its end; slower clients are disconnected (default 10).
+            """, valueName: "seconds"))
+    var requestTimeout: Double?
+
+    @Option(help: ArgumentHelp("Connections served at once (default 1024).", valueName: "n"))
+    var maxConnections: Int?
+
+    @Option(
+        help: ArgumentHelp(
+            "trace, debug, info (default: one line per verification), notice, warning, error or critical.",
+            valueName: "level"))
+    var logLevel: String?
+
+    func run() async throws {
+        let file = try config.map { try ConfigurationFile.read($0) } ?? ConfigurationFile()
+        let level = try Self.logLevel(logLevel ?? file.logLevel ?? "info")
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "dcverify")
+        var configuration = ServiceConfiguration(threads: ServiceConfiguration.availableCores)
+        if let listen = listen ?? file.listen { configuration.listen = try ListenAddress(parsing: listen) }
+        switch (tlsCertificate ?? file.tlsCertificate, tlsKey ?? file.tlsKey) {
+        case (nil, nil): break
+        case (let certificate?, let key?): configuration.tls = TLSFiles(certificate: certificate, key: key)
+        default: throw DCError(.usage, "give --tls-certificate and --tls-key together")
+        }
+        configuration.jwksFile = jwks ?? file.jwks
+        configuration.portFile = portFile ?? file.portFile
+        if let threads = threads ?? file.threads { configuration.threads = threads }
+        if let seconds = requestTimeout ?? file.requestTimeout {
+            guard seconds.isFinite, seconds > 0, seconds <= 3600 else {
+                throw DCError(.usage, "the request timeout must be between 0.1 and 3600 seconds")
+            }
+            configuration.requestTimeout = .milliseconds(Int64((seconds * 1000).rounded()))
+        }
+        if let count = maxConnections ?? file.maxConnections { configuration.maximumConnections = count }
+        guard let issuers = issuers ?? file.issuers, let revocations = revocations ?? file.revocations else {
+            throw DCError(.usage, "give --issuers FILE and --revocations FILE (or both in --config)")
+        }
+        let (verifier, reload) = try Self.verifier(issuers: issuers, revocations: revocations, logger: logger)
+        let server = try VerificationServer(
+            configuration: configuration, verifier: verifier, logger: logger, onReload: reload)
+        do {
+            try await server.run()
+        } catch let error as DCError {
+            throw error
+        } catch {
+            throw DCError(.cannotServe, "cannot serve on \(configuration.listen): \(error)")
+        }
+    }
+
+    /// The verifier the service asks, and what SIGHUP calls to re-read its revocation list.
+    ///
+    /// TODO(lead): wire `AuthTokenVerifier` here once the AuthTokens library has it: trusted issuing
+    /// keys from `issuers` (JWKS), the revocation list from `revocations`, and its reload as the
+    /// closure. Until then every token is refused with 101, but the files must exist.
+    static func verifier(issuers: String, revocations: String, logger: Logger) throws -> (
+        any TokenVerifying, @Sendable () -> Void
+    ) {
+        for path in [issuers, revocations] where !FileManager.default.isReadableFile(atPath: path) {
+            throw DCError(
+                FileManager.default.fileExists(atPath: path) ? .permissionDenied : .fileNotFound, "cannot read",
+                subject: path)
+        }
+        return (RefusingVerifier(), { logger.notice("nothing to reload yet: the token verifier is not wired in") })
+    }
+
+    static func logLevel(_ name: String) throws -> Logger.Level {
+        guard let level = Logger.Level(rawValue: name) else {
+            throw DCError(
+                .usage, "unknown log level '\(name.escapingControlCharacters)'",
+                hint: "use trace, debug, info, notice, warning, error or critical")
+        }
+        return level
+    }
+}
+
+/// Refuses every token (101): stands in until the AuthTokens verifier is wired in (see
+/// `Serve.verifier`).
+struct RefusingVerifier: TokenVerifying {
+    func verify(_ token: String, now: Date) -> TokenVerdict {
+        TokenVerdict(.failure(.init(.invalid, "no token verifier is configured yet")))
+    }
+}
+
+extension DCError.Code {
+    /// The service cannot listen: the address is in use, or not one of this host's (exit 69).
+    static let cannotServe = Self(
+        "cannotServe", .unavailable, hint: "choose another address or port with --listen, or stop what uses it")
+}

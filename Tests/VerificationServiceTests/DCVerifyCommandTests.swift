@@ -1,0 +1,197 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// `dcverify` as an operator runs it: flags, the configuration file, the paths, TLS, errors.
+@Suite(.timeLimit(.minutes(3)))
+struct DCVerifyCommandTests {
+    @Test("--help documents every option and the configuration file")
+    func help() throws {
+        let sandbox = try Sandbox("dcverify-help")
+        defer { sandbox.remove() }
+        let result = try sandbox.run(Binaries.dcverify, ["serve", "--help"])
+        #expect(result.status == 0)
+        let help = result.stdoutText
+        for option in [
+            "--config", "--issuers", "--revocations", "--jwks", "--listen", "--tls-certificate", "--tls-key",
+            "--port-file", "--threads", "--request-timeout", "--max-connections", "--log-level", "SIGHUP", "SIGTERM",
+            "\"tls-certificate\"", "X-Good-GD-AuthToken",
+        ] {
+            #expect(help.contains(option), "serve --help does not mention \(option)")
+        }
+        let top = try sandbox.run(Binaries.dcverify, ["--help"])
+        #expect(top.status == 0)
+        #expect(top.stdoutText.contains("serve"))
+        #expect(try sandbox.run(Binaries.dcverify, ["--version"]).status == 0)
+    }
+
+    @Test("health, JWKS, 404 and 405; every token refused (101) until the real verifier is wired in")
+    func paths() throws {
+        let sandbox = try Sandbox("dcverify-paths")
+        defer { sandbox.remove() }
+        let jwks = try sandbox.write("published.jwks", #"{"keys":[{"kty":"EC","crv":"P-256","kid":"one"}]}"#)
+        let service = try RunningService.start(
+            Binaries.dcverify,
+            ["serve", "--listen", "127.0.0.1:0", "--jwks", jwks, "--threads", "1"] + verifierFiles(in: sandbox),
+            in: sandbox)
+        defer { service.stop() }
+
+        let health = try #require(try rawRequest(port: service.port, "/health"))
+        #expect(health.status == 200)
+        let published = try #require(try rawRequest(port: service.port, "/.well-known/jwks.json"))
+        #expect(published.status == 200)
+        #expect(published.valuesIgnoringCase("Content-Type") == ["application/json"])
+        #expect(published.body == Array(#"{"keys":[{"kty":"EC","crv":"P-256","kid":"one"}]}"#.utf8))
+        #expect(try rawRequest(port: service.port, "/nothing")?.status == 404)
+        #expect(try rawRequest(port: service.port, "/verifyGDAuthToken/")?.status == 404)
+        for method in ["POST", "PUT", "DELETE"] {
+            let response = try #require(try rawRequest(port: service.port, "/verifyGDAuthToken", method: method))
+            #expect(response.status == 405, "\(method)")
+            #expect(response.valuesIgnoringCase("Allow") == ["GET"])
+        }
+        let verify = try #require(
+            try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", "abc")]))
+        #expect(verify.status == 200)
+        #expect(verify.values("X-Good-GD-AuthResponseCode") == ["101 Invalid Token"])
+        #expect(verify.goodFields == ["X-Good-GD-AuthResponseCode"])
+        #expect(try rawRequest(port: service.port, "/verifyGDAuthToken")?.status == 400)
+    }
+
+    @Test("the JWKS file is re-read when it changes, and on SIGHUP; a broken edit keeps the last good one")
+    func jwksReload() async throws {
+        let sandbox = try Sandbox("dcverify-jwks")
+        defer { sandbox.remove() }
+        let jwks = try sandbox.write("published.jwks", #"{"keys":[]}"#)
+        let service = try RunningService.start(
+            Binaries.dcverify, ["serve", "--listen", "127.0.0.1:0", "--jwks", jwks] + verifierFiles(in: sandbox),
+            in: sandbox)
+        defer { service.stop() }
+        func served() throws -> String {
+            String(decoding: try rawRequest(port: service.port, "/.well-known/jwks.json")?.body ?? [], as: UTF8.self)
+        }
+        #expect(try served() == #"{"keys":[]}"#)
+        let second = #"{"keys":[{"kid":"two"}]}"#
+        try sandbox.write("next.jwks", second)
+        #expect(rename(sandbox.file("next.jwks"), jwks) == 0)
+        try await eventually(timeout: .seconds(10)) { try served() == second }
+        // A broken file is not served; the last good one stays.
+        try sandbox.write("broken.jwks", "{not json")
+        #expect(rename(sandbox.file("broken.jwks"), jwks) == 0)
+        try await Task.sleep(for: .milliseconds(1500))
+        #expect(try served() == second)
+        #expect(service.logText.contains("cannot re-read"))
+        // SIGHUP re-reads at once (and calls the verifier's reload hook).
+        let third = #"{"keys":[{"kid":"three"}]}"#
+        try sandbox.write("third.jwks", third)
+        #expect(rename(sandbox.file("third.jwks"), jwks) == 0)
+        service.process.kill(SIGHUP)
+        try await eventually(timeout: .seconds(10)) { try served() == third }
+        #expect(service.logText.contains("SIGHUP"))
+        #expect(service.stop() == 0)
+    }
+
+    @Test("a configuration file gives the same settings; flags win; unknown keys are refused")
+    func configurationFile() throws {
+        let sandbox = try Sandbox("dcverify-config")
+        defer { sandbox.remove() }
+        _ = try verifierFiles(in: sandbox)
+        try sandbox.write("published.jwks", #"{"keys":["from the config"]}"#)
+        let config = try sandbox.write(
+            "dcverify.json",
+            """
+            {"issuers": "issuers.jwks", "revocations": "revocations.json", "jwks": "published.jwks",
+             "listen": "127.0.0.1:1", "threads": 1, "request-timeout": 5, "max-connections": 16, "log-level": "debug"}
+            """)
+        // The flag --listen wins over the file's unusable port 1.
+        let service = try RunningService.start(
+            Binaries.dcverify, ["serve", "--config", config, "--listen", "127.0.0.1:0"], in: sandbox)
+        defer { service.stop() }
+        #expect(
+            try rawRequest(port: service.port, "/.well-known/jwks.json")?.body
+                == Array(#"{"keys":["from the config"]}"#.utf8))
+        #expect(service.logText.contains("debug"))
+
+        let unknown = try sandbox.write("unknown.json", #"{"issuers": "issuers.jwks", "listn": "127.0.0.1:0"}"#)
+        let refused = try sandbox.run(Binaries.dcverify, ["serve", "--config", unknown])
+        #expect(refused.status == 64)
+        #expect(refused.stderrText.contains("listn"))
+        let wrongType = try sandbox.write("type.json", #"{"threads": "two"}"#)
+        #expect(try sandbox.run(Binaries.dcverify, ["serve", "--config", wrongType]).status == 64)
+    }
+
+    /// A command line that must fail, and the exit status it must fail with.
+    struct Failing: Sendable, CustomTestStringConvertible {
+        var arguments: [String]
+        var status: Int32
+        var testDescription: String { "\(arguments.joined(separator: " ")) → \(status)" }
+    }
+
+    static let failing: [Failing] = [
+        Failing(arguments: ["serve"], status: 64),
+        Failing(arguments: ["serve", "--listen", "nonsense"], status: 64),
+        Failing(arguments: ["serve", "--listen", "::1:80"], status: 64),
+        Failing(arguments: ["serve", "--threads", "0"], status: 64),
+        Failing(arguments: ["serve", "--request-timeout", "0"], status: 64),
+        Failing(arguments: ["serve", "--log-level", "loud"], status: 64),
+        Failing(arguments: ["serve", "--tls-certificate", "only.pem"], status: 64),
+        Failing(
+            arguments: ["serve", "--issuers", "/nonexistent/i.jwks", "--revocations", "/nonexistent/r.json"], status: 66
+        ),
+        Failing(arguments: ["serve", "--jwks", "/nonexistent/published.jwks"], status: 66),
+        Failing(
+            arguments: ["serve", "--tls-certificate", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"],
+            status: 66),
+    ]
+
+    @Test("usage errors exit 64, missing files 66", arguments: failing)
+    func errors(_ failing: Failing) throws {
+        let sandbox = try Sandbox("dcverify-errors")
+        defer { sandbox.remove() }
+        let status = failing.status
+        var arguments = failing.arguments
+        // `serve` alone lacks the verifier's files; every other case has them, so that it fails
+        // for its own reason.
+        if arguments.count > 1 && !arguments.contains("--issuers") { arguments += try verifierFiles(in: sandbox) }
+        if !arguments.contains("--listen") { arguments += ["--listen", "127.0.0.1:0"] }
+        let result = try sandbox.run(Binaries.dcverify, arguments, timeout: 30)
+        #expect(result.status == status, "\(arguments): \(result.stderrText)")
+        #expect(!result.stderrText.isEmpty)
+    }
+
+    @Test("an address already in use: exit 69 with a message")
+    func addressInUse() throws {
+        let sandbox = try Sandbox("dcverify-in-use")
+        defer { sandbox.remove() }
+        let first = try RunningService.start(
+            Binaries.dcverify, ["serve", "--listen", "127.0.0.1:0"] + verifierFiles(in: sandbox), in: sandbox)
+        defer { first.stop() }
+        let second = try sandbox.run(
+            Binaries.dcverify, ["serve", "--listen", "127.0.0.1:\(first.port)"] + verifierFiles(in: sandbox),
+            timeout: 30)
+        #expect(second.status == 69, "\(second.stderrText)")
+        #expect(second.stderrText.contains("cannot serve"))
+    }
+
+    @Test("the log holds neither a token nor its parts at trace level")
+    func logsHoldNoToken() throws {
+        let sandbox = try Sandbox("dcverify-logs")
+        defer { sandbox.remove() }
+        let service = try RunningService.start(
+            Binaries.dcverify,
+            ["serve", "--listen", "127.0.0.1:0", "--log-level", "trace"] + verifierFiles(in: sandbox), in: sandbox)
+        let token = "eyJhbGciOiJFUzI1NiJ9.c2VjcmV0LXRva2VuLXBhcnQ.c2lnbmF0dXJl~eyJ0eXAiOiJ4In0.Y2hhbGxlbmdl.c2ln"
+        _ = try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
+        _ = try rawRequest(
+            port: service.port, "/verifyGDAuthToken",
+            headers: [("X-Good-GD-AuthToken", token), ("X-Good-GD-AuthToken", token)])
+        _ = try rawRequest(
+            port: service.port, "/verifyGDAuthToken",
+            headers: [("X-Good-GD-AuthToken", token + String(repeating: "A", count: 5000))])
+        #expect(service.stop() == 0)
+        let log = service.logText
+        #expect(log.contains("dc.code=101"), "\(log)")
+        for part in token.split(whereSeparator: { $0 == "." || $0 == "~" }) {
+            #expect(!log.contains(part), "the log holds '\(part)'")
+        }
+    }
+}

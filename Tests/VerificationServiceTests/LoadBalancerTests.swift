@@ -1,0 +1,109 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// The service is stateless, so instances scale out behind a load balancer: two of them behind a
+/// real nginx (Debian's, run unprivileged from a configuration in the sandbox).
+@Suite(.timeLimit(.minutes(3)))
+struct LoadBalancerTests {
+    @Test("two instances behind nginx: both answer, and with one stopped the other still says 100 OK")
+    func twoInstancesBehindNginx() async throws {
+        let sandbox = try Sandbox("dcverify-nginx")
+        defer { sandbox.remove() }
+        let first = try Tokens.startFixture(in: sandbox, name: "first")
+        let second = try Tokens.startFixture(in: sandbox, name: "second")
+        defer {
+            first.stop()
+            second.stop()
+        }
+        let prefix = sandbox.file("nginx")
+        try FileManager.default.createDirectory(atPath: prefix + "/logs", withIntermediateDirectories: true)
+        let port = try Self.freePort()
+        try sandbox.write(
+            "nginx/nginx.conf",
+            """
+            worker_processes 1;
+            pid \(prefix)/nginx.pid;
+            error_log \(prefix)/logs/error.log warn;
+            events { worker_connections 64; }
+            http {
+              access_log off;
+              client_body_temp_path \(prefix)/client_body;
+              proxy_temp_path \(prefix)/proxy;
+              fastcgi_temp_path \(prefix)/fastcgi;
+              uwsgi_temp_path \(prefix)/uwsgi;
+              scgi_temp_path \(prefix)/scgi;
+              upstream dcverify {
+                server 127.0.0.1:\(first.port) max_fails=1 fail_timeout=30s;
+                server 127.0.0.1:\(second.port) max_fails=1 fail_timeout=30s;
+                keepalive 4;
+              }
+              server {
+                listen 127.0.0.1:\(port);
+                location / {
+                  proxy_pass http://dcverify;
+                  proxy_http_version 1.1;
+                  proxy_set_header Connection "";
+                  proxy_next_upstream error timeout;
+                  proxy_connect_timeout 2s;
+                }
+              }
+            }
+            """)
+        let nginx = try SpawnedProcess(
+            try Self.nginxPath(), ["-p", prefix, "-c", prefix + "/nginx.conf", "-g", "daemon off;"],
+            environment: sandbox.environment, output: sandbox.file("nginx.out"))
+        defer {
+            nginx.kill(SIGQUIT)
+            if nginx.wait(timeout: .seconds(10)) == nil { nginx.kill() }
+        }
+        try await eventually(timeout: .seconds(30)) { (try? RawConnection(port: port)) != nil }
+
+        func verifyThroughNginx() throws -> RawResponse? {
+            try rawRequest(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)])
+        }
+        // Round robin: four requests reach both instances; each says 100 OK with the identity.
+        for _ in 0..<4 {
+            let response = try #require(try verifyThroughNginx())
+            #expect(response.status == 200)
+            #expect(response.values("X-Good-GD-AuthResponseCode") == ["100 OK"])
+            #expect(response.values("X-Good-GD-AuthChallenge") == [Tokens.challenge])
+        }
+        #expect(first.logText.contains("dc.code=100"), "the first instance answered nothing")
+        #expect(second.logText.contains("dc.code=100"), "the second instance answered nothing")
+
+        // One instance stops (gracefully, as a rolling restart does); the other carries on.
+        #expect(first.stop() == 0)
+        for _ in 0..<4 {
+            let response = try #require(try verifyThroughNginx())
+            #expect(response.status == 200)
+            #expect(response.values("X-Good-GD-AuthResponseCode") == ["100 OK"])
+        }
+        let refused = try #require(
+            try rawRequest(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.revoked)]))
+        #expect(refused.values("X-Good-GD-AuthResponseCode") == ["103 Revoked"])
+        #expect(refused.goodFields == ["X-Good-GD-AuthResponseCode"])
+    }
+
+    static func nginxPath() throws -> String {
+        for path in ["/usr/sbin/nginx", "/usr/bin/nginx"] where access(path, X_OK) == 0 { return path }
+        return try which("nginx")
+    }
+
+    /// A port that was free a moment ago (nginx cannot bind port 0 and say which it got).
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
+        }
+        guard bound else { throw POSIXError(.EADDRINUSE) }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+import TestSupport
+import Testing
+import VerificationService
+
+/// `GET /verifyGDAuthToken` through a real process and real sockets: the fixture answers from a
+/// table of fixed tokens (it stands in for AuthTokenVerifier until the lead wires that in).
+@Suite(.timeLimit(.minutes(3)))
+struct VerifyEndpointTests {
+    @Test("a genuine token: 200, 100 OK and the seven identity headers, names in their exact case")
+    func genuine() throws {
+        let sandbox = try Sandbox("verify-genuine")
+        defer { sandbox.remove() }
+        let service = try Tokens.startFixture(in: sandbox)
+        defer { service.stop() }
+        let response = try #require(
+            try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)]))
+        #expect(response.status == 200)
+        #expect(response.values("X-Good-GD-AuthResponseCode") == ["100 OK"])
+        #expect(response.values("X-Good-GD-AuthChallenge") == [Tokens.challenge])
+        #expect(response.values("X-Good-GD-Server") == ["app.example.com"])
+        #expect(response.values("X-Good-GD-UserID") == ["alice@example.com"])
+        #expect(response.values("X-Good-GD-AppID") == ["com.example.mail"])
+        #expect(response.values("X-Good-GD-ContainerID") == ["c-42"])
+        #expect(response.values("X-Good-GD-AuthTokenVersion") == ["1"])
+        #expect(response.values("X-Good-GD-AuthTokenCreationTime") == ["1760000000"])
+        // Exactly these eight, each once, and in exactly this case (app servers compare names
+        // case-sensitively).
+        #expect(
+            response.goodFields.sorted()
+                == (["X-Good-GD-AuthResponseCode"] + VerificationHeaders.identity).sorted())
+        // The sample app server parses the code with /([0-9]+)\s+/: digits, a space, text.
+        #expect(response.values("X-Good-GD-AuthResponseCode").first?.firstMatch(of: #/^[0-9]+ /#) != nil)
+    }
+
+    @Test("curl sees the same headers; a query string does not change the path")
+    func throughCurl() throws {
+        let sandbox = try Sandbox("verify-curl")
+        defer { sandbox.remove() }
+        let service = try Tokens.startFixture(in: sandbox)
+        defer { service.stop() }
+        let result = try curl(
+            ["-H", "X-Good-GD-AuthToken: \(Tokens.valid)", service.url("/verifyGDAuthToken?ignored=1")],
+            sandbox: sandbox)
+        #expect(result.status == 0, "\(result.stderrText)")
+        let response = try #require(RawResponse(result.stdout))
+        #expect(response.status == 200)
+        #expect(response.values("X-Good-GD-AuthResponseCode") == ["100 OK"])
+        #expect(response.values("X-Good-GD-AuthChallenge") == [Tokens.challenge])
+    }
+
+    @Test(
+        "an expired, revoked or unknown token: 200 with its code and no identity header",
+        arguments: [
+            (Tokens.expired, "102 Expired Token"), (Tokens.revoked, "103 Revoked"), ("nope", "101 Invalid Token"),
+        ]
+    )
+    func refused(token: String, code: String) throws {
+        let sandbox = try Sandbox("verify-refused")
+        defer { sandbox.remove() }
+        let service = try Tokens.startFixture(in: sandbox)
+        defer { service.stop() }
+        let response = try #require(
+            try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)]))
+        #expect(response.status == 200)
+        #expect(response.values("X-Good-GD-AuthResponseCode") == [code])
+        #expect(response.goodFields == ["X-Good-GD-AuthResponseCode"])
+    }
+
+    @Test("verifying twice gives the same answer (nothing is consumed)")
+    func idempotent() throws {
+        let sandbox = try Sandbox("verify-twice")
+        defer { sandbox.remove() }
+        let service = try Tokens.startFixture(in: sandbox)
+        defer { service.stop() }
+        let answers = try (0..<2).map { _ in
+            try #require(
+                try rawRequest(
+                    port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)]))
+        }
+        #expect(answers[0].values("X-Good-GD-AuthResponseCode") == ["100 OK"])
+        #expect(
+            answers[0].fields.filter { $0.name != "Date" }.map { "\($0)" }
+                == answers[1].fields.filter { $0.name != "Date" }.map { "\($0)" })
+    }
+
+    /// A request whose token header is wrong, described briefly in the test's name.
+    struct BadHeaders: Sendable, CustomTestStringConvertible {
+        var label: String
+        var headers: [(String, String)]
+        var testDescription: String { label }
+    }
+
+    static let badHeaders = [
+        BadHeaders(label: "missing", headers: []),
+        BadHeaders(
+            label: "repeated", headers: [("X-Good-GD-AuthToken", Tokens.valid), ("X-Good-GD-AuthToken", Tokens.valid)]),
+        BadHeaders(
+            label: "repeated, in another case",
+            headers: [("X-Good-GD-AuthToken", Tokens.valid), ("x-good-gd-authtoken", "x")]),
+        BadHeaders(label: "4097 bytes", headers: [("X-Good-GD-AuthToken", String(repeating: "a", count: 4097))]),
+        BadHeaders(
+            label: "20000 bytes (over the decoder's field limit)",
+            headers: [("X-Good-GD-AuthToken", String(repeating: "a", count: 20000))]),
+    ]
+
+    @Test(
+        "a missing, repeated or oversized token header: 400, no identity, the service lives on", arguments: badHeaders)
+    func badRequest(_ bad: BadHeaders) throws {
+        let (label, headers) = (bad.label, bad.headers)
+        let sandbox = try Sandbox("verify-bad")
+        defer { sandbox.remove() }
+        let service = try Tokens.startFixture(in: sandbox)
+        defer { service.stop() }
+        let response = try #require(try rawRequest(port: service.port, "/verifyGDAuthToken", headers: headers))
+        #expect(response.status == 400, "\(label)")
+        #expect(response.goodFields.isEmpty, "\(label)")
+        let health = try #require(try rawRequest(port: service.port, "/health"))
+        #expect(health.status == 200, "still serving after \(label)")
+    }
+
+    @Test("a 4096-byte token is within the limit (answered 200, here 101)")
+    func largestToken() throws {
+        let sandbox = try Sandbox("verify-4096")
+        defer { sandbox.remove() }
+        let service = try Tokens.startFixture(in: sandbox)
+        defer { service.stop() }
+        let response = try #require(
+            try rawRequest(
+                port: service.port, "/verifyGDAuthToken",
+                headers: [("X-Good-GD-AuthToken", String(repeating: "a", count: ServiceConfiguration.maximumTokenSize))]
+            ))
+        #expect(response.status == 200)
+        #expect(response.values("X-Good-GD-AuthResponseCode") == ["101 Invalid Token"])
+    }
+
+    @Test("the log says the outcome but never the token or the challenge, even at trace level")
+    func logsHoldNoSecrets() throws {
+        let sandbox = try Sandbox("verify-logs")
+        defer { sandbox.remove() }
+        let service = try Tokens.startFixture(in: sandbox, ["--log-level", "trace"])
+        for token in [Tokens.valid, Tokens.expired, "tok-unknown-secret"] {
+            _ = try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
+        }
+        _ = try rawRequest(
+            port: service.port, "/verifyGDAuthToken",
+            headers: [("X-Good-GD-AuthToken", Tokens.valid), ("X-Good-GD-AuthToken", Tokens.valid)])
+        #expect(service.stop() == 0)
+        let log = service.logText
+        #expect(log.contains("dc.code=100"), "\(log)")
+        #expect(log.contains("dc.code=102"))
+        #expect(log.contains("dc.status=400"))
+        for secret in [Tokens.valid, Tokens.expired, "tok-unknown-secret", Tokens.challenge, "7f3a"] {
+            #expect(!log.contains(secret), "the log holds '\(secret)'")
+        }
+    }
+}

@@ -237,8 +237,8 @@ let package = Package(
             dependencies: ["AuthTokens", "CredentialCoding", "DerivedCredentials", "TestSupport"],
             // Run by the tests with /usr/bin/python3: PyJWT as an independent peer.
             exclude: ["jws_oracle.py"]),
-        // Tests only: the verification service with a table verifier (fixed tokens → verdicts), run
-        // as a real process by VerificationServiceTests until the AuthTokens verifier is wired in.
+        // Tests only: the verification service with a table verifier whose verification can take
+        // seconds, run as a real process by the one test that needs a request still in flight.
         .executableTarget(
             name: "VerificationServiceFixture",
             dependencies: [

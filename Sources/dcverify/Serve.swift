@@ -124,20 +124,26 @@ struct Serve: AsyncParsableCommand {
         }
     }
 
-    /// The verifier the service asks, and what SIGHUP calls to re-read its revocation list.
-    ///
-    /// TODO(lead): wire `AuthTokenVerifier` here once the AuthTokens library has it: trusted issuing
-    /// keys from `issuers` (JWKS), the revocation list from `revocations`, and its reload as the
-    /// closure. Until then every token is refused with 101, but the files must exist.
+    /// The verifier the service asks, and what SIGHUP calls: the trusted issuing keys (a JWKS) and
+    /// the revocation list, each read now (an unreadable or malformed file is an error here) and
+    /// read again when it changes or on SIGHUP. A broken update keeps the last good list in force
+    /// and is logged.
     static func verifier(issuers: String, revocations: String, logger: Logger) throws -> (
         any TokenVerifying, @Sendable () -> Void
     ) {
-        for path in [issuers, revocations] where !FileManager.default.isReadableFile(atPath: path) {
-            throw DCError(
-                FileManager.default.fileExists(atPath: path) ? .permissionDenied : .fileNotFound, "cannot read",
-                subject: path)
+        let trusted = try Reloading(issuersAt: issuers)
+        let revoked = try Reloading(revocationsAt: revocations)
+        let reload: @Sendable () -> Void = {
+            for (name, read) in [("issuers", { try trusted.reload() }), ("revocations", { try revoked.reload() })] {
+                do {
+                    try read()
+                    logger.notice("re-read the \(name) file")
+                } catch {
+                    logger.error("kept the last good \(name): \(error)")
+                }
+            }
         }
-        return (RefusingVerifier(), { logger.notice("nothing to reload yet: the token verifier is not wired in") })
+        return (AuthTokenVerifier(issuers: trusted, revocations: revoked), reload)
     }
 
     static func logLevel(_ name: String) throws -> Logger.Level {
@@ -147,14 +153,6 @@ struct Serve: AsyncParsableCommand {
                 hint: "use trace, debug, info, notice, warning, error or critical")
         }
         return level
-    }
-}
-
-/// Refuses every token (101): stands in until the AuthTokens verifier is wired in (see
-/// `Serve.verifier`).
-struct RefusingVerifier: TokenVerifying {
-    func verify(_ token: String, now: Date) -> TokenVerdict {
-        TokenVerdict(.failure(.init(.invalid, "no token verifier is configured yet")))
     }
 }
 

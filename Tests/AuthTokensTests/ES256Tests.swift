@@ -5,7 +5,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("ES256 token keys (OpenSSL as the oracle)", .timeLimit(.minutes(3)))
+@Suite("ES256 token keys (OpenSSL as the oracle)", .ownThreads, .timeLimit(.minutes(3)))
 struct ES256Tests {
     let message = Array("eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ0ZXN0In0".utf8)
 
@@ -167,7 +167,7 @@ struct ES256Tests {
     }
 }
 
-@Suite("Base64URL, strict", .timeLimit(.minutes(1)))
+@Suite("Base64URL, strict", .ownThreads, .timeLimit(.minutes(1)))
 struct Base64URLTests {
     @Test("RFC 4648 vectors, and every length round-trips against Foundation's base64")
     func vectors() throws {

@@ -5,7 +5,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("Issuing delegations and making tokens", .timeLimit(.minutes(2)))
+@Suite("Issuing delegations and making tokens", .ownThreads, .timeLimit(.minutes(2)))
 struct IssuingTests {
     @Test("A delegation and a token round-trip through their text, with the documented headers and members")
     func roundTrip() throws {
@@ -142,7 +142,7 @@ struct IssuingTests {
     }
 }
 
-@Suite("Strict JSON (through signed delegations)", .timeLimit(.minutes(2)))
+@Suite("Strict JSON (through signed delegations)", .ownThreads, .timeLimit(.minutes(2)))
 struct StrictJSONTests {
     /// A change to an otherwise valid delegation payload, and what the refusal must say.
     struct Case: Sendable, CustomStringConvertible {

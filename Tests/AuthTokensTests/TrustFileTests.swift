@@ -5,7 +5,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("The revocation list and the JWKS of issuing keys", .timeLimit(.minutes(2)))
+@Suite("The revocation list and the JWKS of issuing keys", .ownThreads, .timeLimit(.minutes(2)))
 struct TrustFileTests {
     let list = RevocationList(
         issued: 1_767_225_600, revokedIssuerKeys: ["k2", "k1"], revokedDelegations: ["b", "a"],
@@ -97,7 +97,7 @@ struct TrustFileTests {
     }
 }
 
-@Suite("PyJWT as an independent peer", .timeLimit(.minutes(3)))
+@Suite("PyJWT as an independent peer", .ownThreads, .timeLimit(.minutes(3)))
 struct PyJWTTests {
     @Test("PyJWT verifies our delegation under the JWKS and our token under the delegation's cnf.jwk")
     func pyjwtVerifiesOurs() throws {
@@ -167,7 +167,7 @@ struct PyJWTTests {
     }
 }
 
-@Suite("The shared user id", .timeLimit(.minutes(2)))
+@Suite("The shared user id", .ownThreads, .timeLimit(.minutes(2)))
 struct SharedUserIDTests {
     let machine = "0123456789abcdef0123456789abcdef"
 

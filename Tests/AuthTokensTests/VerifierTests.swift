@@ -5,7 +5,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("The verifier: each check in order, with its code", .timeLimit(.minutes(3)))
+@Suite("The verifier: each check in order, with its code", .ownThreads, .timeLimit(.minutes(3)))
 struct VerifierTests {
     @Test("A genuine token is 100 OK with the identity, twice, with and without the cache")
     func genuine() throws {
@@ -267,7 +267,7 @@ struct VerifierTests {
     }
 }
 
-@Suite("The delegation cache and reloaded trust", .timeLimit(.minutes(2)))
+@Suite("The delegation cache and reloaded trust", .ownThreads, .timeLimit(.minutes(2)))
 struct VerifierStateTests {
     @Test("A cached delegation is still checked against the current trust and revocations")
     func cacheDoesNotSkipChecks() throws {

@@ -1,7 +1,7 @@
-// A verification service for the tests: the library's server with a table verifier, so that the
-// tests can see genuine (100), expired and revoked answers from a real process before the
-// AuthTokens verifier exists. It stands in for `dcverify serve` with AuthTokenVerifier until the
-// lead wires that in; then the tests can mint real tokens and run dcverify itself.
+// A verification service for the tests: the library's server with a table verifier. Every other
+// test runs `dcverify serve` with real tokens; this fake exists for what the real verifier cannot
+// do, a verification that takes seconds (`delay`), so that a request is still in flight when the
+// shutdown test sends SIGTERM.
 //
 //   VerificationServiceFixture --table FILE --port-file FILE [--request-timeout S]
 //       [--tls-certificate F --tls-key F] [--jwks F] [--log-level L]

@@ -1,9 +1,10 @@
+import AuthTokens
 import Foundation
 import TestSupport
 import Testing
 
 /// `dcverify` as an operator runs it: flags, the configuration file, the paths, TLS, errors.
-@Suite(.timeLimit(.minutes(3)))
+@Suite("dcverify serve: flags, the config file, exit statuses", .ownThreads, .timeLimit(.minutes(3)))
 struct DCVerifyCommandTests {
     @Test("--help documents every option and the configuration file")
     func help() throws {
@@ -87,6 +88,49 @@ struct DCVerifyCommandTests {
         service.process.kill(SIGHUP)
         try await eventually(timeout: .seconds(10)) { try served() == third }
         #expect(service.logText.contains("SIGHUP"))
+        #expect(service.stop() == 0)
+    }
+
+    @Test(
+        "the revocation list is re-read without a restart: a revoked delegation, a retired container, a revoked issuing key each turn a genuine token into 103; a broken list keeps the last good one"
+    )
+    func revocationReload() async throws {
+        let sandbox = try Sandbox("dcverify-revocations")
+        defer { sandbox.remove() }
+        let service = try Tokens.startService(in: sandbox)
+        defer { service.stop() }
+        func code() throws -> String? {
+            try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)])?
+                .values("X-Good-GD-AuthResponseCode").first
+        }
+        let token = try AuthToken(parsing: Tokens.valid)
+        let path = sandbox.file("revocations.json")
+        func publish(_ list: RevocationList) throws {
+            try list.write(to: path)  // atomically, as the provider writes it
+        }
+        #expect(try code() == "100 OK")
+        let lists = [
+            RevocationList(issued: 1, revokedDelegations: [token.delegation.claims.id]),
+            RevocationList(
+                issued: 2,
+                retiredContainers: [
+                    .init(appID: token.delegation.claims.appID, containerID: token.delegation.claims.containerID)
+                ]),
+            RevocationList(issued: 3, revokedIssuerKeys: [token.delegation.keyID]),
+        ]
+        for list in lists {
+            try publish(.empty)
+            try await eventually(timeout: .seconds(10)) { try code() == "100 OK" }
+            try publish(list)
+            try await eventually(timeout: .seconds(10)) { try code() == "103 Revoked" }
+        }
+        // A broken list does not empty the revocations: the last good one stays in force.
+        try sandbox.write("broken.json", "{\"v\":1,")
+        #expect(rename(sandbox.file("broken.json"), path) == 0)
+        try await Task.sleep(for: .milliseconds(1500))
+        service.process.kill(SIGHUP)
+        try await eventually(timeout: .seconds(10)) { service.logText.contains("kept the last good revocations") }
+        #expect(try code() == "103 Revoked")
         #expect(service.stop() == 0)
     }
 

@@ -4,14 +4,14 @@ import Testing
 
 /// The service is stateless, so instances scale out behind a load balancer: two of them behind a
 /// real nginx (Debian's, run unprivileged from a configuration in the sandbox).
-@Suite(.timeLimit(.minutes(3)))
+@Suite("Two dcverify instances behind nginx: any instance answers any token the same", .ownThreads, .timeLimit(.minutes(3)))
 struct LoadBalancerTests {
     @Test("two instances behind nginx: both answer, and with one stopped the other still says 100 OK")
     func twoInstancesBehindNginx() async throws {
         let sandbox = try Sandbox("dcverify-nginx")
         defer { sandbox.remove() }
-        let first = try Tokens.startFixture(in: sandbox, name: "first")
-        let second = try Tokens.startFixture(in: sandbox, name: "second")
+        let first = try Tokens.startService(in: sandbox, name: "first")
+        let second = try Tokens.startService(in: sandbox, name: "second")
         defer {
             first.stop()
             second.stop()

@@ -3,7 +3,7 @@ import TestSupport
 import Testing
 
 /// What a real server needs: TLS, limits on slow clients, graceful shutdown.
-@Suite(.timeLimit(.minutes(3)))
+@Suite("dcverify as a real server: TLS, limits, slow clients, SIGTERM, reload, logs", .ownThreads, .timeLimit(.minutes(3)))
 struct ServerHygieneTests {
     /// A self-signed certificate for localhost and 127.0.0.1, made by the openssl CLI.
     static func certificate(in sandbox: Sandbox) throws -> (certificate: String, key: String) {
@@ -158,7 +158,7 @@ struct ServerHygieneTests {
     func gracefulShutdown() async throws {
         let sandbox = try Sandbox("dcverify-sigterm")
         defer { sandbox.remove() }
-        let service = try Tokens.startFixture(in: sandbox)
+        let service = try Tokens.startSlowFixture(in: sandbox)
         let connection = try RawConnection(port: service.port)
         // The fixture takes 2 s to verify this token: the request is in flight when SIGTERM comes.
         connection.send("GET /verifyGDAuthToken HTTP/1.1\r\nHost: x\r\nX-Good-GD-AuthToken: \(Tokens.slow)\r\n\r\n")

@@ -1,3 +1,5 @@
+import AuthTokens
+import CredentialCoding
 import Foundation
 import TestSupport
 import Testing
@@ -199,42 +201,91 @@ func curl(_ arguments: [String], sandbox: Sandbox) throws -> ProcessResult {
     try sandbox.run(try which("curl"), ["-sS", "-i", "--max-time", "20"] + arguments, timeout: 40)
 }
 
-/// The table the fixture verifies with (see Tests/VerificationServiceFixture): fixed token
-/// strings that stand in for real tokens until AuthTokenVerifier is wired in.
+/// Real tokens, made once per test process with the AuthTokens issuing API (a provider's issuing
+/// key signs a delegation for a client's token key, which signs the token), and the files that
+/// make `dcverify` trust that issuing key and revoke one delegation.
 enum Tokens {
-    static let valid = "tok-valid.Ab_9-~"
     static let challenge = "challenge 7f3a: one use"
-    static let expired = "tok-expired"
-    static let revoked = "tok-revoked"
+    /// 100 OK: issued now, valid for the tokens' ten minutes.
+    static var valid: String { made.valid }
+    /// 102 Expired Token: made two hours ago under a delegation that ended an hour ago.
+    static var expired: String { made.expired }
+    /// 103 Revoked: its delegation's id is in the revocation list.
+    static var revoked: String { made.revoked }
+    /// The valid token's creation time, as X-Good-GD-AuthTokenCreationTime says it.
+    static var created: String { String(made.created) }
+    /// A token the test-only fixture takes two seconds to verify (see `startSlowFixture`).
     static let slow = "tok-slow"
 
-    static let table = """
-        {
-          "\(valid)": {"code": 100, "challenge": "\(challenge)", "server": "app.example.com",
-                       "user": "alice@example.com", "app": "com.example.mail", "container": "c-42",
-                       "created": 1760000000},
-          "\(expired)": {"code": 102},
-          "\(revoked)": {"code": 103},
-          "\(slow)": {"code": 100, "challenge": "slow", "server": "s", "user": "u", "app": "a", "container": "c",
-                      "created": 1, "delay": 2}
-        }
-        """
+    private struct Made: Sendable {
+        let issuers: [UInt8]
+        let revocations: [UInt8]
+        let valid: String
+        let expired: String
+        let revoked: String
+        let created: Int64
+    }
 
-    /// Starts the fixture with the table in `sandbox`.
-    static func startFixture(
-        in sandbox: Sandbox, name: String = "fixture", _ extra: [String] = []
+    private static let made: Made = {
+        do {
+            let issuing = try TokenSigningKey.generate()
+            let client = try TokenSigningKey.generate()
+            let now = Date()
+            func delegation(at time: Date) throws -> Delegation {
+                try Delegation.issue(
+                    issuer: "org.example.provider", userID: "alice@example.com", appID: "com.example.mail",
+                    containerID: "c-42", tokenKey: client.publicKey, issuingKey: issuing, now: time, lifetime: 3600)
+            }
+            let current = try delegation(at: now)
+            let valid = try AuthToken.make(
+                challenge: challenge, serverName: "app.example.com", delegation: current, tokenKey: client, now: now)
+            let old = try delegation(at: now - 7200)
+            let expired = try AuthToken.make(
+                challenge: "old", serverName: "app.example.com", delegation: old, tokenKey: client, now: now - 7100)
+            let withdrawn = try delegation(at: now)
+            let revoked = try AuthToken.make(
+                challenge: "revoked", serverName: "app.example.com", delegation: withdrawn, tokenKey: client, now: now)
+            return Made(
+                issuers: TrustedIssuers([issuing.publicKey]).jwks(),
+                revocations: RevocationList(
+                    issued: Int64(now.timeIntervalSince1970), revokedDelegations: [withdrawn.claims.id]
+                ).json(),
+                valid: valid.compact, expired: expired.compact, revoked: revoked.compact,
+                created: valid.claims.issuedAt)
+        } catch {
+            fatalError("cannot make the test tokens: \(error)")
+        }
+    }()
+
+    /// Writes the issuing keys and the revocation list into `sandbox`: the arguments that name them.
+    static func files(in sandbox: Sandbox) throws -> [String] {
+        let issuers = try sandbox.write("issuers.jwks", String(decoding: made.issuers, as: UTF8.self))
+        let revocations = try sandbox.write("revocations.json", String(decoding: made.revocations, as: UTF8.self))
+        return ["--issuers", issuers, "--revocations", revocations]
+    }
+
+    /// Starts `dcverify serve` on a free port in `sandbox`, trusting the tokens' issuing key.
+    static func startService(
+        in sandbox: Sandbox, name: String = "dcverify", _ extra: [String] = []
     ) throws -> RunningService {
-        let table = try sandbox.write("table.json", table)
-        return try RunningService.start(
-            Binaries.verificationServiceFixture, ["--table", table] + extra, in: sandbox, name: name)
+        try RunningService.start(
+            Binaries.dcverify, ["serve", "--listen", "127.0.0.1:0"] + files(in: sandbox) + extra, in: sandbox,
+            name: name)
+    }
+
+    /// Starts the test-only fixture: the same service library with a table verifier that takes two
+    /// seconds over ``slow``. A fake, because a real verification takes a tenth of a millisecond
+    /// and a test of shutdown needs a request that is still in flight when SIGTERM comes.
+    static func startSlowFixture(in sandbox: Sandbox) throws -> RunningService {
+        let table = try sandbox.write(
+            "table.json",
+            """
+            {"\(slow)": {"code": 100, "challenge": "slow", "server": "s", "user": "u", "app": "a", "container": "c",
+                        "created": 1, "delay": 2}}
+            """)
+        return try RunningService.start(Binaries.verificationServiceFixture, ["--table", table], in: sandbox)
     }
 }
 
-/// The files dcverify needs (until the AuthTokens verifier is wired in it only checks they exist).
-func verifierFiles(in sandbox: Sandbox) throws -> [String] {
-    let issuers = try sandbox.write("issuers.jwks", #"{"keys":[]}"#)
-    let revocations = try sandbox.write(
-        "revocations.json",
-        #"{"v":1,"issued":0,"revokedIssuerKeys":[],"revokedDelegations":[],"retiredContainers":[]}"#)
-    return ["--issuers", issuers, "--revocations", revocations]
-}
+/// The files dcverify needs: the tokens' issuing key and revocation list.
+func verifierFiles(in sandbox: Sandbox) throws -> [String] { try Tokens.files(in: sandbox) }

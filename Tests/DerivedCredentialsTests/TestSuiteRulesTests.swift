@@ -67,6 +67,16 @@ struct TestSuiteRulesTests {
         }
     }
 
+    @Test("Every suite in a file that uses the SoftHSM tokens takes turns with the others (.softHSM)")
+    func softHSMTurns() {
+        for file in Self.testFiles
+        where file.text.contains(/SoftHSM\.[a-zA-Z]/) && !file.path.hasPrefix("Tests/TestSupport/") {
+            for suite in Self.suiteAttributes(in: file.text) {
+                #expect(suite.contains(".softHSM"), "\(file.path): @Suite\(suite) has no .softHSM")
+            }
+        }
+    }
+
     @Test("Tests that block do not take threads from each other: more blocked tasks than cores all run")
     func blockedTasksRun() async {
         // Each task blocks its thread until all have started. On the concurrency pool (one thread

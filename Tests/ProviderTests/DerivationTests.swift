@@ -87,7 +87,7 @@ private final class SpyCA: CertifyingProvider, @unchecked Sendable {
     }
 }
 
-@Suite("SP 800-157 derivation from a card whose keys cannot leave it", .ownThreads, .timeLimit(.minutes(3)))
+@Suite("SP 800-157 derivation from a card whose keys cannot leave it", .ownThreads, .softHSM, .timeLimit(.minutes(3)))
 struct DerivationTests {
     /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
     /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.

@@ -11,7 +11,7 @@ private let hsm = SoftHSM.shared
 /// test touches the fixture before anything loads the module.
 private func prepared() -> SoftHSM { hsm }
 
-@Suite("PKCS#11 discovery through p11-kit (SoftHSM2 as the card)", .ownThreads, .timeLimit(.minutes(5)))
+@Suite("PKCS#11 discovery through p11-kit (SoftHSM2 as the card)", .ownThreads, .softHSM, .timeLimit(.minutes(5)))
 struct PKCS11DiscoveryTests {
     /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
     /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.

@@ -15,7 +15,7 @@ private func request(_ options: [String: [String]], pin: String? = SoftHSM.userP
         passphrase: pin.map { FixedPassphrase(SecretBytes(Array($0.utf8))) } ?? NoPassphrase())
 }
 
-@Suite("PKCS#11 provider: keys to PKCS#8 where the token allows it", .ownThreads, .timeLimit(.minutes(3)))
+@Suite("PKCS#11 provider: keys to PKCS#8 where the token allows it", .ownThreads, .softHSM, .timeLimit(.minutes(3)))
 struct PKCS11ProviderTests {
     /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
     /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.
@@ -78,7 +78,9 @@ struct PKCS11ProviderTests {
     }
 }
 
-@Suite("PKCS#11 provider: choosing certificates (PIV layout, ids, object URIs)", .ownThreads, .timeLimit(.minutes(3)))
+@Suite(
+    "PKCS#11 provider: choosing certificates (PIV layout, ids, object URIs)", .ownThreads, .softHSM,
+    .timeLimit(.minutes(3)))
 struct PKCS11SelectionTests {
     /// Swift Testing makes a suite value per test: every test here prepares the SoftHSM fixture
     /// (and SOFTHSM2_CONF) before it can load the module, whatever runs first in the process.

@@ -5,7 +5,9 @@ import Testing
 /// The operator's whole path with a SoftHSM token standing in for the card: `tokens`, then `send`
 /// to a real managed client through real scheme handlers — once exporting the keys, once deriving
 /// new ones (SP 800-157) — with the PIN in a file and in no output.
-@Suite("From dcprovision tokens to a credential installed in the managed client", .ownThreads, .timeLimit(.minutes(5)))
+@Suite(
+    "From dcprovision tokens to a credential installed in the managed client", .ownThreads, .softHSM,
+    .timeLimit(.minutes(5)))
 struct CardToClientTests {
     final class Sandbox {
         let directory: TemporaryDirectory

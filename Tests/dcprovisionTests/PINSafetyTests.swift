@@ -5,7 +5,8 @@ import Testing
 /// PIN safety through the real CLI and a real module path: SoftHSM2 wrapped by the test-only
 /// fault-injecting module (SoftHSM never reports FINAL_TRY or LOCKED, and has no PIN pad). Every
 /// case counts the C_Login calls the token saw.
-@Suite("PIN safety: flags read before C_Login, never a retry", .serialized, .ownThreads, .timeLimit(.minutes(3)))
+@Suite(
+    "PIN safety: flags read before C_Login, never a retry", .serialized, .ownThreads, .softHSM, .timeLimit(.minutes(3)))
 struct PINSafetyTests {
     static let faultModule = Binaries.directory + "/libDCFaultPKCS11.so"
     static let uri = "pkcs11:token=PIN%20Card;type=private"
@@ -118,7 +119,7 @@ struct PINSafetyTests {
 
 /// Card faults other than PIN state, through the fault-injecting module: the error says what
 /// happened and nothing is written.
-@Suite("Card faults: a clean error and no partial output", .ownThreads, .timeLimit(.minutes(3)))
+@Suite("Card faults: a clean error and no partial output", .ownThreads, .softHSM, .timeLimit(.minutes(3)))
 struct CardFaultTests {
     @Test(
         "A session closed under us mid-read (card reset) is exit 69 naming CKR_SESSION_HANDLE_INVALID; the output directory stays empty",

@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("dcprovision tokens and objects", .ownThreads, .timeLimit(.minutes(5)))
+@Suite("dcprovision tokens and objects", .ownThreads, .softHSM, .timeLimit(.minutes(5)))
 struct TokenCommandTests {
     private func dcprovision(_ arguments: [String], stdin: [UInt8]? = nil) throws -> ProcessResult {
         let hsm = SoftHSM.shared

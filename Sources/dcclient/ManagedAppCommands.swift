@@ -147,7 +147,7 @@ extension DCClient {
                     throw DCError(
                         .fileNotFound, "the pasteboard is empty", hint: "copy first: dcclient pasteboard copy")
                 }
-                Array(text.utf8).withUnsafeBytes { StandardStream.output.write(bytes: $0) }
+                StandardStream.output.write(text)
             }
         }
     }

@@ -4,7 +4,9 @@ import Testing
 
 /// The service is stateless, so instances scale out behind a load balancer: two of them behind a
 /// real nginx (Debian's, run unprivileged from a configuration in the sandbox).
-@Suite("Two dcverify instances behind nginx: any instance answers any token the same", .ownThreads, .timeLimit(.minutes(3)))
+@Suite(
+    "Two dcverify instances behind nginx: any instance answers any token the same", .ownThreads, .timeLimit(.minutes(3))
+)
 struct LoadBalancerTests {
     @Test("two instances behind nginx: both answer, and with one stopped the other still says 100 OK")
     func twoInstancesBehindNginx() async throws {

@@ -3,7 +3,8 @@ import TestSupport
 import Testing
 
 /// What a real server needs: TLS, limits on slow clients, graceful shutdown.
-@Suite("dcverify as a real server: TLS, limits, slow clients, SIGTERM, reload, logs", .ownThreads, .timeLimit(.minutes(3)))
+@Suite(
+    "dcverify as a real server: TLS, limits, slow clients, SIGTERM, reload, logs", .ownThreads, .timeLimit(.minutes(3)))
 struct ServerHygieneTests {
     /// A self-signed certificate for localhost and 127.0.0.1, made by the openssl CLI.
     static func certificate(in sandbox: Sandbox) throws -> (certificate: String, key: String) {

@@ -152,7 +152,9 @@ struct VerifyEndpointTests {
         #expect(log.contains("dc.status=400"))
         // Not the tokens, nor any of their parts (each signature and payload of a real token).
         let parts = [Tokens.valid, Tokens.expired].flatMap { $0.split(whereSeparator: { "~.".contains($0) }) }
-        for secret in [Tokens.valid, Tokens.expired, "tok-unknown-secret", Tokens.challenge, "7f3a"] + parts.map(String.init) {
+        for secret in [Tokens.valid, Tokens.expired, "tok-unknown-secret", Tokens.challenge, "7f3a"]
+            + parts.map(String.init)
+        {
             #expect(!log.contains(secret), "the log holds '\(secret)'")
         }
     }

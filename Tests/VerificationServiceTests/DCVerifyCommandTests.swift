@@ -26,7 +26,7 @@ struct DCVerifyCommandTests {
         #expect(try sandbox.run(Binaries.dcverify, ["--version"]).status == 0)
     }
 
-    @Test("health, JWKS, 404 and 405; every token refused (101) until the real verifier is wired in")
+    @Test("health, JWKS, 404 and 405; a genuine token is 100 OK and junk 101 from dcverify itself")
     func paths() throws {
         let sandbox = try Sandbox("dcverify-paths")
         defer { sandbox.remove() }
@@ -50,6 +50,9 @@ struct DCVerifyCommandTests {
             #expect(response.status == 405, "\(method)")
             #expect(response.valuesIgnoringCase("Allow") == ["GET"])
         }
+        let genuine = try #require(
+            try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)]))
+        #expect(genuine.values("X-Good-GD-AuthResponseCode") == ["100 OK"])
         let verify = try #require(
             try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", "abc")]))
         #expect(verify.status == 200)

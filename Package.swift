@@ -77,7 +77,8 @@ let package = Package(
 
         // Delivery: the URL messages, the sealed canonical payload, the spool.
         .target(
-            name: "CredentialDelivery", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
+            name: "CredentialDelivery",
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "AuthTokens"]),
 
         // freedesktop x-scheme-handler registration, resolution and launch.
         .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials", "SystemSupport"]),
@@ -227,7 +228,7 @@ let package = Package(
             name: "ManagedClientTests",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "CredentialCoding", "SystemSupport", "TestCAProvider",
-                "TestSupport",
+                "TestSupport", "AuthTokens",
             ],
             // Run by the tests with python3 from the source tree: the secure-file format's oracle.
             exclude: ["secure_file_oracle.py"]

@@ -138,6 +138,11 @@ extension CredentialService {
             return record
         }
         progress("policy \(record.policy.sequence) for \(record.clientId): \(record.policy.state)")
+        if record.policy.state == .retired {
+            // At once, whether or not the app hears of it: its tokens stop verifying.
+            try revokeTokens(ofRetired: record.clientId, scheme: registration.scheme)
+            progress("its auth tokens are revoked: \(revocationsPath)")
+        }
         guard registration.servicesAvailable else {
             progress("queued: it goes out when the client announces availability (newest wins)")
             return PolicyReceipt(record: record, sent: false)

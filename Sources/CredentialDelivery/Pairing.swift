@@ -132,7 +132,7 @@ public enum PinnedKeys {
 
     /// The contents of `path`, or nil when there is none; `refusal` when it is not a regular file
     /// of this user that no one else may read or write, or is `limit` bytes or more.
-    private static func privateFile(_ path: String, limit: Int, else refusal: DCError) throws -> Data? {
+    static func privateFile(_ path: String, limit: Int, else refusal: DCError) throws -> Data? {
         var info = stat()
         guard lstat(path, &info) == 0 else { return nil }
         guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o077 == 0,

@@ -1,3 +1,4 @@
+import AuthTokens
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
@@ -308,6 +309,42 @@ struct AuthorizationTests {
         await #expect(throws: DCError.self) {
             _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
         }
+    }
+
+    @Test(
+        "Retiring a client revokes its auth tokens at once: the provider's revocation list retires its container, under the issuing key a verifier trusts"
+    )
+    func retireRevokesTokens() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let service = world.service
+        let issuing = try service.issuingKey()
+        // The trust files exist before any token does, so a verification service can start.
+        #expect(try TrustedIssuers.load(from: service.issuersPath) == TrustedIssuers([issuing.publicKey]))
+        #expect(try RevocationList.load(from: service.revocationsPath).retiredContainers.isEmpty)
+        #expect(try service.issuingKey().publicKey == issuing.publicKey)  // made once
+        // A token for this client's container, issued with the provider's key.
+        let tokenKey = try TokenSigningKey.generate()
+        let delegation = try Delegation.issue(
+            issuer: "org.example.provider", userID: "alice", appID: "org.example.dcclient", containerID: "dcclient",
+            tokenKey: tokenKey.publicKey, issuingKey: issuing, now: Date())
+        let token = try AuthToken.make(
+            challenge: "c", serverName: "s", delegation: delegation, tokenKey: tokenKey, now: Date())
+        func verdict() throws -> String {
+            let verifier = AuthTokenVerifier(
+                issuers: try TrustedIssuers.load(from: service.issuersPath),
+                revocations: try RevocationList.load(from: service.revocationsPath))
+            return verifier.verify(token.compact, now: Date()).responseCode
+        }
+        #expect(try verdict() == "100 OK")
+        try await world.setPolicy { $0.state = .unauthorized }
+        try await world.setPolicy { $0.state = .authorized }
+        #expect(try verdict() == "100 OK")  // only retire is for good
+        try await world.setPolicy { $0.state = .retired }
+        #expect(try verdict() == "103 Revoked")
+        // The key never reaches a verifier: only its public half is in the files it reads.
+        let published = try String(contentsOfFile: service.issuersPath, encoding: .utf8)
+        #expect(!published.contains("\"d\""))
     }
 
     @Test(

@@ -77,8 +77,9 @@ public struct CredentialService: Sendable {
     }
 
     /// Pairs with the client registered for `clientScheme`: pins its message-signing key, so that
-    /// its `new` and `available` messages are acted on from now on, and records whether it may
-    /// make the provider use a card unattended. Pairing again replaces the pin (after a client was
+    /// its `new` and `available` messages are acted on from now on, and its auth-token key, the
+    /// only one the provider will certify for it; and records whether it may make the provider use
+    /// a card unattended. Pairing again replaces the pin (after a client was
     /// set up afresh). This is the operator's decision; no URL can make it. A paired client is
     /// managed: its policy (``ClientPolicy``) starts `authorized` and goes out with the next message.
     public func pair(clientScheme: String, allowCardRequests: Bool = false, cardRequestsPerHour: Int = 4) throws
@@ -98,9 +99,12 @@ public struct CredentialService: Sendable {
         guard (1...3600).contains(cardRequestsPerHour) else {
             throw DCError(.usage, "the card request limit must be 1 to 3600 an hour")
         }
+        // Checked now: a registration with a malformed token key is not paired.
+        let tokenKey = try registration.tokenPublicKey()
         let pairing = ClientPairing(
             clientId: registration.clientId, scheme: registration.scheme, signingKey: key,
-            allowCardRequests: allowCardRequests, cardRequestsPerHour: cardRequestsPerHour)
+            allowCardRequests: allowCardRequests, cardRequestsPerHour: cardRequestsPerHour,
+            tokenKey: tokenKey.map { Data($0.uncompressedPoint).base64EncodedString() })
         // The client is managed from now on: authorized, a policy that goes out with the next
         // message to it (a retired client is refused here).
         try startManaging(registration, signingKey: key)

@@ -21,11 +21,15 @@ public struct ClientPairing: Codable, Sendable, Equatable {
     public var cardRequestsPerHour: Int
     /// When the operator paired the client.
     public var paired: Date
+    /// The client's auth-token key as its registration showed it at pairing (base64 of the P-256
+    /// point): the only key the provider certifies for the client's tokens. Nil for a client set
+    /// up before auth tokens.
+    public var tokenKey: String?
 
     /// A pairing with these values.
     public init(
         clientId: String, scheme: String, signingKey: String, allowCardRequests: Bool = false,
-        cardRequestsPerHour: Int = 4, paired: Date = Date()
+        cardRequestsPerHour: Int = 4, paired: Date = Date(), tokenKey: String? = nil
     ) {
         self.clientId = clientId
         self.scheme = scheme
@@ -33,6 +37,7 @@ public struct ClientPairing: Codable, Sendable, Equatable {
         self.allowCardRequests = allowCardRequests
         self.cardRequestsPerHour = cardRequestsPerHour
         self.paired = paired
+        self.tokenKey = tokenKey
     }
 
     /// The raw public key, or nil when the stored text is not base64 of 32 bytes.

@@ -35,6 +35,10 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
     /// The client's Ed25519 message-signing public key, base64 of 32 bytes: it signs the client's
     /// `new` and `available` messages. Absent in registrations of protocol 1 clients.
     public var signingKey: String?
+    /// The client's P-256 auth-token key, base64 of its 65-byte uncompressed point: the provider
+    /// certifies it in the delegations behind the client's auth tokens. Absent in registrations of
+    /// clients set up before auth tokens.
+    public var tokenKey: String?
 
     /// The delivery protocol version this build speaks.
     public static let currentProtocol = 2
@@ -43,7 +47,7 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
     /// `signingKey` (raw Ed25519) as base64.
     public init(
         protocolVersion: Int = currentProtocol, clientId: String, scheme: String, executable: String,
-        certificate: Certificate, signingKey: [UInt8], spool: String, status: String
+        certificate: Certificate, signingKey: [UInt8], tokenKey: TokenPublicKey? = nil, spool: String, status: String
     ) {
         self.protocolVersion = protocolVersion
         self.clientId = clientId
@@ -51,6 +55,7 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
         self.executable = executable
         self.certificate = Data(certificate.derBytes).base64EncodedString()
         self.signingKey = PinnedKeys.encode(signingKey)
+        self.tokenKey = tokenKey.map { Data($0.uncompressedPoint).base64EncodedString() }
         self.spool = spool
         self.status = status
     }
@@ -64,6 +69,19 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
                 hint: "the client publishes it again with dcclient register")
         }
         return try CredentialReader().certificate(der: Array(der), source: "client registration")
+    }
+
+    /// The client's auth-token key, or nil when the registration has none; `DCError.Code.invalid`
+    /// when it is there but not a P-256 point.
+    public func tokenPublicKey() throws -> TokenPublicKey? {
+        guard let tokenKey else { return nil }
+        guard let point = Data(base64Encoded: tokenKey), let key = try? TokenPublicKey(uncompressedPoint: Array(point))
+        else {
+            throw DCError(
+                .invalid, "the client registration's token key is not a P-256 point",
+                hint: "the client publishes it again with dcclient register")
+        }
+        return key
     }
 
     /// Whether the client's secure services are available now: it said so, and the unlocked

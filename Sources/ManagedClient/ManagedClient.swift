@@ -13,6 +13,7 @@ import SystemSupport
 ///   store/client-key              the client's private key, sealed under the store key
 ///   store/client.pem              its certificate (deliveries are sealed to it)
 ///   store/signing-key             the client's Ed25519 message-signing key, sealed under the store key
+///   store/token-key               the client's P-256 auth-token key, sealed under the store key
 ///   store/provider.json           the provider's signing key, pinned when the user first asked it
 ///   store/credential              the installed credential, sealed under the store key
 ///   store/credential.sequence     the delivery number of the installed credential (no rollback)
@@ -69,6 +70,9 @@ public struct ManagedClient: Sendable {
         var providerScheme: String
         /// The public half of the client's message-signing key, base64 (published in the registration).
         var signingKey: String?
+        /// The public half of the client's auth-token key, base64 of the P-256 point (published in
+        /// the registration); nil for a client set up before auth tokens.
+        var tokenKey: String?
     }
 
     // MARK: - Setup
@@ -110,9 +114,11 @@ public struct ManagedClient: Sendable {
                 hint: "use 1 to 64 lowercase letters, digits and -, not starting with -")
         }
         let signingKey = try MessageSigningKey.generate()
+        let tokenKey = try TokenSigningKey.generate()
         let config = Config(
             clientId: clientId, scheme: scheme.lowercased(), providerScheme: providerScheme.lowercased(),
-            signingKey: PinnedKeys.encode(signingKey.publicKey))
+            signingKey: PinnedKeys.encode(signingKey.publicKey),
+            tokenKey: Data(tokenKey.publicKey.uncompressedPoint).base64EncodedString())
         let wrappedJSON = try JSONSerialization.data(withJSONObject: [
             "salt": Data(salt).base64EncodedString(), "iterations": Self.iterations,
             "sealed": Data(wrapped).base64EncodedString(),
@@ -128,6 +134,12 @@ public struct ManagedClient: Sendable {
             .bytes(
                 try AtRest.seal(
                     signingKey.privateKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "signing-key")),
+            mode: 0o600)
+        try files.add(
+            "token-key",
+            .bytes(
+                try AtRest.seal(
+                    tokenKey.privateKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "token-key")),
             mode: 0o600)
         try files.add("client.pem", .bytes(PEM.certificate(certificate)), mode: 0o644)
         try files.add("client.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
@@ -162,7 +174,10 @@ public struct ManagedClient: Sendable {
         try Registrations.publish(
             ClientRegistration(
                 clientId: config.clientId, scheme: config.scheme, executable: executable, certificate: certificate,
-                signingKey: signingKey, spool: spool.directory, status: statusFile),
+                signingKey: signingKey,
+                tokenKey: try config.tokenKey.flatMap { Data(base64Encoded: $0) }.map {
+                    try TokenPublicKey(uncompressedPoint: Array($0))
+                }, spool: spool.directory, status: statusFile),
             at: locations.clientRegistration(config.scheme))
         _ = try pinnedProvider(pinning: true)
     }
@@ -331,6 +346,12 @@ public struct ManagedClient: Sendable {
             client: config.clientId, time: Int64(time), signature: ""
         )
         .signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
+    }
+
+    /// The client's auth-token key (sealed under the store key: only while unlocked).
+    func tokenKey() throws -> TokenSigningKey {
+        try TokenSigningKey(
+            pkcs8DER: try AtRest.open(try bytes(store + "/token-key"), key: try storeKey(), context: "token-key"))
     }
 
     func signingKey() throws -> MessageSigningKey {

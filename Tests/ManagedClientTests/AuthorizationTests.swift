@@ -312,6 +312,33 @@ struct AuthorizationTests {
     }
 
     @Test(
+        "Pairing pins the client's auth-token key from its registration; its private half is sealed in the store and usable only while unlocked"
+    )
+    func tokenKeyPinned() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let registration = try #require(
+            try Registrations.read(
+                ClientRegistration.self, at: world.locations.clientRegistration("org.example.dcclient")))
+        let published = try #require(try registration.tokenPublicKey())
+        let pairing = try #require(try world.service.pairing(clientId: "dcclient"))
+        #expect(pairing.tokenKey == Data(published.uncompressedPoint).base64EncodedString())
+        let key = try world.client.tokenKey()
+        #expect(key.publicKey == published)
+        // Sealed: the store file does not hold the private key's PKCS#8.
+        let sealed = try #require(
+            FileManager.default.contents(atPath: world.locations.dataHome + "/dcclient/store/token-key"))
+        let pkcs8 = key.privateKey.withPKCS8DER { Array($0) }
+        #expect(Array(sealed).firstRange(of: pkcs8.suffix(32)) == nil)
+        try world.client.lock()
+        #expect(throws: DCError.self) { try world.client.tokenKey() }
+        // A registration whose token key is not a P-256 point is not paired.
+        var broken = registration
+        broken.tokenKey = Data([4] + [UInt8](repeating: 7, count: 64)).base64EncodedString()
+        #expect(throws: DCError.self) { try broken.tokenPublicKey() }
+    }
+
+    @Test(
         "Retiring a client revokes its auth tokens at once: the provider's revocation list retires its container, under the issuing key a verifier trusts"
     )
     func retireRevokesTokens() async throws {

@@ -125,22 +125,14 @@ public struct ManagedClient: Sendable {
         ])
         var files = AtomicFileSet(directory: store)
         try files.add("wrapped-key.json", .bytes(Array(wrappedJSON)), mode: 0o600)
-        try files.add(
-            "client-key",
-            .bytes(try AtRest.seal(clientKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "client-key")),
-            mode: 0o600)
-        try files.add(
-            "signing-key",
-            .bytes(
-                try AtRest.seal(
-                    signingKey.privateKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "signing-key")),
-            mode: 0o600)
-        try files.add(
-            "token-key",
-            .bytes(
-                try AtRest.seal(
-                    tokenKey.privateKey.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: "token-key")),
-            mode: 0o600)
+        // Each private key sealed under the store key, in the file of its name (also its context).
+        for (name, key) in [
+            ("client-key", clientKey), ("signing-key", signingKey.privateKey), ("token-key", tokenKey.privateKey),
+        ] {
+            try files.add(
+                name, .bytes(try AtRest.seal(key.withPKCS8DER { SecretBytes($0) }, key: storeKey, context: name)),
+                mode: 0o600)
+        }
         try files.add("client.pem", .bytes(PEM.certificate(certificate)), mode: 0o644)
         try files.add("client.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
         try files.commit()
@@ -350,13 +342,16 @@ public struct ManagedClient: Sendable {
 
     /// The client's auth-token key (sealed under the store key: only while unlocked).
     func tokenKey() throws -> TokenSigningKey {
-        try TokenSigningKey(
-            pkcs8DER: try AtRest.open(try bytes(store + "/token-key"), key: try storeKey(), context: "token-key"))
+        try TokenSigningKey(pkcs8DER: try sealedPrivateKey("token-key"))
     }
 
     func signingKey() throws -> MessageSigningKey {
-        try MessageSigningKey(
-            pkcs8DER: try AtRest.open(try bytes(store + "/signing-key"), key: try storeKey(), context: "signing-key"))
+        try MessageSigningKey(pkcs8DER: try sealedPrivateKey("signing-key"))
+    }
+
+    /// The PKCS#8 of the private key sealed under the store key in `store/<name>` (`initialize`).
+    private func sealedPrivateKey(_ name: String) throws -> SecretBytes {
+        try AtRest.open(try bytes(store + "/" + name), key: try storeKey(), context: name)
     }
 
     /// The outcome of handling a delivery URL, and the result URL to send back (if any).

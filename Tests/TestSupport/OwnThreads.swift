@@ -18,20 +18,26 @@ extension Trait where Self == OwnThreads {
 /// holds only a thread of its own, and the concurrency pool stays free for the tasks that need it.
 /// Unstructured tasks a test starts (`Task { … }`) still run on the concurrency pool, as an app's
 /// would.
-public struct OwnThreads: SuiteTrait, TestTrait, TestScoping {
+public struct OwnThreads: TestCaseScoping {
+    /// Runs `function` with ``BlockingThreads/shared`` as its task executor preference.
+    public func provideScope(
+        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
+        try await withTaskExecutorPreference(BlockingThreads.shared) { try await function() }
+    }
+}
+
+/// A suite trait that wraps each test case of its suite and of the suites nested in it, never a
+/// suite as a whole: what ``OwnThreads`` and ``SoftHSMTurns`` share.
+public protocol TestCaseScoping: SuiteTrait, TestTrait, TestScoping {}
+
+extension TestCaseScoping {
     /// Applies to the tests of nested suites too.
     public var isRecursive: Bool { true }
 
     /// Scopes each test case; a suite itself needs nothing.
     public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
         testCase == nil ? nil : self
-    }
-
-    /// Runs `function` with ``BlockingThreads/shared`` as its task executor preference.
-    public func provideScope(
-        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
-    ) async throws {
-        try await withTaskExecutorPreference(BlockingThreads.shared) { try await function() }
     }
 }
 

@@ -15,15 +15,7 @@ extension Trait where Self == SoftHSMTurns {
 /// general error (`CKR_GENERAL_ERROR`). A smart card has no such race (the reader serialises), and
 /// the tests compare listings with peer tools, so the tests that use the tokens take turns
 /// instead of tolerating it. Swift Testing's own `.serialized` works only within one suite.
-public struct SoftHSMTurns: SuiteTrait, TestTrait, TestScoping {
-    /// Applies to the tests of nested suites too.
-    public var isRecursive: Bool { true }
-
-    /// Scopes each test case; a suite itself needs nothing.
-    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
-        testCase == nil ? nil : self
-    }
-
+public struct SoftHSMTurns: TestCaseScoping {
     /// Runs `function` when no other test with this trait runs.
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void

@@ -55,19 +55,7 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
     /// Reads the file now and, when it is good, makes it the value. Throws (and keeps the old
     /// value) when it cannot be read or is malformed.
     public func reload() throws {
-        let stamp = FileStamp(path)
-        do {
-            let value = try load(path)
-            lock.withLock {
-                current = value
-                self.stamp = stamp
-                failure = nil
-            }
-        } catch {
-            let reported = error as? DCError ?? DCError(.invalid, "\(error)", subject: path)
-            lock.withLock { failure = reported }
-            throw reported
-        }
+        try read(FileStamp(path))
     }
 
     /// Why the last reading failed, while the value from an earlier one is still in force; nil
@@ -83,6 +71,13 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
         defer { lock.withLock { checking = false } }
         let stamp = FileStamp(path)
         guard lock.withLock({ stamp != self.stamp }) else { return }
+        try? read(stamp)
+    }
+
+    /// Reads the file, whose look is `stamp`, and makes it the value. When it cannot be read or is
+    /// malformed, keeps the last good value, remembers `stamp` (so that the same broken file is
+    /// not read again every second) and why, and throws that.
+    private func read(_ stamp: FileStamp?) throws {
         do {
             let value = try load(path)
             lock.withLock {
@@ -91,13 +86,12 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
                 failure = nil
             }
         } catch {
-            // Keep the last good value; remember this stamp so the same broken file is not read
-            // again every second, and say why.
             let reported = error as? DCError ?? DCError(.invalid, "\(error)", subject: path)
             lock.withLock {
                 self.stamp = stamp
                 failure = reported
             }
+            throw reported
         }
     }
 }

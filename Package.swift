@@ -97,12 +97,13 @@ let package = Package(
             name: "ManagedClient",
             dependencies: [
                 "DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystemShims",
+                "AuthTokens", "SchemeHandlers",
             ]),
         .executableTarget(
             name: "dcclient",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "SchemeHandlers", "DerivedCredentials", "SystemSupport",
-                "CredentialCoding",
+                "CredentialCoding", "AuthTokens",
                 "CommandLineSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

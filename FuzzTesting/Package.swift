@@ -24,6 +24,7 @@ let package = Package(
         .executableTarget(name: "FuzzAvailableMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(name: "FuzzPolicyMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(name: "FuzzAckMessage", dependencies: ["FuzzMessageHarness"]),
+        .executableTarget(name: "FuzzDelegationMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(
             name: "FuzzDeliveryPayload",
             dependencies: [

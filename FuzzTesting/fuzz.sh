@@ -14,7 +14,7 @@ if [ $# -gt 0 ]; then
   shift
 fi
 all=(FuzzCredentialReader FuzzDeliveryURL FuzzNewMessage FuzzDeliverMessage FuzzResultMessage FuzzAvailableMessage
-  FuzzPolicyMessage FuzzAckMessage FuzzDeliveryPayload)
+  FuzzPolicyMessage FuzzAckMessage FuzzDelegationMessage FuzzDeliveryPayload)
 targets=("$@"); [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 for target in "${targets[@]}"; do
   [[ " ${all[*]} " == *" $target "* ]] || { echo "fuzz.sh: unknown target '$target' (${all[*]})" >&2; exit 2; }

@@ -142,12 +142,17 @@ extension CredentialService {
             // At once, whether or not the app hears of it: its tokens stop verifying.
             try revokeTokens(ofRetired: record.clientId, scheme: registration.scheme)
             progress("its auth tokens are revoked: \(revocationsPath)")
+        } else if record.policy.state != .authorized {
+            // At once as well: the delegations it holds stop verifying (103 Revoked).
+            let count = try revokeDelegations(of: record.clientId)
+            if count > 0 { progress("its \(count) auth-token delegation(s) are revoked: \(revocationsPath)") }
         }
         guard registration.servicesAvailable else {
             progress("queued: it goes out when the client announces availability (newest wins)")
             return PolicyReceipt(record: record, sent: false)
         }
         try await pushPolicy(to: registration, progress: progress)
+        if record.policy.state == .authorized { await offerDelegation(to: registration, progress: progress) }
         return PolicyReceipt(record: try policyRecord(clientId: record.clientId) ?? record, sent: true)
     }
 

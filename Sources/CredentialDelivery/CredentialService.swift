@@ -1,3 +1,4 @@
+import AuthTokens
 import CredentialCoding
 import DerivedCredentials
 import Foundation
@@ -82,9 +83,12 @@ public struct CredentialService: Sendable {
     /// a card unattended. Pairing again replaces the pin (after a client was
     /// set up afresh). This is the operator's decision; no URL can make it. A paired client is
     /// managed: its policy (``ClientPolicy``) starts `authorized` and goes out with the next message.
-    public func pair(clientScheme: String, allowCardRequests: Bool = false, cardRequestsPerHour: Int = 4) throws
-        -> ClientPairing
-    {
+    ///
+    /// `userID` is the user the client's auth tokens name; nil names the user running the provider
+    /// (``ClientPairing/defaultUserID``). It must be printable ASCII (it travels in an HTTP header).
+    public func pair(
+        clientScheme: String, allowCardRequests: Bool = false, cardRequestsPerHour: Int = 4, userID: String? = nil
+    ) throws -> ClientPairing {
         guard try support(clientScheme: clientScheme) == .present else {
             throw DCError(
                 .oldClient, "the client registered for \(clientScheme): speaks an older delivery protocol",
@@ -99,12 +103,16 @@ public struct CredentialService: Sendable {
         guard (1...3600).contains(cardRequestsPerHour) else {
             throw DCError(.usage, "the card request limit must be 1 to 3600 an hour")
         }
+        if let userID {
+            guard !userID.isEmpty else { throw DCError(.usage, "the user id is empty") }
+            try HeaderText.check(userID, what: "the user id", maximumLength: HeaderText.maximumIdentityLength)
+        }
         // Checked now: a registration with a malformed token key is not paired.
         let tokenKey = try registration.tokenPublicKey()
         let pairing = ClientPairing(
             clientId: registration.clientId, scheme: registration.scheme, signingKey: key,
             allowCardRequests: allowCardRequests, cardRequestsPerHour: cardRequestsPerHour,
-            tokenKey: tokenKey.map { Data($0.uncompressedPoint).base64EncodedString() })
+            tokenKey: tokenKey.map { Data($0.uncompressedPoint).base64EncodedString() }, userID: userID)
         // The client is managed from now on: authorized, a policy that goes out with the next
         // message to it (a retired client is refused here).
         try startManaging(registration, signingKey: key)
@@ -126,7 +134,7 @@ public struct CredentialService: Sendable {
             .acknowledgement(let id, _, _, _, _, let sent, _):
             client = id
             time = sent
-        case .deliver, .result, .policy:
+        case .deliver, .result, .policy, .delegation:
             throw DCError(
                 .invalid, "not a client's signed message", hint: "only new, available and ack are signed by clients")
         }
@@ -431,6 +439,8 @@ public struct CredentialService: Sendable {
             progress("the client is not authorized: queued credentials stay queued")
             return []
         }
+        // A fresh auth-token delegation with every notice: one that unlocks daily never runs out.
+        await offerDelegation(to: current, progress: progress)
         var sent: [String] = []
         var failure: Error?
         for record in ledger.recent(limit: 1000).reversed() where record.queuedURL != nil && record.outcome == nil {

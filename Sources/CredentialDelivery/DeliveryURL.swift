@@ -2,7 +2,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 
-/// The six messages of the conversation, as URLs. They are world-readable (a launched
+/// The seven messages of the conversation, as URLs. They are world-readable (a launched
 /// handler's argv is in `/proc/PID/cmdline`), so they carry only a version, single-use ids, a
 /// time or sequence number, a status, and a digest, MAC or signature — never a secret. Parsing is
 /// strict: `scheme:/path` with no authority, the exact parameters in the order written here, each
@@ -25,6 +25,10 @@ import Foundation
 /// - `<provider-scheme>:/ack?v=2&client=ID&seq=N&of=SUBJECT&policy=STATE&message=B64&time=N&sig=HEX128`
 ///   — the app's acknowledgement of policy `seq` (`of=auth` or `of=fileio`, ``PolicySubject``):
 ///   `applied`, `error` or `unsupported` (``PolicyState``), with its message; signed like `new`.
+/// - `<client-scheme>:/delegation?v=2&client=ID&id=HEX32&digest=HEX64&time=N&sig=HEX128` — the
+///   provider's auth-token delegation with the id `id` is in the client's spool as `<id>.dlg`,
+///   with this SHA-256; signed with the provider's key at `time`. A delegation is too long for a
+///   URL (and names the user), so only its digest travels in one.
 ///
 /// A signature covers ``signingInput(scheme:)``: a fixed context line, then the URL as written
 /// without its `&sig=` parameter, so it binds the scheme, the path and every value.
@@ -45,6 +49,9 @@ public enum DeliveryMessage: Sendable, Equatable {
     case acknowledgement(
         client: String, sequence: UInt64, subject: PolicySubject, state: PolicyState, message: String, time: Int64,
         signature: String)
+    /// A provider tells a client that its auth-token delegation `id` is in its spool as `<id>.dlg`,
+    /// with this SHA-256 in hex, signed at `time`.
+    case delegation(client: String, id: String, digest: String, time: Int64, signature: String)
 
     /// The protocol version every URL carries as `v=2`; any other is refused.
     public static let version = "2"
@@ -53,7 +60,8 @@ public enum DeliveryMessage: Sendable, Equatable {
     /// What every signature starts with, so that no signature made for another purpose can pass.
     public static let signingContext = "derived-credentials delivery v2\n"
 
-    /// The URL path without its slash: `new`, `available`, `deliver`, `result`, `policy` or `ack`.
+    /// The URL path without its slash: `new`, `available`, `deliver`, `result`, `policy`, `ack` or
+    /// `delegation`.
     public var path: String {
         switch self {
         case .new: "new"
@@ -62,6 +70,7 @@ public enum DeliveryMessage: Sendable, Equatable {
         case .result: "result"
         case .policy: "policy"
         case .acknowledgement: "ack"
+        case .delegation: "delegation"
         }
     }
 
@@ -88,6 +97,11 @@ public enum DeliveryMessage: Sendable, Equatable {
             [
                 ("v", Self.version), ("client", client), ("seq", String(sequence)), ("of", subject.rawValue),
                 ("policy", state.description), ("message", PolicyText.encode(message)), ("time", String(time)),
+                ("sig", signature),
+            ]
+        case .delegation(let client, let id, let digest, let time, let signature):
+            [
+                ("v", Self.version), ("client", client), ("id", id), ("digest", digest), ("time", String(time)),
                 ("sig", signature),
             ]
         }
@@ -117,7 +131,8 @@ public enum DeliveryMessage: Sendable, Equatable {
     public var signature: String? {
         switch self {
         case .new(_, _, _, let signature), .available(_, _, let signature), .deliver(_, _, _, _, let signature),
-            .policy(_, _, _, let signature), .acknowledgement(_, _, _, _, _, _, let signature):
+            .policy(_, _, _, let signature), .acknowledgement(_, _, _, _, _, _, let signature),
+            .delegation(_, _, _, _, let signature):
             signature
         case .result: nil
         }
@@ -140,6 +155,8 @@ public enum DeliveryMessage: Sendable, Equatable {
             return .acknowledgement(
                 client: client, sequence: sequence, subject: subject, state: state, message: message, time: time,
                 signature: signature)
+        case .delegation(let client, let id, let digest, let time, _):
+            return .delegation(client: client, id: id, digest: digest, time: time, signature: signature)
         case .result:
             return self
         }
@@ -232,6 +249,11 @@ public enum DeliveryMessage: Sendable, Equatable {
                 state: PolicyState(name: try take("policy", { PolicyState(name: $0) != nil }))!,
                 message: PolicyText.decode(try take("message", { PolicyText.decode($0) != nil }))!,
                 time: Int64(try take("time", isNumber))!, signature: try take("sig", { isHex($0, 128) }))
+        case "delegation":
+            message = .delegation(
+                client: try take("client", isIdentifier), id: try take("id", { isHex($0, 32) }),
+                digest: try take("digest", { isHex($0, 64) }), time: Int64(try take("time", isNumber))!,
+                signature: try take("sig", { isHex($0, 128) }))
         default:
             throw refuse("unknown path '\(path.escapingControlCharacters)'")
         }

@@ -25,11 +25,20 @@ public struct ClientPairing: Codable, Sendable, Equatable {
     /// point): the only key the provider certifies for the client's tokens. Nil for a client set
     /// up before auth tokens.
     public var tokenKey: String?
+    /// The user the client's auth tokens name (their `X-Good-GD-UserID`), as the operator gave it
+    /// at pairing; nil means ``defaultUserID``.
+    public var userID: String?
+
+    /// The user id of a pairing that names none: the login name of the user running the provider.
+    public static var defaultUserID: String {
+        guard let entry = getpwuid(geteuid()), let name = entry.pointee.pw_name else { return "user-\(geteuid())" }
+        return String(cString: name)
+    }
 
     /// A pairing with these values.
     public init(
         clientId: String, scheme: String, signingKey: String, allowCardRequests: Bool = false,
-        cardRequestsPerHour: Int = 4, paired: Date = Date(), tokenKey: String? = nil
+        cardRequestsPerHour: Int = 4, paired: Date = Date(), tokenKey: String? = nil, userID: String? = nil
     ) {
         self.clientId = clientId
         self.scheme = scheme
@@ -38,6 +47,7 @@ public struct ClientPairing: Codable, Sendable, Equatable {
         self.cardRequestsPerHour = cardRequestsPerHour
         self.paired = paired
         self.tokenKey = tokenKey
+        self.userID = userID
     }
 
     /// The raw public key, or nil when the stored text is not base64 of 32 bytes.

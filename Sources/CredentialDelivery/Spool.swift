@@ -4,7 +4,7 @@ import Foundation
 import SystemSupport
 
 /// The client's spool: a 0700 directory where the provider drops sealed payloads as 0600 files
-/// named `<request>.cms`, written atomically (`AtomicFileSet`: `O_EXCL|O_NOFOLLOW`, fsync,
+/// named `<request>.cms` (and auth-token delegations as `<id>.dlg`, ``Kind``), written atomically (`AtomicFileSet`: `O_EXCL|O_NOFOLLOW`, fsync,
 /// publish, fsync the directory). The client reads one only if it is a regular file (not a
 /// symlink), owned by the client's user, readable by nobody else, under the size cap, and its
 /// SHA-256 is the digest in the delivery URL.
@@ -14,31 +14,58 @@ public struct Spool: Sendable {
     /// The largest sealed payload written or read: 8 MiB.
     public static let maximumFileSize = 8 << 20
 
+    /// What a spool file holds, which names its extension and caps its size.
+    public enum Kind: Sendable {
+        /// A sealed delivery payload, `<request>.cms`, at most ``Spool/maximumFileSize``.
+        case sealedPayload
+        /// An auth-token delegation (a compact JWS), `<id>.dlg`, at most 4 KiB.
+        case delegation
+
+        /// The file name's extension.
+        public var fileExtension: String {
+            switch self {
+            case .sealedPayload: "cms"
+            case .delegation: "dlg"
+            }
+        }
+
+        /// The largest such file written or read.
+        public var maximumSize: Int {
+            switch self {
+            case .sealedPayload: Spool.maximumFileSize
+            case .delegation: 4096
+            }
+        }
+    }
+
     /// The spool in `directory`; nothing touches the disk until it is used.
     public init(directory: String) {
         self.directory = directory
     }
 
-    /// Where the payload for `request` is (or would be): `<directory>/<request>.cms`.
-    public func path(request: String) -> String { (directory as NSString).appendingPathComponent("\(request).cms") }
+    /// Where the file for `request` is (or would be): `<directory>/<request>.cms` for a sealed
+    /// payload, `<directory>/<request>.dlg` for a delegation.
+    public func path(request: String, kind: Kind = .sealedPayload) -> String {
+        (directory as NSString).appendingPathComponent("\(request).\(kind.fileExtension)")
+    }
 
-    /// Writes a sealed payload; returns its SHA-256 as hex.
-    public func write(_ sealed: [UInt8], request: String) throws -> String {
-        guard sealed.count <= Self.maximumFileSize else {
+    /// Writes a sealed payload (or another `kind` of file); returns its SHA-256 as hex.
+    public func write(_ sealed: [UInt8], request: String, kind: Kind = .sealedPayload) throws -> String {
+        guard sealed.count <= kind.maximumSize else {
             throw DCError(
-                .inputTooLarge, "the sealed payload is larger than the spool's limit",
+                .inputTooLarge, "the spool file is larger than the spool's limit",
                 hint: "send fewer escrow history pairs")
         }
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
-        try files.add("\(request).cms", .bytes(sealed), mode: 0o600)
+        try files.add("\(request).\(kind.fileExtension)", .bytes(sealed), mode: 0o600)
         try files.commit()
         return Digests.hex(Digests.sha256(sealed))
     }
 
     /// Reads and checks a spool file against the digest from the URL.
-    public func read(request: String, digest: String) throws -> [UInt8] {
-        let path = path(request: request)
+    public func read(request: String, digest: String, kind: Kind = .sealedPayload) throws -> [UInt8] {
+        let path = path(request: request, kind: kind)
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
             switch errno {
@@ -73,7 +100,7 @@ public struct Spool: Sendable {
                 "the spool file is readable or writable by others (mode \(String(info.st_mode & 0o777, radix: 8)))",
                 subject: path, hint: "nothing was installed; remove it and ask the provider to send again")
         }
-        guard Int(info.st_size) <= Self.maximumFileSize else {
+        guard Int(info.st_size) <= kind.maximumSize else {
             throw DCError(.inputTooLarge, "the spool file is too large", subject: path)
         }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
@@ -99,6 +126,6 @@ public struct Spool: Sendable {
         return sealed
     }
 
-    /// Deletes the payload for `request`, if any; never fails.
-    public func remove(request: String) { unlink(path(request: request)) }
+    /// Deletes the file for `request`, if any; never fails.
+    public func remove(request: String, kind: Kind = .sealedPayload) { unlink(path(request: request, kind: kind)) }
 }

@@ -17,7 +17,7 @@ struct DCClient: AsyncParsableCommand {
         version: Toolkit.version,
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
-            Unlock.self, Status.self, Files.self, Pasteboard.self,
+            Unlock.self, Status.self, Files.self, Pasteboard.self, Token.self, SharedUserIDCommand.self,
         ])
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
@@ -157,7 +157,8 @@ extension DCClient {
 
     struct HandleURL: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
-            commandName: "handle-url", abstract: "The x-scheme-handler entry point (deliveries and policies).")
+            commandName: "handle-url",
+            abstract: "The x-scheme-handler entry point (deliveries, policies and auth-token delegations).")
         @Argument var url: String
         @Flag(help: "Install the delivery even if it is older than the installed credential (a rollback).")
         var allowOlder = false
@@ -165,8 +166,14 @@ extension DCClient {
 
         func run() async throws {
             let client = ManagedClient()
-            if case .policy = try DeliveryMessage.parse(url, scheme: try client.setUpScheme()) {
-                return try await DCClient.handlePolicy(url, client: client)
+            switch try DeliveryMessage.parse(url, scheme: try client.setUpScheme()) {
+            case .policy: return try await DCClient.handlePolicy(url, client: client)
+            case .delegation:
+                let delegation = try client.handleDelegation(url)
+                return Console.say(
+                    "dcclient: auth-token delegation \(delegation.claims.id) kept, valid until \(ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(delegation.claims.expires))))"
+                )
+            default: break
             }
             let handled = try client.handleDelivery(url, allowOlder: allowOlder)
             if handled.replay {

@@ -100,15 +100,20 @@ struct Pair: AsyncParsableCommand, OutputCommand {
     @Flag(help: "Let this client's requests use a card source unattended.") var allowCardRequests = false
     @Option(help: ArgumentHelp("At most N card requests from this client an hour (1–3600).", valueName: "n"))
     var cardRequestsPerHour = 4
+    @Option(
+        help: ArgumentHelp(
+            "The user the client's auth tokens name (printable ASCII; default: the login name running dcprovision).",
+            valueName: "id"))
+    var userId: String?
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
         let config = try ProviderConfig.load()
         let pairing = try service(brand: config.brand, scheme: config.scheme).pair(
             clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), allowCardRequests: allowCardRequests,
-            cardRequestsPerHour: cardRequestsPerHour)
+            cardRequestsPerHour: cardRequestsPerHour, userID: userId)
         Console.say(
-            "paired with client \(pairing.clientId) (\(pairing.scheme):); card requests \(pairing.allowCardRequests ? "allowed, at most \(pairing.cardRequestsPerHour) an hour" : "not allowed")"
+            "paired with client \(pairing.clientId) (\(pairing.scheme):) for user \(pairing.userID ?? ClientPairing.defaultUserID); card requests \(pairing.allowCardRequests ? "allowed, at most \(pairing.cardRequestsPerHour) an hour" : "not allowed")"
         )
     }
 }
@@ -177,7 +182,7 @@ struct HandleURL: AsyncParsableCommand, OutputCommand {
             if subject == .authState, record.policy.state == .retired, sequence == record.policy.sequence {
                 Console.say("dcprovision: client \(client) is retired; its pairing has ended")
             }
-        case .deliver, .policy:
+        case .deliver, .policy, .delegation:
             throw DCError(
                 .invalid, "a \(message.path) URL sent to the provider",
                 hint: "deliveries go to the client's scheme: check which scheme each program registered")

@@ -21,7 +21,8 @@ struct FuzzSeedTests {
         }
         #expect(
             harnesses.sorted() == [
-                "FuzzAckMessage", "FuzzAvailableMessage", "FuzzCredentialReader", "FuzzDeliverMessage",
+                "FuzzAckMessage", "FuzzAvailableMessage", "FuzzCredentialReader", "FuzzDelegationMessage",
+                "FuzzDeliverMessage",
                 "FuzzDeliveryPayload", "FuzzDeliveryURL", "FuzzNewMessage", "FuzzPolicyMessage", "FuzzResultMessage",
             ])
         for harness in harnesses {

@@ -23,7 +23,7 @@ struct DeliveryFuzzSeedTests {
         do {
             message = try DeliveryMessage.parse(text, scheme: fuzzScheme)
         } catch is DCError {
-            // A seed is named after the message it holds (new, deliver, result, available, policy, ack): it must parse.
+            // A seed is named after the message it holds (new, deliver, result, available, policy, ack, delegation): it must parse.
             #expect(input.isCrasher, "the seed \(input.name) is refused")
             return
         }
@@ -35,9 +35,10 @@ struct DeliveryFuzzSeedTests {
     }
 
     /// The per-message harnesses' inputs: the query of one message kind (FuzzMessageHarness).
-    static let messageInputs: [FuzzInput] = ["New", "Deliver", "Result", "Available", "Policy", "Ack"].flatMap {
-        FuzzInputs.all("Fuzz\($0)Message")
-    }
+    static let messageInputs: [FuzzInput] = ["New", "Deliver", "Result", "Available", "Policy", "Ack", "Delegation"]
+        .flatMap {
+            FuzzInputs.all("Fuzz\($0)Message")
+        }
 
     @Test(
         "Fuzz*Message: a query is parsed or refused; what parses round-trips and no signature verifies under a key nobody holds",

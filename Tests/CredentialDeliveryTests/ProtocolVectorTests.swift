@@ -131,6 +131,33 @@ struct ProtocolVectorTests {
         #expect(policyURL.utf8.count <= DeliveryMessage.maximumLength)
     }
 
+    @Test(
+        "URLs: the signed delegation notice parses back to itself, verifies under the key, and is refused when altered")
+    func delegationURL() throws {
+        let key = try MessageSigningKey(pkcs8DER: SecretBytes(try #require(Self.bytes(hex: Self.rfc8032PKCS8))))
+        let message = try DeliveryMessage.delegation(
+            client: "dcclient", id: Self.request, digest: Digests.hex(Digests.sha256(Array("dlg".utf8))),
+            time: Self.time, signature: ""
+        ).signed(with: key, scheme: "org.example.dcclient")
+        let url = message.url(scheme: "org.example.dcclient")
+        #expect(
+            url.hasPrefix(
+                "org.example.dcclient:/delegation?v=2&client=dcclient&id=00112233445566778899aabbccddeeff&digest="))
+        #expect(try DeliveryMessage.parse(url, scheme: "org.example.dcclient") == message)
+        #expect(message.isSigned(by: key.publicKey, scheme: "org.example.dcclient"))
+        #expect(!message.isSigned(by: key.publicKey, scheme: "org.example.other"))
+        let altered = url.replacingOccurrences(of: "id=0011", with: "id=0012")
+        #expect(
+            !(try DeliveryMessage.parse(altered, scheme: "org.example.dcclient")).isSigned(
+                by: key.publicKey, scheme: "org.example.dcclient"))
+        for broken in [
+            url.replacingOccurrences(of: "&time=", with: "&when="), url.replacingOccurrences(of: "id=00", with: "id="),
+            url + "&extra=1", url.replacingOccurrences(of: "v=2&client=dcclient&", with: "client=dcclient&v=2&"),
+        ] {
+            #expect(throws: DCError.self) { try DeliveryMessage.parse(broken, scheme: "org.example.dcclient") }
+        }
+    }
+
     @Test("Result MAC")
     func resultMAC() {
         #expect(

@@ -30,6 +30,8 @@ struct World {
     let deliveries = Box()
     /// The policy URLs the provider opened.
     let policies = Box()
+    /// The delegation URLs the provider opened.
+    let delegations = Box()
 
     /// A client and a provider set up as `dcclient init`, `dcprovision register` and (when
     /// `paired`) `dcprovision pair` leave them: each has pinned the other's signing key.
@@ -52,6 +54,7 @@ struct World {
         let client = client
         let deliveries = deliveries
         let policies = policies
+        let delegations = delegations
         var serviceBox: CredentialService?
         let holder = ServiceHolder()
         service = try CredentialService(
@@ -68,6 +71,12 @@ struct World {
                     try await client.secureFileIOPolicyApplied(.applied, send: send)
                 }
                 try await client.authStateApplied(.applied, send: send)
+                return
+            }
+            // An auth-token delegation is kept by the client (AuthTokenClientTests).
+            if url.contains(":/delegation?") {
+                delegations.append(url)
+                try client.handleDelegation(url)
                 return
             }
             deliveries.append(url)

@@ -1,0 +1,5 @@
+// libFuzzer entry point: any bytes as the query of a `delegation` message (docs/PROTOCOL.md).
+import FuzzMessageHarness
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ start: UnsafeRawPointer, _ count: Int) -> CInt { fuzzMessage(path: "delegation", start, count) }

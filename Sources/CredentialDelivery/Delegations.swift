@@ -1,0 +1,102 @@
+import AuthTokens
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+import SystemSupport
+
+/// The delegations a provider issued to one client that have not expired yet, by id, so that
+/// unauthorizing or retiring the client can revoke them all at once.
+/// `$XDG_STATE_HOME/dcprovision/delegations/<client-id>.json`.
+struct DelegationRecord: Codable, Sendable, Equatable {
+    /// The id (`jti`) and expiry (seconds since 1970) of each delegation issued.
+    var issued: [String: Int64] = [:]
+}
+
+/// Auth-token delegations: what lets a client make auth tokens that a verification service
+/// accepts. The provider issues one (``Delegation``, at most a day long, signed with its issuing
+/// key) for the client's pinned token key whenever the client is authorized and its secure
+/// services are available (a policy push, an availability notice), so an app that unlocks at
+/// least daily always holds a valid one. It travels as a spool file (`<id>.dlg`) named by a
+/// signed `delegation` URL. Unauthorizing or retiring the client revokes every delegation it holds.
+extension CredentialService {
+    var delegationsDirectory: String { stateDirectory + "/delegations" }
+    func delegationRecordPath(_ clientId: String) -> String { delegationsDirectory + "/\(clientId).json" }
+
+    /// Issues a delegation for the client registered for `registration.scheme` and opens it at the
+    /// client. Returns nil (and sends nothing) when the client pinned no token key at pairing (an
+    /// older client). Throws `notAuthorized` for a client that is not authorized.
+    @discardableResult
+    public func sendDelegation(
+        to registration: ClientRegistration, now: Date = Date(), progress: @Sendable (String) -> Void = { _ in }
+    ) async throws -> Delegation? {
+        guard let pairing = try pairing(clientId: registration.clientId),
+            let pinned = pairing.tokenKey.flatMap({ Data(base64Encoded: $0) })
+        else { return nil }
+        try checkAuthorized(registration)
+        try checkHandler(registration)
+        let delegation = try Delegation.issue(
+            issuer: callbackScheme, userID: pairing.userID ?? ClientPairing.defaultUserID,
+            appID: registration.scheme, containerID: registration.clientId,
+            tokenKey: try TokenPublicKey(uncompressedPoint: Array(pinned)), issuingKey: try issuingKey(), now: now)
+        // Recorded before it goes out: a delegation that reached the client can always be revoked.
+        try updateDelegationRecord(registration.clientId, now: now) {
+            $0.issued[delegation.claims.id] = delegation.claims.expires
+        }
+        let spool = Spool(directory: registration.spool)
+        let digest = try spool.write(Array(delegation.compact.utf8), request: delegation.claims.id, kind: .delegation)
+        let url = try DeliveryMessage.delegation(
+            client: registration.clientId, id: delegation.claims.id, digest: digest,
+            time: Int64(now.timeIntervalSince1970), signature: ""
+        ).signed(with: try signingKey(), scheme: registration.scheme).url(scheme: registration.scheme)
+        progress(
+            "auth-token delegation \(delegation.claims.id) for \(registration.clientId), valid until \(Date(timeIntervalSince1970: TimeInterval(delegation.claims.expires)))"
+        )
+        do {
+            try await open(url, registration)
+        } catch {
+            spool.remove(request: delegation.claims.id, kind: .delegation)
+            throw error
+        }
+        return delegation
+    }
+
+    /// ``sendDelegation(to:now:progress:)`` where a failure is reported, not thrown: a client that
+    /// cannot take a delegation now still gets its policy and its credentials.
+    func offerDelegation(to registration: ClientRegistration, progress: @Sendable (String) -> Void) async {
+        do {
+            try await sendDelegation(to: registration, progress: progress)
+        } catch {
+            progress("no auth-token delegation sent: \(error)")
+        }
+    }
+
+    /// Revokes every unexpired delegation issued to `clientId` for every verification service; the
+    /// client's tokens then answer 103 Revoked. Returns how many were revoked.
+    @discardableResult
+    func revokeDelegations(of clientId: String, now: Date = Date()) throws -> Int {
+        var revoked: [String] = []
+        try updateDelegationRecord(clientId, now: now) {
+            revoked = Array($0.issued.keys)
+            $0.issued = [:]
+        }
+        guard !revoked.isEmpty else { return 0 }
+        _ = try issuingKey()
+        try updateRevocations { $0.revokedDelegations.formUnion(revoked) }
+        return revoked.count
+    }
+
+    /// Changes the delegation record of `clientId` under its lock, dropping the expired ones first.
+    private func updateDelegationRecord(_ clientId: String, now: Date, _ change: (inout DelegationRecord) -> Void)
+        throws
+    {
+        try AtomicFileSet.ensureDirectory(delegationsDirectory)
+        let path = delegationRecordPath(clientId)
+        try FileLock.withExclusiveLock(at: path + ".lock") { _ in
+            var record = try PinnedKeys.read(DelegationRecord.self, at: path) ?? DelegationRecord()
+            let seconds = Int64(now.timeIntervalSince1970)
+            record.issued = record.issued.filter { $0.value > seconds }
+            change(&record)
+            try PinnedKeys.write(record, to: path)
+        }
+    }
+}

@@ -1,0 +1,184 @@
+import AuthTokens
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import SchemeHandlers
+import SystemSupport
+
+/// Auth tokens: what an app sends its application server to prove which managed user and app it
+/// is, bound to a challenge the server chose (``authToken(challenge:serverName:now:send:)``).
+///
+/// A token is made here, with the client's P-256 token key (sealed in the store, so only while
+/// secure services are available), under the provider's *delegation*: a statement signed with
+/// the provider's issuing key that certifies that key for this app and user for a day at most.
+/// The provider sends a fresh delegation whenever the client is authorized and announces
+/// availability; the client keeps the newest in `store/delegation`.
+extension ManagedClient {
+    var delegationFile: String { store + "/delegation" }
+    /// A delegation closer than this to its expiry is renewed before a token is made.
+    static let delegationRenewalMargin: Int64 = 3600
+
+    /// Handles `<scheme>:/delegation…`: checks the URL's signature by the pinned provider and the
+    /// spool file's digest, then that the delegation is for this client and its token key and
+    /// valid now, and keeps it unless the one kept is newer. Returns the delegation kept.
+    @discardableResult
+    public func handleDelegation(_ url: String, now: Date = Date()) throws -> Delegation {
+        let config = try config()
+        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
+        guard case .delegation(let client, let id, let digest, _, _) = message else {
+            throw DCError(.invalid, "not a delegation URL", hint: "delegations are <client-scheme>:/delegation?… URLs")
+        }
+        guard client == config.clientId else {
+            throw DCError(
+                .refusedMessage, "a delegation for another client (\(client))",
+                hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
+        }
+        try verifyProviderSignature(message, config: config, subject: id)
+        if let policy = try currentPolicy(), policy.state != .authorized {
+            spool.remove(request: id, kind: .delegation)
+            throw DCError(.notAuthorized, "the app is \(policy.state); the delegation was not kept", subject: id)
+        }
+        let text = String(decoding: try spool.read(request: id, digest: digest, kind: .delegation), as: UTF8.self)
+        defer { spool.remove(request: id, kind: .delegation) }
+        let delegation = try Delegation(parsing: text)
+        guard delegation.claims.id == id, delegation.claims.containerID == config.clientId,
+            delegation.claims.appID == config.scheme
+        else {
+            throw DCError(
+                .refusedMessage, "the delegation names another client or id than its URL", subject: id,
+                hint: "nothing was kept")
+        }
+        guard let tokenKey = config.tokenKey.flatMap({ Data(base64Encoded: $0) }),
+            Array(tokenKey) == delegation.claims.tokenKey.uncompressedPoint
+        else {
+            throw DCError(.delegationNotValid, "the delegation certifies another token key than this client's")
+        }
+        try delegation.checkValid(at: now)
+        return try FileLock.withExclusiveLock(at: store + "/.delegation.lock") { _ in
+            // Newest wins: a delegation issued before the one kept does not replace it.
+            if let kept = try? storedDelegation(), kept.claims.notBefore > delegation.claims.notBefore {
+                return kept
+            }
+            var files = AtomicFileSet(directory: store)
+            try files.add("delegation", .bytes(Array(text.utf8)), mode: 0o600)
+            try files.commit(replacingExisting: true)
+            return delegation
+        }
+    }
+
+    /// The delegation kept, valid or not; nil when none was received.
+    func storedDelegation() throws -> Delegation? {
+        guard let data = FileManager.default.contents(atPath: delegationFile) else { return nil }
+        return try Delegation(parsing: String(decoding: data, as: UTF8.self))
+    }
+
+    /// The delegation kept, if it is valid at `now` for more than `margin` seconds.
+    func currentDelegation(now: Date, margin: Int64 = 0) -> Delegation? {
+        guard let delegation = try? storedDelegation(), (try? delegation.checkValid(at: now)) != nil,
+            delegation.claims.expires - Int64(now.timeIntervalSince1970) > margin
+        else { return nil }
+        return delegation
+    }
+
+    /// Makes an auth token for `challenge` (chosen by the application server; may be empty) and
+    /// `serverName` (the server it is for; may be empty), valid for ten minutes at most.
+    ///
+    /// Only for an app that is set up, authorized, and whose secure services are available (the
+    /// token key is sealed in the store). When the delegation kept is missing or ends within the
+    /// hour, the client first announces availability through `send` (by default, the handler the
+    /// provider registered), and the provider sends a new one; if that fails, a delegation still
+    /// valid is used. Throws `notAuthorized` (exit 77) when the app is not authorized,
+    /// `serviceUnavailable` when it is locked, `invalidChallenge` for a challenge or server name
+    /// outside printable ASCII, and `delegationNotValid` when no valid delegation can be had.
+    public func authToken(
+        challenge: String, serverName: String = "", now: Date = Date(),
+        send: (@Sendable (String) async throws -> Void)? = nil
+    ) async throws -> AuthToken {
+        try HeaderText.check(challenge, what: "the challenge", maximumLength: HeaderText.maximumChallengeLength)
+        try HeaderText.check(serverName, what: "the server name", maximumLength: HeaderText.maximumServerNameLength)
+        try checkTokensAllowed()
+        let tokenKey = try self.tokenKey()
+        var delegation = currentDelegation(now: now, margin: Self.delegationRenewalMargin)
+        var renewal: Error?
+        if delegation == nil {
+            do {
+                guard let url = try availabilityURL(now: now) else { throw notSetUp }
+                try await (send ?? sendToProvider)(url)
+            } catch {
+                renewal = error
+            }
+            delegation = currentDelegation(now: Date()) ?? currentDelegation(now: now)
+        }
+        guard let delegation else {
+            throw DCError(
+                .delegationNotValid,
+                "no valid auth-token delegation from the provider"
+                    + (renewal.map { ": asking for one failed: \($0)" } ?? ""),
+                hint: "the provider sends one when the authorized client announces availability (dcclient unlock)")
+        }
+        return try AuthToken.make(
+            challenge: challenge, serverName: serverName, delegation: delegation, tokenKey: tokenKey, now: now)
+    }
+
+    /// The shared user id: the same for every managed app of the same user on this device, and
+    /// not reversible to the user's name (``SharedUserID``). The user is the one the provider's
+    /// delegation names; the per-user secret is `$XDG_DATA_HOME/derived-credentials/shared-user-id.key`,
+    /// created on first use. The empty string when it cannot be computed: no delegation received
+    /// yet, no machine id, or no secret.
+    public func sharedUserID(machineIDFile: String = "/etc/machine-id") -> String {
+        guard let userID = (try? storedDelegation())?.claims.userID,
+            let machineID = SharedUserID.machineID(at: machineIDFile),
+            let secret = try? SharedUserID.secret(at: sharedUserIDSecretFile)
+        else { return "" }
+        return SharedUserID.compute(secret: secret, machineID: machineID, userID: userID)
+    }
+
+    /// The per-user secret behind ``sharedUserID(machineIDFile:)``, shared by every app of the user.
+    public var sharedUserIDSecretFile: String { locations.dataHome + "/derived-credentials/shared-user-id.key" }
+
+    /// Refuses unless the app is set up, authorized and unlocked.
+    func checkTokensAllowed() throws {
+        _ = try config()
+        if let policy = try currentPolicy(), policy.state != .authorized {
+            throw DCError(
+                .notAuthorized, "the app is \(policy.state): it gets no tokens", subject: base,
+                hint: policy.state == .retired
+                    ? "a retired client is set up afresh and paired again"
+                    : "ask the provider to authorize it (dcprovision authorize)")
+        }
+        guard isUnlocked else {
+            throw DCError(
+                .serviceUnavailable, "the client is locked: secure services are not available", subject: base,
+                hint: "unlock it first (dcclient unlock)")
+        }
+    }
+
+    /// Opens `url` with the handler the provider registered for the client's provider scheme
+    /// (refusing any other program that claims the scheme), and waits for it.
+    public func sendToProvider(_ url: String) async throws {
+        let config = try config()
+        guard
+            let provider = try Registrations.read(
+                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
+        else {
+            throw DCError(
+                .missingClient, "no provider is registered for \(config.providerScheme):",
+                hint: "register one (dcprovision register --provider-scheme \(config.providerScheme) …)")
+        }
+        let outcome = try await SchemeHandlers().open(
+            url, scheme: config.providerScheme, expectedExecutable: provider.executable)
+        guard outcome.termination == .exited(0) else {
+            let said = String(decoding: outcome.stderr, as: UTF8.self).split(separator: "\n").last.map(String.init)
+            throw DCError(
+                .notReady,
+                "the provider's handler did not complete (\(outcome.termination))" + (said.map { ": \($0)" } ?? ""))
+        }
+    }
+
+    var notSetUp: DCError {
+        DCError(
+            .fileNotFound, "the client is not set up", subject: base,
+            hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
+    }
+}

@@ -1,0 +1,238 @@
+import AuthTokens
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import ManagedClient
+import SystemSupport
+import TestSupport
+import Testing
+
+/// Auth tokens on the client side, in-process (``World``): the provider's delegation reaches the
+/// client with each availability notice, the client makes tokens under it, and the verifier the
+/// verification service runs (``AuthTokenVerifier``) judges them from the provider's files. The
+/// same path through real processes and a running dcverify is in VerificationServiceTests.
+@Suite("Auth tokens: the client's delegation and tokens", .ownThreads, .timeLimit(.minutes(3)))
+struct AuthTokenClientTests {
+    /// The code of the DCError `body` throws; nil when it throws none.
+    func failure(_ body: () async throws -> some Any) async -> DCError.Code? {
+        do {
+            _ = try await body()
+            return nil
+        } catch {
+            return (error as? DCError)?.code
+        }
+    }
+
+    func failureNow(_ body: () throws -> some Any) -> DCError.Code? {
+        do {
+            _ = try body()
+            return nil
+        } catch {
+            return (error as? DCError)?.code
+        }
+    }
+    /// What a verification service pointed at the provider's files answers for `token` now.
+    func verdict(_ token: AuthToken, _ world: World, now: Date = Date()) throws -> TokenVerdict {
+        let verifier = AuthTokenVerifier(
+            issuers: try TrustedIssuers.load(from: world.service.issuersPath),
+            revocations: try RevocationList.load(from: world.service.revocationsPath))
+        return verifier.verify(token.compact, now: now)
+    }
+
+    /// The client announces availability and the provider answers it (policy, delegation).
+    func announce(_ world: World) async throws {
+        _ = try await world.service.deliverQueued(try world.available())
+    }
+
+    @Test("Each availability notice brings a fresh delegation; the token it makes verifies with the identity it names")
+    func tokenVerifies() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try await announce(world)
+        #expect(world.delegations.all.count == 1)
+        let token = try await world.client.authToken(challenge: "one-use 42", serverName: "app.example.com")
+        let identity = try #require(try verdict(token, world).identity)
+        #expect(identity.challenge == "one-use 42")
+        #expect(identity.serverName == "app.example.com")
+        #expect(identity.userID == ClientPairing.defaultUserID)
+        #expect(identity.appID == "org.example.dcclient")
+        #expect(identity.containerID == "dcclient")
+        #expect(identity.version == 1)
+        #expect(abs(Double(identity.creationTime) - Date().timeIntervalSince1970) < 60)
+        // An empty challenge is allowed, and verifying does not consume a token.
+        let empty = try await world.client.authToken(challenge: "")
+        #expect(try verdict(empty, world).identity?.challenge == "")
+        #expect(try verdict(empty, world).identity?.challenge == "")
+        try await announce(world)
+        #expect(world.delegations.all.count == 2)
+    }
+
+    @Test("Unauthorizing revokes every delegation the client holds (103 at once); authorizing again brings a new one")
+    func unauthorizeRevokes() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try await announce(world)
+        try await announce(world)
+        let token = try await world.client.authToken(challenge: "c")
+        #expect(try verdict(token, world).responseCode == "100 OK")
+        try await world.setPolicy { $0.state = .unauthorized }
+        #expect(try verdict(token, world).responseCode == "103 Revoked")
+        #expect(try RevocationList.load(from: world.service.revocationsPath).revokedDelegations.count == 2)
+        #expect(await failure { try await world.client.authToken(challenge: "c") } == .notAuthorized)
+        // Applying `unauthorized` locked the store: the new policy and a new delegation come when
+        // the client unlocks and announces availability.
+        try await world.setPolicy { $0.state = .authorized }
+        try world.client.unlock(passphrase: world.passphrase)
+        try await announce(world)
+        let again = try await world.client.authToken(challenge: "c")
+        #expect(try verdict(again, world).responseCode == "100 OK")
+        #expect(try verdict(token, world).responseCode == "103 Revoked")
+    }
+
+    @Test("Refused: a locked client (serviceUnavailable), a challenge or server name outside printable ASCII")
+    func refusals() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try await announce(world)
+        for bad in ["café", "line\nbreak", "tab\there", " leading", "trailing ", String(repeating: "a", count: 1025)] {
+            #expect(await failure { try await world.client.authToken(challenge: bad) } == .invalidChallenge)
+        }
+        #expect(
+            await failure {
+                try await world.client.authToken(challenge: "c", serverName: "bad\u{7F}")
+            } == .invalidChallenge)
+        try world.client.lock()
+        let error = await #expect(throws: DCError.self) { try await world.client.authToken(challenge: "c") }
+        #expect(error?.code == .serviceUnavailable)
+        #expect(error?.message.contains("locked") == true)
+    }
+
+    @Test("No delegation yet: the client asks its provider (an availability notice) and then makes the token")
+    func renewsThroughProvider() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let sent = Box()
+        let service = world.service
+        let token = try await world.client.authToken(challenge: "c") { url in
+            sent.append(url)
+            _ = try await service.deliverQueued(try DeliveryMessage.parse(url, scheme: "org.example.provider"))
+        }
+        #expect(sent.all.count == 1 && sent.all[0].contains(":/available?"))
+        #expect(try verdict(token, world).responseCode == "100 OK")
+        // A provider that cannot be reached: a clear error, no token.
+        let fresh = try World()
+        defer { fresh.dir.remove() }
+        let error = await #expect(throws: DCError.self) {
+            try await fresh.client.authToken(challenge: "c") { _ in throw DCError(.notReady, "unreachable") }
+        }
+        #expect(error?.code == .delegationNotValid)
+        #expect(error?.message.contains("unreachable") == true)
+    }
+
+    /// A delegation URL for `delegation`, its spool file written, signed with `key` (the provider's
+    /// by default): what the provider's ``CredentialService/sendDelegation(to:now:progress:)`` sends.
+    func delegationURL(_ delegation: Delegation, _ world: World, key: MessageSigningKey? = nil) throws -> String {
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
+        let digest = try spool.write(Array(delegation.compact.utf8), request: delegation.claims.id, kind: .delegation)
+        return try DeliveryMessage.delegation(
+            client: "dcclient", id: delegation.claims.id, digest: digest, time: Int64(Date().timeIntervalSince1970),
+            signature: ""
+        ).signed(with: key ?? world.service.signingKey(), scheme: "org.example.dcclient").url(
+            scheme: "org.example.dcclient")
+    }
+
+    func issue(
+        _ world: World, tokenKey: TokenPublicKey? = nil, appID: String = "org.example.dcclient", at: Date = Date()
+    )
+        throws -> Delegation
+    {
+        let registration = try #require(
+            try Registrations.read(
+                ClientRegistration.self, at: world.locations.clientRegistration("org.example.dcclient")))
+        return try Delegation.issue(
+            issuer: "org.example.provider", userID: "mallory", appID: appID, containerID: "dcclient",
+            tokenKey: try tokenKey ?? #require(try registration.tokenPublicKey()),
+            issuingKey: try world.service.issuingKey(), now: at)
+    }
+
+    @Test(
+        "Attacks on the delegation URL change nothing: another signer, an altered spool file, another token key or client, a replay, an older delegation"
+    )
+    func forgedDelegations() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try await announce(world)
+        let kept = try await world.client.authToken(challenge: "c").delegation
+        func keptNow() async throws -> Delegation { try await world.client.authToken(challenge: "c").delegation }
+
+        // Signed by a key that is not the pinned provider's.
+        let forged = try delegationURL(try issue(world), world, key: try MessageSigningKey.generate())
+        #expect(failureNow { try world.client.handleDelegation(forged) } == .refusedMessage)
+        // The right URL, the spool file swapped for another delegation after it was signed.
+        let swapped = try issue(world)
+        let url = try delegationURL(swapped, world)
+        let other = try issue(world)
+        unlink(
+            Spool(directory: world.locations.dataHome + "/dcclient/spool").path(
+                request: swapped.claims.id, kind: .delegation))
+        _ = try Spool(directory: world.locations.dataHome + "/dcclient/spool").write(
+            Array(other.compact.utf8), request: swapped.claims.id, kind: .delegation)
+        #expect(failureNow { try world.client.handleDelegation(url) } == .refusedMessage)
+        // Certifying another key than the client's own token key.
+        let stranger = try issue(world, tokenKey: try TokenSigningKey.generate().publicKey)
+        #expect(
+            failureNow {
+                try world.client.handleDelegation(try delegationURL(stranger, world))
+            } == .delegationNotValid)
+        // For another app.
+        let elsewhere = try issue(world, appID: "org.example.other")
+        #expect(
+            failureNow {
+                try world.client.handleDelegation(try delegationURL(elsewhere, world))
+            } == .refusedMessage)
+        #expect(try await keptNow() == kept)
+        // A genuine one is kept; replaying its URL finds no spool file; an older one does not replace it.
+        let older = try issue(world, at: Date(timeIntervalSinceNow: -120))
+        let newer = try issue(world)
+        let newerURL = try delegationURL(newer, world)
+        #expect(try world.client.handleDelegation(newerURL) == newer)
+        #expect(failureNow { try world.client.handleDelegation(newerURL) } == .notReady)
+        #expect(try world.client.handleDelegation(try delegationURL(older, world)) == newer)
+        #expect(try await keptNow() == newer)
+    }
+
+    @Test(
+        "The shared user id: the same for the same user, secret and device; different for another user, OS user or device; empty without a delegation"
+    )
+    func sharedUserID() async throws {
+        let first = try World()
+        defer { first.dir.remove() }
+        let second = try World()
+        defer { second.dir.remove() }
+        #expect(first.client.sharedUserID() == "")
+        try await announce(first)
+        try await announce(second)
+        let machine = try first.dir.write("machine-id", "0123456789abcdef0123456789abcdef\n")
+        let value = first.client.sharedUserID(machineIDFile: machine)
+        #expect(value.count == 43)
+        #expect(!value.contains(ClientPairing.defaultUserID))
+        #expect(first.client.sharedUserID(machineIDFile: machine) == value)
+        // Another app of the same OS user: the same secret (copied here, as both apps would find
+        // it in the same home) and the same user from the provider → the same id.
+        #expect(second.client.sharedUserID(machineIDFile: machine) != value)  // another OS user's secret
+        try FileManager.default.removeItem(atPath: second.client.sharedUserIDSecretFile)
+        try FileManager.default.copyItem(
+            atPath: first.client.sharedUserIDSecretFile, toPath: second.client.sharedUserIDSecretFile)
+        #expect(second.client.sharedUserID(machineIDFile: machine) == value)
+        // Another device.
+        let device = try first.dir.write("other-machine-id", "fedcba9876543210fedcba9876543210\n")
+        #expect(first.client.sharedUserID(machineIDFile: device) != value)
+        // Another user: a delegation naming someone else.
+        _ = try second.client.handleDelegation(try delegationURL(try issue(second), second))
+        #expect(second.client.sharedUserID(machineIDFile: machine) != value)
+        #expect(first.client.sharedUserID(machineIDFile: first.dir.file("no-such-file")) == "")
+        var info = stat()
+        #expect(stat(first.client.sharedUserIDSecretFile, &info) == 0 && info.st_mode & 0o777 == 0o600)
+    }
+}

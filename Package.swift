@@ -19,6 +19,7 @@ let package = Package(
         .executable(name: "dcclient", targets: ["dcclient"]),
         .executable(name: "dcprovision", targets: ["dcprovision"]),
         .library(name: "AuthTokens", targets: ["AuthTokens"]),
+        .library(name: "IdentityTokens", targets: ["IdentityTokens"]),
         .library(name: "VerificationService", targets: ["VerificationService"]),
         .executable(name: "dcverify", targets: ["dcverify"]),
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
@@ -37,6 +38,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        // Identity JWTs (ES256), signed by the provider.
+        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
     ],
     targets: [
         // C engines, as system libraries. Nothing outside CredentialCoding (and later the
@@ -78,7 +81,7 @@ let package = Package(
         // Delivery: the URL messages, the sealed canonical payload, the spool.
         .target(
             name: "CredentialDelivery",
-            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "AuthTokens"]),
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "AuthTokens", "IdentityTokens"]),
 
         // freedesktop x-scheme-handler registration, resolution and launch.
         .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials", "SystemSupport"]),
@@ -97,13 +100,13 @@ let package = Package(
             name: "ManagedClient",
             dependencies: [
                 "DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystemShims",
-                "AuthTokens", "SchemeHandlers",
+                "AuthTokens", "SchemeHandlers", "IdentityTokens",
             ]),
         .executableTarget(
             name: "dcclient",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "SchemeHandlers", "DerivedCredentials", "SystemSupport",
-                "CredentialCoding", "AuthTokens",
+                "CredentialCoding", "AuthTokens", "IdentityTokens",
                 "CommandLineSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -112,6 +115,12 @@ let package = Package(
         // revocation list, and the stateless verifier. OpenSSL does the cryptography.
         .target(
             name: "AuthTokens", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
+        // Identity JWTs through jwt-kit: signed by the provider, cached by the client.
+        .target(
+            name: "IdentityTokens",
+            dependencies: [
+                "AuthTokens", "DerivedCredentials", "CredentialCoding", .product(name: "JWTKit", package: "jwt-kit"),
+            ]),
 
         // The verification service app servers call: HTTP(S) on Hummingbird, limits, reloads, logs.
         .target(
@@ -183,7 +192,8 @@ let package = Package(
         .executableTarget(
             name: "dcprovision",
             dependencies: [
-                "dcclient",
+                // The demo runs them: `swift run dcprovision demo` builds them first.
+                "dcclient", "dcverify",
                 "DerivedCredentials",
                 "SystemSupport",
                 "CredentialCoding",
@@ -265,7 +275,7 @@ let package = Package(
         .testTarget(
             name: "dcprovisionTests",
             dependencies: [
-                "dcprovision", "dcclient", "TestSupport", "DerivedCredentials", "CredentialCoding",
+                "dcprovision", "dcclient", "dcverify", "TestSupport", "DerivedCredentials", "CredentialCoding",
                 "CredentialDelivery", "CommandLineSupport", "SystemSupport",
                 "ManagedClient", "TestCAProvider",
             ]

@@ -131,12 +131,13 @@ public struct CredentialService: Sendable {
         let time: Int64
         switch message {
         case .new(let id, _, let sent, _), .available(let id, let sent, _),
-            .acknowledgement(let id, _, _, _, _, let sent, _):
+            .acknowledgement(let id, _, _, _, _, let sent, _), .identityRequest(let id, _, _, _, let sent, _):
             client = id
             time = sent
         case .deliver, .result, .policy, .delegation:
             throw DCError(
-                .invalid, "not a client's signed message", hint: "only new, available and ack are signed by clients")
+                .invalid, "not a client's signed message",
+                hint: "only new, available, ack and jwt are signed by clients")
         }
         let hint = "nothing was done; the client asks again (dcclient request)"
         guard let pairing = try pairing(clientId: client) else {

@@ -2,7 +2,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 
-/// The seven messages of the conversation, as URLs. They are world-readable (a launched
+/// The eight messages of the conversation, as URLs. They are world-readable (a launched
 /// handler's argv is in `/proc/PID/cmdline`), so they carry only a version, single-use ids, a
 /// time or sequence number, a status, and a digest, MAC or signature — never a secret. Parsing is
 /// strict: `scheme:/path` with no authority, the exact parameters in the order written here, each
@@ -29,6 +29,10 @@ import Foundation
 ///   provider's auth-token delegation with the id `id` is in the client's spool as `<id>.dlg`,
 ///   with this SHA-256; signed with the provider's key at `time`. A delegation is too long for a
 ///   URL (and names the user), so only its digest travels in one.
+/// - `<provider-scheme>:/jwt?v=2&client=ID&request=HEX32&audience=B64&scope=B64&time=N&sig=HEX128` —
+///   the client asks for an identity JWT for the relying party `audience` with `scope` (both
+///   printable ASCII, unpadded base64url like a policy message); signed like `new`. The provider
+///   answers by writing the JWT to the client's spool as `<request>.jwt`.
 ///
 /// A signature covers ``signingInput(scheme:)``: a fixed context line, then the URL as written
 /// without its `&sig=` parameter, so it binds the scheme, the path and every value.
@@ -52,6 +56,10 @@ public enum DeliveryMessage: Sendable, Equatable {
     /// A provider tells a client that its auth-token delegation `id` is in its spool as `<id>.dlg`,
     /// with this SHA-256 in hex, signed at `time`.
     case delegation(client: String, id: String, digest: String, time: Int64, signature: String)
+    /// A client asks for an identity JWT for the relying party `audience` with `scope`, under a
+    /// fresh request id, at `time`.
+    case identityRequest(
+        client: String, request: String, audience: String, scope: String, time: Int64, signature: String)
 
     /// The protocol version every URL carries as `v=2`; any other is refused.
     public static let version = "2"
@@ -60,8 +68,8 @@ public enum DeliveryMessage: Sendable, Equatable {
     /// What every signature starts with, so that no signature made for another purpose can pass.
     public static let signingContext = "derived-credentials delivery v2\n"
 
-    /// The URL path without its slash: `new`, `available`, `deliver`, `result`, `policy`, `ack` or
-    /// `delegation`.
+    /// The URL path without its slash: `new`, `available`, `deliver`, `result`, `policy`, `ack`,
+    /// `delegation` or `jwt`.
     public var path: String {
         switch self {
         case .new: "new"
@@ -71,6 +79,7 @@ public enum DeliveryMessage: Sendable, Equatable {
         case .policy: "policy"
         case .acknowledgement: "ack"
         case .delegation: "delegation"
+        case .identityRequest: "jwt"
         }
     }
 
@@ -104,6 +113,12 @@ public enum DeliveryMessage: Sendable, Equatable {
                 ("v", Self.version), ("client", client), ("id", id), ("digest", digest), ("time", String(time)),
                 ("sig", signature),
             ]
+        case .identityRequest(let client, let request, let audience, let scope, let time, let signature):
+            [
+                ("v", Self.version), ("client", client), ("request", request),
+                ("audience", PolicyText.encode(audience)), ("scope", PolicyText.encode(scope)),
+                ("time", String(time)), ("sig", signature),
+            ]
         }
     }
 
@@ -132,7 +147,7 @@ public enum DeliveryMessage: Sendable, Equatable {
         switch self {
         case .new(_, _, _, let signature), .available(_, _, let signature), .deliver(_, _, _, _, let signature),
             .policy(_, _, _, let signature), .acknowledgement(_, _, _, _, _, _, let signature),
-            .delegation(_, _, _, _, let signature):
+            .delegation(_, _, _, _, let signature), .identityRequest(_, _, _, _, _, let signature):
             signature
         case .result: nil
         }
@@ -157,6 +172,9 @@ public enum DeliveryMessage: Sendable, Equatable {
                 signature: signature)
         case .delegation(let client, let id, let digest, let time, _):
             return .delegation(client: client, id: id, digest: digest, time: time, signature: signature)
+        case .identityRequest(let client, let request, let audience, let scope, let time, _):
+            return .identityRequest(
+                client: client, request: request, audience: audience, scope: scope, time: time, signature: signature)
         case .result:
             return self
         }
@@ -254,6 +272,12 @@ public enum DeliveryMessage: Sendable, Equatable {
                 client: try take("client", isIdentifier), id: try take("id", { isHex($0, 32) }),
                 digest: try take("digest", { isHex($0, 64) }), time: Int64(try take("time", isNumber))!,
                 signature: try take("sig", { isHex($0, 128) }))
+        case "jwt":
+            message = .identityRequest(
+                client: try take("client", isIdentifier), request: try take("request", { isHex($0, 32) }),
+                audience: PolicyText.decode(try take("audience", isClaimText))!,
+                scope: PolicyText.decode(try take("scope", isClaimText))!, time: Int64(try take("time", isNumber))!,
+                signature: try take("sig", { isHex($0, 128) }))
         default:
             throw refuse("unknown path '\(path.escapingControlCharacters)'")
         }
@@ -270,6 +294,14 @@ public enum DeliveryMessage: Sendable, Equatable {
     static func isNumber(_ value: String) -> Bool {
         (1...18).contains(value.count) && !(value.hasPrefix("0") && value.count > 1)
             && value.unicodeScalars.allSatisfy { ("0"..."9").contains($0) }
+    }
+
+    /// Unpadded base64url of 1–200 bytes of printable ASCII with no space at either end: an
+    /// identity request's audience or scope.
+    static func isClaimText(_ value: String) -> Bool {
+        guard let text = PolicyText.decode(value) else { return false }
+        return !text.isEmpty && text.utf8.count <= 200 && text.utf8.allSatisfy { (32...126).contains($0) }
+            && text.utf8.first != 32 && text.utf8.last != 32
     }
 
     /// Lowercase letters, digits and `-`, 1–64 characters, not starting with `-`.

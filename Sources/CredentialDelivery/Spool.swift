@@ -20,12 +20,15 @@ public struct Spool: Sendable {
         case sealedPayload
         /// An auth-token delegation (a compact JWS), `<id>.dlg`, at most 4 KiB.
         case delegation
+        /// An identity JWT answering the client's request, `<request>.jwt`, at most 8 KiB.
+        case identityToken
 
         /// The file name's extension.
         public var fileExtension: String {
             switch self {
             case .sealedPayload: "cms"
             case .delegation: "dlg"
+            case .identityToken: "jwt"
             }
         }
 
@@ -34,6 +37,7 @@ public struct Spool: Sendable {
             switch self {
             case .sealedPayload: Spool.maximumFileSize
             case .delegation: 4096
+            case .identityToken: 8192
             }
         }
     }
@@ -63,8 +67,9 @@ public struct Spool: Sendable {
         return Digests.hex(Digests.sha256(sealed))
     }
 
-    /// Reads and checks a spool file against the digest from the URL.
-    public func read(request: String, digest: String, kind: Kind = .sealedPayload) throws -> [UInt8] {
+    /// Reads and checks a spool file against the digest from the URL; with no digest (an answer to
+    /// the client's own request, which no URL names), only the file's type, owner and mode.
+    public func read(request: String, digest: String?, kind: Kind = .sealedPayload) throws -> [UInt8] {
         let path = path(request: request, kind: kind)
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
@@ -118,6 +123,7 @@ public struct Spool: Sendable {
                 hint: "nothing was installed; handle the same URL again")
         }
         let sealed = Array(bytes.prefix(filled))
+        guard let digest else { return sealed }
         guard Digests.constantTimeEqual(Array(Digests.hex(Digests.sha256(sealed)).utf8), Array(digest.utf8)) else {
             throw DCError(
                 .refusedMessage, "the spool file does not match the digest in the URL (altered or replaced)",

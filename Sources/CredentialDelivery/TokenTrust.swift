@@ -20,36 +20,70 @@ extension CredentialService {
     /// The revocation list (`dcverify serve --revocations`).
     public var revocationsPath: String { verifierDirectory + "/revocations.json" }
 
+    /// The verification keys as one JWKS, the issuing key and the identity key
+    /// (`dcverify serve --jwks`, served at `/.well-known/jwks.json`), so relying parties can
+    /// check identity JWTs.
+    public var jwksPath: String { verifierDirectory + "/jwks.json" }
+
     /// The key that signs delegations, made on first use (PKCS#8, 0600, never leaves the provider);
-    /// the JWKS and the revocation list are written when missing, so that a verification service
-    /// can start at once.
+    /// the JWKS files and the revocation list are written when missing, so that a verification
+    /// service can start at once.
     public func issuingKey() throws -> TokenSigningKey {
-        let path = stateDirectory + "/token-issuing-key"
-        let key: TokenSigningKey
-        let refusal = DCError(
-            .permissionDenied, "the token issuing key is not a private regular file of this user", subject: path,
-            hint: "make it mode 0600, or remove it (tokens issued with it then stop verifying)")
-        if var bytes = try PinnedKeys.privateFile(path, limit: 1 << 12, else: refusal).map(Array.init) {
-            key = try TokenSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
-        } else {
-            let made = try TokenSigningKey.generate()
-            try AtomicFileSet.ensureDirectory(stateDirectory)
-            var files = AtomicFileSet(directory: stateDirectory)
-            try made.privateKey.withPKCS8DER { bytes in
-                var copy = Array(bytes)
-                try files.add("token-issuing-key", .secret(SecretBytes(consuming: &copy)), mode: 0o600)
-            }
-            try files.commit()
-            key = made
-        }
+        let key = try providerKey("token-issuing-key", what: "the token issuing key")
         try AtomicFileSet.ensureDirectory(verifierDirectory)
         if (try? TrustedIssuers.load(from: issuersPath)) != TrustedIssuers([key.publicKey]) {
             try TrustedIssuers([key.publicKey]).write(to: issuersPath)
         }
+        try publishVerificationKeys(issuing: key)
         if !FileManager.default.fileExists(atPath: revocationsPath) {
             try updateRevocations { _ in }
         }
         return key
+    }
+
+    /// The key that signs identity JWTs, made on first use like ``issuingKey()``; its public half
+    /// is published in ``jwksPath``.
+    public func identityKey() throws -> TokenSigningKey {
+        let key = try providerKey("identity-signing-key", what: "the identity JWT signing key")
+        try publishVerificationKeys(identity: key)
+        return key
+    }
+
+    /// Writes ``jwksPath`` (atomically) when it does not hold both public keys.
+    private func publishVerificationKeys(issuing: TokenSigningKey? = nil, identity: TokenSigningKey? = nil) throws {
+        let issuingKey = try issuing ?? providerKey("token-issuing-key", what: "the token issuing key")
+        let identityKey = try identity ?? providerKey("identity-signing-key", what: "the identity JWT signing key")
+        let wanted = TrustedIssuers([issuingKey.publicKey, identityKey.publicKey])
+        try AtomicFileSet.ensureDirectory(verifierDirectory)
+        if (try? TrustedIssuers.load(from: jwksPath)) != wanted { try wanted.write(to: jwksPath) }
+    }
+
+    /// The provider's P-256 key in `<state>/<name>`, made (0600, atomically) when there is none.
+    private func providerKey(_ name: String, what: String) throws -> TokenSigningKey {
+        let path = stateDirectory + "/" + name
+        let refusal = DCError(
+            .permissionDenied, "\(what) is not a private regular file of this user", subject: path,
+            hint: "make it mode 0600, or remove it (what was signed with it then stops verifying)")
+        if var bytes = try PinnedKeys.privateFile(path, limit: 1 << 12, else: refusal).map(Array.init) {
+            return try TokenSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
+        }
+        let made = try TokenSigningKey.generate()
+        try AtomicFileSet.ensureDirectory(stateDirectory)
+        var files = AtomicFileSet(directory: stateDirectory)
+        try made.privateKey.withPKCS8DER { bytes in
+            var copy = Array(bytes)
+            try files.add(name, .secret(SecretBytes(consuming: &copy)), mode: 0o600)
+        }
+        do {
+            try files.commit(replacingExisting: false)
+            return made
+        } catch DCError.Code.outputExists {
+            // Another process made it first: use that one.
+            guard var bytes = try PinnedKeys.privateFile(path, limit: 1 << 12, else: refusal).map(Array.init) else {
+                throw refusal
+            }
+            return try TokenSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
+        }
     }
 
     /// The revocation list now (empty when none was written).

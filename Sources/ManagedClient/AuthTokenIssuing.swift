@@ -117,12 +117,15 @@ extension ManagedClient {
                     + (renewal.map { ": asking for one failed: \($0)" } ?? ""),
                 hint: "the provider sends one when the authorized client announces availability (dcclient unlock)")
         }
+        // A delegation renewed just now may start a second after `now`: the token is made no
+        // earlier than the delegation it names.
+        let madeAt = max(now, Date(timeIntervalSince1970: TimeInterval(delegation.claims.notBefore)))
         return try AuthToken.make(
-            challenge: challenge, serverName: serverName, delegation: delegation, tokenKey: tokenKey, now: now)
+            challenge: challenge, serverName: serverName, delegation: delegation, tokenKey: tokenKey, now: madeAt)
     }
 
     /// The shared user id: the same for every managed app of the same user on this device, and
-    /// not reversible to the user's name (``SharedUserID``). The user is the one the provider's
+    /// not reversible to the user's name (`SharedUserID` in AuthTokens). The user is the one the provider's
     /// delegation names; the per-user secret is `$XDG_DATA_HOME/derived-credentials/shared-user-id.key`,
     /// created on first use. The empty string when it cannot be computed: no delegation received
     /// yet, no machine id, or no secret.

@@ -17,7 +17,7 @@ struct DCClient: AsyncParsableCommand {
         version: Toolkit.version,
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
-            Unlock.self, Status.self, Files.self, Pasteboard.self, Token.self, SharedUserIDCommand.self,
+            Unlock.self, Status.self, Files.self, Pasteboard.self, Token.self, SharedUserIDCommand.self, JWT.self,
         ])
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names

@@ -3,6 +3,7 @@ import AuthTokens
 import CommandLineSupport
 import DerivedCredentials
 import Foundation
+import IdentityTokens
 import ManagedClient
 
 extension DCClient {
@@ -64,6 +65,49 @@ extension DCClient {
             let client = ManagedClient()
             _ = try client.setUpScheme()
             StandardStream.output.write(client.sharedUserID() + "\n")
+        }
+    }
+
+    /// `dcclient jwt`: an identity JWT for a relying party.
+    struct JWT: AsyncParsableCommand, OutputCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "jwt",
+            abstract: "Print an identity JWT (ES256, signed by the provider) for a relying party.",
+            discussion: """
+                The token names the user (sub) for the relying party --client-id (aud) with --scope; \
+                it is cached, sealed in the store, until it expires (an hour), and --refresh asks \
+                the provider for a new one. Relying parties verify it against the JWKS dcverify \
+                serves at /.well-known/jwks.json. Only for an authorized app whose secure services \
+                are available (exit 77 when not authorized, 69 when locked).
+                """)
+        @Option(help: "The relying party's client id: the token's audience (printable ASCII).") var clientId: String
+        @Option(help: "The scope the relying party may use (printable ASCII).") var scope: String
+        @Flag(help: "Ask the provider for a new token even if a cached one is still valid.") var refresh = false
+        @OptionGroup var format: JSONOutputOptions
+        @OptionGroup var output: OutputOptions
+
+        /// What `jwt --json` prints.
+        struct View: Encodable {
+            var token: String
+            var issuer: String
+            var subject: String
+            var audience: String
+            var scope: String
+            var issuedAt: Int64
+            var expires: Int64
+            var keyID: String
+        }
+
+        func run() async throws {
+            let token = try await ManagedClient().identityToken(clientID: clientId, scope: scope, refresh: refresh)
+            guard format.json else { return StandardStream.output.write(token.compact + "\n") }
+            try printJSON(
+                "identityToken",
+                View(
+                    token: token.compact, issuer: token.claims.issuer.value, subject: token.claims.subject.value,
+                    audience: token.claims.audience.value.first ?? "", scope: token.claims.scope,
+                    issuedAt: Int64(token.claims.issuedAt.value.timeIntervalSince1970),
+                    expires: Int64(token.claims.expires.value.timeIntervalSince1970), keyID: token.keyID))
         }
     }
 }

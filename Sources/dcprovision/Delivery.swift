@@ -182,6 +182,11 @@ struct HandleURL: AsyncParsableCommand, OutputCommand {
             if subject == .authState, record.policy.state == .retired, sequence == record.policy.sequence {
                 Console.say("dcprovision: client \(client) is retired; its pairing has ended")
             }
+        case .identityRequest(let client, _, let audience, let scope, _, _):
+            try await service.issueIdentityToken(message)
+            Console.say(
+                "dcprovision: identity token for client \(client): audience \(audience.escapingControlCharacters), scope \(scope.escapingControlCharacters)"
+            )
         case .deliver, .policy, .delegation:
             throw DCError(
                 .invalid, "a \(message.path) URL sent to the provider",

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CommandLineSupport
+import CredentialCoding
 import DerivedCredentials
 import Foundation
 import SystemSupport
@@ -41,10 +42,11 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         }
         let dcprovision = Tool.executablePath
         let dcclient = (dcprovision as NSString).deletingLastPathComponent + "/dcclient"
-        guard FileManager.default.isExecutableFile(atPath: dcclient) else {
+        let dcverify = (dcprovision as NSString).deletingLastPathComponent + "/dcverify"
+        for tool in [dcclient, dcverify] where !FileManager.default.isExecutableFile(atPath: tool) {
             throw DCError(
-                .fileNotFound, "dcclient is not next to dcprovision", subject: dcclient,
-                hint: "build both (swift build), or run the demo with swift run dcprovision demo")
+                .fileNotFound, "\((tool as NSString).lastPathComponent) is not next to dcprovision", subject: tool,
+                hint: "build them all (swift build), or run the demo with swift run dcprovision demo")
         }
         let passphrase = sandbox + "/client-passphrase"
         try Data((UUID().uuidString + "\n").utf8).write(to: URL(fileURLWithPath: passphrase))
@@ -91,7 +93,7 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             ])
         try await run(
             "The provider's operator pairs with the client: its signed requests are answered from now on",
-            dcprovision, ["pair", "--client-scheme", "org.example.dcclient"])
+            dcprovision, ["pair", "--client-scheme", "org.example.dcclient", "--user-id", "demo.user@example.com"])
         try await run(
             "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
             dcclient, ["request"])
@@ -143,14 +145,83 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             ["unlock", "--passphrase-file", passphrase])
         try await run("The file reads again", dcclient, ["files", "get", "report.txt"])
         try await run(
-            "The provider retires the app: it acknowledges, then erases its keys, credential, files and pasteboard",
-            dcprovision, ["retire"] + scheme + ["--message", "This device was retired"])
-        try await run(
-            "Nothing is left to read; a retired app is set up afresh before it is used again", dcclient,
-            ["files", "get", "report.txt"], expectFailure: 77)
-        try await run(
             "The provider's record: each client's policy and acknowledgements, and its sends", dcprovision,
             ["status"])
+
+        // Auth tokens: the app proves who it is to its application server, which asks dcverify.
+        step += 1
+        Console.say("\(step). The verification service application servers call starts, reading the provider's files")
+        let verifierFiles = sandbox + "/home/.local/state/dcprovision/verifier"
+        let portFile = sandbox + "/dcverify.port"
+        let serveArguments = [
+            "serve", "--listen", "127.0.0.1:0", "--port-file", portFile, "--issuers", verifierFiles + "/issuers.jwks",
+            "--revocations", verifierFiles + "/revocations.json", "--log-level", "warning",
+        ]
+        Console.say(
+            "   $ dcverify \(serveArguments.map { $0.replacingOccurrences(of: sandbox, with: "$SANDBOX") }.joined(separator: " ")) &"
+        )
+        let server = Task {
+            try await ChildProcess.run(
+                dcverify, arguments: serveArguments, environment: environment, limits: .init(timeout: .seconds(120)))
+        }
+        // Cancelling the task kills dcverify; waiting for it means no server outlives the demo.
+        func stopServer() async {
+            server.cancel()
+            _ = try? await server.value
+        }
+        do {
+            var port: Int?
+            for _ in 0..<300 where port == nil {
+                port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap {
+                    Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
+                }
+                if port == nil { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            guard let port else { throw DCError(.notReady, "demo step \(step): dcverify did not start listening") }
+            Console.say("   listening on 127.0.0.1:\(port)\n")
+
+            let challenge = try Digests.random(12).withUnsafeBytes { Digests.hex(Array($0)) }
+            step += 1
+            Console.say(
+                "\(step). The app asks its client for an auth token bound to the application server's challenge")
+            Console.say("   $ dcclient token --challenge \(challenge) --server app.example.com")
+            let asked = try await ChildProcess.run(
+                dcclient, arguments: ["token", "--challenge", challenge, "--server", "app.example.com"],
+                environment: environment, limits: .init(timeout: .seconds(60)))
+            let token = String(decoding: asked.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard asked.termination == .exited(0), !token.isEmpty else {
+                throw DCError(.unknown, "demo step \(step) failed (\(asked.termination))")
+            }
+            Console.say(
+                "   \(token.prefix(24))… (\(token.utf8.count) characters: a delegation signed by the provider, then the token signed by the client)\n"
+            )
+            func verify(_ title: String) throws {
+                step += 1
+                Console.say("\(step). \(title)")
+                Console.say("   GET http://127.0.0.1:\(port)/verifyGDAuthToken with X-Good-GD-AuthToken: <the token>")
+                let answer = try DemoHTTP.get(
+                    port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
+                Console.say("   HTTP \(answer.status)")
+                for field in answer.fields where field.name.hasPrefix("X-Good-GD-") {
+                    Console.say("   \(field.name): \(field.value.escapingControlCharacters)")
+                }
+                Console.say("")
+            }
+            try verify("The application server asks dcverify whether the token is genuine; the answer's headers")
+            try await run(
+                "The provider retires the app: it acknowledges, then erases its keys, credential, files and pasteboard",
+                dcprovision, ["retire"] + scheme + ["--message", "This device was retired"])
+            try await run(
+                "Nothing is left to read; a retired app is set up afresh before it is used again", dcclient,
+                ["files", "get", "report.txt"], expectFailure: 77)
+            // dcverify notices the new revocation list within a second (no restart).
+            try await Task.sleep(for: .milliseconds(1500))
+            try verify("The same token now: dcverify re-read the revocation list without a restart, and says Revoked")
+        } catch {
+            await stopServer()
+            throw error
+        }
+        await stopServer()
         let elapsed = ContinuousClock.now - started
         Console.say(
             "Done in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))).\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"

@@ -3,6 +3,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import IdentityTokens
 import ManagedClient
 import SystemSupport
 import TestSupport
@@ -114,7 +115,9 @@ struct AuthTokenClientTests {
         defer { world.dir.remove() }
         let sent = Box()
         let service = world.service
-        let token = try await world.client.authToken(challenge: "c") { url in
+        // Asked a few seconds before the provider signs: the token is made no earlier than the
+        // delegation it names (a renewal that crosses a second once failed here).
+        let token = try await world.client.authToken(challenge: "c", now: Date(timeIntervalSinceNow: -3)) { url in
             sent.append(url)
             _ = try await service.deliverQueued(try DeliveryMessage.parse(url, scheme: "org.example.provider"))
         }
@@ -234,5 +237,76 @@ struct AuthTokenClientTests {
         #expect(first.client.sharedUserID(machineIDFile: first.dir.file("no-such-file")) == "")
         var info = stat()
         #expect(stat(first.client.sharedUserIDSecretFile, &info) == 0 && info.st_mode & 0o777 == 0o600)
+    }
+
+    @Test(
+        "Identity JWTs: only the paired, authorized client's fresh signed request is answered (a replay, another signer, an unauthorized client get nothing); cached sealed until refresh"
+    )
+    func identityTokens() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let service = world.service
+        let requests = Box()
+        let send: @Sendable (String) async throws -> Void = { url in
+            requests.append(url)
+            try await service.issueIdentityToken(try DeliveryMessage.parse(url, scheme: "org.example.provider"))
+        }
+        let token = try await world.client.identityToken(clientID: "mail-web", scope: "openid", send: send)
+        #expect(token.claims.subject.value == ClientPairing.defaultUserID)
+        #expect(token.claims.audience.value == ["mail-web"])
+        #expect(token.keyID == (try service.identityKey()).publicKey.thumbprint)
+        #expect(
+            try TrustedIssuers.load(from: service.jwksPath).key(for: token.keyID) != nil,
+            "the JWKS a verification service serves holds the key")
+        #expect("\(token)" == "IdentityToken(<redacted>)")
+        // Cached (no second request), sealed: the cache file does not hold the token in the clear.
+        #expect(try await world.client.identityToken(clientID: "mail-web", scope: "openid", send: send) == token)
+        #expect(requests.all.count == 1)
+        let cache = world.locations.dataHome + "/dcclient/store/identity-tokens"
+        for name in try FileManager.default.contentsOfDirectory(atPath: cache) {
+            let bytes = try #require(FileManager.default.contents(atPath: cache + "/" + name))
+            #expect(!String(decoding: bytes, as: UTF8.self).contains(token.compact.prefix(20)))
+        }
+        let refreshed = try await world.client.identityToken(
+            clientID: "mail-web", scope: "openid", refresh: true, send: send)
+        #expect(requests.all.count == 2 && refreshed != token)
+
+        // The provider's side of the attacks.
+        let replayed = try DeliveryMessage.parse(requests.all[0], scheme: "org.example.provider")
+        #expect(await failure { try await service.issueIdentityToken(replayed) } == .refusedMessage)
+        guard case .identityRequest(let client, _, let audience, let scope, let time, _) = replayed else {
+            Issue.record("not an identity request")
+            return
+        }
+        let forged = try DeliveryMessage.identityRequest(
+            client: client, request: String(repeating: "ab", count: 16), audience: audience, scope: scope,
+            time: time + 100, signature: ""
+        ).signed(with: try MessageSigningKey.generate(), scheme: "org.example.provider")
+        #expect(await failure { try await service.issueIdentityToken(forged) } == .refusedMessage)
+        // A client that has not heard yet that it was unauthorized asks anyway: the provider refuses.
+        let unheard = try World(handlesPolicies: false)
+        defer { unheard.dir.remove() }
+        try await unheard.setPolicy { $0.state = .unauthorized }
+        let unheardService = unheard.service
+        #expect(
+            await failure {
+                try await unheard.client.identityToken(clientID: "mail-web", scope: "openid") { url in
+                    try await unheardService.issueIdentityToken(
+                        try DeliveryMessage.parse(url, scheme: "org.example.provider"))
+                }
+            } == .notAuthorized)
+        // A client that knows refuses by itself.
+        try await world.setPolicy { $0.state = .unauthorized }
+        #expect(
+            await failure { try await world.client.identityToken(clientID: "x", scope: "y", send: send) }
+                == .notAuthorized)
+        #expect(
+            await failure { try await world.client.identityToken(clientID: "mail-web", scope: "openid", send: send) }
+                == .notAuthorized)
+        for (clientID, scope) in [("", "openid"), ("mail", ""), ("caf\u{E9}", "openid"), ("mail", " padded")] {
+            #expect(
+                await failure { try await world.client.identityToken(clientID: clientID, scope: scope, send: send) }
+                    == .usage)
+        }
     }
 }

@@ -55,7 +55,11 @@ struct DemoTests {
             "the app is unauthorized: Your device is out of compliance", "(exit status 77, as expected)",
             "dcclient: policy 3: authorized", "acknowledged its authorization state (policy 4): applied",
             "dcclient: retired: keys, credential and secure files erased",
-            "client dcclient (org.example.dcclient:)  retired",
+            // The auth token at the end: verified by a running dcverify, then revoked by the retire.
+            "client dcclient (org.example.dcclient:)  authorized  policy 3",
+            "auth-token delegation", "X-Good-GD-AuthResponseCode: 100 OK",
+            "X-Good-GD-UserID: demo.user@example.com", "X-Good-GD-Server: app.example.com",
+            "X-Good-GD-AuthResponseCode: 103 Revoked",
         ] {
             #expect(output.contains(expected), "missing: \(expected)")
         }

@@ -1,0 +1,41 @@
+import AuthTokens
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+import IdentityTokens
+import SystemSupport
+
+/// Identity JWTs: a paired, authorized client asks (`<provider-scheme>:/jwt?…`, signed with its
+/// pinned key), and the provider answers with an ``IdentityToken`` signed with its identity key,
+/// written to the client's spool as `<request>.jwt` for the client process that is waiting for
+/// the handler to finish.
+extension CredentialService {
+    /// Handles a client's signed identity request: authenticates it (``authenticate(_:now:)``:
+    /// paired, its key, within the time limit), refuses a replay (each request newer than the
+    /// last from that client) and a client that is not authorized, signs the JWT for the user
+    /// named at pairing, and writes it to the client's spool. Returns the token.
+    @discardableResult
+    public func issueIdentityToken(_ message: DeliveryMessage, now: Date = Date()) async throws -> IdentityToken {
+        guard case .identityRequest(let clientId, let request, let audience, let scope, let time, _) = message else {
+            throw DCError(
+                .invalid, "not an identity request", hint: "identity requests are <provider-scheme>:/jwt?… URLs")
+        }
+        let (registration, pairing) = try authenticate(message, now: now)
+        try checkAuthorized(registration)
+        // Each request once, and only a newer one: a captured request replayed later gets nothing.
+        try FileLock.updateNumber(at: stateDirectory + "/identity-requests/\(clientId)") { text in
+            guard time > Int64(text) ?? 0 else {
+                throw DCError(
+                    .refusedMessage, "a replayed identity request (not newer than the last one)", subject: clientId,
+                    hint: "nothing was issued; the client asks again")
+            }
+            return UInt64(time)
+        }
+        let token = try await IdentityToken.sign(
+            issuer: callbackScheme, userID: pairing.userID ?? ClientPairing.defaultUserID, audience: audience,
+            scope: scope, key: try identityKey(), now: now)
+        _ = try Spool(directory: registration.spool).write(
+            Array(token.compact.utf8), request: request, kind: .identityToken)
+        return token
+    }
+}

@@ -1,0 +1,81 @@
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import IdentityTokens
+import SystemSupport
+
+/// Identity JWTs (``identityToken(clientID:scope:refresh:now:send:)``): asked of the provider,
+/// cached sealed in the store until they expire.
+extension ManagedClient {
+    var identityTokenDirectory: String { store + "/identity-tokens" }
+    /// A cached token closer than this to its expiry is not handed out.
+    static let identityTokenMargin: TimeInterval = 60
+
+    /// An identity JWT naming the user for the relying party `clientID` with `scope`: the cached
+    /// one while it is valid for at least another minute, otherwise (or with `refresh`) a new one
+    /// from the provider, asked with a signed `jwt` request through `send` (by default the
+    /// handler the provider registered), which the provider answers in the client's spool.
+    ///
+    /// Only for an app that is set up, authorized and unlocked (the cache is sealed under the store
+    /// key, the request signed with the client's key): `notAuthorized` (exit 77) or
+    /// `serviceUnavailable` otherwise; `usage` for a client id or scope that is empty or not
+    /// printable ASCII; `notReady` when the provider did not answer.
+    public func identityToken(
+        clientID: String, scope: String, refresh: Bool = false, now: Date = Date(),
+        send: (@Sendable (String) async throws -> Void)? = nil
+    ) async throws -> IdentityToken {
+        try IdentityToken.check(clientID, what: "the client id")
+        try IdentityToken.check(scope, what: "the scope")
+        try checkTokensAllowed()
+        let config = try config()
+        let key = try storeKey()
+        let cacheName = Digests.hex(Digests.sha256(Array("\(clientID)\n\(scope)".utf8)))
+        let cacheFile = identityTokenDirectory + "/" + cacheName
+        if !refresh, FileManager.default.fileExists(atPath: cacheFile),
+            let sealed = try? bytes(cacheFile),
+            let opened = try? AtRest.open(sealed, key: key, context: "identity-token"),
+            let cached = try? IdentityToken(parsing: opened.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }),
+            cached.claims.audience.value == [clientID], cached.claims.scope == scope,
+            cached.isValid(at: now, margin: Self.identityTokenMargin)
+        {
+            return cached
+        }
+        let request = try Digests.random(16).withUnsafeBytes { Digests.hex(Array($0)) }
+        // Each request newer than the last, even two within one second (the provider takes only a newer one).
+        let time = try FileLock.updateNumber(at: store + "/identity-request.time") { text in
+            max(UInt64(now.timeIntervalSince1970), (UInt64(text) ?? 0) + 1)
+        }
+        let url = try DeliveryMessage.identityRequest(
+            client: config.clientId, request: request, audience: clientID, scope: scope, time: Int64(time),
+            signature: ""
+        ).signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
+        defer { spool.remove(request: request, kind: .identityToken) }
+        try await (send ?? sendToProvider)(url)
+        let answer: [UInt8]
+        do {
+            answer = try spool.read(request: request, digest: nil, kind: .identityToken)
+        } catch DCError.Code.notReady {
+            throw DCError(
+                .notReady, "the provider did not answer the identity request", subject: config.providerScheme,
+                hint: "check that the provider is registered and has this client paired (dcprovision status)")
+        }
+        let token = try IdentityToken(parsing: String(decoding: answer, as: UTF8.self))
+        guard token.claims.audience.value == [clientID], token.claims.scope == scope,
+            token.isValid(at: now, margin: Self.identityTokenMargin)
+        else {
+            throw DCError(
+                .refusedMessage,
+                "the identity token in the spool is not the one asked for (another audience, scope or time)",
+                subject: request, hint: "nothing was cached; ask again")
+        }
+        try AtomicFileSet.ensureDirectory(identityTokenDirectory)
+        var files = AtomicFileSet(directory: identityTokenDirectory)
+        try files.add(
+            cacheName,
+            .bytes(try AtRest.seal(SecretBytes(Array(token.compact.utf8)), key: key, context: "identity-token")),
+            mode: 0o600)
+        try files.commit(replacingExisting: true)
+        return token
+    }
+}

@@ -116,6 +116,13 @@ public struct CredentialService: Sendable {
         // The client is managed from now on: authorized, a policy that goes out with the next
         // message to it (a retired client is refused here).
         try startManaging(registration, signingKey: key)
+        // A client set up afresh: what the old token key was certified for is revoked (a copy of
+        // the old store must not go on making tokens), and the container a retire closed opens for
+        // the new key (the old delegations stay revoked by id).
+        if let previous = try? self.pairing(clientId: registration.clientId), previous.tokenKey != pairing.tokenKey {
+            try revokeDelegations(of: registration.clientId)
+        }
+        try liftRetirement(of: registration.clientId, scheme: registration.scheme)
         try PinnedKeys.write(pairing, to: pairingPath(registration.clientId))
         return pairing
     }

@@ -5,11 +5,15 @@ import Foundation
 import SystemSupport
 
 /// The delegations a provider issued to one client that have not expired yet, by id, so that
-/// unauthorizing or retiring the client can revoke them all at once.
+/// unauthorizing or retiring the client can revoke them all at once, and the newest one, which is
+/// sent again while more than half its life is left (a client that unlocks often does not make
+/// the provider mint, record and later revoke a delegation each time).
 /// `$XDG_STATE_HOME/dcprovision/delegations/<client-id>.json`.
 struct DelegationRecord: Codable, Sendable, Equatable {
     /// The id (`jti`) and expiry (seconds since 1970) of each delegation issued.
     var issued: [String: Int64] = [:]
+    /// The newest delegation, compact.
+    var latest: String?
 }
 
 /// Auth-token delegations: what lets a client make auth tokens that a verification service
@@ -34,15 +38,34 @@ extension CredentialService {
         else { return nil }
         try checkAuthorized(registration)
         try checkHandler(registration)
-        let delegation = try Delegation.issue(
-            issuer: callbackScheme, userID: pairing.userID ?? ClientPairing.defaultUserID,
-            appID: registration.scheme, containerID: registration.clientId,
-            tokenKey: try TokenPublicKey(uncompressedPoint: Array(pinned)), issuingKey: try issuingKey(), now: now)
-        // Recorded before it goes out: a delegation that reached the client can always be revoked.
-        try updateDelegationRecord(registration.clientId, now: now) {
-            $0.issued[delegation.claims.id] = delegation.claims.expires
+        let tokenKey = try TokenPublicKey(uncompressedPoint: Array(pinned))
+        let userID = pairing.userID ?? ClientPairing.defaultUserID
+        let seconds = Int64(now.timeIntervalSince1970)
+        var delegation: Delegation?
+        // Recorded before it goes out, under the record's lock, and only while the client is still
+        // authorized: an unauthorize (which revokes under the same lock, after it wrote the new
+        // policy) either sees this id or makes this check fail. A delegation that reached the
+        // client can always be revoked.
+        try updateDelegationRecord(registration.clientId, now: now) { record in
+            try checkAuthorized(registration)
+            if let latest = record.latest.flatMap({ try? Delegation(parsing: $0) }),
+                record.issued[latest.claims.id] != nil, latest.claims.tokenKey == tokenKey,
+                latest.claims.userID == userID, latest.claims.appID == registration.scheme,
+                latest.claims.notBefore <= seconds, latest.claims.expires - seconds > Delegation.maximumLifetime / 2
+            {
+                delegation = latest
+                return
+            }
+            let issued = try Delegation.issue(
+                issuer: callbackScheme, userID: userID, appID: registration.scheme,
+                containerID: registration.clientId, tokenKey: tokenKey, issuingKey: try issuingKey(), now: now)
+            record.issued[issued.claims.id] = issued.claims.expires
+            record.latest = issued.compact
+            delegation = issued
         }
+        guard let delegation else { return nil }
         let spool = Spool(directory: registration.spool)
+        spool.remove(request: delegation.claims.id, kind: .delegation)
         let digest = try spool.write(Array(delegation.compact.utf8), request: delegation.claims.id, kind: .delegation)
         let url = try DeliveryMessage.delegation(
             client: registration.clientId, id: delegation.claims.id, digest: digest,
@@ -71,31 +94,34 @@ extension CredentialService {
     }
 
     /// Revokes every unexpired delegation issued to `clientId` for every verification service; the
-    /// client's tokens then answer 103 Revoked. Returns how many were revoked.
+    /// client's tokens then answer 103 Revoked. The revocation list is written first and the record
+    /// emptied only once it is: a failure leaves every id to be revoked by the next attempt.
+    /// Returns how many were revoked.
     @discardableResult
     func revokeDelegations(of clientId: String, now: Date = Date()) throws -> Int {
-        var revoked: [String] = []
-        try updateDelegationRecord(clientId, now: now) {
-            revoked = Array($0.issued.keys)
-            $0.issued = [:]
+        var revoked = 0
+        try updateDelegationRecord(clientId, now: now) { record in
+            guard !record.issued.isEmpty else { return }
+            _ = try issuingKey()
+            try updateRevocations(expiring: record.issued) { $0.revokedDelegations.formUnion(record.issued.keys) }
+            revoked = record.issued.count
+            record = DelegationRecord()
         }
-        guard !revoked.isEmpty else { return 0 }
-        _ = try issuingKey()
-        try updateRevocations { $0.revokedDelegations.formUnion(revoked) }
-        return revoked.count
+        return revoked
     }
 
-    /// Changes the delegation record of `clientId` under its lock, dropping the expired ones first.
-    private func updateDelegationRecord(_ clientId: String, now: Date, _ change: (inout DelegationRecord) -> Void)
-        throws
-    {
+    /// Changes the delegation record of `clientId` under its lock, dropping the expired ones first;
+    /// nothing is written when `change` throws.
+    private func updateDelegationRecord(
+        _ clientId: String, now: Date, _ change: (inout DelegationRecord) throws -> Void
+    ) throws {
         try AtomicFileSet.ensureDirectory(delegationsDirectory)
         let path = delegationRecordPath(clientId)
         try FileLock.withExclusiveLock(at: path + ".lock") { _ in
             var record = try PinnedKeys.read(DelegationRecord.self, at: path) ?? DelegationRecord()
             let seconds = Int64(now.timeIntervalSince1970)
             record.issued = record.issued.filter { $0.value > seconds }
-            change(&record)
+            try change(&record)
             try PinnedKeys.write(record, to: path)
         }
     }

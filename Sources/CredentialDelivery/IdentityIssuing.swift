@@ -22,14 +22,26 @@ extension CredentialService {
         }
         let (registration, pairing) = try authenticate(message, now: now)
         try checkAuthorized(registration)
-        // Each request once, and only a newer one: a captured request replayed later gets nothing.
-        try FileLock.updateNumber(at: stateDirectory + "/identity-requests/\(clientId)") { text in
-            guard time > Int64(text) ?? 0 else {
-                throw DCError(
-                    .refusedMessage, "a replayed identity request (not newer than the last one)", subject: clientId,
-                    hint: "nothing was issued; the client asks again")
+        // Each request id once: a captured request replayed within its time limit gets nothing
+        // (older ones are refused by their time). Requests made at once all get answers.
+        let seen = stateDirectory + "/identity-requests/\(clientId)"
+        try AtomicFileSet.ensureDirectory(seen)
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: seen)) ?? [] {
+            var info = stat()
+            if lstat(seen + "/" + name, &info) == 0,
+                now.timeIntervalSince1970 - TimeInterval(info.st_mtim.tv_sec) > 2 * ledger.timeLimit
+            {
+                unlink(seen + "/" + name)
             }
-            return UInt64(time)
+        }
+        var marker = AtomicFileSet(directory: seen)
+        try marker.add(request, .bytes([]), mode: 0o600)
+        do {
+            try marker.commit(replacingExisting: false)
+        } catch DCError.Code.outputExists {
+            throw DCError(
+                .refusedMessage, "a replayed identity request (its request id was answered before)", subject: clientId,
+                hint: "nothing was issued")
         }
         let token = try await IdentityToken.sign(
             issuer: callbackScheme, userID: pairing.userID ?? ClientPairing.defaultUserID, audience: audience,

@@ -20,24 +20,25 @@ extension CredentialService {
     /// The revocation list (`dcverify serve --revocations`).
     public var revocationsPath: String { verifierDirectory + "/revocations.json" }
 
-    /// The verification keys as one JWKS, the issuing key and the identity key
-    /// (`dcverify serve --jwks`, served at `/.well-known/jwks.json`), so relying parties can
-    /// check identity JWTs.
+    /// The key that verifies identity JWTs, as a JWKS (`dcverify serve --jwks`, served at
+    /// `/.well-known/jwks.json`). Only that key: the issuing key is in ``issuersPath``, and a
+    /// delegation (which names the same issuer and user) must never pass for an identity JWT
+    /// with a relying party that looks keys up here.
     public var jwksPath: String { verifierDirectory + "/jwks.json" }
 
     /// The key that signs delegations, made on first use (PKCS#8, 0600, never leaves the provider);
-    /// the JWKS files and the revocation list are written when missing, so that a verification
-    /// service can start at once.
+    /// the trusted-issuers JWKS, the revocation list and the identity key's JWKS are written when
+    /// missing, so that a verification service can start at once.
     public func issuingKey() throws -> TokenSigningKey {
         let key = try providerKey("token-issuing-key", what: "the token issuing key")
         try AtomicFileSet.ensureDirectory(verifierDirectory)
         if (try? TrustedIssuers.load(from: issuersPath)) != TrustedIssuers([key.publicKey]) {
             try TrustedIssuers([key.publicKey]).write(to: issuersPath)
         }
-        try publishVerificationKeys(issuing: key)
         if !FileManager.default.fileExists(atPath: revocationsPath) {
             try updateRevocations { _ in }
         }
+        if !FileManager.default.fileExists(atPath: jwksPath) { _ = try identityKey() }
         return key
     }
 
@@ -45,17 +46,11 @@ extension CredentialService {
     /// is published in ``jwksPath``.
     public func identityKey() throws -> TokenSigningKey {
         let key = try providerKey("identity-signing-key", what: "the identity JWT signing key")
-        try publishVerificationKeys(identity: key)
-        return key
-    }
-
-    /// Writes ``jwksPath`` (atomically) when it does not hold both public keys.
-    private func publishVerificationKeys(issuing: TokenSigningKey? = nil, identity: TokenSigningKey? = nil) throws {
-        let issuingKey = try issuing ?? providerKey("token-issuing-key", what: "the token issuing key")
-        let identityKey = try identity ?? providerKey("identity-signing-key", what: "the identity JWT signing key")
-        let wanted = TrustedIssuers([issuingKey.publicKey, identityKey.publicKey])
         try AtomicFileSet.ensureDirectory(verifierDirectory)
-        if (try? TrustedIssuers.load(from: jwksPath)) != wanted { try wanted.write(to: jwksPath) }
+        if (try? TrustedIssuers.load(from: jwksPath)) != TrustedIssuers([key.publicKey]) {
+            try TrustedIssuers([key.publicKey]).write(to: jwksPath)
+        }
+        return key
     }
 
     /// The provider's P-256 key in `<state>/<name>`, made (0600, atomically) when there is none.
@@ -93,21 +88,48 @@ extension CredentialService {
     }
 
     /// Changes the revocation list under its lock and replaces the file atomically, stamped now.
-    func updateRevocations(_ change: (inout RevocationList) throws -> Void) throws {
+    /// `expiring` gives the expiry (seconds since 1970) of delegation ids being revoked: once a
+    /// revoked delegation has expired (with ten minutes to spare for clocks), no verifier accepts it
+    /// anyway and its id leaves the list, so the list does not grow without end. Ids whose expiry
+    /// the provider does not know stay.
+    func updateRevocations(expiring: [String: Int64] = [:], _ change: (inout RevocationList) throws -> Void)
+        throws
+    {
         try AtomicFileSet.ensureDirectory(verifierDirectory)
         try FileLock.withExclusiveLock(at: revocationsPath + ".lock") { _ in
             var list = try revocations()
             try change(&list)
+            var expiries = try PinnedKeys.read([String: Int64].self, at: revokedExpiriesPath) ?? [:]
+            expiries.merge(expiring) { max($0, $1) }
+            let cutoff = Int64(Date().timeIntervalSince1970) - 600
+            let expired = Set(expiries.filter { $0.value < cutoff }.keys)
+            list.revokedDelegations.subtract(expired)
+            expiries = expiries.filter { !expired.contains($0.key) && list.revokedDelegations.contains($0.key) }
             list.issued = max(list.issued + 1, Int64(Date().timeIntervalSince1970))
             try list.write(to: revocationsPath)
+            try PinnedKeys.write(expiries, to: revokedExpiriesPath)
         }
     }
 
-    /// Retires the container of `clientId` at `clientScheme` for every verification service.
+    /// When each revoked delegation expires, for pruning the list (private to the provider).
+    var revokedExpiriesPath: String { stateDirectory + "/revoked-delegation-expiries.json" }
+
+    /// Retires the container of `clientId` at `clientScheme` for every verification service, and
+    /// revokes every delegation issued to it (so that when the same client id is set up afresh and
+    /// paired again, lifting the container's retirement does not revive any of them).
     func revokeTokens(ofRetired clientId: String, scheme: String) throws {
         _ = try issuingKey()
+        try revokeDelegations(of: clientId)
         try updateRevocations {
             $0.retiredContainers.insert(.init(appID: scheme, containerID: clientId))
         }
+    }
+
+    /// Lets the container of `clientId` at `scheme` make tokens again: for a client set up afresh
+    /// (another token key) and paired after its retirement. Its old delegations stay revoked by id.
+    func liftRetirement(of clientId: String, scheme: String) throws {
+        let container = RevocationList.RetiredContainer(appID: scheme, containerID: clientId)
+        guard try revocations().retiredContainers.contains(container) else { return }
+        try updateRevocations { $0.retiredContainers.remove(container) }
     }
 }

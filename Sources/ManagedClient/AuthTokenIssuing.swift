@@ -56,8 +56,11 @@ extension ManagedClient {
         }
         try delegation.checkValid(at: now)
         return try FileLock.withExclusiveLock(at: store + "/.delegation.lock") { _ in
-            // Newest wins: a delegation issued before the one kept does not replace it.
-            if let kept = try? storedDelegation(), kept.claims.notBefore > delegation.claims.notBefore {
+            // Newest wins: a delegation issued before the one kept does not replace it, unless the
+            // one kept is not valid now (a clock stepped back must not block every fresh one).
+            if let kept = try? storedDelegation(), (try? kept.checkValid(at: now)) != nil,
+                kept.claims.notBefore > delegation.claims.notBefore
+            {
                 return kept
             }
             var files = AtomicFileSet(directory: store)

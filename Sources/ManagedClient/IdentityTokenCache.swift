@@ -41,14 +41,13 @@ extension ManagedClient {
         {
             return cached
         }
+        // An answer left by a request whose client was killed before it read it is not left lying
+        // around in the clear.
+        removeIdentityAnswers(olderThan: 60, now: now)
         let request = try Digests.random(16).withUnsafeBytes { Digests.hex(Array($0)) }
-        // Each request newer than the last, even two within one second (the provider takes only a newer one).
-        let time = try FileLock.updateNumber(at: store + "/identity-request.time") { text in
-            max(UInt64(now.timeIntervalSince1970), (UInt64(text) ?? 0) + 1)
-        }
         let url = try DeliveryMessage.identityRequest(
-            client: config.clientId, request: request, audience: clientID, scope: scope, time: Int64(time),
-            signature: ""
+            client: config.clientId, request: request, audience: clientID, scope: scope,
+            time: Int64(now.timeIntervalSince1970), signature: ""
         ).signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
         defer { spool.remove(request: request, kind: .identityToken) }
         try await (send ?? sendToProvider)(url)
@@ -77,5 +76,17 @@ extension ManagedClient {
             mode: 0o600)
         try files.commit(replacingExisting: true)
         return token
+    }
+
+    /// Removes identity JWTs the provider answered into the spool (`*.jwt`) that are at least
+    /// `age` seconds old: answers nobody read.
+    func removeIdentityAnswers(olderThan age: TimeInterval, now: Date = Date()) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: spool.directory)) ?? []
+        for name in names where name.hasSuffix(".jwt") {
+            let path = spool.directory + "/" + name
+            var info = stat()
+            guard lstat(path, &info) == 0 else { continue }
+            if now.timeIntervalSince1970 - TimeInterval(info.st_mtim.tv_sec) >= age { unlink(path) }
+        }
     }
 }

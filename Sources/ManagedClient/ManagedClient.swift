@@ -280,6 +280,8 @@ public struct ManagedClient: Sendable {
     public func lock() throws {
         (try? unlockedKey)?.remove()
         unlink(legacyRunKey)
+        // No identity JWT stays readable in the spool once secure services are gone.
+        removeIdentityAnswers(olderThan: 0)
         try publishStatus(available: false)
     }
 

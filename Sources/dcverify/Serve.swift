@@ -55,8 +55,13 @@ struct Serve: AsyncParsableCommand {
     var tlsCertificate: String?
 
     @Option(
-        help: ArgumentHelp("The certificate's private key (PEM, DER or PKCS#12, not encrypted).", valueName: "file"))
+        help: ArgumentHelp(
+            "The certificate's private key (PEM, DER or PKCS#12; encrypted with --passphrase-file or --passphrase-fd).",
+            valueName: "file"))
     var tlsKey: String?
+
+    /// The passphrase of an encrypted TLS key: from a file or an inherited descriptor, never a flag's value.
+    @OptionGroup(title: "The passphrase of an encrypted --tls-key") var passphrase: PassphraseOptions
 
     @Option(help: ArgumentHelp("Write the bound port to this file, atomically, once listening.", valueName: "file"))
     var portFile: String?
@@ -95,8 +100,12 @@ struct Serve: AsyncParsableCommand {
         var configuration = ServiceConfiguration(threads: ServiceConfiguration.availableCores)
         if let listen = listen ?? file.listen { configuration.listen = try ListenAddress(parsing: listen) }
         switch (tlsCertificate ?? file.tlsCertificate, tlsKey ?? file.tlsKey) {
-        case (nil, nil): break
-        case (let certificate?, let key?): configuration.tls = TLSFiles(certificate: certificate, key: key)
+        case (nil, nil):
+            guard passphrase.passphraseFile == nil, passphrase.passphraseFd == nil else {
+                throw DCError(.usage, "a passphrase is for an encrypted --tls-key; no TLS key was given")
+            }
+        case (let certificate?, let key?):
+            configuration.tls = TLSFiles(certificate: certificate, key: key, keyPassphrase: try passphrase.read())
         default: throw DCError(.usage, "give --tls-certificate and --tls-key together")
         }
         configuration.jwksFile = jwks ?? file.jwks

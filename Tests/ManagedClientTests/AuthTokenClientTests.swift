@@ -79,7 +79,9 @@ struct AuthTokenClientTests {
         #expect(try verdict(token, world).responseCode == "100 OK")
         try await world.setPolicy { $0.state = .unauthorized }
         #expect(try verdict(token, world).responseCode == "103 Revoked")
-        #expect(try RevocationList.load(from: world.service.revocationsPath).revokedDelegations.count == 2)
+        // The second notice re-sent the same delegation (more than half its life was left): one id.
+        #expect(Set(world.delegations.all.map { $0.split(separator: "&")[2] }).count == 1)
+        #expect(try RevocationList.load(from: world.service.revocationsPath).revokedDelegations.count == 1)
         #expect(await failure { try await world.client.authToken(challenge: "c") } == .notAuthorized)
         // Applying `unauthorized` locked the store: the new policy and a new delegation come when
         // the client unlocks and announces availability.
@@ -203,6 +205,13 @@ struct AuthTokenClientTests {
         #expect(failureNow { try world.client.handleDelegation(newerURL) } == .notReady)
         #expect(try world.client.handleDelegation(try delegationURL(older, world)) == newer)
         #expect(try await keptNow() == newer)
+        // A delegation kept while the clock was ahead (valid then, not now) does not block a valid one.
+        let ahead = Date(timeIntervalSinceNow: 7200)
+        #expect(
+            try world.client.handleDelegation(try delegationURL(try issue(world, at: ahead), world), now: ahead).claims
+                .notBefore > Int64(Date().timeIntervalSince1970))
+        let current = try issue(world)
+        #expect(try world.client.handleDelegation(try delegationURL(current, world)) == current)
     }
 
     @Test(
@@ -308,5 +317,47 @@ struct AuthTokenClientTests {
                 await failure { try await world.client.identityToken(clientID: clientID, scope: scope, send: send) }
                     == .usage)
         }
+    }
+
+    @Test(
+        "Revocation loses nothing: a revocation list that cannot be written fails the unauthorize, and the next one still revokes every delegation; revoked ids leave the list once expired"
+    )
+    func revocationIsKept() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try await announce(world)
+        let token = try await world.client.authToken(challenge: "c")
+        let list = world.service.revocationsPath
+        let good = try #require(FileManager.default.contents(atPath: list))
+        try Data("broken".utf8).write(to: URL(fileURLWithPath: list))
+        #expect(await failure { try await world.setPolicy { $0.state = .unauthorized } } != nil)
+        try good.write(to: URL(fileURLWithPath: list))
+        try await world.setPolicy { $0.message = "again" }
+        #expect(try verdict(token, world).responseCode == "103 Revoked")
+        // A day later (the provider's record of expiries moved back, since a test cannot wait a
+        // day): the next change of the list drops the expired id; a verifier refuses the
+        // delegation as expired anyway.
+        let expiries = world.locations.stateHome + "/dcprovision/revoked-delegation-expiries.json"
+        var recorded = try JSONDecoder().decode(
+            [String: Int64].self, from: try #require(FileManager.default.contents(atPath: expiries)))
+        #expect(recorded.keys.contains(token.delegation.claims.id))
+        recorded = recorded.mapValues { $0 - 86_400 - 3600 }
+        try JSONEncoder().encode(recorded).write(to: URL(fileURLWithPath: expiries))
+        try await world.setPolicy { $0.state = .retired }
+        #expect(try RevocationList.load(from: list).revokedDelegations.isEmpty)
+        #expect(try RevocationList.load(from: list).retiredContainers.count == 1)
+    }
+
+    @Test("An identity JWT nobody read does not stay in the spool: removed when the client locks")
+    func identityAnswersRemovedOnLock() throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
+        _ = try spool.write(
+            Array("eyJ.left.behind".utf8), request: String(repeating: "cd", count: 16), kind: .identityToken)
+        try world.client.lock()
+        #expect(
+            !FileManager.default.fileExists(
+                atPath: spool.path(request: String(repeating: "cd", count: 16), kind: .identityToken)))
     }
 }

@@ -1,3 +1,4 @@
+import AuthTokens
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
@@ -38,13 +39,31 @@ struct MakingAnAppManagedTests {
                 current!.append(line.trimmingCharacters(in: .whitespaces))
             }
         }
-        #expect(blocks.count == 3)
+        #expect(blocks.count == 4)
         for block in blocks {
             let found = here.indices.contains { start in
                 start + block.count <= here.count && Array(here[start..<start + block.count]) == block
             }
             #expect(found, "not in this file:\n\(block.joined(separator: "\n"))")
         }
+    }
+
+    @Test("The article's auth token: made for the server's challenge, and the verifier accepts it")
+    func theArticlesToken() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        _ = try await world.service.deliverQueued(try world.available())
+        let client = world.client
+        let challenge = "one-use 2f9c"
+        let token = try await client.authToken(challenge: challenge, serverName: "mail.example.com")
+        let header = (name: "X-Good-GD-AuthToken", value: token.compact)  // on the request to the server
+        let sameForEveryAppOfThisUser = client.sharedUserID()
+        let verifier = AuthTokenVerifier(
+            issuers: try TrustedIssuers.load(from: world.service.issuersPath),
+            revocations: try RevocationList.load(from: world.service.revocationsPath))
+        #expect(verifier.verify(header.value, now: Date()).identity?.challenge == challenge)
+        // Empty only where the device has no machine id (`/etc/machine-id`).
+        #expect(sameForEveryAppOfThisUser.count == (SharedUserID.machineID() == nil ? 0 : 43))
     }
 
     @Test("The article's app: events, acknowledgements, secure files, pasteboard, retire")

@@ -56,6 +56,48 @@ struct ServerHygieneTests {
         }
     }
 
+    @Test(
+        "an encrypted TLS key (openssl pkcs8 -v2 aes-256-cbc) opens with --passphrase-file; without it or with a wrong one dcverify exits 77 before listening, and the passphrase is in no log"
+    )
+    func encryptedTLSKey() throws {
+        let sandbox = try Sandbox("dcverify-tls-encrypted")
+        defer { sandbox.remove() }
+        let (certificate, key) = try Self.certificate(in: sandbox)
+        let passphrase = "tls key passphrase 4711"
+        let passphraseFile = try sandbox.write("tls.pass", passphrase + "\n")
+        chmod(passphraseFile, 0o600)
+        let encrypted = sandbox.file("server.enc.key")
+        try runChecked(
+            try which("openssl"),
+            [
+                "pkcs8", "-topk8", "-v2", "aes-256-cbc", "-in", key, "-out", encrypted, "-passout",
+                "file:" + passphraseFile,
+            ])
+        let base = ["serve", "--listen", "127.0.0.1:0", "--tls-certificate", certificate, "--tls-key", encrypted]
+        let service = try RunningService.start(
+            Binaries.dcverify, base + ["--passphrase-file", passphraseFile] + verifierFiles(in: sandbox), in: sandbox)
+        let health = try curl(["--cacert", certificate, service.url("/health", scheme: "https")], sandbox: sandbox)
+        #expect(RawResponse(health.stdout)?.status == 200, "\(health.stderrText)")
+        service.stop()
+        #expect(!service.logText.contains(passphrase))
+        let wrong = try sandbox.write("wrong.pass", "not it\n")
+        chmod(wrong, 0o600)
+        for extra in [[], ["--passphrase-file", wrong]] {
+            let refused = try sandbox.run(
+                Binaries.dcverify, base + extra + verifierFiles(in: sandbox) + ["--port-file", sandbox.file("p")],
+                timeout: 60)
+            #expect(refused.status == 77, "\(extra): \(refused.stderrText)")
+            #expect(refused.stderrText.split(separator: "\n").count == 1, "\(refused.stderrText)")
+            #expect(!FileManager.default.fileExists(atPath: sandbox.file("p")))
+        }
+        // A passphrase with nothing to open is a usage error.
+        let stray = try sandbox.run(
+            Binaries.dcverify,
+            ["serve", "--listen", "127.0.0.1:0", "--passphrase-file", passphraseFile] + verifierFiles(in: sandbox),
+            timeout: 60)
+        #expect(stray.status == 64, "\(stray.stderrText)")
+    }
+
     @Test("the key and certificate may be one PKCS#12 file (read by our conversion engine)")
     func tlsFromPKCS12() throws {
         let sandbox = try Sandbox("dcverify-p12")

@@ -23,14 +23,19 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
     private var lastCheck: ContinuousClock.Instant
     private var failure: DCError?
     private var checking = false
+    private let report: @Sendable (Result<Value, DCError>) -> Void
 
     /// Reads the file at `path` with `load` now (its error is thrown), then at most once every
-    /// `checkInterval` when it has changed.
+    /// `checkInterval` when it has changed. `report` hears the outcome of every later reading:
+    /// the new value, or why the last good one stays (for a service's log).
     public init(
-        path: String, checkInterval: Duration = .seconds(1), load: @escaping @Sendable (String) throws -> Value
+        path: String, checkInterval: Duration = .seconds(1),
+        report: @escaping @Sendable (Result<Value, DCError>) -> Void = { _ in },
+        load: @escaping @Sendable (String) throws -> Value
     ) throws {
         self.path = path
         self.load = load
+        self.report = report
         self.interval = checkInterval
         self.stamp = FileStamp(path)
         self.current = try load(path)
@@ -85,12 +90,14 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
                 self.stamp = stamp
                 failure = nil
             }
+            report(.success(value))
         } catch {
             let reported = error as? DCError ?? DCError(.invalid, "\(error)", subject: path)
             lock.withLock {
                 self.stamp = stamp
                 failure = reported
             }
+            report(.failure(reported))
             throw reported
         }
     }
@@ -100,6 +107,22 @@ extension Reloading where Value == RevocationList {
     /// The revocation list at `path`, reloaded when it changes (see ``RevocationList/load(from:)``).
     public convenience init(revocationsAt path: String, checkInterval: Duration = .seconds(1)) throws {
         try self.init(path: path, checkInterval: checkInterval, load: RevocationList.load(from:))
+    }
+}
+
+extension Reloading where Value == [UInt8] {
+    /// The bytes of the regular file at `path` (at most `maximumSize`), reloaded when it changes;
+    /// `validate` refuses contents that must not replace the last good ones.
+    public convenience init(
+        bytesAt path: String, maximumSize: Int, checkInterval: Duration = .seconds(1),
+        report: @escaping @Sendable (Result<[UInt8], DCError>) -> Void = { _ in },
+        validate: @escaping @Sendable ([UInt8]) throws -> Void = { _ in }
+    ) throws {
+        try self.init(path: path, checkInterval: checkInterval, report: report) { path in
+            let bytes = try TrustFile.contents(path, maximumSize: maximumSize)
+            try validate(bytes)
+            return bytes
+        }
     }
 }
 

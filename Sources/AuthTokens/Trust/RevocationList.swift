@@ -170,11 +170,16 @@ public struct RevocationList: Sendable, Equatable, Codable {
 
 /// Reading and replacing the verifier's trust files.
 enum TrustFile {
-    /// The bytes of the file at `path`, refusing one over `maximumSize`.
+    /// The bytes of the regular file at `path`, refusing one over `maximumSize` and anything that
+    /// is not a regular file (opened without blocking, so a FIFO planted there cannot hang a reader).
     static func contents(_ path: String, maximumSize: Int) throws -> [UInt8] {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else { throw fileError(errno, path, "cannot open") }
         defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            throw DCError(.malformedInput, "not a regular file", subject: path)
+        }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65_536)
         while true {

@@ -136,12 +136,16 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
 public struct TLSFiles: Sendable, Equatable {
     /// The server certificate (and its chain).
     public var certificate: String
-    /// The private key of the certificate; it must not be encrypted.
+    /// The private key of the certificate; encrypted only with ``keyPassphrase``.
     public var key: String
+    /// The passphrase of an encrypted key (PKCS#8, legacy PEM or PKCS#12), read from a file or a
+    /// descriptor, never a flag's value; nil for a key that is not encrypted.
+    public var keyPassphrase: SecretBytes?
 
-    /// The two paths.
-    public init(certificate: String, key: String) {
+    /// The two paths, and the key's passphrase if it is encrypted.
+    public init(certificate: String, key: String, keyPassphrase: SecretBytes? = nil) {
         self.certificate = certificate
         self.key = key
+        self.keyPassphrase = keyPassphrase
     }
 }

@@ -34,7 +34,7 @@ struct VerificationResponder: HTTPResponder {
         switch route {
         case .verify: return verify(request, logger: context.logger)
         case .health: return Response(status: .ok, headers: [.contentType: "text/plain"], body: body("ok\n"))
-        case .jwks: return serveJWKS(logger: context.logger)
+        case .jwks: return serveJWKS()
         }
     }
 
@@ -76,9 +76,9 @@ struct VerificationResponder: HTTPResponder {
         return Response(status: .ok, headers: headers)
     }
 
-    private func serveJWKS(logger: Logger) -> Response {
+    private func serveJWKS() -> Response {
         guard let jwks else { return Response(status: .notFound) }
-        let bytes = jwks.contents(logger: logger)
+        let bytes = jwks.contents
         return Response(
             status: .ok, headers: [.contentType: "application/json", .cacheControl: "max-age=60"],
             body: .init(byteBuffer: ByteBuffer(bytes: bytes)))

@@ -49,7 +49,7 @@ public struct VerificationServer: Sendable {
         self.logger = logger
         self.onReload = onReload
         self.now = now
-        jwks = try configuration.jwksFile.map { try WatchedFile.jwks(path: $0) }
+        jwks = try configuration.jwksFile.map { try WatchedFile.jwks(path: $0, logger: logger) }
         tls = try configuration.tls.map { try ServerTLS.configuration($0) }
     }
 
@@ -109,7 +109,7 @@ public struct VerificationServer: Sendable {
         let onReload = self.onReload
         let reloader = await SignalReloader {
             logger.notice("SIGHUP: reloading")
-            jwks?.reload(logger: logger)
+            jwks?.reload()
             onReload()
         }
         var group = ServiceGroupConfiguration(

@@ -7,7 +7,9 @@ import NIOSSL
 enum ServerTLS {
     /// A server configuration for `files`, TLS 1.2 at least (NIOSSL's default minimum is 1.0).
     static func configuration(_ files: TLSFiles) throws -> TLSConfiguration {
-        let reader = CredentialReader()
+        // An encrypted key opens with the passphrase given; without one it is refused.
+        let reader = CredentialReader(
+            passphrase: files.keyPassphrase.map { FixedPassphrase($0) as any PassphraseSource } ?? NoPassphrase())
         let certificateMaterial = try reader.read(file: files.certificate)
         let keyMaterial = files.key == files.certificate ? certificateMaterial : try reader.read(file: files.key)
         guard let key = keyMaterial.privateKey else {

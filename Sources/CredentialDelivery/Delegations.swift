@@ -102,7 +102,6 @@ extension CredentialService {
         var revoked = 0
         try updateDelegationRecord(clientId, now: now) { record in
             guard !record.issued.isEmpty else { return }
-            _ = try issuingKey()
             try updateRevocations(expiring: record.issued) { $0.revokedDelegations.formUnion(record.issued.keys) }
             revoked = record.issued.count
             record = DelegationRecord()

@@ -11,12 +11,12 @@ import SystemSupport
 /// the handler to finish.
 extension CredentialService {
     /// Handles a client's signed identity request: authenticates it (``authenticate(_:now:)``:
-    /// paired, its key, within the time limit), refuses a replay (each request newer than the
-    /// last from that client) and a client that is not authorized, signs the JWT for the user
+    /// paired, its key, within the time limit), refuses a replay (a request id answered
+    /// before) and a client that is not authorized, signs the JWT for the user
     /// named at pairing, and writes it to the client's spool. Returns the token.
     @discardableResult
     public func issueIdentityToken(_ message: DeliveryMessage, now: Date = Date()) async throws -> IdentityToken {
-        guard case .identityRequest(let clientId, let request, let audience, let scope, let time, _) = message else {
+        guard case .identityRequest(let clientId, let request, let audience, let scope, _, _) = message else {
             throw DCError(
                 .invalid, "not an identity request", hint: "identity requests are <provider-scheme>:/jwt?… URLs")
         }

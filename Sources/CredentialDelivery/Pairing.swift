@@ -115,8 +115,23 @@ public enum PinnedKeys {
     /// The key in `path` (PKCS#8 DER, 0600), made and stored on first use. Two processes making it
     /// at once agree on one: the loser of the race reads the winner's.
     public static func signingKey(at path: String) throws -> MessageSigningKey {
-        if let existing = try readKey(path) { return existing }
-        let key = try MessageSigningKey.generate()
+        try storedKey(
+            at: path,
+            refusal: DCError(
+                .permissionDenied, "the message-signing key is not a private regular file of this user",
+                subject: path, hint: "make it mode 0600, or remove it and pair again"))
+    }
+
+    /// The private key in `path` (PKCS#8 DER, 0600, written atomically), made on first use; two
+    /// processes making it at once agree on one (the loser of the race reads the winner's).
+    /// `refusal` when the file is not a private regular file of this user.
+    static func storedKey<Key: StoredPrivateKey>(at path: String, refusal: DCError) throws -> Key {
+        func read() throws -> Key? {
+            guard var bytes = try privateFile(path, limit: 1 << 12, else: refusal).map(Array.init) else { return nil }
+            return try Key(pkcs8DER: SecretBytes(consuming: &bytes))
+        }
+        if let existing = try read() { return existing }
+        let key = try Key.generate()
         let directory = (path as NSString).deletingLastPathComponent
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
@@ -128,21 +143,9 @@ public enum PinnedKeys {
             try files.commit()
             return key
         } catch let error as DCError where error.code == .outputExists {
-            guard let winner = try readKey(path) else { throw error }
+            guard let winner = try read() else { throw error }
             return winner
         }
-    }
-
-    private static func readKey(_ path: String) throws -> MessageSigningKey? {
-        guard
-            var bytes = try privateFile(
-                path, limit: 1 << 12,
-                else: DCError(
-                    .permissionDenied, "the message-signing key is not a private regular file of this user",
-                    subject: path, hint: "make it mode 0600, or remove it and pair again")
-            ).map(Array.init)
-        else { return nil }
-        return try MessageSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
     }
 
     /// The contents of `path`, or nil when there is none; `refusal` when it is not a regular file
@@ -183,3 +186,16 @@ public struct DeliverySequence: Sendable {
         }
     }
 }
+
+/// A private key a party keeps in a file of its own: made fresh, stored and read back as PKCS#8.
+protocol StoredPrivateKey {
+    /// A fresh key.
+    static func generate() throws -> Self
+    /// The key in a PKCS#8 DER encoding.
+    init(pkcs8DER: SecretBytes) throws
+    /// The private key, for its PKCS#8 encoding.
+    var privateKey: PrivateKey { get }
+}
+
+extension MessageSigningKey: StoredPrivateKey {}
+extension TokenSigningKey: StoredPrivateKey {}

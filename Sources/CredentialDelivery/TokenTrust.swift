@@ -56,29 +56,11 @@ extension CredentialService {
     /// The provider's P-256 key in `<state>/<name>`, made (0600, atomically) when there is none.
     private func providerKey(_ name: String, what: String) throws -> TokenSigningKey {
         let path = stateDirectory + "/" + name
-        let refusal = DCError(
-            .permissionDenied, "\(what) is not a private regular file of this user", subject: path,
-            hint: "make it mode 0600, or remove it (what was signed with it then stops verifying)")
-        if var bytes = try PinnedKeys.privateFile(path, limit: 1 << 12, else: refusal).map(Array.init) {
-            return try TokenSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
-        }
-        let made = try TokenSigningKey.generate()
-        try AtomicFileSet.ensureDirectory(stateDirectory)
-        var files = AtomicFileSet(directory: stateDirectory)
-        try made.privateKey.withPKCS8DER { bytes in
-            var copy = Array(bytes)
-            try files.add(name, .secret(SecretBytes(consuming: &copy)), mode: 0o600)
-        }
-        do {
-            try files.commit(replacingExisting: false)
-            return made
-        } catch DCError.Code.outputExists {
-            // Another process made it first: use that one.
-            guard var bytes = try PinnedKeys.privateFile(path, limit: 1 << 12, else: refusal).map(Array.init) else {
-                throw refusal
-            }
-            return try TokenSigningKey(pkcs8DER: SecretBytes(consuming: &bytes))
-        }
+        return try PinnedKeys.storedKey(
+            at: path,
+            refusal: DCError(
+                .permissionDenied, "\(what) is not a private regular file of this user", subject: path,
+                hint: "make it mode 0600, or remove it (what was signed with it then stops verifying)"))
     }
 
     /// The revocation list now (empty when none was written).

@@ -21,6 +21,7 @@ public struct IdentityClaims: JWTPayload, Equatable {
     /// `exp`: when it stops being valid.
     public var expires: ExpirationClaim
 
+    /// The registered claim names (RFC 7519 §4.1) and `scope`.
     enum CodingKeys: String, CodingKey {
         case issuer = "iss"
         case subject = "sub"
@@ -118,6 +119,7 @@ public struct IdentityToken: Sendable, Equatable, CustomStringConvertible, Custo
         self.compact = compact
     }
 
+    /// A token as signed: its compact form, claims and key id.
     init(compact: String, claims: IdentityClaims, keyID: String) {
         self.compact = compact
         self.claims = claims

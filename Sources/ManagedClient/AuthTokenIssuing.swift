@@ -29,11 +29,7 @@ extension ManagedClient {
         guard case .delegation(let client, let id, let digest, _, _) = message else {
             throw DCError(.invalid, "not a delegation URL", hint: "delegations are <client-scheme>:/delegation?… URLs")
         }
-        guard client == config.clientId else {
-            throw DCError(
-                .refusedMessage, "a delegation for another client (\(client))",
-                hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
-        }
+        try checkAddressee(client, of: "delegation", config: config)
         try verifyProviderSignature(message, config: config, subject: id)
         if let policy = try currentPolicy(), policy.state != .authorized {
             spool.remove(request: id, kind: .delegation)
@@ -111,7 +107,8 @@ extension ManagedClient {
             } catch {
                 renewal = error
             }
-            delegation = currentDelegation(now: Date()) ?? currentDelegation(now: now)
+            // What the provider sent is valid from its clock's now, which may be past `now`.
+            delegation = currentDelegation(now: max(now, Date()))
         }
         guard let delegation else {
             throw DCError(

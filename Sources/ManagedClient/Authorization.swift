@@ -118,11 +118,7 @@ extension ManagedClient {
         guard case .policy(let client, let policy, let time, _) = message else {
             throw DCError(.invalid, "not a policy URL", hint: "policies are <client-scheme>:/policy?… URLs")
         }
-        guard client == config.clientId else {
-            throw DCError(
-                .refusedMessage, "a policy for another client (\(client))",
-                hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
-        }
+        try checkAddressee(client, of: "policy", config: config)
         try verifyProviderSignature(message, config: config, subject: "policy \(policy.sequence)")
         guard abs(now.timeIntervalSince1970 - Double(time)) <= Self.requestTimeLimit else {
             throw DCError(
@@ -167,6 +163,16 @@ extension ManagedClient {
         var files = AtomicFileSet(directory: store)
         try files.add("policy.json", .bytes(Array(try JSONEncoder().encode(applied))), mode: 0o600)
         try files.commit(replacingExisting: true)
+    }
+
+    /// Refuses a message of the provider's (`what`: a delivery, a policy, a delegation) addressed
+    /// to another client than this one.
+    func checkAddressee(_ client: String, of what: String, config: Config) throws {
+        guard client == config.clientId else {
+            throw DCError(
+                .refusedMessage, "a \(what) for another client (\(client))",
+                hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
+        }
     }
 
     /// Checks that `message` is signed by the pinned provider (or, when none is pinned yet, by the

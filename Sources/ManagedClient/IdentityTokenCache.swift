@@ -32,12 +32,15 @@ extension ManagedClient {
         let key = try storeKey()
         let cacheName = Digests.hex(Digests.sha256(Array("\(clientID)\n\(scope)".utf8)))
         let cacheFile = identityTokenDirectory + "/" + cacheName
-        if !refresh, FileManager.default.fileExists(atPath: cacheFile),
-            let sealed = try? bytes(cacheFile),
+        /// Whether `token` is what was asked for and still good for a minute.
+        func fits(_ token: IdentityToken) -> Bool {
+            token.claims.audience.value == [clientID] && token.claims.scope == scope
+                && token.isValid(at: now, margin: Self.identityTokenMargin)
+        }
+        if !refresh, let sealed = try? bytes(cacheFile),
             let opened = try? AtRest.open(sealed, key: key, context: "identity-token"),
             let cached = try? IdentityToken(parsing: opened.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }),
-            cached.claims.audience.value == [clientID], cached.claims.scope == scope,
-            cached.isValid(at: now, margin: Self.identityTokenMargin)
+            fits(cached)
         {
             return cached
         }
@@ -60,9 +63,7 @@ extension ManagedClient {
                 hint: "check that the provider is registered and has this client paired (dcprovision status)")
         }
         let token = try IdentityToken(parsing: String(decoding: answer, as: UTF8.self))
-        guard token.claims.audience.value == [clientID], token.claims.scope == scope,
-            token.isValid(at: now, margin: Self.identityTokenMargin)
-        else {
+        guard fits(token) else {
             throw DCError(
                 .refusedMessage,
                 "the identity token in the spool is not the one asked for (another audience, scope or time)",

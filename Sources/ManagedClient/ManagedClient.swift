@@ -390,11 +390,7 @@ public struct ManagedClient: Sendable {
         guard case .deliver(let client, let request, let digest, let sequence, _) = message else {
             throw DCError(.invalid, "not a delivery URL", hint: "deliveries are <client-scheme>:/deliver?… URLs")
         }
-        guard client == config.clientId else {
-            throw DCError(
-                .refusedMessage, "a delivery for another client (\(client))",
-                hint: "this client is '\(config.clientId)'; check which program handles the scheme \(config.scheme):")
-        }
+        try checkAddressee(client, of: "delivery", config: config)
         // The provider's key is the pinned one; if no command pinned it yet, the one its registration
         // shows (a file of this user that no one else can write, never the URL), pinned only once a
         // delivery it signed has verified: a forged URL changes nothing.

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CommandLineSupport
 import CredentialCoding
+import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import SystemSupport
@@ -151,11 +152,14 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         // Auth tokens: the app proves who it is to its application server, which asks dcverify.
         step += 1
         Console.say("\(step). The verification service application servers call starts, reading the provider's files")
-        let verifierFiles = sandbox + "/home/.local/state/dcprovision/verifier"
+        // The files the sandbox's provider keeps for verification services.
+        let provider = try CredentialService(
+            brand: "Example Provider", callbackScheme: "org.example.dcprovision",
+            locations: XDGDirectories(environment: environment), open: { _, _ in })
         let portFile = sandbox + "/dcverify.port"
         let serveArguments = [
-            "serve", "--listen", "127.0.0.1:0", "--port-file", portFile, "--issuers", verifierFiles + "/issuers.jwks",
-            "--revocations", verifierFiles + "/revocations.json", "--log-level", "warning",
+            "serve", "--listen", "127.0.0.1:0", "--port-file", portFile, "--issuers", provider.issuersPath,
+            "--revocations", provider.revocationsPath, "--log-level", "warning",
         ]
         Console.say(
             "   $ dcverify \(serveArguments.map { $0.replacingOccurrences(of: sandbox, with: "$SANDBOX") }.joined(separator: " ")) &"

@@ -47,10 +47,7 @@ public struct DeliveryPayload: Sendable {
             value.base64Encoded().withUnsafeBytes { out += $0 }
             raw("\"")
         }
-        func pair(_ pair: CertifiedKey) {
-            raw("\"certificate\":\"\(Data(pair.certificate.derBytes).base64EncodedString())\",\"privateKey\":")
-            secret(pair.privateKey.withPKCS8DER { SecretBytes($0) })
-        }
+        func pair(_ pair: CertifiedKey) { PairCoding.append(pair, to: &out) }
         raw("{\"v\":\(Self.version),\"requestId\":")
         try string(requestId)
         raw(",\"clientId\":")
@@ -119,19 +116,10 @@ public struct DeliveryPayload: Sendable {
                 .invalid, "payload version \(wire.v) is not supported",
                 hint: "nothing was installed; ask the provider to send again")
         }
-        let reader = CredentialReader()
         func pair(_ certificate: String, _ key: String, _ place: String) throws -> CertifiedKey {
-            guard let certificateDER = Data(base64Encoded: certificate),
-                var keyDER = Data(base64Encoded: key).map(Array.init)
-            else {
-                throw DCError(
-                    .invalid, "\(place): not base64", hint: "nothing was installed; ask the provider to send again")
-            }
-            defer { keyDER.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
-            return try KeyMaterial.paired(
-                certificates: [try reader.certificate(der: Array(certificateDER), source: place)],
-                privateKey: try reader.privateKey(pkcs8: keyDER, source: place), source: place
-            ).certifiedKey()
+            try PairCoding.decode(
+                certificate: certificate, privateKey: key, place: place,
+                hint: "nothing was installed; ask the provider to send again")
         }
         var entries: [CredentialEntry] = []
         for entry in wire.credential.entries {

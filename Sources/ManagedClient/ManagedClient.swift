@@ -453,8 +453,12 @@ public struct ManagedClient: Sendable {
         } else if !(try validator ?? self.validator()).validate(payload.credential).passes() {
             status = ResultStatus.invalid
         } else {
-            // All or nothing: the new credential and its number replace the old ones together.
-            try installation.replace(with: opened, sequence: sequence, key: key)
+            // All or nothing: the new credential, its number and the key history replace the old
+            // ones together. The old encryption pairs join the history; its other keys are gone.
+            let history = KeyContinuity.history(
+                replacing: try installation.credential(key: key), kept: try installation.keyHistory(key: key) ?? [],
+                with: payload.credential)
+            try installation.replace(with: opened, sequence: sequence, keyHistory: history, key: key)
         }
         let result = DeliveryMessage.result(
             request: request, status: status,
@@ -536,12 +540,41 @@ public struct ManagedClient: Sendable {
     }
 
     /// The installed credential; only while secure services are available
-    /// (``requireSecureServices()``: ready, authorized, unlocked).
+    /// (``requireSecureServices()``: ready, authorized, unlocked). Its escrow entry carries the
+    /// key history the client keeps (``keyHistory()``): the encryption pairs of the credentials it
+    /// replaced, and the history the provider sent.
     public func installed() throws -> Credential? {
         _ = try config()
         let key = try secureServicesKey()
-        guard FileManager.default.fileExists(atPath: store + "/credential") else { return nil }
-        return try installation.credential(key: key)
+        guard FileManager.default.fileExists(atPath: store + "/credential"),
+            let credential = try installation.credential(key: key)
+        else { return nil }
+        guard let history = try installation.keyHistory(key: key) else { return credential }
+        return try KeyContinuity.credential(credential, carrying: history)
+    }
+
+    /// The retired encryption pairs the client keeps, newest first, at most
+    /// ``CredentialEntry/maximumKeyHistory``: the encryption and escrow pairs of every credential a
+    /// renewal replaced, and the escrow history the provider sent (see ``installed()``). Only
+    /// while secure services are available.
+    public func keyHistory() throws -> [CertifiedKey] {
+        _ = try config()
+        let key = try secureServicesKey()
+        return try installation.keyHistory(key: key) ?? installation.credential(key: key)?[.escrow]?.keyHistory ?? []
+    }
+
+    /// Opens a message encrypted to this client's credential (CMS EnvelopedData or
+    /// AuthEnvelopedData, as DER, PEM or S/MIME, such as `openssl cms -encrypt` and mail clients
+    /// make): with the installed encryption pair, then the escrow pair, then the key history,
+    /// newest first, so that a message to a certificate a renewal replaced still opens. Only
+    /// while secure services are available. Throws `DCError/Code/noMatchingKey` when none opens
+    /// it.
+    public func decrypt(_ message: [UInt8]) throws -> SecretBytes {
+        let current =
+            try installed().map { credential in
+                [CredentialTag.encryption, .escrow].compactMap { credential[$0]?.certifiedKey }
+            } ?? []
+        return try EnvelopedMessage.open(message, with: current + keyHistory()).plaintext
     }
 
     /// The client's URL scheme, or nil when the client is not set up.

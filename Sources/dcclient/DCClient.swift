@@ -18,6 +18,7 @@ struct DCClient: AsyncParsableCommand {
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
             Unlock.self, Status.self, Files.self, Pasteboard.self, Token.self, SharedUserIDCommand.self, JWT.self,
+            Decrypt.self,
         ])
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
@@ -256,6 +257,8 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             abstract: "Show one entry's certificate details (never key material).")
         @Argument(help: "authentication, signing, encryption or escrow.") var tag: String
+        @Flag(help: "Print the certificate as PEM instead (to give to correspondents; never the key).")
+        var pem = false
         @OptionGroup var format: JSONOutputOptions
         @OptionGroup var output: OutputOptions
 
@@ -268,6 +271,12 @@ extension DCClient {
             guard let entry = try ManagedClient().installed()?[tag] else {
                 throw DCError(
                     .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
+            }
+            if pem {
+                guard !format.json else { throw DCError(.usage, "give --pem or --json, not both") }
+                // PEM is base64 and its armor lines: nothing to escape.
+                _ = PEM.certificate(entry.certificate).withUnsafeBytes { StandardStream.output.write(bytes: $0) }
+                return
             }
             if format.json { return try printJSON("entry", try EntryView(entry)) }
             let details = try CertificateDetails(entry.certificate)

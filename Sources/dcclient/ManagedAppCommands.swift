@@ -116,19 +116,7 @@ extension DCClient {
 
             func run() async throws {
                 let pasteboard = ManagedClient().pasteboard
-                var bytes: [UInt8] = []
-                var buffer = [UInt8](repeating: 0, count: 65536)
-                while true {
-                    let count = read(0, &buffer, buffer.count)
-                    if count < 0 && errno == EINTR { continue }
-                    guard count >= 0 else { throw DCError(.ioError, "cannot read standard input") }
-                    if count == 0 { break }
-                    bytes += buffer[0..<count]
-                    guard bytes.count <= SecurePasteboard.maximumLength else {
-                        throw DCError(
-                            .inputTooLarge, "more than \(SecurePasteboard.maximumLength) bytes on standard input")
-                    }
-                }
+                let bytes = try BoundedInput.read(nil, limit: SecurePasteboard.maximumLength)
                 guard let text = String(validating: bytes, as: UTF8.self) else {
                     throw DCError(.invalid, "the pasteboard takes text (UTF-8)", subject: "standard input")
                 }

@@ -99,6 +99,22 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
             dcclient, ["request"])
         try await run("What the client holds (no key material is ever printed)", dcclient, ["list"])
+        // A correspondent encrypts to the client's certificate, as S/MIME mail does; the renewal
+        // below must keep it readable.
+        step += 1
+        Console.say(
+            "\(step). A correspondent encrypts a note to the client's encryption certificate (CMS, as in S/MIME mail)")
+        Console.say("   $ dcclient show encryption --pem > $SANDBOX/encryption.pem")
+        let shown = try await ChildProcess.run(
+            dcclient, arguments: ["show", "encryption", "--pem"], environment: environment,
+            limits: .init(timeout: .seconds(60)))
+        guard shown.termination == .exited(0) else { throw DCError(.unknown, "demo step \(step) failed") }
+        try Data(shown.stdout).write(to: URL(fileURLWithPath: sandbox + "/encryption.pem"))
+        let recipient = try CredentialReader().read(file: sandbox + "/encryption.pem").certificates[0]
+        let note = "Meet at the usual place at noon."
+        try Data(try Sealing.seal(SecretBytes(Array(note.utf8)), to: recipient))
+            .write(to: URL(fileURLWithPath: sandbox + "/note.p7m"))
+        Console.say("   (sealed \"\(note)\" to it: $SANDBOX/note.p7m)\n")
         try await run("The client locks its secure services", dcclient, ["lock"])
         try await run(
             "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
@@ -121,6 +137,9 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             dcclient,
             ["unlock", "--passphrase-file", passphrase])
         try await run("What the client holds now", dcclient, ["list"])
+        try await run(
+            "The renewal kept the old encryption key in the key history: the note still opens", dcclient,
+            ["decrypt", sandbox + "/note.p7m"])
         // The managed app's life after the delivery: authorization, secure files, retire.
         let scheme = ["--client-scheme", "org.example.dcclient"]
         let report = sandbox + "/report.txt"

@@ -206,7 +206,9 @@ struct SendPipelineTests {
                 .appConnectValue == -1004)
     }
 
-    @Test("A send installs the credential; a newer one replaces it; nothing of the payload is left in the spool")
+    @Test(
+        "A send installs the credential; a newer one replaces it, keeping only the old encryption pairs (in the key history); nothing of the payload is left in the spool"
+    )
     func installAndReplace() async throws {
         let world = try World()
         defer { world.dir.remove() }
@@ -217,7 +219,15 @@ struct SendPipelineTests {
         #expect(try world.client.installed() == first)
         let second = try world.credential(TestCAIssueRequest(commonName: "Second"))
         _ = try await world.service.send(second, clientScheme: "org.example.dcclient")
-        #expect(try world.client.installed() == second)
+        let installed = try #require(try world.client.installed())
+        #expect(
+            installed.serialNumber == second.serialNumber
+                && installed.entries.map(\.certifiedKey) == second.entries.map(\.certifiedKey))
+        // The old authentication and signing keys are gone; its encryption pairs are history.
+        let firstEscrow = try #require(first[.escrow])
+        #expect(
+            installed[.escrow]?.keyHistory
+                == [try #require(first[.encryption]).certifiedKey, firstEscrow.certifiedKey] + firstEscrow.keyHistory)
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
         #expect(world.service.ledger.recent().map(\.outcome) == ["ok", "ok"])

@@ -46,7 +46,11 @@ struct DemoTests {
             "sealed: CMS AuthEnvelopedData",
             "dcclient: received request", "(MAC verified)", "serviceUnavailable (AppConnect -1002)",
             "(exit status 69, as expected)",
-            "Demo credential, renewed", "(+2 retired)", "queued: org.example.dcclient:/deliver",
+            "Demo credential, renewed", "queued: org.example.dcclient:/deliver",
+            // The renewal keeps the old encryption and escrow pairs (the escrow history, the same
+            // two retired pairs in both credentials, once): a note encrypted before it opens after.
+            "(+2 retired)", "(+4 retired)", "sealed \"Meet at the usual place at noon.\" to it",
+            "$ dcclient decrypt $SANDBOX/note.p7m\n   Meet at the usual place at noon.",
             "announced availability",
             "delivering queued request",
             // The managed app's life after the delivery.

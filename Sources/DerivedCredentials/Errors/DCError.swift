@@ -252,6 +252,10 @@ extension DCError.Code {
     public static let inputTooLarge = Self(
         "inputTooLarge", .dataError,
         hint: "check that this is the right file")
+    /// An encrypted message that none of the keys at hand opens.
+    public static let noMatchingKey = Self(
+        "noMatchingKey", .dataError,
+        hint: "it is for another recipient, or it was altered")
     /// No certificate or key where one is needed.
     public static let missingMaterial = Self(
         "missingMaterial", .dataError,

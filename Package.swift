@@ -93,6 +93,7 @@ let package = Package(
             dependencies: [
                 "DerivedCredentials", "SystemSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]),
 
         // The reference managed client, and its thin CLI.

@@ -77,6 +77,11 @@ public struct AuthTokenVerifier: TokenVerifying {
         TokenVerdict(check(token, now: Int64(now.timeIntervalSince1970.rounded(.down))))
     }
 
+    /// True: a verification is parsing and one or two ECDSA checks against keys in memory. The
+    /// trust it asks for must be as cheap (a ``Reloading`` file is looked at, with `stat`, at most
+    /// once a second, and read only when it changed).
+    public var verifiesWithoutWaiting: Bool { true }
+
     private func check(_ token: String, now: Int64) -> Result<TokenVerdict.Identity, TokenVerdict.FailureReason> {
         func fail(_ failure: TokenVerdict.Failure, _ reason: String) -> Result<
             TokenVerdict.Identity, TokenVerdict.FailureReason

@@ -97,4 +97,14 @@ public protocol TokenVerifying: Sendable {
     /// The verdict on `token` at `now`. Must not consume the token: the same token at the same
     /// time gets the same verdict.
     func verify(_ token: String, now: Date) -> TokenVerdict
+
+    /// Whether ``verify(_:now:)`` only computes, from what is already in memory: no waiting on
+    /// the network, a lock held for long or another service, so that a server may call it on the
+    /// thread that serves its connections. False unless a verifier says so.
+    var verifiesWithoutWaiting: Bool { get }
+}
+
+extension TokenVerifying {
+    /// False: a verifier that may wait is called where waiting does no harm.
+    public var verifiesWithoutWaiting: Bool { false }
 }

@@ -41,10 +41,6 @@ struct GlobalOptions: ParsableArguments {
 
     func bootstrapLogging() {
         let level: Logger.Level = verbose ? .debug : .warning
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        LoggingSystem.bootstrap { LogLineHandler(label: $0, level: level) }
     }
 }

@@ -91,11 +91,7 @@ struct Serve: AsyncParsableCommand {
     func run() async throws {
         let file = try config.map { try ConfigurationFile.read($0) } ?? ConfigurationFile()
         let level = try Self.logLevel(logLevel ?? file.logLevel ?? "info")
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        LoggingSystem.bootstrap { LogLineHandler(label: $0, level: level) }
         let logger = Logger(label: "dcverify")
         var configuration = ServiceConfiguration(threads: ServiceConfiguration.availableCores)
         if let listen = listen ?? file.listen { configuration.listen = try ListenAddress(parsing: listen) }

@@ -80,6 +80,22 @@ struct RawResponse {
         fields.map(\.name).filter { $0.lowercased().hasPrefix("x-good-gd-") }
     }
 
+    /// Every whole response in `bytes`, in order (each announces its body's `Content-Length`).
+    static func all(in bytes: [UInt8]) -> [RawResponse] {
+        var responses: [RawResponse] = []
+        var rest = bytes[...]
+        while let end = rest.firstRange(of: Array("\r\n\r\n".utf8)), let response = RawResponse(Array(rest)),
+            let length = response.valuesIgnoringCase("Content-Length").first.flatMap(Int.init),
+            rest.distance(from: rest.startIndex, to: end.upperBound) + length <= rest.count
+        {
+            var whole = response
+            whole.body = Array(rest[end.upperBound..<(end.upperBound + length)])
+            responses.append(whole)
+            rest = rest[(end.upperBound + length)...]
+        }
+        return responses
+    }
+
     /// Parses the first response in `bytes`; nil if there is none.
     init?(_ bytes: [UInt8]) {
         guard let end = bytes.firstRange(of: Array("\r\n\r\n".utf8)) else { return nil }

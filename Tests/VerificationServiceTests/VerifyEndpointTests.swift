@@ -3,8 +3,7 @@ import TestSupport
 import Testing
 import VerificationService
 
-/// `GET /verifyGDAuthToken` through a real process and real sockets: the fixture answers from a
-/// table of fixed tokens (it stands in for AuthTokenVerifier until the lead wires that in).
+/// `GET /verifyGDAuthToken` through a real `dcverify serve` process, real tokens and real sockets.
 @Suite("GET /verifyGDAuthToken: response codes and identity headers", .ownThreads, .timeLimit(.minutes(3)))
 struct VerifyEndpointTests {
     @Test("a genuine token: 200, 100 OK and the seven identity headers, names in their exact case")
@@ -29,6 +28,14 @@ struct VerifyEndpointTests {
         #expect(
             response.goodFields.sorted()
                 == (["X-Good-GD-AuthResponseCode"] + VerificationHeaders.identity).sorted())
+        // An IMF-fixdate Date header, as HTTP servers send, within a minute of now.
+        let date = try #require(response.values("Date").first)
+        let parser = DateFormatter()
+        parser.locale = Locale(identifier: "en_US_POSIX")
+        parser.timeZone = TimeZone(identifier: "GMT")
+        parser.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        let sent = try #require(parser.date(from: date), "\(date)")
+        #expect(abs(sent.timeIntervalSinceNow) < 60)
         // The sample app server parses the code with /([0-9]+)\s+/: digits, a space, text.
         #expect(response.values("X-Good-GD-AuthResponseCode").first?.firstMatch(of: #/^[0-9]+ /#) != nil)
     }
@@ -65,6 +72,32 @@ struct VerifyEndpointTests {
         #expect(response.status == 200)
         #expect(response.values("X-Good-GD-AuthResponseCode") == [code])
         #expect(response.goodFields == ["X-Good-GD-AuthResponseCode"])
+    }
+
+    @Test("pipelined requests on one connection are answered in the order they came")
+    func pipelined() throws {
+        // Verifications are answered on the event loop, other paths by Hummingbird's tasks, which
+        // answer later: a verification behind one of those must wait its turn.
+        let sandbox = try Sandbox("verify-pipelined")
+        defer { sandbox.remove() }
+        let service = try Tokens.startService(in: sandbox)
+        defer { service.stop() }
+        let connection = try RawConnection(port: service.port)
+        func request(_ path: String, token: String? = nil, close: Bool = false) -> String {
+            "GET \(path) HTTP/1.1\r\nHost: x\r\n" + (token.map { "X-Good-GD-AuthToken: \($0)\r\n" } ?? "")
+                + (close ? "Connection: close\r\n" : "") + "\r\n"
+        }
+        connection.send(
+            request("/health") + request("/verifyGDAuthToken", token: Tokens.valid)
+                + request("/verifyGDAuthToken", token: Tokens.expired) + request("/nowhere")
+                + request("/verifyGDAuthToken", token: Tokens.revoked) + request("/health")
+                + request("/verifyGDAuthToken", token: Tokens.valid, close: true))
+        let (bytes, closed) = connection.readUntilClosed(timeout: .seconds(20))
+        #expect(closed, "the connection stays open after Connection: close")
+        let answers = RawResponse.all(in: bytes).map { response in
+            response.values("X-Good-GD-AuthResponseCode").first ?? "\(response.status)"
+        }
+        #expect(answers == ["200", "100 OK", "102 Expired Token", "404", "103 Revoked", "200", "100 OK"])
     }
 
     @Test("verifying twice gives the same answer (nothing is consumed)")

@@ -9,11 +9,17 @@ import NIOHTTPTypes
 /// but every body chunk resets it, and the body is drained even after the answer went out: a
 /// client that sends one body byte a second would hold its connection for ever. This handler
 /// puts an absolute deadline on the rest of the request.
+///
+/// A request that arrives whole in one read (every verification: a GET has no body) needs no
+/// timer; one is set only when a read ends with a request still open, for what is left of the
+/// limit.
 final class RequestDeadlineHandler: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
 
     private let limit: TimeAmount
+    /// When the head of the request still being read arrived; nil between requests.
+    private var openSince: NIODeadline?
     private var timer: Scheduled<Void>?
 
     init(limit: TimeAmount) { self.limit = limit }
@@ -21,21 +27,32 @@ final class RequestDeadlineHandler: ChannelInboundHandler, RemovableChannelHandl
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head:
-            timer?.cancel()
-            // NIOIsolatedEventLoop.scheduleTask takes a closure that runs on this channel's loop.
-            timer = context.eventLoop.assumeIsolated().scheduleTask(in: limit) {
-                context.close(promise: nil)
-            }
+            cancelTimer()
+            openSince = .now()
         case .end:
-            timer?.cancel()
-            timer = nil
+            cancelTimer()
+            openSince = nil
         case .body:
             break
         }
         context.fireChannelRead(data)
     }
 
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if let openSince, timer == nil {
+            // NIOIsolatedEventLoop.scheduleTask takes a closure that runs on this channel's loop.
+            timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: openSince + limit) {
+                context.close(promise: nil)
+            }
+        }
+        context.fireChannelReadComplete()
+    }
+
     func handlerRemoved(context: ChannelHandlerContext) {
+        cancelTimer()
+    }
+
+    private func cancelTimer() {
         timer?.cancel()
         timer = nil
     }

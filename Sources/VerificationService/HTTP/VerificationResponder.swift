@@ -41,39 +41,8 @@ struct VerificationResponder: HTTPResponder {
     private enum Route { case verify, health, jwks }
 
     private func verify(_ request: Request, logger: Logger) -> Response {
-        let values = request.headers[values: .gdAuthToken]
-        guard values.count == 1 else {
-            logger.info(
-                "refused: the token header must appear once",
-                metadata: ["dc.status": "400", "dc.count": "\(values.count)"])
-            return Response(status: .badRequest)
-        }
-        let token = values[0]
-        guard token.utf8.count <= ServiceConfiguration.maximumTokenSize else {
-            logger.info(
-                "refused: the token is too large", metadata: ["dc.status": "400", "dc.size": "\(token.utf8.count)"])
-            return Response(status: .badRequest)
-        }
-        let verdict = verifier.verify(token, now: now())
-        var headers = HTTPFields()
-        headers[.gdResponseCode] = verdict.responseCode
-        switch verdict.outcome {
-        case .success(let identity):
-            headers[.gdChallenge] = identity.challenge
-            headers[.gdServer] = identity.serverName
-            headers[.gdUserID] = identity.userID
-            headers[.gdAppID] = identity.appID
-            headers[.gdContainerID] = identity.containerID
-            headers[.gdTokenVersion] = String(identity.version)
-            headers[.gdCreationTime] = String(identity.creationTime)
-            logger.info(
-                "verified",
-                metadata: ["dc.code": "100", "dc.app": "\(identity.appID)", "dc.container": "\(identity.containerID)"])
-        case .failure(let failure):
-            logger.info(
-                "not verified", metadata: ["dc.code": "\(failure.failure.rawValue)", "dc.reason": "\(failure.reason)"])
-        }
-        return Response(status: .ok, headers: headers)
+        let answer = VerificationAnswer(to: request.headers, verifier: verifier, now: now(), logger: logger)
+        return Response(status: answer.status, headers: answer.headers)
     }
 
     private func serveJWKS() -> Response {

@@ -78,12 +78,24 @@ public struct VerificationServer: Sendable {
                 maxHeaderFieldSize: configuration.maximumHeaderFieldSize,
                 maxHeaderListSize: configuration.maximumHeaderListSize,
                 maxHeaderFieldCount: configuration.maximumHeaderCount))
-        let server: HTTPServerBuilder =
-            if let tls { try .tls(.http1(configuration: http1), tlsConfiguration: tls) } else {
+        let verifier = self.verifier
+        let now = self.now
+        let logger = self.logger
+        // Verifications are answered on the event loop when the verifier never waits; otherwise
+        // (a verifier that may block) every request goes through Hummingbird's tasks.
+        let http1Server: HTTPServerBuilder =
+            if verifier.verifiesWithoutWaiting {
+                HTTPServerBuilder { responder in
+                    FastPathHTTP1Channel(base: HTTP1Channel(responder: responder, configuration: http1)) {
+                        VerificationFastPath(verifier: verifier, now: now, logger: logger)
+                    }
+                }
+            } else {
                 .http1(configuration: http1)
             }
+        let server: HTTPServerBuilder =
+            if let tls { try .tls(http1Server, tlsConfiguration: tls) } else { http1Server }
         let responder = VerificationResponder(verifier: verifier, jwks: jwks, now: now)
-        let logger = self.logger
         let portFile = configuration.portFile
         let scheme = tls == nil ? "http" : "https"
         let application = Application(

@@ -1,0 +1,152 @@
+import Foundation
+import Logging
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The tools' swift-log backend: one line per event on standard error, written with one
+/// `write(2)`.
+///
+/// ```text
+/// 2026-11-23T23:10:04.125Z info dcverify: verified dc.app=org.example.mail dc.code=100
+/// 2026-11-23T23:10:05.002Z info dcverify: "not verified" dc.code=102 dc.reason="the token has expired"
+/// ```
+///
+/// The time is UTC with milliseconds (swift-log's `StreamLogHandler` asks for the local time zone,
+/// which makes glibc look at `/etc/localtime` for every line: a system call per log line on a
+/// service that logs every request). Metadata follows the message as `key=value`, sorted by key.
+/// The message or a value with a space, a quote, an `=`, a backslash or a character outside
+/// printable ASCII is quoted, with `"` and `\` escaped and control characters written as `\n`,
+/// `\t` or `\u{…}`: a line is always one line, and nothing a request carries can forge another
+/// line or another field.
+public struct LogLineHandler: LogHandler {
+    /// The least severe level written.
+    public var logLevel: Logger.Level
+    /// Metadata added to every line of this logger.
+    public var metadata: Logger.Metadata = [:]
+    private let label: String
+    private let descriptor: Int32
+
+    /// A handler for the logger `label`, writing lines of at least `level` to `descriptor`
+    /// (standard error unless told).
+    public init(label: String, level: Logger.Level, descriptor: Int32 = 2) {
+        self.label = label
+        self.logLevel = level
+        self.descriptor = descriptor
+    }
+
+    /// One metadata value of this logger.
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    /// Writes `event` as one line.
+    public func log(event: LogEvent) {
+        var line = [UInt8]()
+        line.reserveCapacity(160)
+        Self.appendTimestamp(to: &line)
+        line.append(UInt8(ascii: " "))
+        line.append(contentsOf: event.level.rawValue.utf8)
+        line.append(UInt8(ascii: " "))
+        line.append(contentsOf: label.utf8)
+        line.append(contentsOf: ": ".utf8)
+        Self.appendValue("\(event.message)", to: &line)
+        var all = metadata
+        if let explicit = event.metadata { all.merge(explicit) { _, new in new } }
+        for (key, value) in all.sorted(by: { $0.key < $1.key }) {
+            line.append(UInt8(ascii: " "))
+            Self.appendValue(key, to: &line)
+            line.append(UInt8(ascii: "="))
+            Self.appendValue(value.description, to: &line)
+        }
+        line.append(UInt8(ascii: "\n"))
+        Self.write(line, to: descriptor)
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, from the real-time clock, without the time zone database.
+    static func appendTimestamp(to line: inout [UInt8]) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        var seconds = now.tv_sec
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func digits(_ value: Int, _ count: Int) {
+            var divisor = 1
+            for _ in 1..<count { divisor *= 10 }
+            var rest = value
+            while divisor > 0 {
+                line.append(UInt8(ascii: "0") + UInt8(rest / divisor % 10))
+                rest %= divisor
+                divisor /= 10
+            }
+        }
+        digits(Int(parts.tm_year) + 1900, 4)
+        line.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mon) + 1, 2)
+        line.append(UInt8(ascii: "-"))
+        digits(Int(parts.tm_mday), 2)
+        line.append(UInt8(ascii: "T"))
+        digits(Int(parts.tm_hour), 2)
+        line.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_min), 2)
+        line.append(UInt8(ascii: ":"))
+        digits(Int(parts.tm_sec), 2)
+        line.append(UInt8(ascii: "."))
+        digits(now.tv_nsec / 1_000_000, 3)
+        line.append(UInt8(ascii: "Z"))
+    }
+
+    /// `text` as it is when it needs no quotes, else quoted and escaped.
+    static func appendValue(_ text: String, to line: inout [UInt8]) {
+        let plain =
+            !text.isEmpty
+            && text.utf8.allSatisfy {
+                $0 > 32 && $0 < 127 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "=") && $0 != UInt8(ascii: "\\")
+            }
+        if plain {
+            line.append(contentsOf: text.utf8)
+            return
+        }
+        line.append(UInt8(ascii: "\""))
+        appendEscaped(text, to: &line)
+        line.append(UInt8(ascii: "\""))
+    }
+
+    /// `text` with `"`, `\` and control characters (and the Unicode line separators) escaped.
+    static func appendEscaped(_ text: String, to line: inout [UInt8]) {
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": line.append(contentsOf: #"\""#.utf8)
+            case "\\": line.append(contentsOf: #"\\"#.utf8)
+            case "\n": line.append(contentsOf: #"\n"#.utf8)
+            case "\r": line.append(contentsOf: #"\r"#.utf8)
+            case "\t": line.append(contentsOf: #"\t"#.utf8)
+            case _
+            where scalar.value < 32 || scalar.value == 127 || (0x80...0x9F).contains(scalar.value)
+                || scalar.value == 0x2028 || scalar.value == 0x2029:
+                line.append(contentsOf: "\\u{\(String(scalar.value, radix: 16))}".utf8)
+            default: line.append(contentsOf: String(scalar).utf8)
+            }
+        }
+    }
+
+    /// Writes all of `line`, retrying after a signal; a line that cannot be written is dropped
+    /// (a log must not stop the program).
+    private static func write(_ line: [UInt8], to descriptor: Int32) {
+        line.withUnsafeBytes { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                if written > 0 {
+                    offset += written
+                } else if written < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return
+                }
+            }
+        }
+    }
+}

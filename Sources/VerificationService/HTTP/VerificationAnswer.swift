@@ -1,0 +1,65 @@
+import AuthTokens
+import Foundation
+import HTTPTypes
+import Logging
+
+/// The answer to one `GET /verifyGDAuthToken`: the one home of what the service says about a
+/// token, used by both ways a request is served (``VerificationFastPath`` on the event loop, and
+/// the Hummingbird route when the fast path steps aside).
+///
+/// Logs carry the outcome code, the reason and the app and container of a genuine token, never
+/// the token or its challenge.
+struct VerificationAnswer {
+    /// `200` for every verdict (the verdict is in ``VerificationHeaders/responseCode``); `400`
+    /// when the request does not carry exactly one token of at most
+    /// ``ServiceConfiguration/maximumTokenSize`` bytes.
+    let status: HTTPResponse.Status
+    /// The response code and, for a genuine token only, the identity headers.
+    let headers: HTTPFields
+
+    /// Verifies the token in `request`'s `X-Good-GD-AuthToken` header with `verifier` at `now`.
+    init(to requestHeaders: HTTPFields, verifier: any TokenVerifying, now: Date, logger: Logger) {
+        let values = requestHeaders[values: .gdAuthToken]
+        guard values.count == 1 else {
+            logger.info(
+                "refused: the token header must appear once",
+                metadata: ["dc.status": "400", "dc.count": "\(values.count)"])
+            self.init(status: .badRequest, headers: [:])
+            return
+        }
+        let token = values[0]
+        guard token.utf8.count <= ServiceConfiguration.maximumTokenSize else {
+            logger.info(
+                "refused: the token is too large", metadata: ["dc.status": "400", "dc.size": "\(token.utf8.count)"])
+            self.init(status: .badRequest, headers: [:])
+            return
+        }
+        let verdict = verifier.verify(token, now: now)
+        // Appended, not set by subscript: a set looks for earlier fields of the same name first.
+        var headers = HTTPFields()
+        headers.reserveCapacity(10)
+        headers.append(HTTPField(name: .gdResponseCode, value: verdict.responseCode))
+        switch verdict.outcome {
+        case .success(let identity):
+            headers.append(HTTPField(name: .gdChallenge, value: identity.challenge))
+            headers.append(HTTPField(name: .gdServer, value: identity.serverName))
+            headers.append(HTTPField(name: .gdUserID, value: identity.userID))
+            headers.append(HTTPField(name: .gdAppID, value: identity.appID))
+            headers.append(HTTPField(name: .gdContainerID, value: identity.containerID))
+            headers.append(HTTPField(name: .gdTokenVersion, value: String(identity.version)))
+            headers.append(HTTPField(name: .gdCreationTime, value: String(identity.creationTime)))
+            logger.info(
+                "verified",
+                metadata: ["dc.code": "100", "dc.app": "\(identity.appID)", "dc.container": "\(identity.containerID)"])
+        case .failure(let failure):
+            logger.info(
+                "not verified", metadata: ["dc.code": "\(failure.failure.rawValue)", "dc.reason": "\(failure.reason)"])
+        }
+        self.init(status: .ok, headers: headers)
+    }
+
+    private init(status: HTTPResponse.Status, headers: HTTPFields) {
+        self.status = status
+        self.headers = headers
+    }
+}

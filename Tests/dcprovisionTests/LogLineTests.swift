@@ -1,0 +1,73 @@
+import CommandLineSupport
+import Foundation
+import Logging
+import Testing
+
+/// The tools' log lines (dcverify logs one per verification, dcprovision with --verbose).
+@Suite("Log lines", .timeLimit(.minutes(1)))
+struct LogLineTests {
+    /// Logs `message` with `metadata` through a handler writing to a pipe, and returns what came.
+    func logged(_ message: Logger.Message, _ metadata: Logger.Metadata, level: Logger.Level = .info) throws -> String {
+        var ends: [Int32] = [0, 0]
+        #expect(pipe(&ends) == 0)
+        defer { close(ends[0]) }
+        var logger = Logger(label: "test") { LogLineHandler(label: $0, level: .info, descriptor: ends[1]) }
+        logger[metadataKey: "dc.logger"] = "base"
+        logger.log(level: level, message, metadata: metadata)
+        close(ends[1])
+        return String(decoding: try FileHandle(fileDescriptor: ends[0]).readToEnd() ?? Data(), as: UTF8.self)
+    }
+
+    @Test("one line: UTC time with milliseconds, level, label, message, sorted key=value metadata")
+    func format() throws {
+        let line = try logged("verified", ["dc.code": "100", "dc.app": "org.example.mail"])
+        #expect(line.firstMatch(of: #/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z /#) != nil, "\(line)")
+        #expect(line.hasSuffix(" info test: verified dc.app=org.example.mail dc.code=100 dc.logger=base\n"), "\(line)")
+        #expect(try logged("quiet", [:], level: .debug).isEmpty, "a level below the handler's is written")
+    }
+
+    @Test("a value or message carrying a newline, a quote or an = cannot forge a second line or field")
+    func injection() throws {
+        let hostile = "x\n2026-01-01T00:00:00.000Z info test: verified dc.code=100 \"\u{1B}[2J\u{2028}"
+        let line = try logged("refused \(hostile)", ["dc.reason": "\(hostile)"])
+        #expect(line.filter { $0 == "\n" }.count == 1 && line.hasSuffix("\n"), "\(line)")
+        #expect(!line.contains("\u{1B}") && !line.contains("\u{2028}"), "\(line)")
+        let escaped = #"x\n2026-01-01T00:00:00.000Z info test: verified dc.code=100 \"\u{1b}[2J\u{2028}"#
+        #expect(line.contains(#"test: "refused "# + escaped + #"" "#), "\(line)")
+        #expect(line.contains(#"dc.reason=""# + escaped + #"""#), "\(line)")
+        // A logfmt reader finds the message and the two real fields, nothing else.
+        #expect(Self.fields(line).map(\.key) == ["", "dc.logger", "dc.reason"], "\(Self.fields(line))")
+    }
+
+    /// The message (key "") and the `key=value` fields after the label, quoted values unescaped
+    /// only as far as a reader must to find where they end.
+    static func fields(_ line: String) -> [(key: String, value: String)] {
+        guard let start = line.range(of: " test: ") else { return [] }
+        var rest = Substring(line[start.upperBound...].dropLast())
+        func token() -> String {
+            guard rest.first == "\"" else {
+                let end = rest.firstIndex(where: { $0 == " " || $0 == "=" }) ?? rest.endIndex
+                defer { rest = rest[end...] }
+                return String(rest[..<end])
+            }
+            var value = ""
+            var index = rest.index(after: rest.startIndex)
+            while index < rest.endIndex, rest[index] != "\"" {
+                if rest[index] == "\\" { index = rest.index(after: index) }
+                value.append(rest[index])
+                index = rest.index(after: index)
+            }
+            rest = rest[rest.index(after: index)...]
+            return value
+        }
+        var fields = [(key: "", value: token())]
+        while rest.first == " " {
+            rest = rest.dropFirst()
+            let key = token()
+            guard rest.first == "=" else { return fields + [(key: "?" + key, value: "")] }
+            rest = rest.dropFirst()
+            fields.append((key: key, value: token()))
+        }
+        return fields
+    }
+}

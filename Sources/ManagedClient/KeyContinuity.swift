@@ -10,7 +10,7 @@ import Foundation
 /// history, with the pairs retired before them and the history the new credential's escrow entry
 /// brings. Its authentication and signing keys are not kept: replacing the credential destroys
 /// them. The history holds each certificate once, none the new credential uses, newest first (by
-/// the certificate's start of validity), and at most ``CredentialEntry/maximumKeyHistory`` pairs,
+/// the certificate's start of validity), and at most `CredentialEntry.maximumKeyHistory` pairs,
 /// the PIV retired key-management slots; the oldest go first.
 enum KeyContinuity {
     /// The key history once `new` replaces `old` (nil when nothing was installed), given the

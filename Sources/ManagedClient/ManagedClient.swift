@@ -554,7 +554,7 @@ public struct ManagedClient: Sendable {
     }
 
     /// The retired encryption pairs the client keeps, newest first, at most
-    /// ``CredentialEntry/maximumKeyHistory``: the encryption and escrow pairs of every credential a
+    /// `CredentialEntry.maximumKeyHistory`: the encryption and escrow pairs of every credential a
     /// renewal replaced, and the escrow history the provider sent (see ``installed()``). Only
     /// while secure services are available.
     public func keyHistory() throws -> [CertifiedKey] {

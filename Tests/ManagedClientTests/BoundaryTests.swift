@@ -42,7 +42,7 @@ struct BoundaryTests {
             .sequence
         #expect(sequence > before)
         #expect(try world.client.handleDelivery(replayed).status == ResultStatus.ok)
-        #expect(try world.client.installed() == third)
+        #expect(try world.client.installed()?.entries.map(\.certifiedKey) == third.entries.map(\.certifiedKey))
     }
 
     @Test("A copy of the home directory taken while unlocked reads as locked; the key is in no file under HOME")

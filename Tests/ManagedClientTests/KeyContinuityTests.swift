@@ -8,7 +8,7 @@ import Testing
 
 /// Issue 15: a renewal keeps the retired encryption pairs, so mail encrypted to an old
 /// certificate stays readable; the old authentication and signing keys are gone.
-@Suite("Renewal with key continuity", .timeLimit(.minutes(3)))
+@Suite("Renewal with key continuity", .ownThreads, .timeLimit(.minutes(3)))
 struct KeyContinuityTests {
     /// `plaintext` encrypted by `openssl cms -encrypt` (the peer) to `certificate`, in `form`.
     func encrypt(_ plaintext: String, to certificate: Certificate, form: String, in world: World) throws -> [UInt8] {

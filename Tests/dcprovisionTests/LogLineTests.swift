@@ -1,10 +1,11 @@
 import CommandLineSupport
 import Foundation
 import Logging
+import TestSupport
 import Testing
 
 /// The tools' log lines (dcverify logs one per verification, dcprovision with --verbose).
-@Suite("Log lines", .timeLimit(.minutes(1)))
+@Suite("Log lines", .ownThreads, .timeLimit(.minutes(1)))
 struct LogLineTests {
     /// Logs `message` with `metadata` through a handler writing to a pipe, and returns what came.
     func logged(_ message: Logger.Message, _ metadata: Logger.Metadata, level: Logger.Level = .info) throws -> String {

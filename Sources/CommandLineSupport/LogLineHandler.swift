@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SystemSupport
 
 #if canImport(Glibc)
     import Glibc
@@ -132,21 +133,9 @@ public struct LogLineHandler: LogHandler {
         }
     }
 
-    /// Writes all of `line`, retrying after a signal; a line that cannot be written is dropped
-    /// (a log must not stop the program).
+    /// Writes all of `line`; a line that cannot be written is dropped (a log must not stop the
+    /// program).
     private static func write(_ line: [UInt8], to descriptor: Int32) {
-        line.withUnsafeBytes { bytes in
-            var offset = 0
-            while offset < bytes.count {
-                let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                if written > 0 {
-                    offset += written
-                } else if written < 0 && errno == EINTR {
-                    continue
-                } else {
-                    return
-                }
-            }
-        }
+        line.withUnsafeBytes { _ = Descriptors.writeAll($0, to: descriptor) }
     }
 }

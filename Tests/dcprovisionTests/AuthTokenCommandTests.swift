@@ -85,6 +85,10 @@ struct AuthTokenCommandTests {
         let empty = try tools.check("dcclient", ["token", "--challenge", ""]).stdoutText.trimmingCharacters(
             in: .newlines)
         #expect(try Self.verify(empty, port: port, tools)["X-Good-GD-AuthChallenge"] == "")
+        // A challenge that starts with "-" (a random base64url one may) travels joined by "=".
+        let dashed = try tools.check("dcclient", ["token", "--challenge=-Xq3"]).stdoutText.trimmingCharacters(
+            in: .newlines)
+        #expect(try Self.verify(dashed, port: port, tools)["X-Good-GD-AuthChallenge"] == "-Xq3")
 
         try tools.check("dcprovision", ["unauthorize"] + Self.scheme)
         // dcverify sees the new revocation list within a second or two, without a restart.
@@ -221,7 +225,8 @@ struct AuthTokenCommandTests {
             return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
         }
         func token(_ challenge: String, server: String = "mail.example.com") throws -> String {
-            try tools.check("dcclient", ["token", "--challenge", challenge, "--server", server]).stdoutText
+            // `=` joins the value: a random challenge may start with "-" (base64url), which would read as an option.
+            try tools.check("dcclient", ["token", "--challenge=\(challenge)", "--server", server]).stdoutText
                 .trimmingCharacters(in: .newlines)
         }
         let granted = try token(try get("/challenge").body)

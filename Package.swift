@@ -22,6 +22,8 @@ let package = Package(
         .library(name: "IdentityTokens", targets: ["IdentityTokens"]),
         .library(name: "VerificationService", targets: ["VerificationService"]),
         .executable(name: "dcverify", targets: ["dcverify"]),
+        // The PKCS#11 module that presents the installed credential as a token: libdcclient-pkcs11.so.
+        .library(name: "dcclient-pkcs11", type: .dynamic, targets: ["ClientPKCS11"]),
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
         // Tests only: a PKCS#11 module that wraps SoftHSM2 and injects PIN states and faults.
         .library(name: "DCFaultPKCS11", type: .dynamic, targets: ["DCFaultPKCS11"]),
@@ -91,7 +93,7 @@ let package = Package(
         .target(
             name: "CommandLineSupport",
             dependencies: [
-                "DerivedCredentials", "SystemSupport",
+                "DerivedCredentials", "SystemSupport", "CredentialCoding",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
@@ -111,6 +113,15 @@ let package = Package(
                 "CommandLineSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+
+        // The PKCS#11 module over the client's store (the dcclient-pkcs11 product): every program that
+        // finds keys through p11-kit uses the installed credential with it.
+        .target(
+            name: "ClientPKCS11",
+            dependencies: [
+                "ManagedClient", "CredentialDelivery", "DerivedCredentials", "SystemSupport", "CredentialCoding",
+                "CP11Kit",
+            ]),
 
         // Auth tokens: the issuing key's delegations, the client's tokens bound to a challenge, the
         // revocation list, and the stateless verifier. OpenSSL does the cryptography.
@@ -222,7 +233,9 @@ let package = Package(
         // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
         .executableTarget(
             name: "dcbench",
-            dependencies: ["DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient", "AuthTokens"],
+            dependencies: [
+                "DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient", "AuthTokens", "CP11Kit",
+            ],
             path: "Benchmarks/dcbench"
         ),
 
@@ -240,7 +253,7 @@ let package = Package(
             name: "ManagedClientTests",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "CredentialCoding", "SystemSupport", "TestCAProvider",
-                "TestSupport", "AuthTokens",
+                "TestSupport", "AuthTokens", "PKCS11Probe",
             ],
             // Run by the tests with python3 from the source tree: the secure-file format's oracle.
             exclude: ["secure_file_oracle.py"]
@@ -258,6 +271,9 @@ let package = Package(
                 "VerificationService", "AuthTokens", .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/VerificationServiceFixture"),
+        // A PKCS#11 consumer that loads a module with dlopen and runs steps in one process, for the
+        // tests of the dcclient-pkcs11 module (state changes between two calls of one session).
+        .executableTarget(name: "PKCS11Probe", dependencies: ["CP11Kit"], path: "Tests/PKCS11Probe"),
         .testTarget(
             name: "VerificationServiceTests",
             dependencies: [

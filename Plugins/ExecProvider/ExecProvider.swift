@@ -73,11 +73,13 @@ public struct ExecProvider: CredentialProvider {
     // MARK: - Exchange
 
     func exchange(
-        operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: Wire.CertifyFields? = nil
+        operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: Wire.CertifyFields? = nil,
+        subject: String? = nil
     ) async throws
         -> Wire.Response
     {
-        let input = try Wire.request(operation: operation, options: options, passphrase: passphrase, certify: certify)
+        let input = try Wire.request(
+            operation: operation, options: options, passphrase: passphrase, certify: certify, subject: subject)
         let outcome = try await ChildProcess.run(
             path, arguments: [], stdin: input, environment: ChildEnvironment.minimal(), limits: limits)
         forward(outcome.stderr, truncated: outcome.stderrTruncated)
@@ -295,5 +297,28 @@ extension ExecProvider: CertifyingProvider {
         }
         let chain = try (answer.chain ?? []).enumerated().map { try read($0.element, "chain \($0.offset)") }
         return Certification(certificates: certificates, chain: chain)
+    }
+}
+
+extension ExecProvider: RecoveringProvider {
+    /// The `recover` operation: the plug-in returns the encryption pairs its CA archived for
+    /// `subject`, newest first. Each pair goes through the strict reader and must match; more than
+    /// `CredentialEntry.maximumKeyHistory` is a protocol error.
+    public func recover(_ request: ProviderRequest, subject: [UInt8]) async throws -> [CertifiedKey] {
+        try Task.checkCancellation()
+        let passphrase = try request.passphrase.passphrase(for: descriptor.id)
+        let response = try await exchange(
+            operation: "recover", options: request.options, passphrase: passphrase,
+            subject: Data(subject).base64EncodedString())
+        guard let recovered = response.recovered else {
+            throw protocolError("the recover answer has no recovered pairs")
+        }
+        guard recovered.count <= CredentialEntry.maximumKeyHistory else {
+            throw protocolError("the provider recovered more than \(CredentialEntry.maximumKeyHistory) pairs")
+        }
+        let reader = CredentialReader()
+        return try recovered.enumerated().map {
+            try pair($0.element.certificate, $0.element.privateKey, place: "recovered \($0.offset)", reader: reader)
+        }
     }
 }

@@ -56,6 +56,8 @@ enum Wire {
         var certification: Certification?
         /// The answer to `challenge`: the bytes the card is to sign, base64.
         var challenge: String?
+        /// The answer to `recover`: the archived pairs for the subject, newest first.
+        var recovered: [Pair]?
         var error: Failure?
     }
 
@@ -71,9 +73,11 @@ enum Wire {
         var proof: Proof
     }
 
-    /// The request, built as bytes so that the passphrase can be wiped afterwards.
+    /// The request, built as bytes so that the passphrase can be wiped afterwards. `subject`
+    /// (base64 DER) is the `recover` request's; `certify` carries its own.
     static func request(
-        operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: CertifyFields? = nil
+        operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: CertifyFields? = nil,
+        subject: String? = nil
     ) throws -> SecretBytes {
         struct Head: Encodable {
             var `protocol`: Int
@@ -86,7 +90,7 @@ enum Wire {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let head = Head(
-            protocol: version, operation: operation, options: options, subject: certify?.subject,
+            protocol: version, operation: operation, options: options, subject: certify?.subject ?? subject,
             publicKeys: certify?.publicKeys,
             proof: certify?.proof)
         var bytes = Array(try encoder.encode(head))

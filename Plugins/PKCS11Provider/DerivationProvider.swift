@@ -34,10 +34,22 @@ public struct DerivationProvider: CredentialProvider {
                     name: "key-algorithm",
                     summary: "the new keys' algorithm: p256, p384, rsa2048, rsa3072 (default: as the card's)",
                     formerName: "algorithm"),
+                ProviderOption(
+                    name: "crl", summary: "a CRL (PEM or DER) the card's certificate is checked against",
+                    repeatable: true),
+                ProviderOption(
+                    name: "ocsp",
+                    summary: "an OCSP responder (http://) for the card's certificate, or aia (the default)",
+                    repeatable: true),
+                ProviderOption(
+                    name: "allow-unchecked-revocation",
+                    summary: "true: derive even when the card's revocation status cannot be checked"),
             ])
     }
 
-    /// Id `derive`: the card provider's options plus `ca` and `trust-anchor` (required), `ca-option` and `key-algorithm`.
+    /// Id `derive`: the card provider's options plus `ca` and `trust-anchor` (required), `ca-option`,
+    /// `key-algorithm`, and the card's revocation check: `crl`, `ocsp` (default: the responders
+    /// its certificate names) and `allow-unchecked-revocation`.
     public let descriptor: ProviderDescriptor
 
     /// Reads the options and runs `CredentialDerivation` with the card and the CA `ca` names.
@@ -67,10 +79,15 @@ public struct DerivationProvider: CredentialProvider {
             try CredentialReader().read(file: request.resolve($0)).certificates
         }
 
+        let revocation = try RevocationPolicy(
+            crlFiles: request.values("crl"), ocsp: request.values("ocsp"),
+            allowsUnchecked: try request.value("allow-unchecked-revocation") == "true",
+            directory: request.workingDirectory, defaultToCertificateURLs: true)
+
         return try await CredentialDerivation(
             card: card, cardRequest: cardRequest, ca: ca,
             caRequest: ProviderRequest(options: caOptions, workingDirectory: request.workingDirectory),
-            trustAnchors: anchors, algorithm: algorithm
+            trustAnchors: anchors, algorithm: algorithm, revocation: revocation
         ).derive()
     }
 }

@@ -45,7 +45,7 @@ extension TestCA {
                 subject: subject, notBefore: now.addingTimeInterval(-60), notAfter: notAfter,
                 keyUsage: TagProfile.of(tag).requiredKeyUsage(for: algorithm),
                 extendedKeyUsage: TagProfile.of(tag).issuedPurposes, subjectAlternativeNames: names,
-                policies: [Self.policies[tag]!])
+                policies: [Self.policies[tag]!], ocspURLs: metadata.ocspURLs, crlURLs: metadata.crlURLs)
             certificates[tag] = try issuer.issue(profile, publicKeyInfo: publicKey)
         }
         return Certification(certificates: certificates, chain: [issuingCertificate, rootCertificate])
@@ -60,7 +60,8 @@ extension TestCAProvider: CertifyingProvider {
         return try TestCA(directory: request.resolve(try request.value("dir")!)).newChallenge()
     }
 
-    /// Options: `dir` (required), `validity-days`, `email`.
+    /// Options: `dir` (required), `validity-days`, `email`. The certificates are recorded in the
+    /// CA's database with the card certificate's serial (``TestCA/record(_:cardSerial:archiving:now:)``).
     public func certify(_ request: CertificationRequest) async throws -> Certification {
         try request.request.check(against: descriptor)
         let allowed: Set = ["dir", "validity-days", "email"]
@@ -75,6 +76,12 @@ extension TestCAProvider: CertifyingProvider {
             guard let count = Int(days) else { throw DCError(.usage, "validity-days must be a number") }
             return count
         }
-        return try ca.certify(request, validityDays: days ?? 365, email: try request.request.value("email"))
+        let certification = try ca.certify(
+            request, validityDays: days ?? 365, email: try request.request.value("email"))
+        // Tied to the card, so that terminating the card revokes what was derived from it.
+        try ca.record(
+            certification.certificates.mapValues { [$0] },
+            cardSerial: try CertificateDetails(request.proof.certificate).serialNumber)
+        return certification
     }
 }

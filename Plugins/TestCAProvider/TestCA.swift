@@ -12,6 +12,11 @@ import SystemSupport
 ///   root.key      root key, PKCS#8 PEM, 0600
 ///   issuing.pem   issuing CA certificate
 ///   issuing.key   issuing CA key, PKCS#8 PEM, 0600
+///   index.txt     what it issued, in OpenSSL's CA database format (see Database.swift)
+///   credentials/  one record per credential handed out
+///   crlnumber     the last CRL's number
+///   recovery.pem  with key recovery: the certificate encryption keys are archived to
+///   archive/      one SERIAL.cms per archived encryption pair (see Recovery.swift)
 /// ```
 ///
 /// It issues four-tag derived credentials following the FPKI derived-PIV profiles.
@@ -27,6 +32,15 @@ public struct TestCA: Sendable {
         public var organization: String
         /// When the CA was created.
         public var created: Date
+        /// The OCSP responder URL put into issued certificates (authorityInfoAccess), if any.
+        public var ocspURL: String?
+        /// The CRL URL put into issued certificates (cRLDistributionPoints), if any.
+        public var crlURL: String?
+
+        /// ``ocspURL`` as a list, for a certificate profile.
+        var ocspURLs: [String] { ocspURL.map { [$0] } ?? [] }
+        /// ``crlURL`` as a list, for a certificate profile.
+        var crlURLs: [String] { crlURL.map { [$0] } ?? [] }
     }
 
     /// The CA's directory, as given.
@@ -37,6 +51,9 @@ public struct TestCA: Sendable {
     public let rootCertificate: Certificate
     /// The issuing CA certificate (`issuing.pem`), signed by the root; it signs every credential.
     public let issuingCertificate: Certificate
+    /// The certificate encryption keys are archived to (`recovery.pem`), or nil when this CA does
+    /// not archive. Its private key is not in the CA's directory.
+    public let recoveryCertificate: Certificate?
     let issuer: CertificateSigner
     let issuingNotAfter: Date
 
@@ -53,16 +70,24 @@ public struct TestCA: Sendable {
     static let backdating: TimeInterval = 7 * 365 * 86400
 
     /// Creates a new CA in `directory`, which must not exist or be empty. Nothing is left behind on
-    /// failure.
+    /// failure. `ocspURL` and `crlURL` (`http://`) go into every certificate it issues, so that
+    /// relying parties find its responder (``TestCA/ocspResponder(validity:)``) and CRL. With
+    /// `recoveryCertificate`, the encryption keys it hands out are archived, sealed to it
+    /// (``TestCA/recover(serial:with:)``).
     @discardableResult
     public static func initialize(
         at directory: String, algorithm: KeyAlgorithm = .p256, organization: String = "Derived Credentials Test",
-        now: Date = Date()
+        ocspURL: String? = nil, crlURL: String? = nil, recoveryCertificate: Certificate? = nil, now: Date = Date()
     ) throws -> TestCA {
         if let existing = try? FileManager.default.contentsOfDirectory(atPath: directory), !existing.isEmpty {
             throw DCError(
                 .outputExists, "the directory is not empty; a test CA is never overwritten", subject: directory,
                 hint: "choose a new directory")
+        }
+        for url in [ocspURL, crlURL].compactMap({ $0 }) where !RevocationSources.isAcceptable(url: url) {
+            throw DCError(
+                .usage, "'\(url.escapingControlCharacters)' is not an http:// URL",
+                hint: "give http://host[:port][/path] (no spaces or commas)")
         }
         try AtomicFileSet.ensureDirectory(directory)
         guard chmod(directory, 0o700) == 0 else {
@@ -83,7 +108,9 @@ public struct TestCA: Sendable {
         let issuing = try CertificateSigner(certificate: root, privateKey: rootKey).issue(
             issuingProfile, for: issuingKey)
 
-        let metadata = Metadata(version: 1, algorithm: algorithm, organization: organization, created: now)
+        let metadata = Metadata(
+            version: 1, algorithm: algorithm, organization: organization, created: now, ocspURL: ocspURL,
+            crlURL: crlURL)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         encoder.dateEncodingStrategy = .iso8601
@@ -93,6 +120,9 @@ public struct TestCA: Sendable {
         try files.add("root.key", .secret(PEM.privateKey(rootKey)), mode: 0o600)
         try files.add("issuing.pem", .bytes(PEM.certificate(issuing)), mode: 0o644)
         try files.add("issuing.key", .secret(PEM.privateKey(issuingKey)), mode: 0o600)
+        if let recoveryCertificate {
+            try files.add("recovery.pem", .bytes(PEM.certificate(recoveryCertificate)), mode: 0o644)
+        }
         try files.commit()
         return try TestCA(directory: directory)
     }
@@ -120,6 +150,9 @@ public struct TestCA: Sendable {
         }
         rootCertificate = try reader.read(file: path("root.pem")).certifiedCertificate()
         issuingCertificate = try reader.read(file: path("issuing.pem")).certifiedCertificate()
+        recoveryCertificate =
+            FileManager.default.fileExists(atPath: path("recovery.pem"))
+            ? try reader.read(file: path("recovery.pem")).certifiedCertificate() : nil
         guard let key = try reader.read(file: path("issuing.key")).privateKey else {
             throw DCError(.missingMaterial, "no issuing CA key", subject: path("issuing.key"))
         }

@@ -27,13 +27,26 @@ public struct TestCAProvider: CredentialProvider {
                     + NegativeProfile.allCases.map(\.rawValue).joined(separator: ", ")),
         ])
 
-    /// Opens the CA in `dir` and issues a fresh credential with new keys. Throws
+    /// Opens the CA in `dir`, issues a fresh credential with new keys and records it in the CA's
+    /// database (``TestCA/record(_:cardSerial:archiving:now:)``). Throws
     /// `DCError/Code/fileNotFound` if `dir` is not a test CA, `DCError/Code/usage` for a bad option.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()
         let ca = try TestCA(directory: request.resolve(try request.value("dir")!))
-        return try ca.issue(try Self.issueRequest(from: request))
+        let provided = try ca.issue(try Self.issueRequest(from: request))
+        // Recorded, so that the CA can revoke what it handed out and answer OCSP for it; the
+        // encryption keys are archived when the CA has a recovery certificate.
+        let encryption = provided.entries.filter { $0.tag == .encryption || $0.tag == .escrow }.flatMap {
+            [$0.certifiedKey] + $0.keyHistory
+        }
+        try ca.record(
+            Dictionary(
+                uniqueKeysWithValues: provided.entries.map {
+                    ($0.tag, [$0.certificate] + $0.keyHistory.map(\.certificate))
+                }
+            ), archiving: encryption)
+        return provided
     }
 
     /// Parses the provider options into an issue request.
@@ -70,5 +83,25 @@ public struct TestCAProvider: CredentialProvider {
             issue.negative = profile
         }
         return issue
+    }
+}
+
+extension TestCAProvider: RecoveringProvider {
+    /// Options: `dir` and `recovery-key` (a file holding the recovery private key, PEM or DER,
+    /// opened with the request's passphrase when encrypted). Returns every pair the CA archived
+    /// for `subject`, newest first, at most 20.
+    public func recover(_ request: ProviderRequest, subject: [UInt8]) async throws -> [CertifiedKey] {
+        try Task.checkCancellation()
+        guard let dir = request.options["dir"]?.first, let keyFile = request.options["recovery-key"]?.first else {
+            throw DCError(.usage, "recovering needs the test CA's dir and a recovery-key file")
+        }
+        let ca = try TestCA(directory: request.resolve(dir))
+        guard
+            let key = try CredentialReader(passphrase: request.passphrase).read(file: request.resolve(keyFile))
+                .privateKey
+        else {
+            throw DCError(.missingMaterial, "no private key", subject: keyFile)
+        }
+        return try ca.recoverAll(subject: subject, with: key)
     }
 }

@@ -13,6 +13,8 @@
 #include <openssl/ec.h>
 #include <openssl/err.h>
 #include <openssl/hmac.h>
+#include <openssl/http.h>
+#include <openssl/ocsp.h>
 #include <openssl/evp.h>
 #include <openssl/objects.h>
 #include <openssl/pem.h>
@@ -177,5 +179,19 @@ static inline int dc_password_callback(char *buf, int size, int rwflag, void *us
     return pw->length;
 }
 static inline pem_password_cb *dc_password_callback_pointer(void) { return dc_password_callback; }
+
+// Revocation: the stacks of X509_REVOKED and of OCSP URL strings (X509_get1_ocsp) are macros.
+static inline int dc_sk_X509_REVOKED_num(const STACK_OF(X509_REVOKED) *sk) {
+    return OPENSSL_sk_num((const OPENSSL_STACK *)sk);
+}
+static inline X509_REVOKED *dc_sk_X509_REVOKED_value(const STACK_OF(X509_REVOKED) *sk, int i) {
+    return (X509_REVOKED *)OPENSSL_sk_value((const OPENSSL_STACK *)sk, i);
+}
+static inline int dc_sk_OPENSSL_STRING_num(const STACK_OF(OPENSSL_STRING) *sk) {
+    return OPENSSL_sk_num((const OPENSSL_STACK *)sk);
+}
+static inline const char *dc_sk_OPENSSL_STRING_value(const STACK_OF(OPENSSL_STRING) *sk, int i) {
+    return (const char *)OPENSSL_sk_value((const OPENSSL_STACK *)sk, i);
+}
 
 #endif

@@ -7,9 +7,10 @@ public enum Toolkit {
     public static let exitStatuses = """
         Exit status: 0 ok, 64 usage, 65 bad input data or failed validation, 66 input missing, \
         69 unavailable (a client missing, old, locked or not confirming; no provider registered; a \
-        provider failing), 70 internal error, 73 cannot create output, 74 I/O error, 77 passphrase, \
-        PIN, permission or message refused (forged, altered, replayed, late). Every flag and status: \
-        docs/CLI.md.
+        provider failing), 70 internal error, 73 cannot create output, 74 I/O error, 75 revocation \
+        status could not be checked, 77 passphrase, PIN, permission or message refused (forged, \
+        altered, replayed, late), 79 a certificate is revoked, 80 the installed credential is expired or \
+        not valid yet. Every flag and status: docs/CLI.md.
         """
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import SystemSupport
 
 #if canImport(Glibc)
@@ -54,8 +55,10 @@ public struct LogLineHandler: LogHandler {
         line.append(contentsOf: label.utf8)
         line.append(contentsOf: ": ".utf8)
         Self.appendValue("\(event.message)", to: &line)
-        var all = metadata
-        if let explicit = event.metadata { all.merge(explicit) { _, new in new } }
+        // No merge when only one side has metadata (the usual case: a service's logger has none
+        // of its own): a merge rehashes every key.
+        var all = event.metadata ?? metadata
+        if let explicit = event.metadata, !metadata.isEmpty { all = metadata.merging(explicit) { _, new in new } }
         for (key, value) in all.sorted(by: { $0.key < $1.key }) {
             line.append(UInt8(ascii: " "))
             Self.appendValue(key, to: &line)
@@ -66,11 +69,34 @@ public struct LogLineHandler: LogHandler {
         Self.write(line, to: descriptor)
     }
 
-    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, from the real-time clock, without the time zone database.
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, from the real-time clock, without the time zone database. The
+    /// part up to the seconds is made once a second and reused.
     static func appendTimestamp(to line: inout [UInt8]) {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)
-        var seconds = now.tv_sec
+        let second = now.tv_sec
+        let text = lastSecond.withLock { last -> [UInt8] in
+            if last.second != second {
+                var text: [UInt8] = []
+                text.reserveCapacity(20)
+                formatSeconds(second, into: &text)
+                last = (second, text)
+            }
+            return last.text
+        }
+        line.append(contentsOf: text)
+        line.append(UInt8(ascii: "0") + UInt8(now.tv_nsec / 100_000_000 % 10))
+        line.append(UInt8(ascii: "0") + UInt8(now.tv_nsec / 10_000_000 % 10))
+        line.append(UInt8(ascii: "0") + UInt8(now.tv_nsec / 1_000_000 % 10))
+        line.append(UInt8(ascii: "Z"))
+    }
+
+    /// The formatted `YYYY-MM-DDTHH:MM:SS.` of the last second a line was logged in.
+    private static let lastSecond = Mutex<(second: Int, text: [UInt8])>((-1, []))
+
+    /// `YYYY-MM-DDTHH:MM:SS.` for `seconds` since 1970, UTC.
+    private static func formatSeconds(_ seconds: Int, into line: inout [UInt8]) {
+        var seconds = seconds
         var parts = tm()
         gmtime_r(&seconds, &parts)
         func digits(_ value: Int, _ count: Int) {
@@ -95,8 +121,6 @@ public struct LogLineHandler: LogHandler {
         line.append(UInt8(ascii: ":"))
         digits(Int(parts.tm_sec), 2)
         line.append(UInt8(ascii: "."))
-        digits(now.tv_nsec / 1_000_000, 3)
-        line.append(UInt8(ascii: "Z"))
     }
 
     /// `text` as it is when it needs no quotes, else quoted and escaped.

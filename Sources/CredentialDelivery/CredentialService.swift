@@ -260,6 +260,7 @@ public struct CredentialService: Sendable {
                 : "can send: not now (the client is locked); the delivery will be queued")
         let verdict = validator.validate(credential)
         guard verdict.passes() else {
+            if let failure = verdict.revocationFailure { throw failure }
             throw DCError(
                 .invalid,
                 "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))",
@@ -278,6 +279,9 @@ public struct CredentialService: Sendable {
         try checkHandler(registration)
         let signingKey = try signingKey()
 
+        let serials = credential.entries.flatMap { [$0.certificate] + $0.keyHistory.map(\.certificate) }.compactMap {
+            try? CertificateDetails($0).serialNumber
+        }
         let resultKey = try Digests.random(32)
         let resultKeyText = resultKey.withUnsafeBytes { Data($0).base64EncodedString() }
         let request: String
@@ -291,14 +295,16 @@ public struct CredentialService: Sendable {
             }
             reserved.credentialName = credential.name
             reserved.resultKey = resultKeyText
+            reserved.certificateSerials = serials
             try ledger.write(reserved, replacing: true)
             request = answering
         } else {
             request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
-            try ledger.create(
-                RequestLedger.Record(
-                    request: request, clientScheme: registration.scheme, credentialName: credential.name,
-                    created: Date(), resultKey: resultKeyText))
+            var record = RequestLedger.Record(
+                request: request, clientScheme: registration.scheme, credentialName: credential.name,
+                created: Date(), resultKey: resultKeyText)
+            record.certificateSerials = serials
+            try ledger.create(record)
         }
         let payload = DeliveryPayload(
             requestId: request, clientId: registration.clientId, issuedAt: Date(), resultKey: resultKey,
@@ -477,14 +483,24 @@ public struct CredentialService: Sendable {
         return sent
     }
 
-    /// Handles the client's result URL: authenticates it and records the outcome once.
+    /// Handles the client's result URL: authenticates it and records the outcome once. A client
+    /// that confirmed installing the credential now holds its certificates (``holdings``).
     public func handleResult(_ url: String) throws -> RequestLedger.Record {
         guard case .result(let request, let status, let mac) = try DeliveryMessage.parse(url, scheme: callbackScheme)
         else {
             throw DCError(.invalid, "not a result URL", hint: "results are <provider-scheme>:/result?… URLs")
         }
-        return try ledger.complete(request: request, status: status, mac: mac)
+        let record = try ledger.complete(request: request, status: status, mac: mac)
+        if record.outcome == ResultStatus.ok, let serials = record.certificateSerials {
+            try holdings.record(
+                clientScheme: record.clientScheme, credentialName: record.credentialName, serials: serials,
+                at: record.completed ?? Date())
+        }
+        return record
     }
+
+    /// The certificates each client confirmed installing.
+    public var holdings: Holdings { Holdings(directory: stateDirectory + "/holdings") }
 
     /// The outcome of a request that got no answer within its time limit.
     public static let expired = "expired"

@@ -18,10 +18,11 @@ import Foundation
 ///   answer, authenticated with the key sealed in the payload.
 /// - `<provider-scheme>:/available?v=2&client=ID&time=N&sig=HEX128` — the client's secure
 ///   services became available: queued deliveries may go now; signed like `new`.
-/// - `<client-scheme>:/policy?v=2&client=ID&seq=N&state=STATE&autolock=SECONDS&message=B64&time=N&sig=HEX128`
+/// - `<client-scheme>:/policy?v=2&client=ID&seq=N&state=STATE&autolock=SECONDS&message=B64[&tokenlogin=secure-services]&time=N&sig=HEX128`
 ///   — the provider's policy for the client (``ClientPolicy``): its authorization state, the
-///   message for the user (unpadded base64url, ``PolicyText``) and the auto-lock lifetime; signed
-///   with the provider's key; `seq` grows with every change.
+///   message for the user (unpadded base64url, ``PolicyText``), the auto-lock lifetime and, when
+///   it is not the passphrase, how programs log in to the PKCS#11 token; signed with the
+///   provider's key; `seq` grows with every change.
 /// - `<provider-scheme>:/ack?v=2&client=ID&seq=N&of=SUBJECT&policy=STATE&message=B64&time=N&sig=HEX128`
 ///   — the app's acknowledgement of policy `seq` (`of=auth` or `of=fileio`, ``PolicySubject``):
 ///   `applied`, `error` or `unsupported` (``PolicyState``), with its message; signed like `new`.
@@ -100,8 +101,11 @@ public enum DeliveryMessage: Sendable, Equatable {
             [
                 ("v", Self.version), ("client", client), ("seq", String(policy.sequence)),
                 ("state", policy.state.description), ("autolock", String(policy.autoLock)),
-                ("message", PolicyText.encode(policy.message)), ("time", String(time)), ("sig", signature),
+                ("message", PolicyText.encode(policy.message)),
             ]
+                // Only when not the default, so that policies without it read as they always did.
+                + (policy.tokenLogin == .passphrase ? [] : [("tokenlogin", policy.tokenLogin.rawValue)])
+                + [("time", String(time)), ("sig", signature)]
         case .acknowledgement(let client, let sequence, let subject, let state, let message, let time, let signature):
             [
                 ("v", Self.version), ("client", client), ("seq", String(sequence)), ("of", subject.rawValue),
@@ -256,9 +260,14 @@ public enum DeliveryMessage: Sendable, Equatable {
             let state = AuthState(name: try take("state", { AuthState(name: $0) != nil }))!
             let autoLock = Int(try take("autolock", { isNumber($0) && ClientPolicy.autoLockRange.contains(Int($0)!) }))!
             let text = PolicyText.decode(try take("message", { PolicyText.decode($0) != nil }))!
+            let tokenLogin =
+                values["tokenlogin"] == nil
+                ? TokenLogin.passphrase
+                : TokenLogin(rawValue: try take("tokenlogin", { TokenLogin(rawValue: $0) != nil }))!
             message = .policy(
                 client: client,
-                policy: ClientPolicy(state: state, message: text, autoLock: autoLock, sequence: sequence),
+                policy: ClientPolicy(
+                    state: state, message: text, autoLock: autoLock, sequence: sequence, tokenLogin: tokenLogin),
                 time: Int64(try take("time", isNumber))!, signature: try take("sig", { isHex($0, 128) }))
         case "ack":
             message = .acknowledgement(

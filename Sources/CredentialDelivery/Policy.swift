@@ -83,8 +83,21 @@ public enum SecureFileIOPolicy: Int, Sendable, Codable, CustomStringConvertible 
     public var description: String { "required" }
 }
 
-/// What a provider tells a client: its authorization state, the message that explains it, and
-/// how long the unlocked store stays unlocked. Numbered: a client applies only a newer one.
+/// How programs log in to the client's PKCS#11 token.
+public enum TokenLogin: String, Sendable, Codable, CaseIterable, CustomStringConvertible {
+    /// With the store passphrase (`C_Login`), as with a smart card's PIN. The default.
+    case passphrase
+    /// Not at all: the token's private keys are usable whenever secure services are available
+    /// (the client ready, authorized and unlocked).
+    case secureServices = "secure-services"
+
+    /// `passphrase` or `secure-services`.
+    public var description: String { rawValue }
+}
+
+/// What a provider tells a client: its authorization state, the message that explains it, how
+/// long the unlocked store stays unlocked, and how programs log in to its PKCS#11 token.
+/// Numbered: a client applies only a newer one.
 public struct ClientPolicy: Sendable, Codable, Equatable {
     /// The authorization state.
     public var state: AuthState
@@ -94,6 +107,9 @@ public struct ClientPolicy: Sendable, Codable, Equatable {
     public var autoLock: Int
     /// The provider's number for this policy; grows with every change.
     public var sequence: UInt64
+    /// How programs log in to the client's PKCS#11 token (``TokenLogin/passphrase`` unless the
+    /// operator said otherwise).
+    public var tokenLogin: TokenLogin
 
     /// The auto-lock lifetimes a policy may set: one second to a week.
     public static let autoLockRange = 1...(7 * 86400)
@@ -101,11 +117,29 @@ public struct ClientPolicy: Sendable, Codable, Equatable {
     public static let defaultAutoLock = 900
 
     /// A policy; `message` and `autoLock` are checked by ``PolicyText/check(_:)`` and ``autoLockRange``.
-    public init(state: AuthState, message: String = "", autoLock: Int = defaultAutoLock, sequence: UInt64) {
+    public init(
+        state: AuthState, message: String = "", autoLock: Int = defaultAutoLock, sequence: UInt64,
+        tokenLogin: TokenLogin = .passphrase
+    ) {
         self.state = state
         self.message = message
         self.autoLock = autoLock
         self.sequence = sequence
+        self.tokenLogin = tokenLogin
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case state, message, autoLock, sequence, tokenLogin
+    }
+
+    /// Decodes a policy; one kept before token logins were set has ``TokenLogin/passphrase``.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        state = try container.decode(AuthState.self, forKey: .state)
+        message = try container.decode(String.self, forKey: .message)
+        autoLock = try container.decode(Int.self, forKey: .autoLock)
+        sequence = try container.decode(UInt64.self, forKey: .sequence)
+        tokenLogin = try container.decodeIfPresent(TokenLogin.self, forKey: .tokenLogin) ?? .passphrase
     }
 }
 

@@ -31,6 +31,9 @@ public struct RequestLedger: Sendable {
         public var queuedURL: String?
         /// True when a client's `new` made a card source log in unattended (the rate limit counts these).
         public var cardRequest: Bool?
+        /// The serial numbers of the credential's certificates, recorded when it is sent; once the
+        /// client confirms, they become its ``Holdings/Holding``.
+        public var certificateSerials: [String]?
 
         /// Where the send stands, as `status` shows it: the outcome once there is one, else
         /// `queued` while its delivery waits for the client, else `pending`.

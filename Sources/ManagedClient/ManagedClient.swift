@@ -450,7 +450,7 @@ public struct ManagedClient: Sendable {
             // This very delivery was installed before a crash cut the handler short: finish it.
         } else if let installedSequence, sequence <= installedSequence, !allowOlder {
             status = ResultStatus.stale
-        } else if !(try validator ?? self.validator()).validate(payload.credential).passes() {
+        } else if !(try validator ?? self.validator(now: now)).validate(payload.credential).passes() {
             status = ResultStatus.invalid
         } else {
             // All or nothing: the new credential, its number and the key history replace the old
@@ -498,12 +498,13 @@ public struct ManagedClient: Sendable {
         return try CredentialReader().read(file: trustAnchorsFile).certificates
     }
 
-    /// How the client validates a delivered credential: the derived-PIV profiles, and a chain to
-    /// its own trust anchors when it has any (given both as anchors and as intermediates, so that
+    /// How the client validates a delivered credential at `now`: the derived-PIV profiles (an
+    /// authentication or signing certificate that is expired or not valid yet is an error), and
+    /// a chain to its own trust anchors when it has any (given both as anchors and as intermediates, so that
     /// a file holding a root and its issuing CA works).
-    public func validator() throws -> CredentialValidator {
+    public func validator(now: Date = Date()) throws -> CredentialValidator {
         let anchors = try trustAnchors()
-        return CredentialValidator(trustAnchors: anchors, intermediates: anchors)
+        return CredentialValidator(trustAnchors: anchors, intermediates: anchors, now: now)
     }
 
     /// The delivery number of the installed credential, or nil when none is installed (or it came
@@ -577,6 +578,23 @@ public struct ManagedClient: Sendable {
         return try EnvelopedMessage.open(message, with: current + keyHistory()).plaintext
     }
 
+    /// The directory that holds what the client is: its configuration, its policy, the installed
+    /// credential and its delivery number. The client writes there only by renaming files into
+    /// place (and retiring removes it), so the directory's own `stat` changes with every change:
+    /// a long-lived user of the client (the PKCS#11 module) compares it before every operation
+    /// and reads the files again only when it changed.
+    public var stateDirectory: String { store }
+
+    /// Whether the store is unlocked, asked again and again: the holder of the unlocked key is
+    /// found once, and each ``UnlockWatcher/isUnlocked()`` is a read of the kernel keyring (or the
+    /// runtime file). Throws when the runtime directory is unusable.
+    public func unlockWatcher() throws -> UnlockWatcher { UnlockWatcher(key: try unlockedKey) }
+
+    /// Whether a credential is installed; answered without the store key (it says nothing of
+    /// the credential itself, which only ``installed()`` reads).
+    public var hasInstalledCredential: Bool { FileManager.default.fileExists(atPath: store + "/credential") }
+    /// The client's id (`dcclient init --client-id`), or nil when the client is not set up.
+    public var clientID: String? { try? config().clientId }
     /// The client's URL scheme, or nil when the client is not set up.
     public var scheme: String? { try? config().scheme }
     /// The provider's URL scheme the client asks and answers on, or nil when the client is not set up.
@@ -590,4 +608,16 @@ public struct ManagedClient: Sendable {
         }
         return Array(data)
     }
+}
+
+/// Tells whether a client's store is unlocked, cheaply enough to ask before every operation
+/// (``ManagedClient/unlockWatcher()``): the kernel key found once is read again by its serial.
+public struct UnlockWatcher: Sendable {
+    let key: ExpiringSecret
+    private var kernelKey: Int32?
+
+    init(key: ExpiringSecret) { self.key = key }
+
+    /// Whether the store key is there and its auto-lock lifetime has not ended.
+    public mutating func isUnlocked() -> Bool { key.expiry(rememberingKernelKey: &kernelKey) != nil }
 }

@@ -148,6 +148,23 @@ public struct ExpiringSecret: Sendable {
     }
 
     /// What `holder` holds, if it is there and not past its deadline; one past it is removed.
+    /// The deadline, for a caller that asks again and again: `kernelKey` remembers the kernel
+    /// key found last time, which is read directly by its serial (one system call) while it is
+    /// there; when it is gone (removed, expired, replaced), the secret is looked up as
+    /// ``expiry()`` does, and `kernelKey` is set to what is found. The answer is the same as
+    /// ``expiry()``'s.
+    public func expiry(rememberingKernelKey kernelKey: inout Int32?) -> Date? {
+        if let key = kernelKey, holders.first == .kernelKeyring {
+            if let deadline = readKernelKey(key)?.deadline, Date() < deadline { return deadline }
+            kernelKey = nil
+        }
+        if holders.contains(.kernelKeyring), case .success(let session) = kernelSession() {
+            let key = dc_keyctl_search(session, "user", keyDescription)
+            if key >= 0 { kernelKey = key }
+        }
+        return expiry()
+    }
+
     private func payload(in holder: Holder) throws -> (deadline: Date, secret: SecretBytes)? {
         let found: (deadline: Date, secret: SecretBytes)?
         switch holder {
@@ -222,6 +239,11 @@ public struct ExpiringSecret: Sendable {
         guard case .success(let session) = kernelSession() else { return nil }
         let key = dc_keyctl_search(session, "user", keyDescription)
         guard key >= 0 else { return nil }  // ENOKEY, EKEYEXPIRED, EKEYREVOKED: not there
+        return readKernelKey(key)
+    }
+
+    /// The payload of the kernel key `key`; nil when it cannot be read (gone, expired, revoked).
+    private func readKernelKey(_ key: Int32) -> (deadline: Date, secret: SecretBytes)? {
         var capacity = 256
         while true {
             var buffer = [UInt8](repeating: 0, count: capacity)

@@ -18,7 +18,7 @@ struct DCClient: AsyncParsableCommand {
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
             Unlock.self, Status.self, Files.self, Pasteboard.self, Token.self, SharedUserIDCommand.self, JWT.self,
-            Decrypt.self,
+            Decrypt.self, Check.self,
         ])
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
@@ -268,12 +268,15 @@ extension DCClient {
                     .usage, "unknown tag '\(tag.escapingControlCharacters)'",
                     hint: "use authentication, signing, encryption or escrow")
             }
-            guard let entry = try ManagedClient().installed()?[tag] else {
+            let client = ManagedClient()
+            guard let entry = try client.installed()?[tag] else {
                 throw DCError(
                     .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
             }
             if pem {
                 guard !format.json else { throw DCError(.usage, "give --pem or --json, not both") }
+                // Handing a certificate out is using the credential: not when it has lapsed.
+                _ = try client.usableCredential()
                 // PEM is base64 and its armor lines: nothing to escape.
                 _ = PEM.certificate(entry.certificate).withUnsafeBytes { StandardStream.output.write(bytes: $0) }
                 return

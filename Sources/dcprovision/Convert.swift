@@ -32,6 +32,7 @@ struct Convert: AsyncParsableCommand, OutputCommand {
 
     func validate() throws {
         if inputs.isEmpty == source.isEmpty { throw ValidationError("give input files or a source, not both") }
+        try source.requireRevocationFlagsOnlyWithDerive("convert")
     }
 
     @OptionGroup var output: OutputOptions

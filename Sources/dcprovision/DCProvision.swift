@@ -14,7 +14,7 @@ struct DCProvision: AsyncParsableCommand {
         version: Toolkit.version,
         subcommands: [
             Demo.self, Send.self, HandleURL.self, Register.self, Pair.self, Unregister.self, Authorize.self,
-            Unauthorize.self, Retire.self, Policy.self, Status.self, Convert.self, Inspect.self,
+            Unauthorize.self, Retire.self, Terminate.self, Policy.self, Status.self, Convert.self, Inspect.self,
             Providers.self, TestCACommand.self, Tokens.self, Objects.self,
         ]
     )

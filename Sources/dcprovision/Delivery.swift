@@ -61,6 +61,8 @@ struct Register: AsyncParsableCommand, OutputCommand {
 
     @OptionGroup var output: OutputOptions
 
+    func validate() throws { try source.requireRevocationFlagsOnlyWithDerive("register") }
+
     func run() async throws {
         let scheme = try SchemeHandlers.normalize(scheme: providerScheme)
         // The brand goes into the desktop entry's Name: checked before anything is written.
@@ -214,9 +216,21 @@ struct Send: AsyncParsableCommand, OutputCommand {
     var clientScheme: String
     @Flag(help: "If the client is locked, seal and queue the delivery until it announces availability.") var queue =
         false
+    @Flag(help: "Add the encryption keys the source's CA archived for this subject to the escrow key history.")
+    var recover = false
+    @Option(
+        help: ArgumentHelp("With --recover: the recovery private key (PEM or DER).", valueName: "file"))
+    var recoveryKey: String?
     @OptionGroup var passphrase: PromptingPassphraseOptions
 
     @OptionGroup var output: OutputOptions
+
+    func validate() throws {
+        if recover != (recoveryKey != nil) { throw ValidationError("--recover and --recovery-key go together") }
+        if recover && source.testca == nil && source.provider == nil {
+            throw ValidationError("--recover needs a source whose CA archives keys: --testca DIR or --provider ID")
+        }
+    }
 
     func run() async throws {
         var expiry: Date?
@@ -232,12 +246,41 @@ struct Send: AsyncParsableCommand, OutputCommand {
             expiry = parsed
         }
         let provided = try await source.provide(passphrase: passphrase)
-        let credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
+        var credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
+        if let recoveryKey { credential = try await recovered(into: credential, recoveryKey: recoveryKey) }
+        let validator = CredentialValidator(intermediates: provided.chain, revocation: try source.revocationPolicy())
         _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))
             .send(
-                credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme),
+                credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), validator: validator,
                 queueIfUnavailable: queue
             ) { Console.say($0) }
+    }
+}
+
+extension Send {
+    /// `credential` with the pairs the source's CA archived for its subject in the escrow key
+    /// history (`KeyHistory`'s rule), for a client that lost its store: mail encrypted to its old
+    /// keys opens again.
+    func recovered(into credential: Credential, recoveryKey: String) async throws -> Credential {
+        let (provider, options) = try source.resolve(ProviderDirectory.registry())
+        guard let recovering = provider as? any RecoveringProvider else {
+            throw DCError(
+                .usage, "provider '\(provider.descriptor.id)' cannot recover archived keys",
+                hint: "use a CA that archives: testca init --recovery-cert, or a plug-in that answers recover")
+        }
+        guard let escrow = credential[.escrow] else {
+            throw DCError(
+                .usage, "the credential has no escrow entry to carry recovered keys",
+                hint: "send a credential with an escrow entry")
+        }
+        let request = ProviderRequest(
+            options: options.merging(["recovery-key": [recoveryKey]]) { $1 }, passphrase: try passphrase.source())
+        let pairs = try await recovering.recover(
+            request, subject: try CertificateDetails.subjectDER(of: escrow.certificate))
+        Console.say("recovered \(pairs.count) archived encryption key(s) for the escrow history")
+        return try KeyHistory.credential(
+            credential,
+            carrying: KeyHistory.merge(escrow.keyHistory + pairs, excluding: credential.entries.map(\.certificate)))
     }
 }
 
@@ -263,6 +306,8 @@ struct Status: AsyncParsableCommand, OutputCommand {
         var state: String
         var message: String
         var autoLockSeconds: Int
+        /// How programs log in to the client's PKCS#11 token: `passphrase` or `secure-services`.
+        var tokenLogin: String
         var policy: UInt64
         /// When the newest policy was opened at the client; absent while it is queued.
         var sent: Date?
@@ -309,7 +354,7 @@ struct Status: AsyncParsableCommand, OutputCommand {
                         Client(
                             clientId: $0.clientId, clientScheme: $0.scheme, state: $0.policy.state.description,
                             message: $0.policy.message, autoLockSeconds: $0.policy.autoLock,
-                            policy: $0.policy.sequence, sent: $0.sent,
+                            tokenLogin: $0.policy.tokenLogin.rawValue, policy: $0.policy.sequence, sent: $0.sent,
                             acknowledgement: $0.authAcknowledgement.map { Acknowledgement($0) },
                             secureFileIO: Acknowledgement($0.fileIOAcknowledgement))
                     },
@@ -331,7 +376,7 @@ struct Status: AsyncParsableCommand, OutputCommand {
                 } ?? "not acknowledged"
             let fileIO = record.fileIOAcknowledgement?.state ?? .unsupported
             Console.print(
-                "client \(record.clientId) (\(record.scheme):)  \(policy.state)\(message)  policy \(policy.sequence), \(sent); \(ack); secure file I/O: \(fileIO); auto-lock \(policy.autoLock) s"
+                "client \(record.clientId) (\(record.scheme):)  \(policy.state)\(message)  policy \(policy.sequence), \(sent); \(ack); secure file I/O: \(fileIO); auto-lock \(policy.autoLock) s; token login: \(policy.tokenLogin)"
             )
         }
         if records.isEmpty { Console.print("no sends yet") }

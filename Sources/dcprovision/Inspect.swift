@@ -12,7 +12,8 @@ struct Inspect: AsyncParsableCommand, OutputCommand {
             newest first), --pkcs12 FILE --tag TAG (or --pkcs12 TAG=FILE), --manifest FILE, \
             --classify CERT[,KEY], --testca DIR, --provider ID|exec:PATH [--option KEY=VALUE]. \
             Tags: authentication, signing, encryption, escrow. Exits 65 when validation finds an \
-            error (or, with --strict, a warning).
+            error (or, with --strict, a warning), 79 when a certificate is revoked, 75 when --crl or \
+            --ocsp was given and a status could not be checked (unless --allow-unchecked-revocation).
             """
     )
 
@@ -43,12 +44,14 @@ struct Inspect: AsyncParsableCommand, OutputCommand {
         global.bootstrapLogging()
         let provided = try await source.provide(passphrase: passphrase)
         let anchors = try trustAnchors.flatMap { try CredentialReader().read(file: $0).certificates }
-        let validator = CredentialValidator(trustAnchors: anchors, intermediates: provided.chain)
+        let validator = CredentialValidator(
+            trustAnchors: anchors, intermediates: provided.chain, revocation: try source.revocationPolicy())
         let verdict = validator.validate(entries: provided.entries)
         let report = try InspectionReport(
             entries: provided.entries, verdict: verdict, strict: strict, friendlyNames: provided.friendlyNames)
         if format.json { try printJSON("report", report) } else { Console.print(ReportTable(report).render()) }
         if !report.valid {
+            if let failure = verdict.revocationFailure { throw failure }
             throw DCError(
                 .validationFailed,
                 "the credential fails validation: \(report.errorCount) error(s), \(report.warningCount) warning(s)"

@@ -18,30 +18,41 @@ struct PolicyTarget: ParsableArguments {
 
     /// Sets the client's policy with `change`, sends it now or queues it, and says which.
     func apply(keepingMessage: Bool = false, _ change: @escaping (inout ClientPolicy) -> Void) async throws {
-        try PolicyText.check(message ?? "")
-        let config = try ProviderConfig.load()
-        let message = message
-        let service = try service(brand: config.brand, scheme: config.scheme)
-        let receipt = try await service.setPolicy(
-            clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), progress: { Console.say($0) },
-            { policy in
-                change(&policy)
-                if let message {
-                    policy.message = message
-                } else if !keepingMessage {
-                    policy.message = ""
-                }
-            })
-        let record = receipt.record
-        guard receipt.sent else {
-            Console.say("client \(record.clientId): \(record.policy.state), queued until the client is available")
-            return
-        }
-        let acknowledged = record.authAcknowledgement.map { $0.sequence == record.policy.sequence } ?? false
-        Console.say(
-            "client \(record.clientId): \(record.policy.state) (policy \(record.policy.sequence)); \(acknowledged ? "acknowledged: \(record.authAcknowledgement!.state)" : "not acknowledged yet")"
-        )
+        try await applyPolicy(
+            clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), message: message,
+            keepingMessage: keepingMessage, change)
     }
+}
+
+/// Sets the policy of the client with `clientScheme` with `change` and `message` (nil clears the
+/// message unless `keepingMessage`), sends it now or queues it, and says which. The one way the
+/// policy commands and `terminate` change a client's policy.
+func applyPolicy(
+    clientScheme: String, message: String?, keepingMessage: Bool = false,
+    _ change: @escaping (inout ClientPolicy) -> Void
+) async throws {
+    try PolicyText.check(message ?? "")
+    let config = try ProviderConfig.load()
+    let service = try service(brand: config.brand, scheme: config.scheme)
+    let receipt = try await service.setPolicy(
+        clientScheme: clientScheme, progress: { Console.say($0) },
+        { policy in
+            change(&policy)
+            if let message {
+                policy.message = message
+            } else if !keepingMessage {
+                policy.message = ""
+            }
+        })
+    let record = receipt.record
+    guard receipt.sent else {
+        Console.say("client \(record.clientId): \(record.policy.state), queued until the client is available")
+        return
+    }
+    let acknowledged = record.authAcknowledgement.map { $0.sequence == record.policy.sequence } ?? false
+    Console.say(
+        "client \(record.clientId): \(record.policy.state) (policy \(record.policy.sequence)); \(acknowledged ? "acknowledged: \(record.authAcknowledgement!.state)" : "not acknowledged yet")"
+    )
 }
 
 struct Authorize: AsyncParsableCommand, OutputCommand {
@@ -73,15 +84,39 @@ struct Retire: AsyncParsableCommand, OutputCommand {
 
 struct Policy: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Set a paired client's auto-lock: how long its store stays unlocked.")
+        abstract:
+            "Set a paired client's auto-lock (how long its store stays unlocked) and how programs log in to its PKCS#11 token."
+    )
     @OptionGroup var target: PolicyTarget
     @Option(help: ArgumentHelp("90s, 15m, 2h or a number of seconds (1 s to 7 days).", valueName: "duration"))
-    var autoLock: String
+    var autoLock: String?
+    @Option(
+        help: ArgumentHelp(
+            "passphrase: programs log in to the PKCS#11 token with the store passphrase (the default); secure-services: its keys are usable whenever the client is authorized and unlocked, without a login.",
+            valueName: "login"))
+    var tokenLogin: String?
     @OptionGroup var output: OutputOptions
 
+    func validate() throws {
+        guard autoLock != nil || tokenLogin != nil else {
+            throw ValidationError("give --auto-lock, --token-login or both")
+        }
+    }
+
     func run() async throws {
-        let seconds = try Self.seconds(autoLock)
-        try await target.apply(keepingMessage: true) { $0.autoLock = seconds }
+        let seconds = try autoLock.map(Self.seconds)
+        let login = try tokenLogin.map { text in
+            guard let login = TokenLogin(rawValue: text) else {
+                throw DCError(
+                    .usage, "'\(text.escapingControlCharacters)' is not a token login",
+                    hint: "write passphrase or secure-services")
+            }
+            return login
+        }
+        try await target.apply(keepingMessage: true) { policy in
+            if let seconds { policy.autoLock = seconds }
+            if let login { policy.tokenLogin = login }
+        }
     }
 
     /// `90`, `90s`, `15m`, `2h` or `1d` in seconds, within the policy's range.

@@ -70,6 +70,9 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
 
     @OptionGroup(title: "PIN (with --pkcs11)") var pin: PIN
 
+    @OptionGroup(title: "Revocation (the credential's certificates; with --derive, the card's)")
+    var revocation: RevocationOptions
+
     @Option(help: ArgumentHelp("A provider by id (see 'dcprovision providers'), or exec:PATH.", valueName: "id"))
     var provider: String?
 
@@ -134,6 +137,7 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
             card["ca-option"] = providerOptions + (testca.map { ["dir=\($0)"] } ?? [])
             if !cardTrustAnchors.isEmpty { card["trust-anchor"] = cardTrustAnchors }
             if let keyAlgorithm { card["key-algorithm"] = [keyAlgorithm] }
+            card.merge(revocation.providerOptions) { $1 }
             return (try registry.provider(id: "derive"), card.filter { !$0.value.isEmpty })
         }
         if let testca {
@@ -156,7 +160,23 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     func provide(passphrase: PromptingPassphraseOptions) async throws -> ProvidedCredential {
         let (provider, options) = try resolve(ProviderDirectory.registry())
         let secret = pkcs11 != nil ? try pin.pinSource() : try passphrase.source()
-        return try await provider.provide(ProviderRequest(options: options, passphrase: secret))
+        let provided = try await provider.provide(ProviderRequest(options: options, passphrase: secret))
+        for warning in provided.warnings { Console.warning(warning) }
+        return provided
+    }
+
+    /// The revocation policy for validating the credential itself (inspect, send), or nil when
+    /// no source was named. With `--derive` the flags are the card's (its certificate is checked
+    /// before anything is certified) and the new certificates, just issued, are not checked.
+    func revocationPolicy() throws -> RevocationPolicy? { derive ? nil : try revocation.policy() }
+
+    /// Refuses revocation flags for a command that would not use them (a source other than
+    /// `--derive`, for a command that does not validate).
+    func requireRevocationFlagsOnlyWithDerive(_ command: String) throws {
+        guard !derive, revocation.hasSources || revocation.allowUncheckedRevocation else { return }
+        throw ValidationError(
+            "with \(command), --crl, --ocsp and --allow-unchecked-revocation go with --derive (the card's certificate); dcprovision inspect checks a credential's revocation"
+        )
     }
 }
 

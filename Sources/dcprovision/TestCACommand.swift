@@ -9,7 +9,7 @@ import TestCAProvider
 struct TestCACommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "testca", abstract: "A persistent test CA for CI pipelines (never trust it).",
-        subcommands: [Init.self, Issue.self])
+        subcommands: [Init.self, Issue.self, Revoke.self, CRL.self, OCSP.self, Recover.self])
 
     struct Init: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
@@ -19,6 +19,18 @@ struct TestCACommand: AsyncParsableCommand {
         @Option(help: ArgumentHelp("The CA keys' algorithm: p256, p384, rsa2048, rsa3072.", valueName: "algorithm"))
         var keyAlgorithm: String = "p256"
         @Option(help: "The organization in the CA names.") var organization: String = "Derived Credentials Test"
+        @Option(
+            help: ArgumentHelp(
+                "An OCSP responder URL (http://) for the certificates' authorityInfoAccess.", valueName: "url"))
+        var ocspURL: String?
+        @Option(
+            help: ArgumentHelp("A CRL URL (http://) for the certificates' cRLDistributionPoints.", valueName: "url"))
+        var crlURL: String?
+        @Option(
+            help: ArgumentHelp(
+                "Archive the encryption keys it issues, sealed to this certificate (its key stays elsewhere).",
+                valueName: "file"))
+        var recoveryCert: String?
 
         @OptionGroup var output: OutputOptions
 
@@ -27,7 +39,20 @@ struct TestCACommand: AsyncParsableCommand {
                 throw DCError(
                     .usage, "unknown key algorithm '\(keyAlgorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
             }
-            let ca = try TestCA.initialize(at: directory, algorithm: algorithm, organization: organization)
+            var recovery: Certificate?
+            if let recoveryCert {
+                let material = try CredentialReader().read(file: recoveryCert)
+                // The point of key recovery is that the CA cannot open its own archive.
+                guard material.privateKey == nil, material.certificates.count == 1 else {
+                    throw DCError(
+                        .usage, "give the recovery certificate alone: its private key must not be on the CA's machine",
+                        subject: recoveryCert)
+                }
+                recovery = material.certificates[0]
+            }
+            let ca = try TestCA.initialize(
+                at: directory, algorithm: algorithm, organization: organization, ocspURL: ocspURL, crlURL: crlURL,
+                recoveryCertificate: recovery)
             Console.say("test CA created in \(ca.directory.escapingControlCharacters) (\(algorithm))")
         }
     }
@@ -76,6 +101,160 @@ struct TestCACommand: AsyncParsableCommand {
             for name in files.names {
                 Console.print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
             }
+        }
+    }
+}
+
+extension TestCACommand {
+    struct Revoke: AsyncParsableCommand, OutputCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke a certificate the test CA in DIR issued; CRLs and OCSP answers show it from now on.")
+
+        @Argument(help: "The test CA directory.") var directory: String
+        @Option(help: "The certificate's serial number in hex (openssl x509 -serial shows it).") var serial: String
+        @Option(
+            help: ArgumentHelp(
+                "Why: \(RevocationReason.allCases.map(\.rawValue).joined(separator: ", ")).", valueName: "reason"))
+        var reason: String?
+
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let why = try reason.map { name in
+                guard let reason = RevocationReason(rawValue: name) else {
+                    throw DCError(
+                        .usage, "unknown revocation reason '\(name.escapingControlCharacters)'",
+                        hint: "use \(RevocationReason.allCases.map(\.rawValue).joined(separator: ", "))")
+                }
+                return reason
+            }
+            let (entry, changed) = try TestCA(directory: directory).revoke(serial: serial, reason: why)
+            let when = ISO8601DateFormatter().string(from: entry.revoked ?? Date())
+            Console.say(
+                changed
+                    ? "revoked \(entry.serial)\(why.map { " (\($0))" } ?? "") at \(when)"
+                    : "\(entry.serial) was revoked already, at \(when); nothing changed")
+        }
+    }
+
+    struct CRL: AsyncParsableCommand, OutputCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "crl",
+            abstract: "Write a new CRL of the test CA in DIR, signed by its issuing CA.",
+            discussion: "openssl crl -verify -CAfile DIR/issuing.pem and openssl verify -crl_check accept it.")
+
+        @Argument(help: "The test CA directory.") var directory: String
+        @Option(help: ArgumentHelp("Where to write the CRL.", valueName: "file")) var out: String
+        @Option(help: "pem or der.") var format: String = "pem"
+        @Option(help: "Days until the CRL's nextUpdate (1-365).") var days: Int = 7
+        @Flag(help: "Replace the file if it exists.") var force = false
+
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            guard format == "pem" || format == "der" else {
+                throw DCError(.usage, "unknown format '\(format)'", hint: "use --format pem or --format der")
+            }
+            guard (1...365).contains(days) else { throw DCError(.usage, "--days must be 1 to 365") }
+            let crl = try TestCA(directory: directory).makeCRL(validity: TimeInterval(days) * 86400)
+            let path = out as NSString
+            var files = AtomicFileSet(
+                directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
+            try files.add(path.lastPathComponent, .bytes(format == "pem" ? crl.pem : crl.derBytes), mode: 0o644)
+            try files.commit(replacingExisting: force)
+            Console.say(
+                "CRL number \(crl.number ?? 0) with \(crl.entries.count) revoked certificate(s) written to \(out)")
+        }
+    }
+
+    struct OCSP: AsyncParsableCommand, OutputCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "ocsp",
+            abstract: "Answer OCSP requests (RFC 6960, over HTTP) for the test CA in DIR until stopped.",
+            discussion: """
+                Answers good, revoked or unknown from DIR/index.txt, read afresh for every request, signed by \
+                the issuing CA, like openssl ocsp -index DIR/index.txt -CA DIR/issuing.pem -rsigner \
+                DIR/issuing.pem -rkey DIR/issuing.key.
+                """)
+
+        @Argument(help: "The test CA directory.") var directory: String
+        @Option(
+            help: ArgumentHelp(
+                "Where to listen: an IPv4 address and a port (0: any free port; see --port-file).",
+                valueName: "host:port"))
+        var listen: String = "127.0.0.1:8090"
+        @Option(help: ArgumentHelp("Write the port listened on to this file.", valueName: "file")) var portFile: String?
+        @Option(help: "Minutes until an answer's nextUpdate (1-1440).") var validityMinutes: Int = 60
+
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let parts = listen.split(separator: ":", omittingEmptySubsequences: false)
+            guard parts.count == 2, let port = Int(parts[1]), (0...65535).contains(port) else {
+                throw DCError(
+                    .usage, "--listen \(listen.escapingControlCharacters) is not HOST:PORT",
+                    hint: "write 127.0.0.1:8090, or :8090 for every IPv4 address")
+            }
+            let host = parts[0].isEmpty ? "0.0.0.0" : String(parts[0])
+            guard (1...1440).contains(validityMinutes) else {
+                throw DCError(.usage, "--validity-minutes must be 1 to 1440")
+            }
+            let ca = try TestCA(directory: directory)
+            let responder = try ca.ocspResponder(validity: TimeInterval(validityMinutes) * 60)
+            let (socket, bound) = try OCSPServer.listen(host: host, port: port)
+            if let portFile {
+                let path = portFile as NSString
+                var files = AtomicFileSet(
+                    directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
+                try files.add(path.lastPathComponent, .bytes(Array("\(bound)\n".utf8)), mode: 0o644)
+                try files.commit(replacingExisting: true)
+            }
+            Console.say("answering OCSP for \(directory.escapingControlCharacters) on http://\(host):\(bound)/")
+            let answer: @Sendable (String) -> OCSPResponder.Answer = { serial in
+                (try? ca.ocspAnswer(serial: serial)) ?? .unknown
+            }
+            let log: (@Sendable (String) -> Void)? =
+                Console.isQuiet ? nil : { @Sendable (line: String) in Console.say("ocsp: " + line) }
+            OCSPServer(respond: { request in responder.respond(to: request, answer: answer) }, log: log).serve(socket)
+        }
+    }
+}
+
+extension TestCACommand {
+    struct Recover: AsyncParsableCommand, OutputCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Open the encryption key pair the test CA in DIR archived for a certificate.",
+            discussion: """
+                Needs the recovery private key (of the certificate given to testca init --recovery-cert). \
+                Writes the certificate and the key as PEM to --out (0600). The archive is CMS: \
+                openssl cms -decrypt -inform DER -in DIR/archive/SERIAL.cms -recip CERT -inkey KEY opens it too.
+                """)
+
+        @Argument(help: "The test CA directory.") var directory: String
+        @Option(help: "The certificate's serial number in hex (openssl x509 -serial shows it).") var serial: String
+        @Option(help: ArgumentHelp("The recovery private key (PEM or DER).", valueName: "file")) var recoveryKey: String
+        @Option(help: ArgumentHelp("Where to write the pair (PEM, 0600).", valueName: "file")) var out: String
+        @Flag(help: "Replace the file if it exists.") var force = false
+        @OptionGroup var passphrase: PromptingPassphraseOptions
+
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let ca = try TestCA(directory: directory)
+            guard
+                let key = try CredentialReader(passphrase: try passphrase.source()).read(file: recoveryKey).privateKey
+            else {
+                throw DCError(.missingMaterial, "no private key", subject: recoveryKey)
+            }
+            let pair = try ca.recover(serial: serial, with: key)
+            let path = out as NSString
+            var files = AtomicFileSet(
+                directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
+            var text = PEM.certificate(pair.certificate)
+            PEM.privateKey(pair.privateKey).withUnsafeBytes { text += $0 }
+            try files.add(path.lastPathComponent, .secret(SecretBytes(consuming: &text)), mode: 0o600)
+            try files.commit(replacingExisting: force)
+            Console.say("recovered the pair of \(try CertificateDetails(pair.certificate).serialNumber) into \(out)")
         }
     }
 }

@@ -22,6 +22,8 @@ private func deriveOptions(_ extra: [String: [String]] = [:]) -> [String: [Strin
     return [
         "uri": ["pkcs11:token=PIV%20Card"], "layout": ["piv"], "module": ["softhsm2"], "ca": ["testca"],
         "ca-option": ["dir=\(caDirectory.file("ca"))"], "trust-anchor": [f.ca.certificate],
+        // The openssl fixtures' CA publishes no responder; the revocation tests give it CRLs.
+        "allow-unchecked-revocation": ["true"],
     ]
     .merging(extra) { _, new in new }
 }
@@ -147,6 +149,47 @@ struct DerivationTests {
             #expect(error.code.category.exitStatus == 77)
         }
         #expect(refused.callCount == 0)
+    }
+
+    @Test(
+        "The card's certificate is checked for revocation before the CA certifies: revoked is refused (79), unknown (no source, a stale CRL) refused (75) unless allowed by name, which warns; a current CRL (openssl ca -gencrl) that does not list it goes ahead"
+    )
+    func cardRevocation() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let good = try f.crl(revoking: [], name: "good.crl", in: dir)
+        let revoked = try f.crl(revoking: [f.authentication], name: "revoked.crl", in: dir)
+        let stale = try f.crl(revoking: [], seconds: 1, name: "stale.crl", in: dir)
+        var checked = deriveOptions()
+        checked["allow-unchecked-revocation"] = nil
+        func refused(_ options: [String: [String]], _ code: DCError.Code, _ words: String) async throws {
+            let spy = SpyCA()
+            do {
+                _ = try await derive(options, ca: spy)
+                Issue.record("derived with \(options)")
+            } catch let error as DCError {
+                #expect(error.code == code, "\(error)")
+                #expect(error.description.contains(words), "\(error)")
+            }
+            #expect(spy.callCount == 0)
+        }
+        try await refused(checked.merging(["crl": [revoked]]) { $1 }, .certificateRevoked, "keyCompromise")
+        #expect(DCError.Code.certificateRevoked.category.exitStatus == 79)
+        // The fixtures' card certificate names no OCSP responder: nothing to ask.
+        try await refused(checked, .revocationUnchecked, "the card's certificate: revocation status unknown")
+        #expect(DCError.Code.revocationUnchecked.category.exitStatus == 75)
+        try await Task.sleep(for: .seconds(2))
+        try await refused(checked.merging(["crl": [stale]]) { $1 }, .revocationUnchecked, "stale")
+        // Revoked stays refused even when unchecked status is allowed.
+        try await refused(
+            checked.merging(["crl": [revoked], "allow-unchecked-revocation": ["true"]]) { $1 }, .certificateRevoked,
+            "revoked")
+
+        let allowed = try await derive(
+            checked.merging(["crl": [stale], "allow-unchecked-revocation": ["true"]]) { $1 })
+        #expect(allowed.warnings.count == 1 && allowed.warnings[0].contains("not checked"), "\(allowed.warnings)")
+        let current = try await derive(checked.merging(["crl": [good]]) { $1 })
+        #expect(current.warnings.isEmpty && current.entries.count == 3, "\(current.warnings)")
     }
 
     @Test(

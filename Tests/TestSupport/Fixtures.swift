@@ -121,6 +121,36 @@ public final class OpenSSLFixtures: Sendable {
         return IssuedPair(certificate: certificate, key: key)
     }
 
+    /// A CRL of ``ca`` made by `openssl ca -gencrl` (the peer), revoking `revoked` (with
+    /// `keyCompromise`), due again in `seconds` (default a week), written to `name` in `directory`.
+    /// The CA database lives beside it, one per call.
+    public func crl(
+        revoking revoked: [IssuedPair], seconds: Int = 7 * 86400, name: String, in directory: TemporaryDirectory
+    ) throws -> String {
+        let database = directory.file("\(name).db")
+        try FileManager.default.createDirectory(atPath: database, withIntermediateDirectories: true)
+        try "".write(toFile: database + "/index.txt", atomically: true, encoding: .utf8)
+        try "01\n".write(toFile: database + "/crlnumber", atomically: true, encoding: .utf8)
+        let configuration = database + "/ca.cnf"
+        try """
+        [ca]
+        default_ca = test
+        [test]
+        database = \(database)/index.txt
+        crlnumber = \(database)/crlnumber
+        default_md = sha256
+        default_crl_days = 7
+
+        """.write(toFile: configuration, atomically: true, encoding: .utf8)
+        let signer = ["-config", configuration, "-keyfile", ca.key, "-cert", ca.certificate]
+        for pair in revoked {
+            try Self.openssl(["ca"] + signer + ["-revoke", pair.certificate, "-crl_reason", "keyCompromise"])
+        }
+        let path = directory.file(name)
+        try Self.openssl(["ca"] + signer + ["-gencrl", "-crlsec", String(seconds), "-out", path])
+        return path
+    }
+
     /// Runs the openssl CLI and returns its standard output.
     @discardableResult
     public static func openssl(_ arguments: [String], stdin: [UInt8]? = nil) throws -> [UInt8] {

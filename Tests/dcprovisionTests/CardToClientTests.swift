@@ -73,9 +73,11 @@ struct CardToClientTests {
         let listed = try jsonPayload(tokens.stdout, "tokens") as? [[String: Any]] ?? []
         let card = try #require(listed.first { $0["label"] as? String == "PIV Card" }?["uri"] as? String)
 
+        // The card's certificate is checked against its CA's CRL (made by openssl ca -gencrl).
+        let crl = try OpenSSLFixtures.shared.crl(revoking: [], name: "card.crl", in: sandbox.directory)
         let derived = try sandbox.send([
             "--pkcs11", card, "--layout", "piv", "--derive", "--testca", sandbox.directory.file("ca"),
-            "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate,
+            "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate, "--crl", crl,
         ])
         try sandbox.check(derived)
         let afterDerive = try sandbox.run("dcclient", ["list"])
@@ -113,7 +115,7 @@ struct CardToClientTests {
             [
                 "register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--pkcs11", card,
                 "--layout", "piv", "--derive", "--testca", "ca", "--pkcs11-module", "softhsm2", "--pin-file", "pin",
-                "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate,
+                "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate, "--crl", "card.crl",
             ], in: sandbox.directory.path)
         try sandbox.check(registered)
         let config = try readText(sandbox.directory.file("home/.config/dcprovision/config.json"))

@@ -27,6 +27,30 @@ struct LogLineTests {
         #expect(try logged("quiet", [:], level: .debug).isEmpty, "a level below the handler's is written")
     }
 
+    @Test(
+        "the time is the clock's, to the millisecond, across second boundaries (the seconds part is reused within a second); a logger without metadata of its own writes the event's"
+    )
+    func timeAndPlainMetadata() throws {
+        let parser = ISO8601DateFormatter()
+        parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        for _ in 0..<3 {
+            var ends: [Int32] = [0, 0]
+            #expect(pipe(&ends) == 0)
+            defer { close(ends[0]) }
+            let logger = Logger(label: "test") { LogLineHandler(label: $0, level: .info, descriptor: ends[1]) }
+            let before = Date()
+            logger.info("tick", metadata: ["dc.code": "100"])
+            let after = Date()
+            close(ends[1])
+            let line = String(decoding: try FileHandle(fileDescriptor: ends[0]).readToEnd() ?? Data(), as: UTF8.self)
+            #expect(line.hasSuffix(" info test: tick dc.code=100\n"), "\(line)")
+            let stamp = try #require(parser.date(from: String(line.prefix(24))), "\(line)")
+            #expect(stamp >= before.addingTimeInterval(-0.001) && stamp <= after, "\(stamp) not in \(before)…\(after)")
+            // The next round starts in the next second.
+            Thread.sleep(until: Date(timeIntervalSince1970: (after.timeIntervalSince1970 + 1).rounded(.down) + 0.01))
+        }
+    }
+
     @Test("a value or message carrying a newline, a quote or an = cannot forge a second line or field")
     func injection() throws {
         let hostile = "x\n2026-01-01T00:00:00.000Z info test: verified dc.code=100 \"\u{1B}[2J\u{2028}"

@@ -28,12 +28,21 @@ public struct CredentialDerivation: Sendable {
     public let trustAnchors: [Certificate]
     /// The new keys' algorithm; nil mirrors each of the card's keys.
     public let algorithm: KeyAlgorithm?
+    /// How the card's certificate is checked for revocation: a derived credential dies with its
+    /// card (SP 800-157), so one is never derived from a revoked card, and from a card whose
+    /// status is unknown only when the policy allows it by name.
+    public let revocation: RevocationPolicy
+
+    /// The default revocation policy: ask the responders the card's certificate names, and refuse
+    /// when no answer can be had.
+    public static let certificateResponders = RevocationPolicy(sources: RevocationSources(useCertificateURLs: true))
 
     /// A derivation with these parts. Throws `DCError/Code/usage` when `trustAnchors` is empty: a
     /// card certificate that chains to nothing proves nothing.
     public init(
         card: any PossessionProvider, cardRequest: ProviderRequest, ca: any CertifyingProvider,
-        caRequest: ProviderRequest, trustAnchors: [Certificate], algorithm: KeyAlgorithm? = nil
+        caRequest: ProviderRequest, trustAnchors: [Certificate], algorithm: KeyAlgorithm? = nil,
+        revocation: RevocationPolicy = certificateResponders
     ) throws {
         guard !trustAnchors.isEmpty else {
             throw DCError(
@@ -46,12 +55,14 @@ public struct CredentialDerivation: Sendable {
         self.caRequest = caRequest
         self.trustAnchors = trustAnchors
         self.algorithm = algorithm
+        self.revocation = revocation
     }
 
-    /// Proves possession on the card over the CA's challenge, generates new keys, has the CA
-    /// certify them and checks its answer. Throws `DCError/Code/possessionNotProven` or
-    /// `DCError/Code/untrustedCertificate` if the card's proof or certificate fails (the CA is then
-    /// not asked to certify), `DCError/Code/providerProtocol` if the CA's answer is not for the keys
+    /// Proves possession on the card over the CA's challenge, checks the card certificate's
+    /// revocation status, generates new keys, has the CA certify them and checks its answer.
+    /// Throws `DCError/Code/possessionNotProven` or `DCError/Code/untrustedCertificate` if the
+    /// card's proof or certificate fails, `DCError/Code/certificateRevoked` or
+    /// `DCError/Code/revocationUnchecked` per ``revocation`` (the CA is then not asked to certify), `DCError/Code/providerProtocol` if the CA's answer is not for the keys
     /// and subject it was asked about.
     public func derive() async throws -> ProvidedCredential {
         let caName = ca.descriptor.id
@@ -60,6 +71,8 @@ public struct CredentialDerivation: Sendable {
         let challenge = try await ca.challenge(caRequest)
         let (cardCertificates, proof) = try await card.prove(cardRequest, challenge: challenge)
         try PossessionCheck.verify(proof, challenge: challenge, anchors: trustAnchors)
+        let cardStatus = try revocation.require(
+            revocation.status(of: proof.certificate, issuers: trustAnchors), for: "the card's certificate")
 
         // 2. New keys, one per tag the card has (not escrow).
         var keys: [CredentialTag: PrivateKey] = [:]
@@ -109,6 +122,7 @@ public struct CredentialDerivation: Sendable {
             entries: entries, chain: certification.chain,
             suggestedName: cardDetails.commonName.map { "\($0) (derived)" },
             suggestedSerialNumber: details.first?.serialNumber,
-            suggestedExpirationDate: details.compactMap(\.notAfter).min())
+            suggestedExpirationDate: details.compactMap(\.notAfter).min(),
+            warnings: cardStatus.isKnown ? [] : ["the card's certificate: \(cardStatus) (allowed)"])
     }
 }

@@ -92,12 +92,17 @@ public struct CertificateProfile: Sendable, Hashable {
     public var subjectAlternativeNames: [SubjectAlternativeName]
     /// certificatePolicies OIDs.
     public var policies: [String]
+    /// OCSP responder URLs for authorityInfoAccess (`http://` only); empty leaves it out.
+    public var ocspURLs: [String]
+    /// CRL distribution point URLs (`http://` only); empty leaves the extension out.
+    public var crlURLs: [String]
 
     /// A profile with these fields; nothing is checked until a signer issues it.
     public init(
         subject: DistinguishedName, serialNumber: [UInt8]? = nil, notBefore: Date, notAfter: Date, keyUsage: KeyUsage,
         extendedKeyUsage: [ExtendedKeyUsage] = [], isCA: Bool = false, pathLength: Int? = nil,
-        subjectAlternativeNames: [SubjectAlternativeName] = [], policies: [String] = []
+        subjectAlternativeNames: [SubjectAlternativeName] = [], policies: [String] = [], ocspURLs: [String] = [],
+        crlURLs: [String] = []
     ) {
         self.subject = subject
         self.serialNumber = serialNumber
@@ -109,5 +114,7 @@ public struct CertificateProfile: Sendable, Hashable {
         self.pathLength = pathLength
         self.subjectAlternativeNames = subjectAlternativeNames
         self.policies = policies
+        self.ocspURLs = ocspURLs
+        self.crlURLs = crlURLs
     }
 }

@@ -88,6 +88,11 @@ public struct CertificateSigner: Sendable {
         return CertifiedKey(certificate: certificate, privateKey: try key.pkcs8())
     }
 
+    /// The parsed signing key, for the other things a CA signs (CRLs, OCSP responses).
+    var signingKey: PKey { parsed.key }
+    /// The parsed certificate, nil for a self-signing root.
+    var issuerCertificate: X509Certificate? { parsed.issuer }
+
     private static func decode(_ key: PrivateKey, _ what: String) throws -> PKey {
         guard let decoded = key.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
             throw DCError(.malformedInput, "\(what) cannot be read")
@@ -102,6 +107,11 @@ enum CertificateBuilding {
     {
         guard profile.notBefore < profile.notAfter else {
             throw DCError(.usage, "notBefore must be earlier than notAfter")
+        }
+        for url in profile.ocspURLs + profile.crlURLs where !RevocationURL.isAcceptable(url) {
+            throw DCError(
+                .usage, "'\(url.escapingControlCharacters)' is not an http:// URL for revocation",
+                hint: "give http://host[:port][/path] (no spaces or commas)")
         }
         guard let x509 = X509_new() else { throw OpenSSL.failure("X509_new") }
         let certificate = X509Certificate(taking: x509)
@@ -139,15 +149,18 @@ enum CertificateBuilding {
                     .usage, "invalid certificate policy OIDs \(profile.policies)", underlying: OpenSSLError.drain())
             }
         }
-        // The digest matches the signer's strength (ECDSA P-384 with SHA-384, as FIPS 186 pairs them).
-        let digest =
-            switch signer.curveName {
-            case "secp384r1": EVP_sha384()
-            case "secp521r1": EVP_sha512()
-            default: EVP_sha256()
-            }
-        guard X509_sign(x509, signer.pointer, digest) > 0 else { throw OpenSSL.failure("X509_sign") }
+        guard X509_sign(x509, signer.pointer, digest(for: signer)) > 0 else { throw OpenSSL.failure("X509_sign") }
         return Certificate(derBytes: try certificate.der())
+    }
+
+    /// The digest that matches the signer's strength (ECDSA P-384 with SHA-384, as FIPS 186 pairs
+    /// them); SHA-256 otherwise. Certificates, CRLs and OCSP responses use it alike.
+    static func digest(for signer: PKey) -> OpaquePointer? {
+        switch signer.curveName {
+        case "secp384r1": EVP_sha384()
+        case "secp521r1": EVP_sha512()
+        default: EVP_sha256()
+        }
     }
 
     /// The extensions in OpenSSL's configuration syntax, in a fixed order.
@@ -175,6 +188,12 @@ enum CertificateBuilding {
                 }
             }
             list.append(("subjectAltName", names.joined(separator: ",")))
+        }
+        if !profile.ocspURLs.isEmpty {
+            list.append(("authorityInfoAccess", profile.ocspURLs.map { "OCSP;URI:" + $0 }.joined(separator: ",")))
+        }
+        if !profile.crlURLs.isEmpty {
+            list.append(("crlDistributionPoints", profile.crlURLs.map { "URI:" + $0 }.joined(separator: ",")))
         }
         return list
     }

@@ -8,7 +8,9 @@ import Foundation
 /// `key-usage-extra`, `key-usage-ca`, `eku-mismatch`, `ca-certificate`,
 /// `unknown-critical-extension`, `weak-rsa-key`, `unsupported-curve`, `unsupported-key-algorithm`,
 /// `weak-signature`, `not-yet-valid`, `expired`, `expires-soon`, `chain-untrusted`,
-/// `unreadable`, `credential-outlives-certificate`.
+/// `unreadable`, `credential-outlives-certificate`, and with a ``revocation`` policy `revoked`
+/// (error), `revocation-unknown` (error, or a warning when the policy allows unchecked status)
+/// and `revocation-good` (info).
 public struct CredentialValidator: Sendable {
     /// Trust anchors for the chain check; no chain check when empty.
     public var trustAnchors: [Certificate]
@@ -18,12 +20,16 @@ public struct CredentialValidator: Sendable {
     public var now: Date
     /// Certificates that expire within this interval get an `expires-soon` warning.
     public var expiryWarningInterval: TimeInterval
+    /// How to check revocation of each entry's current certificate (not the key history), its
+    /// issuer found among ``intermediates`` and ``trustAnchors``; nil checks nothing.
+    public var revocation: RevocationPolicy?
 
     /// A validator with these settings; by default no chain check, the current time and a 30-day expiry warning.
     public init(
         trustAnchors: [Certificate] = [], intermediates: [Certificate] = [], now: Date = Date(),
-        expiryWarningInterval: TimeInterval = 30 * 24 * 3600
+        expiryWarningInterval: TimeInterval = 30 * 24 * 3600, revocation: RevocationPolicy? = nil
     ) {
+        self.revocation = revocation
         self.trustAnchors = trustAnchors
         self.intermediates = intermediates
         self.now = now
@@ -120,6 +126,7 @@ public struct CredentialValidator: Sendable {
         }
 
         checkValidity(x509, tag: tag, add: add)
+        if historyIndex == nil, let revocation { checkRevocation(pair.certificate, x509, policy: revocation, add: add) }
 
         if !anchors.isEmpty,
             let reason = x509.verifyChain(anchors: anchors, intermediates: helpers, at: now, checkTime: tag != .escrow)
@@ -172,6 +179,27 @@ public struct CredentialValidator: Sendable {
         }
     }
 
+    private func checkRevocation(
+        _ certificate: Certificate, _ x509: X509Certificate, policy: RevocationPolicy,
+        add: (String, Finding.Severity, String) -> Void
+    ) {
+        // CRLs drop certificates once they expire; an expired one is refused (or allowed, for
+        // escrow) on its dates alone.
+        if let notAfter = x509.notAfter, notAfter < now {
+            add("revocation-unknown", .info, "not checked: the certificate has expired")
+            return
+        }
+        let status = policy.status(of: certificate, issuers: intermediates + trustAnchors, at: now)
+        switch status {
+        case .good: add("revocation-good", .info, "\(status)")
+        case .revoked: add("revoked", .error, "\(status)")
+        case .unknown(let why):
+            add(
+                "revocation-unknown", policy.allowsUnchecked ? .warning : .error,
+                "revocation status unknown: \(why)" + (policy.allowsUnchecked ? " (allowed)" : ""))
+        }
+    }
+
     private func checkValidity(
         _ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void
     ) {
@@ -190,5 +218,21 @@ public struct CredentialValidator: Sendable {
         } else if tag != .escrow && notAfter.timeIntervalSince(now) < expiryWarningInterval {
             add("expires-soon", .warning, "expires \(formatter.string(from: notAfter))")
         }
+    }
+}
+
+extension Verdict {
+    /// The error a failed verdict should end a command with when revocation decided it:
+    /// `DCError/Code/certificateRevoked` when a certificate is revoked, else
+    /// `DCError/Code/revocationUnchecked` when a required status is unknown; nil otherwise (the
+    /// caller's own validation error applies).
+    public var revocationFailure: DCError? {
+        if let revoked = errors.first(where: { $0.code == "revoked" }) {
+            return DCError(.certificateRevoked, revoked.description)
+        }
+        if let unknown = errors.first(where: { $0.code == "revocation-unknown" }) {
+            return DCError(.revocationUnchecked, unknown.description)
+        }
+        return nil
     }
 }

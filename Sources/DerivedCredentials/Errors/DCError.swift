@@ -82,6 +82,13 @@ extension DCError {
         case ioError
         /// A passphrase, PIN or permission was refused or is missing (EX_NOPERM, 77).
         case refused
+        /// Something needed could not be had now and may be later, such as a certificate's
+        /// revocation status (EX_TEMPFAIL, 75).
+        case temporaryFailure
+        /// A certificate is revoked (79; beyond the sysexits range, so that scripts can tell it apart).
+        case revoked
+        /// The credential is expired or not valid yet where it is to be used (80; beyond sysexits too).
+        case expired
 
         /// The sysexits status the command-line tools exit with (docs/CLI.md).
         public var exitStatus: Int32 {
@@ -94,6 +101,9 @@ extension DCError {
             case .cannotCreate: 73
             case .ioError: 74
             case .refused: 77
+            case .temporaryFailure: 75
+            case .revoked: 79
+            case .expired: 80
             }
         }
     }
@@ -322,6 +332,27 @@ extension DCError.Code {
     public static let untrustedCertificate = Self(
         "untrustedCertificate", .refused,
         hint: "use a certificate that is valid now, fit for its use, and chains to the trust anchors given")
+
+    // MARK: Expiry.
+    /// The installed credential cannot be used now: its authentication or signing certificate has
+    /// expired or is not valid yet (exit 80). Decrypting what was encrypted to it still works.
+    public static let credentialExpired = Self(
+        "credentialExpired", .expired,
+        hint: "renew it: dcclient request (or dcclient check --renew-within DAYS, which asks when it is due)")
+
+    // MARK: Revocation.
+    /// A certificate that is to be used or delivered is revoked (exit 79).
+    public static let certificateRevoked = Self(
+        "certificateRevoked", .revoked,
+        hint: "nothing was changed; a revoked certificate is never used again: issue a new credential")
+    /// A certificate's revocation status was asked for and could not be had: no CRL or OCSP
+    /// answer, or one that was refused (malformed, badly signed, stale, from another issuer).
+    /// Exit 75: it may work later, with a fresh CRL or a reachable responder.
+    public static let revocationUnchecked = Self(
+        "revocationUnchecked", .temporaryFailure,
+        hint:
+            "give a current CRL (--crl FILE) or a reachable OCSP responder (--ocsp URL), or go on knowingly with --allow-unchecked-revocation"
+    )
 
     // MARK: Files and the command line.
     /// The command line is wrong: a missing or conflicting option, a bad value (exit 64).

@@ -167,13 +167,18 @@ public struct ProvidedCredential: Sendable {
     public var suggestedExpirationDate: Date?
     /// For each tag, a name found inside the source (a PKCS#12 friendly name), as found.
     public var friendlyNames: [CredentialTag: String]
+    /// What the person running the command should know that did not stop it, one line each
+    /// (such as a card certificate whose revocation status could not be checked, allowed by
+    /// name); the command-line tools print them as warnings.
+    public var warnings: [String]
 
     /// A result holding `entries` and whatever the source suggested.
     public init(
         entries: [CredentialEntry], chain: [Certificate] = [], suggestedName: String? = nil,
         suggestedSerialNumber: String? = nil, suggestedExpirationDate: Date? = nil,
-        friendlyNames: [CredentialTag: String] = [:]
+        friendlyNames: [CredentialTag: String] = [:], warnings: [String] = []
     ) {
+        self.warnings = warnings
         self.entries = entries
         self.chain = chain
         self.suggestedName = suggestedName

@@ -79,3 +79,14 @@ public protocol CertifyingProvider: CredentialProvider {
     /// ``DCError/Code/possessionNotProven`` when the proof does not hold.
     func certify(_ request: CertificationRequest) async throws -> Certification
 }
+
+/// A provider that archives the encryption keys it issues and can give them back (key recovery):
+/// the CA side of "a client that lost its store gets its old decryption keys back", as
+/// `dcprovision send --recover` asks for them.
+public protocol RecoveringProvider: CredentialProvider {
+    /// The encryption key pairs archived for `subject` (a DER `Name`), newest first, at most
+    /// ``CredentialEntry/maximumKeyHistory``; empty when there are none. `request.options` name the
+    /// archive and the recovery key (for the test CA: `dir` and `recovery-key`);
+    /// `request.passphrase` opens that key when it is encrypted.
+    func recover(_ request: ProviderRequest, subject: [UInt8]) async throws -> [CertifiedKey]
+}

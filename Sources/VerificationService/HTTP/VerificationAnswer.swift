@@ -50,10 +50,13 @@ struct VerificationAnswer {
             headers.append(HTTPField(name: .gdCreationTime, value: String(identity.creationTime)))
             logger.info(
                 "verified",
-                metadata: ["dc.code": "100", "dc.app": "\(identity.appID)", "dc.container": "\(identity.containerID)"])
+                metadata: [
+                    "dc.code": "100", "dc.app": .string(identity.appID), "dc.container": .string(identity.containerID),
+                ])
         case .failure(let failure):
             logger.info(
-                "not verified", metadata: ["dc.code": "\(failure.failure.rawValue)", "dc.reason": "\(failure.reason)"])
+                "not verified",
+                metadata: ["dc.code": .string(String(failure.failure.rawValue)), "dc.reason": .string(failure.reason)])
         }
         self.init(status: .ok, headers: headers)
     }

@@ -1,0 +1,133 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// Where each certificate of the installed credential stands in its lifetime, and what follows
+/// from it: whether the credential may be used now, and whether a renewal is due.
+///
+/// The rule, in one place: a credential whose authentication or signing certificate has expired
+/// or is not valid yet is not used (``ManagedClient/usableCredential(now:)``); its encryption and
+/// escrow certificates may have expired (old mail stays readable, ``ManagedClient/decrypt(_:)``).
+/// A renewal is due when the authentication, signing or encryption certificate ends within the
+/// window asked for.
+public struct CredentialLifetime: Sendable, Codable, Hashable {
+    /// Where one certificate stands.
+    public enum State: String, Sendable, Codable, Hashable {
+        /// Valid now, and beyond the window.
+        case valid
+        /// Valid now, ending within the window.
+        case expiresSoon = "expires-soon"
+        /// Its notAfter has passed.
+        case expired
+        /// Its notBefore is still to come.
+        case notYetValid = "not-yet-valid"
+    }
+
+    /// One certificate of the credential.
+    public struct Certificate: Sendable, Codable, Hashable {
+        /// The entry it belongs to.
+        public var tag: CredentialTag
+        /// Its place in the escrow key history (0 newest), nil for the entry's current pair.
+        public var historyIndex: Int?
+        /// The subject (RFC 2253).
+        public var subject: String
+        /// The serial number, upper-case hex.
+        public var serialNumber: String
+        /// Its validity.
+        public var notBefore: Date?
+        /// Its validity's end.
+        public var notAfter: Date?
+        /// Seconds from the time of the check to notAfter (negative once it has passed).
+        public var remainingSeconds: Int?
+        /// Where it stands.
+        public var state: State
+    }
+
+    /// When the check was made.
+    public var checked: Date
+    /// The renewal window, in seconds.
+    public var window: TimeInterval
+    /// Every certificate: the current pairs in entry order, then the key history.
+    public var certificates: [Certificate]
+
+    /// The tags whose current certificate must be valid for the credential to be used.
+    public static let usageTags: Set<CredentialTag> = [.authentication, .signing]
+    /// The tags whose current certificate's end makes a renewal due.
+    public static let renewalTags: Set<CredentialTag> = [.authentication, .signing, .encryption]
+
+    /// The lifetime of `credential` at `now`, with a renewal window of `window` seconds.
+    public init(_ credential: Credential, now: Date, window: TimeInterval) throws {
+        checked = now
+        self.window = window
+        var certificates: [Certificate] = []
+        for entry in credential.entries {
+            let pairs =
+                [(nil, entry.certifiedKey)] + entry.keyHistory.enumerated().map { ($0.offset as Int?, $0.element) }
+            for (index, pair) in pairs {
+                let details = try CertificateDetails(pair.certificate)
+                let state: State
+                if let notBefore = details.notBefore, notBefore > now {
+                    state = .notYetValid
+                } else if let notAfter = details.notAfter, notAfter < now {
+                    state = .expired
+                } else if let notAfter = details.notAfter, notAfter.timeIntervalSince(now) <= window {
+                    state = .expiresSoon
+                } else {
+                    state = .valid
+                }
+                certificates.append(
+                    Certificate(
+                        tag: entry.tag, historyIndex: index, subject: details.subject,
+                        serialNumber: details.serialNumber, notBefore: details.notBefore, notAfter: details.notAfter,
+                        remainingSeconds: details.notAfter.map { Int($0.timeIntervalSince(now).rounded(.down)) },
+                        state: state))
+            }
+        }
+        self.certificates = certificates
+    }
+
+    /// The current certificates that keep the credential from being used: an authentication or
+    /// signing certificate that is expired or not valid yet.
+    public var unusable: [Certificate] {
+        certificates.filter {
+            $0.historyIndex == nil && Self.usageTags.contains($0.tag)
+                && ($0.state == .expired || $0.state == .notYetValid)
+        }
+    }
+
+    /// Whether a renewal is due: an authentication, signing or encryption certificate ends within
+    /// the window (or already ended, or is not valid yet).
+    public var renewalDue: Bool {
+        certificates.contains { $0.historyIndex == nil && Self.renewalTags.contains($0.tag) && $0.state != .valid }
+    }
+}
+
+extension ManagedClient {
+    /// Where the installed credential's certificates stand at `now`, with a renewal window of
+    /// `window` seconds; nil when nothing is installed. Only while secure services are available.
+    public func lifetime(now: Date = Date(), window: TimeInterval = 30 * 86400) throws -> CredentialLifetime? {
+        try installed().map { try CredentialLifetime($0, now: now, window: window) }
+    }
+
+    /// The installed credential, for using it now (signing, authenticating, handing its
+    /// certificates out; the PKCS#11 module will go through here too). Throws
+    /// `DCError/Code/credentialExpired` (exit 80) when its authentication or signing certificate
+    /// has expired or is not valid yet, naming it and the date; `DCError/Code/fileNotFound` when
+    /// nothing is installed. Reading mail encrypted to it does not need this
+    /// (``decrypt(_:)``): an expired encryption or escrow key still opens old mail.
+    public func usableCredential(now: Date = Date()) throws -> Credential {
+        guard let credential = try installed() else {
+            throw DCError(.fileNotFound, "no credential installed", hint: "ask the provider for one: dcclient request")
+        }
+        let lifetime = try CredentialLifetime(credential, now: now, window: 0)
+        if let first = lifetime.unusable.first {
+            let formatter = ISO8601DateFormatter()
+            let when =
+                first.state == .expired
+                ? "expired \(first.notAfter.map(formatter.string(from:)) ?? "?")"
+                : "is not valid before \(first.notBefore.map(formatter.string(from:)) ?? "?")"
+            throw DCError(.credentialExpired, "the \(first.tag) certificate \(when): the credential cannot be used")
+        }
+        return credential
+    }
+}

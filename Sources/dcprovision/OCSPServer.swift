@@ -1,0 +1,155 @@
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+
+/// The test CA's OCSP responder on HTTP (RFC 6960 appendix A): `POST /` with an
+/// `application/ocsp-request` body, or `GET /<url-encoded base64 of the request>`.
+///
+/// A small blocking server on purpose: it serves a test CA in CI, and dcprovision stays free of
+/// an event-loop stack that would weigh on every other command's start-up. It is still careful:
+/// one thread per connection and at most ``maximumConnections`` at once (more are closed at
+/// once), headers of at most 8 KiB and a body of at most 64 KiB, one request per connection, and
+/// ``connectionDeadline`` for the whole exchange, so a slow client cannot hold it.
+struct OCSPServer {
+    /// Answers a DER request with a DER response.
+    let respond: @Sendable ([UInt8]) -> [UInt8]
+    /// Called with one line per request (method, status, size), or nil for silence.
+    let log: (@Sendable (String) -> Void)?
+
+    static let maximumConnections = 32
+    static let maximumHeaderLength = 8 * 1024
+    static let maximumBodyLength = 64 * 1024
+    static let connectionDeadline: TimeInterval = 10
+
+    /// A listening TCP socket on `host:port` (port 0 picks one); returns it and the port it got.
+    static func listen(host: String, port: Int) throws -> (socket: Int32, port: Int) {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard socket >= 0 else { throw DCError(.ioError, "cannot open a socket") }
+        var yes: Int32 = 1
+        setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(clamping: port).bigEndian)
+        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
+            close(socket)
+            throw DCError(.usage, "'\(host.escapingControlCharacters)' is not an IPv4 address")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(socket, pointer, length) == 0 && Glibc.listen(socket, 64) == 0
+                    && getsockname(socket, pointer, &length) == 0
+            }
+        }
+        guard bound else {
+            let reason = String(cString: strerror(errno))
+            close(socket)
+            throw DCError(.ioError, "cannot listen on \(host):\(port): \(reason)")
+        }
+        return (socket, Int(UInt16(bigEndian: address.sin_port)))
+    }
+
+    /// Accepts connections on `socket` until the process ends.
+    func serve(_ socket: Int32) -> Never {
+        let slots = DispatchSemaphore(value: Self.maximumConnections)
+        while true {
+            let connection = accept(socket, nil, nil)
+            guard connection >= 0 else { continue }
+            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+            guard slots.wait(timeout: .now()) == .success else {
+                close(connection)
+                continue
+            }
+            Thread.detachNewThread {
+                defer {
+                    close(connection)
+                    slots.signal()
+                }
+                self.handle(connection)
+            }
+        }
+    }
+
+    private func handle(_ connection: Int32) {
+        let deadline = Date().addingTimeInterval(Self.connectionDeadline)
+        var timeout = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(connection, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var input: [UInt8] = []
+        func readMore() -> Bool {
+            guard Date() < deadline else { return false }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = recv(connection, &buffer, buffer.count, 0)
+            if count < 0 && (errno == EINTR || errno == EAGAIN) { return Date() < deadline }
+            guard count > 0 else { return false }
+            input += buffer[..<count]
+            return true
+        }
+        let separator: [UInt8] = [13, 10, 13, 10]
+        var headerEnd: Int?
+        while headerEnd == nil {
+            headerEnd = input.firstRange(of: separator)?.lowerBound
+            if headerEnd == nil {
+                guard input.count <= Self.maximumHeaderLength else { return answer(connection, 431, [], "headers") }
+                guard readMore() else { return }
+            }
+        }
+        let head = String(decoding: input[..<headerEnd!], as: UTF8.self).split(separator: "\r\n").map(String.init)
+        let requestLine = head.first?.split(separator: " ").map(String.init) ?? []
+        guard requestLine.count == 3, requestLine[2].hasPrefix("HTTP/1.") else {
+            return answer(connection, 400, [], "request line")
+        }
+        let (method, target) = (requestLine[0], requestLine[1])
+        var body = Array(input[(headerEnd! + 4)...])
+        let request: [UInt8]
+        switch method {
+        case "POST":
+            let fields = head.dropFirst().compactMap { line -> (String, String)? in
+                guard let colon = line.firstIndex(of: ":") else { return nil }
+                return (
+                    line[..<colon].lowercased(), line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+                )
+            }
+            guard !fields.contains(where: { $0.0 == "transfer-encoding" }),
+                let lengthText = fields.last(where: { $0.0 == "content-length" })?.1, let length = Int(lengthText),
+                length >= 0
+            else { return answer(connection, 411, [], "no Content-Length") }
+            guard length <= Self.maximumBodyLength else { return answer(connection, 413, [], "body") }
+            while body.count < length {
+                guard readMore() else { return }
+                body = Array(input[(headerEnd! + 4)...])
+            }
+            request = Array(body.prefix(length))
+        case "GET":
+            // RFC 6960 A.1: the request is the URL-encoding of the base64 of its DER.
+            let encoded = target.drop { $0 == "/" }
+            guard encoded.utf8.count <= Self.maximumHeaderLength, let text = String(encoded).removingPercentEncoding,
+                let decoded = Data(base64Encoded: text)
+            else { return answer(connection, 400, [], "GET path") }
+            request = Array(decoded)
+        default:
+            return answer(connection, 405, [], method)
+        }
+        answer(connection, 200, respond(request), method)
+    }
+
+    private func answer(_ connection: Int32, _ status: Int, _ body: [UInt8], _ what: String) {
+        let reasons = [
+            200: "OK", 400: "Bad Request", 405: "Method Not Allowed", 411: "Length Required",
+            413: "Content Too Large", 431: "Request Header Fields Too Large",
+        ]
+        var head = "HTTP/1.0 \(status) \(reasons[status] ?? "Error")\r\nConnection: close\r\n"
+        if status == 200 { head += "Content-Type: application/ocsp-response\r\n" }
+        let message = Array((head + "Content-Length: \(body.count)\r\n\r\n").utf8) + body
+        var sent = 0
+        while sent < message.count {
+            let count = message[sent...].withUnsafeBytes {
+                send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+            }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            sent += count
+        }
+        log?("\(what.escapingControlCharacters) \(status) \(body.count) bytes")
+    }
+}

@@ -119,7 +119,7 @@ enum ObjectAttributes {
         let revealed = !secret.sensitive && secret.extractable
         var attributes: [CK_ATTRIBUTE_TYPE: AttributeValue] = [
             CKA_CLASS: .number(CKO_SECRET_KEY), CKA_KEY_TYPE: .number(secret.keyType), CKA_TOKEN: .bool(false),
-            CKA_PRIVATE: .bool(false), CKA_MODIFIABLE: .bool(false), CKA_COPYABLE: .bool(false),
+            CKA_PRIVATE: .bool(secret.private), CKA_MODIFIABLE: .bool(false), CKA_COPYABLE: .bool(false),
             CKA_DESTROYABLE: .bool(true), CKA_LABEL: .bytes(secret.label), CKA_ID: .bytes(secret.id),
             CKA_SENSITIVE: .bool(secret.sensitive), CKA_EXTRACTABLE: .bool(secret.extractable),
             CKA_ALWAYS_SENSITIVE: .bool(secret.sensitive), CKA_NEVER_EXTRACTABLE: .bool(!secret.extractable),
@@ -133,12 +133,15 @@ enum ObjectAttributes {
     }
 }
 
-/// A secret that `C_DeriveKey` agreed on: a session object, gone with its session.
+/// A secret that `C_DeriveKey` agreed on: a session object, gone with its session or at logout.
 struct DerivedSecret {
     var value: SecretBytes
     var keyType: CK_KEY_TYPE
     var sensitive: Bool
     var extractable: Bool
+    /// `CKA_PRIVATE`, as the template asked (true unless it says otherwise); the secret is
+    /// dropped at logout either way, as its key is.
+    var `private`: Bool
     var label: [UInt8]
     var id: [UInt8]
 }

@@ -205,3 +205,14 @@ extension PublicKeyParts.Kind {
         return false
     }
 }
+
+extension SignatureScheme {
+    /// Whether the scheme hashes its input (a multi-part mechanism such as `CKM_ECDSA_SHA256`),
+    /// rather than signing a digest or block the caller made (`CKM_ECDSA`, `CKM_RSA_PKCS`).
+    var hashes: Bool {
+        switch self {
+        case .ecdsa(let digest), .rsaPKCS1(let digest): digest != nil
+        case .rsaPSS(_, _, _, let hashingInput): hashingInput
+        }
+    }
+}

@@ -34,11 +34,16 @@ final class Module: Sendable {
     /// The longest passphrase `C_Login` takes.
     static let maximumPINLength = 1024
 
+    /// The most data a multi-part signature collects (`C_SignUpdate`), 64 MiB: the hashing
+    /// mechanisms sign what they collected at `C_SignFinal`.
+    static let maximumSignedData = 1 << 26
+
     struct Signing {
         var key: CK_OBJECT_HANDLE
         var scheme: SignatureScheme
         var length: Int
-        var data: [UInt8] = []
+        /// What `C_SignUpdate` collected; nil until it is called (then `C_Sign` may not end it).
+        var parts: [UInt8]?
     }
 
     struct Decrypting {
@@ -52,15 +57,21 @@ final class Module: Sendable {
         var found: [CK_OBJECT_HANDLE]?
         var signing: Signing?
         var decrypting: Decrypting?
-        var secrets: [CK_OBJECT_HANDLE: DerivedSecret] = [:]
+    }
+
+    /// A secret `C_DeriveKey` made: a session object of the application, visible to all its
+    /// sessions, destroyed with the session that made it or at logout.
+    struct SessionObject {
+        var owner: CK_SESSION_HANDLE
+        var secret: DerivedSecret
     }
 
     struct State {
         var initialized = false
-        /// Counts C_Finalize calls, so that a waiting C_WaitForSlotEvent notices one.
-        var generation = 0
         var client = ManagedClient()
         var sessions: [CK_SESSION_HANDLE: Session] = [:]
+        /// The secrets derived while logged in; gone at logout, since their key is.
+        var secrets: [CK_OBJECT_HANDLE: SessionObject] = [:]
         var nextSession: CK_SESSION_HANDLE = 1
         var nextSecret: CK_OBJECT_HANDLE = 0x4000_0000
         var loggedIn = false
@@ -104,6 +115,11 @@ final class Module: Sendable {
     }
 
     private let state = Mutex(State())
+    /// Counts C_Finalize calls, so that a waiting C_WaitForSlotEvent notices one without the lock.
+    private let finalizations = Atomic<Int>(0)
+    /// The threads inside C_WaitForSlotEvent: C_Finalize returns only once none is, since the
+    /// application may unload the module as soon as it has returned.
+    private let waiters = Atomic<Int>(0)
 
     // MARK: - The edge
 
@@ -150,12 +166,15 @@ final class Module: Sendable {
     }
 
     func finalize(_ reserved: UnsafeMutableRawPointer?) -> CK_RV {
-        call { state in
+        let result = call { state in
             guard reserved == nil else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             Self.closeAll(&state)
             state.initialized = false
-            state.generation += 1
+            finalizations.add(1, ordering: .releasing)
         }
+        // Every waiting C_WaitForSlotEvent sees the finalization within one slice of its sleep.
+        while waiters.load(ordering: .acquiring) > 0 { usleep(1_000) }
+        return result
     }
 
     func info(_ info: UnsafeMutablePointer<CK_INFO>?) -> CK_RV {
@@ -252,20 +271,26 @@ final class Module: Sendable {
 
     /// Reports a change of the token's presence or lock since the last report (or since
     /// C_Initialize). Blocking calls look every 200 ms, without holding the lock, and end with
-    /// `CKR_CRYPTOKI_NOT_INITIALIZED` when another thread finalizes the module.
+    /// `CKR_CRYPTOKI_NOT_INITIALIZED` within 10 ms when another thread finalizes the module
+    /// (which waits for them).
     func waitForSlotEvent(
         _ flags: CK_FLAGS, _ slot: UnsafeMutablePointer<CK_SLOT_ID>?, _ reserved: UnsafeMutableRawPointer?
     ) -> CK_RV {
         var generation = 0
         let first = call { state in
             guard slot != nil, reserved == nil else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            generation = state.generation
+            // Counted under the lock: a C_Finalize after this sees the waiter.
+            generation = finalizations.load(ordering: .acquiring)
+            waiters.add(1, ordering: .releasing)
         }
         guard first == CKR_OK, let slot else { return first }
+        defer { waiters.subtract(1, ordering: .releasing) }
         while true {
             var happened = false
             let result = call { state in
-                guard state.generation == generation else { throw ReturnValue(CKR_CRYPTOKI_NOT_INITIALIZED) }
+                guard finalizations.load(ordering: .acquiring) == generation else {
+                    throw ReturnValue(CKR_CRYPTOKI_NOT_INITIALIZED)
+                }
                 let now = Self.presence(&state)
                 if now != state.reported {
                     state.reported = now
@@ -278,7 +303,7 @@ final class Module: Sendable {
                 return CKR_OK
             }
             if flags & CKF_DONT_BLOCK != 0 { return CKR_NO_EVENT }
-            usleep(200_000)
+            for _ in 0..<20 where finalizations.load(ordering: .acquiring) == generation { usleep(10_000) }
         }
     }
 
@@ -303,6 +328,7 @@ final class Module: Sendable {
             guard state.sessions.removeValue(forKey: handle) != nil else {
                 throw ReturnValue(CKR_SESSION_HANDLE_INVALID)
             }
+            state.secrets = state.secrets.filter { $0.value.owner != handle }
             // Closing the last session logs the application out.
             if state.sessions.isEmpty { Self.logOut(&state) }
         }
@@ -450,7 +476,9 @@ final class Module: Sendable {
                         result = CKR_BUFFER_TOO_SMALL
                         continue
                     }
-                    bytes.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress!, byteCount: bytes.count) }
+                    bytes.withUnsafeBytes { source in
+                        if let base = source.baseAddress { destination.copyMemory(from: base, byteCount: source.count) }
+                    }
                 }
                 entry.pointee.ulValueLen = CK_ULONG(bytes.count)
             }
@@ -461,10 +489,7 @@ final class Module: Sendable {
     func destroyObject(_ handle: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE) -> CK_RV {
         call { state in
             let session = try Self.session(handle, in: &state)
-            if session.secrets[object] != nil {
-                state.sessions[handle]?.secrets[object] = nil
-                return
-            }
+            if state.secrets.removeValue(forKey: object) != nil { return }
             guard Self.attributes(of: object, state: state, session: session) != nil else {
                 throw ReturnValue(CKR_OBJECT_HANDLE_INVALID)
             }
@@ -502,10 +527,16 @@ final class Module: Sendable {
     func signUpdate(_ handle: CK_SESSION_HANDLE, _ part: UnsafeMutablePointer<UInt8>?, _ length: CK_ULONG) -> CK_RV {
         call { state in
             let session = try Self.session(handle, in: &state)
-            guard session.signing != nil else { throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED) }
+            guard let signing = session.signing else { throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED) }
             do {
+                // The raw mechanisms sign one block that is given whole, as SoftHSM2 has it too.
+                guard signing.scheme.hashes else { throw ReturnValue(CKR_FUNCTION_NOT_SUPPORTED) }
                 let bytes = try Buffers.input(part, length)
-                state.sessions[handle]?.signing?.data += bytes
+                let collected = signing.parts ?? []
+                guard collected.count + bytes.count <= Self.maximumSignedData else {
+                    throw ReturnValue(CKR_DATA_LEN_RANGE)
+                }
+                state.sessions[handle]?.signing?.parts = collected + bytes
             } catch {
                 state.sessions[handle]?.signing = nil
                 throw error
@@ -532,7 +563,13 @@ final class Module: Sendable {
             var ended = true
             defer { if ended { state.sessions[handle]?.signing = nil } }
             guard let signatureLength else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            let data = try input.map { try Buffers.input($0.0, $0.1) } ?? []
+            // C_Sign is one whole operation; C_SignFinal ends what C_SignUpdate collected.
+            let data: [UInt8]
+            switch (input, signing.parts) {
+            case (let input?, nil): data = try Buffers.input(input.0, input.1)
+            case (nil, let parts?): data = parts
+            default: throw ReturnValue(CKR_FUNCTION_NOT_SUPPORTED)
+            }
             guard let signature else {
                 signatureLength.pointee = CK_ULONG(signing.length)
                 ended = false
@@ -547,7 +584,7 @@ final class Module: Sendable {
             guard let key = pair.key else { throw ReturnValue(CKR_USER_NOT_LOGGED_IN) }
             let made: [UInt8]
             do {
-                made = try key.sign(signing.data + data, with: signing.scheme)
+                made = try key.sign(data, with: signing.scheme)
             } catch DCError.Code.usage {
                 throw ReturnValue(CKR_DATA_LEN_RANGE)
             }
@@ -628,8 +665,8 @@ final class Module: Sendable {
             let point = try Mechanisms.peerPoint(mechanism.pointee, fieldBytes: (bits + 7) / 8)
             let attributes = try Buffers.template(template, count: count)
             var secret = DerivedSecret(
-                value: SecretBytes([]), keyType: CKK_GENERIC_SECRET, sensitive: false, extractable: true, label: [],
-                id: [])
+                value: SecretBytes([]), keyType: CKK_GENERIC_SECRET, sensitive: false, extractable: true,
+                private: true, label: [], id: [])
             var length: Int?
             for (type, value) in attributes {
                 switch type {
@@ -642,6 +679,7 @@ final class Module: Sendable {
                     // The token is the client's store: nothing is written to it.
                     guard value == [0] else { throw ReturnValue(CKR_TEMPLATE_INCONSISTENT) }
                 case CKA_SENSITIVE: secret.sensitive = value != [0]
+                case CKA_PRIVATE: secret.private = value != [0]
                 case CKA_EXTRACTABLE: secret.extractable = value != [0]
                 case CKA_LABEL: secret.label = value
                 case CKA_ID: secret.id = value
@@ -668,7 +706,7 @@ final class Module: Sendable {
             }
             let object = state.nextSecret
             state.nextSecret += 1
-            state.sessions[handle]?.secrets[object] = secret
+            state.secrets[object] = SessionObject(owner: handle, secret: secret)
             made.pointee = object
         }
     }
@@ -749,8 +787,7 @@ final class Module: Sendable {
                 let credential = try state.client.installed()
                 guard let credential else { throw ReturnValue(CKR_TOKEN_NOT_PRESENT) }
                 let history = try state.client.keyHistory()
-                var contents = try TokenContents(
-                    credential: credential, history: history, sequence: sequence, now: Date())
+                var contents = try TokenContents(credential: credential, history: history, sequence: sequence)
                 if state.loggedIn { try contents.loadKeys(credential: credential, history: history) }
                 state.contents = contents
                 // Operations begun on the keys of a credential that was replaced end with it.
@@ -773,12 +810,14 @@ final class Module: Sendable {
         return session
     }
 
-    /// Forgets the login: the private keys are dropped and the operations that used them end.
+    /// Forgets the login: the private keys and the secrets derived with them are dropped, and the
+    /// operations that used them end.
     static func logOut(_ state: inout State) {
         guard state.loggedIn else { return }
         state.loggedIn = false
         state.automaticLogin = false
         state.contents?.dropKeys()
+        state.secrets.removeAll()
         for handle in state.sessions.keys {
             state.sessions[handle]?.signing = nil
             state.sessions[handle]?.decrypting = nil
@@ -791,18 +830,18 @@ final class Module: Sendable {
     }
 
     /// The objects a session sees: the token's, its private keys only while logged in, and the
-    /// session's own derived secrets.
+    /// application's derived secrets (which exist only while logged in).
     static func visibleObjects(_ state: State, session: Session) -> [CK_OBJECT_HANDLE] {
         let token = (state.contents?.handles ?? []).filter { handle in
             state.loggedIn || state.contents?.object(handle)?.kind != .privateKey
         }
-        return token + session.secrets.keys.sorted()
+        return token + state.secrets.keys.sorted()
     }
 
     static func attributes(of object: CK_OBJECT_HANDLE, state: State, session: Session)
         -> [CK_ATTRIBUTE_TYPE: AttributeValue]?
     {
-        if let secret = session.secrets[object] { return ObjectAttributes.of(secret) }
+        if let object = state.secrets[object] { return ObjectAttributes.of(object.secret) }
         guard let (pair, kind) = state.contents?.object(object), state.loggedIn || kind != .privateKey else {
             return nil
         }
@@ -821,8 +860,9 @@ final class Module: Sendable {
         }
         if let mechanism { try Mechanisms.check(mechanism, for: use, pair: pair) }
         guard Mechanisms.permitted(use, by: pair.permissions) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
-        // An expired authentication or signing certificate: its key no longer signs.
-        guard !(use == .sign && pair.expired) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
+        // A certificate outside its validity now: its key no longer signs (an expired encryption
+        // key still opens old mail). Judged at every use, not when the credential was read.
+        guard !(use == .sign && !pair.isValid(at: Date())) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
         return pair
     }
 }

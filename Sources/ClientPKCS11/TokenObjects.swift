@@ -39,11 +39,16 @@ struct TokenKeyPair {
     var names: CertificateNames
     var publicParts: PublicKeyParts
     var permissions: KeyPermissions
-    /// Whether the certificate is outside its validity period now (an expired authentication or
-    /// signing key no longer signs; an expired encryption key still opens old mail).
-    var expired: Bool
+    /// The certificate's validity period (a bound the certificate lacks is open).
+    var notBefore: Date?
+    var notAfter: Date?
     /// The private key: only while the token is logged in.
     var key: KeyOperations?
+
+    /// Whether the certificate is within its validity period at `date`.
+    func isValid(at date: Date) -> Bool {
+        (notBefore.map { $0 <= date } ?? true) && (notAfter.map { date <= $0 } ?? true)
+    }
 
     /// The PIV-style names programs show, then our tag's name.
     var labels: (certificate: String, publicKey: String, privateKey: String) {
@@ -90,43 +95,45 @@ struct TokenContents {
     /// The delivery the credential came with, for telling a renewal apart.
     var sequence: UInt64?
 
-    init(credential: Credential, history: [CertifiedKey], sequence: UInt64?, now: Date) throws {
+    init(credential: Credential, history: [CertifiedKey], sequence: UInt64?) throws {
         self.sequence = sequence
-        let lifetime = try CredentialLifetime(credential, now: now, window: 0)
-        let expiredTags = Set(lifetime.unusable.filter { $0.historyIndex == nil }.map(\.tag))
-        var pairs: [TokenKeyPair] = []
-        for entry in credential.entries.sorted(by: { $0.tag < $1.tag }) {
-            pairs.append(
-                try Self.pair(
-                    tag: entry.tag, historyNumber: nil, certificate: entry.certificate,
-                    expired: expiredTags.contains(entry.tag)))
+        pairs = try Self.certifiedKeys(credential: credential, history: history).enumerated().map { index, entry in
+            let historyNumber = entry.tag == nil ? index + 1 - credential.entries.count : nil
+            let parts = try PublicKeyParts(entry.certificate)
+            let details = try CertificateDetails(entry.certificate)
+            return TokenKeyPair(
+                tag: entry.tag, historyNumber: historyNumber,
+                id: TokenKeyPair.id(tag: entry.tag, historyNumber: historyNumber), certificate: entry.certificate,
+                names: try CertificateNames(entry.certificate), publicParts: parts,
+                permissions: KeyPermissions(tag: entry.tag, keyUsage: details.keyUsage, kind: parts.kind),
+                notBefore: details.notBefore, notAfter: details.notAfter)
         }
-        for (index, old) in history.prefix(CredentialEntry.maximumKeyHistory).enumerated() {
-            pairs.append(
-                try Self.pair(tag: nil, historyNumber: index + 1, certificate: old.certificate, expired: false))
-        }
-        self.pairs = pairs
     }
 
-    private static func pair(
-        tag: CredentialTag?, historyNumber: Int?, certificate: Certificate, expired: Bool
-    ) throws -> TokenKeyPair {
-        let parts = try PublicKeyParts(certificate)
-        let details = try CertificateDetails(certificate)
-        return TokenKeyPair(
-            tag: tag, historyNumber: historyNumber, id: TokenKeyPair.id(tag: tag, historyNumber: historyNumber),
-            certificate: certificate, names: try CertificateNames(certificate), publicParts: parts,
-            permissions: KeyPermissions(tag: tag, keyUsage: details.keyUsage, kind: parts.kind), expired: expired)
+    /// The certificates and keys the token shows, in its order: the credential's by tag, then the
+    /// history (at most ``CredentialEntry/maximumKeyHistory``, newest first). The one home of
+    /// that order, for the pairs and for their keys.
+    private static func certifiedKeys(credential: Credential, history: [CertifiedKey])
+        -> [(tag: CredentialTag?, certificate: Certificate, privateKey: PrivateKey)]
+    {
+        credential.entries.sorted(by: { $0.tag < $1.tag }).map { ($0.tag, $0.certificate, $0.privateKey) }
+            + history.prefix(CredentialEntry.maximumKeyHistory).map { (nil, $0.certificate, $0.privateKey) }
     }
 
-    /// Loads the private keys of `credential` and `history` into the pairs (on login).
+    /// Loads the private keys of `credential` and `history` into the pairs (on login). A key
+    /// whose public half is not its certificate's is refused (`CKR_GENERAL_ERROR`), whatever
+    /// the store says: a key never signs under another key's certificate.
     mutating func loadKeys(credential: Credential, history: [CertifiedKey]) throws {
         KeyOperations.useLockedMemory()
-        var keys: [PrivateKey] = credential.entries.sorted(by: { $0.tag < $1.tag }).map(\.privateKey)
-        keys += history.prefix(CredentialEntry.maximumKeyHistory).map(\.privateKey)
-        for index in pairs.indices where index < keys.count {
-            pairs[index].key = try KeyOperations(keys[index])
+        let keys = Self.certifiedKeys(credential: credential, history: history)
+        guard keys.count == pairs.count else { throw ReturnValue(CKR_GENERAL_ERROR) }
+        var loaded: [KeyOperations] = []
+        for (pair, entry) in zip(pairs, keys) {
+            let key = try KeyOperations(entry.privateKey)
+            guard key.isCertified(by: pair.certificate) else { throw ReturnValue(CKR_GENERAL_ERROR) }
+            loaded.append(key)
         }
+        for index in pairs.indices { pairs[index].key = loaded[index] }
     }
 
     /// Drops every private key (on logout, lock, finalize).

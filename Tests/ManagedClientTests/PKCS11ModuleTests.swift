@@ -18,12 +18,23 @@ struct ModuleWorld {
     let module = Binaries.directory + "/libdcclient-pkcs11.so"
     var pin: String { "client passphrase" }
 
-    init(_ algorithm: KeyAlgorithm = .p256, commonName: String = "Alice Module") async throws {
+    /// A client with a credential of `algorithm`, valid for a year or, given `validFor`, for
+    /// that long from now.
+    init(_ algorithm: KeyAlgorithm = .p256, commonName: String = "Alice Module", validFor: TimeInterval? = nil)
+        async throws
+    {
         try #require(
             FileManager.default.fileExists(atPath: module),
             "the module is built by scripts/test: swift build --product dcclient-pkcs11")
         world = try World()
-        credential = try world.credential(TestCAIssueRequest(commonName: commonName, algorithm: algorithm))
+        let request =
+            if let validFor {
+                TestCAIssueRequest(
+                    commonName: commonName, algorithm: algorithm, validityDays: 1, now: Date() - 86_400 + validFor)
+            } else {
+                TestCAIssueRequest(commonName: commonName, algorithm: algorithm)
+            }
+        credential = try world.credential(request)
         _ = try await world.service.send(credential, clientScheme: "org.example.dcclient", validator: world.validator())
     }
 
@@ -614,6 +625,61 @@ struct PKCS11ModuleTests {
     }
 
     @Test(
+        "A signing key whose certificate ends while the token is logged in stops signing at its next use (CKR_KEY_FUNCTION_NOT_PERMITTED), in the same session"
+    )
+    func expiryWhileLoggedIn() async throws {
+        let token = try await ModuleWorld(validFor: 20)
+        defer { token.world.dir.remove() }
+        let signing = try #require(token.credential[.signing])
+        let notAfter = try #require(try CertificateDetails(signing.certificate).notAfter)
+        let probe = try token.probe([
+            "init", "open", "login:\(token.pin)", "sign:02", token.pause("ready", "go"), "sign-again", "finalize",
+        ])
+        try await token.awaitFile("ready")
+        try #require(Date() < notAfter, "the delivery took longer than the certificate's 20 s")
+        try await Task.sleep(for: .seconds(max(0, notAfter.timeIntervalSinceNow) + 1.5))
+        _ = try token.world.dir.write("go", "")
+        #expect(probe.wait(timeout: .seconds(60)) == 0)
+        let lines = try token.probeLines().map { "\($0.0) \($0.1)" }
+        #expect(
+            lines == [
+                "init CKR_OK", "open CKR_OK", "login CKR_OK", "sign:02 CKR_OK", "pause resumed",
+                "sign-again CKR_KEY_FUNCTION_NOT_PERMITTED", "finalize CKR_OK",
+            ], "\(lines)")
+    }
+
+    @Test(
+        "Secrets from C_DeriveKey belong to the application: another session reads them, logging out destroys them, and an empty label reads as no bytes"
+    )
+    func derivedSecrets() async throws {
+        let token = try await ModuleWorld()
+        defer { token.world.dir.remove() }
+        let login = "login:\(token.pin)"
+        let probe = try token.probe([
+            "init", "open", login, "derive:03", "read-derived", "open", "read-derived", "logout", "read-derived",
+            login, "read-derived", "finalize",
+        ])
+        #expect(probe.wait(timeout: .seconds(60)) == 0)
+        #expect(
+            try token.probeLines().map { "\($0.0) \($0.1)" } == [
+                "init CKR_OK", "open CKR_OK", "login CKR_OK", "derive:03 CKR_OK", "read-derived CKR_OK 32,0",
+                "open CKR_OK", "read-derived CKR_OK 32,0", "logout CKR_OK", "read-derived CKR_OBJECT_HANDLE_INVALID",
+                "login CKR_OK", "read-derived CKR_OBJECT_HANDLE_INVALID", "finalize CKR_OK",
+            ])
+    }
+
+    @Test(
+        "C_Finalize returns only after a thread blocked in C_WaitForSlotEvent has left the module (the application may unload it next)"
+    )
+    func finalizeWaitsForWaiters() async throws {
+        let token = try await ModuleWorld()
+        defer { token.world.dir.remove() }
+        let probe = try token.probe(["finalize-while-waiting"])
+        #expect(probe.wait(timeout: .seconds(60)) == 0)
+        #expect(try token.probeLines().map { "\($0.0) \($0.1)" } == ["finalize-while-waiting CKR_OK left=5/5"])
+    }
+
+    @Test(
         "Bad arguments, unknown handles, wrong mechanisms and short buffers get the return values PKCS#11 names, with the size-query convention, and nothing crashes"
     )
     func conformance() async throws {
@@ -653,6 +719,12 @@ struct PKCS11ModuleTests {
             "conformance.SignInit": "CKR_OK", "conformance.SignInit(active)": "CKR_OPERATION_ACTIVE",
             "conformance.Sign(size query)": "CKR_OK 64", "conformance.Sign(short buffer)": "CKR_BUFFER_TOO_SMALL 64",
             "conformance.Sign": "CKR_OK 64", "conformance.Sign(after the end)": "CKR_OPERATION_NOT_INITIALIZED",
+            "conformance.SignInit(raw ECDSA)": "CKR_OK",
+            "conformance.SignUpdate(raw ECDSA)": "CKR_FUNCTION_NOT_SUPPORTED",
+            "conformance.Sign(raw ECDSA, after a refused update)": "CKR_OPERATION_NOT_INITIALIZED",
+            "conformance.SignInit(ECDSA_SHA256)": "CKR_OK", "conformance.SignUpdate(ECDSA_SHA256)": "CKR_OK",
+            "conformance.Sign(after SignUpdate)": "CKR_FUNCTION_NOT_SUPPORTED",
+            "conformance.SignInit(ECDSA_SHA256, again)": "CKR_OK", "conformance.SignFinal(two parts)": "CKR_OK 64",
             "conformance.GetAttributeValue(mixed)":
                 "CKR_BUFFER_TOO_SMALL unavailable,unavailable,unavailable,1 sensitive=1",
             "conformance.GetAttributeValue(unknown object)": "CKR_OBJECT_HANDLE_INVALID",

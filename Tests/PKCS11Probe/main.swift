@@ -9,7 +9,9 @@
 // Steps: init, init-bad-locking, finalize, open, close, login:PIN, logout, count-objects, sign:ID
 // (32 bytes with the key whose CKA_ID is the hex ID, CKM_ECDSA or CKM_RSA_PKCS by key type),
 // sign-again (the same key handle again), session-state,
-// slots-present, wait-nonblock, wait-block, pause:READY:GO (creates READY, waits for GO), and
+// slots-present, wait-nonblock, wait-block, pause:READY:GO (creates READY, waits for GO),
+// derive:ID (ECDH into a session secret), read-derived (its value's and label's lengths),
+// finalize-while-waiting (C_Finalize while another thread waits for a slot event, five times), and
 // conformance (a battery of bad-argument calls, one line each: `conformance.NAME value`).
 import CP11Kit
 import Foundation
@@ -53,6 +55,15 @@ nonisolated(unsafe) let p11: CK_FUNCTION_LIST = {
 nonisolated(unsafe) var session: CK_SESSION_HANDLE = 0
 nonisolated(unsafe) var remembered: CK_OBJECT_HANDLE = 0
 nonisolated(unsafe) var rememberedType: CK_KEY_TYPE?
+nonisolated(unsafe) var derived: CK_OBJECT_HANDLE = 0
+
+/// What another thread's call returned, once it has.
+final class Returned: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: CK_RV?
+    var value: CK_RV? { lock.withLock { stored } }
+    func set(_ value: CK_RV) { lock.withLock { stored = value } }
+}
 
 /// The handles of objects of `objectClass`, with CKA_ID `id` when given.
 func find(_ objectClass: CK_OBJECT_CLASS, id: [UInt8]? = nil) -> [CK_OBJECT_HANDLE] {
@@ -168,6 +179,21 @@ func conformance() {
     let signed = p11.C_Sign(session, &data, 32, &signature, &length)
     say("conformance.Sign", "\(name(signed)) \(length)")
     check("Sign(after the end)", p11.C_Sign(session, &data, 32, &signature, &length))
+    // Multi-part signing: only for the hashing mechanisms, ended by C_SignFinal, never by C_Sign.
+    check("SignInit(raw ECDSA)", p11.C_SignInit(session, &ecdsa, signing))
+    check("SignUpdate(raw ECDSA)", p11.C_SignUpdate(session, &data, 32))
+    check("Sign(raw ECDSA, after a refused update)", p11.C_Sign(session, &data, 32, &signature, &length))
+    var hashing = CK_MECHANISM(mechanism: CKM_ECDSA_SHA256, pParameter: nil, ulParameterLen: 0)
+    check("SignInit(ECDSA_SHA256)", p11.C_SignInit(session, &hashing, signing))
+    check("SignUpdate(ECDSA_SHA256)", p11.C_SignUpdate(session, &data, 32))
+    length = 128
+    check("Sign(after SignUpdate)", p11.C_Sign(session, &data, 32, &signature, &length))
+    check("SignInit(ECDSA_SHA256, again)", p11.C_SignInit(session, &hashing, signing))
+    _ = p11.C_SignUpdate(session, &data, 16)
+    _ = p11.C_SignUpdate(session, &data, 16)
+    length = 128
+    let final = p11.C_SignFinal(session, &signature, &length)
+    say("conformance.SignFinal(two parts)", "\(name(final)) \(length)")
 
     // Attributes: a sensitive one, an unknown one and a short buffer, in one call; the rest answered.
     var value = [UInt8](repeating: 0, count: 64)
@@ -247,9 +273,81 @@ for step in arguments.dropFirst(2) {
         say(step, name(p11.C_WaitForSlotEvent(0, &slot, nil)))
     case "pause":
         FileManager.default.createFile(atPath: parts[1], contents: Data())
-        for _ in 0..<600 where !FileManager.default.fileExists(atPath: parts[2]) { usleep(50_000) }
+        for _ in 0..<2400 where !FileManager.default.fileExists(atPath: parts[2]) { usleep(50_000) }
         say("pause", FileManager.default.fileExists(atPath: parts[2]) ? "resumed" : "timed-out")
     case "conformance": conformance()
+    case "derive":
+        // ECDH with the key whose CKA_ID is the hex ID and P-256's generator as the peer's point,
+        // into a secret with no label.
+        let key = find(CKO_PRIVATE_KEY, id: hex(parts.count > 1 ? parts[1] : "")).first ?? 0
+        var point = hex(
+            "046B17D1F2E12C4247F8BCE6E563A440F277037D812DEB33A0F4A13945D898C296"
+                + "4FE342E2FE1A7F9B8EE7EB4A7C0F9E162BCE33576B315ECECBB6406837BF51F5")
+        var secretClass = CKO_SECRET_KEY
+        var secretType = CKK_GENERIC_SECRET
+        var no: CK_BBOOL = 0
+        var yes: CK_BBOOL = 1
+        let rv = point.withUnsafeMutableBytes { pointBytes in
+            var parameters = CK_ECDH1_DERIVE_PARAMS(
+                kdf: CKD_NULL, ulSharedDataLen: 0, pSharedData: nil,
+                ulPublicDataLen: CK_ULONG(pointBytes.count),
+                pPublicData: pointBytes.baseAddress?.assumingMemoryBound(to: UInt8.self))
+            return withUnsafeMutableBytes(of: &parameters) { parameterBytes in
+                var mechanism = CK_MECHANISM(
+                    mechanism: CKM_ECDH1_DERIVE, pParameter: parameterBytes.baseAddress,
+                    ulParameterLen: CK_ULONG(parameterBytes.count))
+                var template = [
+                    CK_ATTRIBUTE(
+                        type: CKA_CLASS, pValue: &secretClass, ulValueLen: CK_ULONG(MemoryLayout<CK_ULONG>.size)),
+                    CK_ATTRIBUTE(
+                        type: CKA_KEY_TYPE, pValue: &secretType, ulValueLen: CK_ULONG(MemoryLayout<CK_ULONG>.size)),
+                    CK_ATTRIBUTE(type: CKA_TOKEN, pValue: &no, ulValueLen: 1),
+                    CK_ATTRIBUTE(type: CKA_SENSITIVE, pValue: &no, ulValueLen: 1),
+                    CK_ATTRIBUTE(type: CKA_EXTRACTABLE, pValue: &yes, ulValueLen: 1),
+                ]
+                return p11.C_DeriveKey(session, &mechanism, key, &template, CK_ULONG(template.count), &derived)
+            }
+        }
+        say(step, name(rv))
+    case "read-derived":
+        // The derived secret's value and (empty) label, each into a buffer: their lengths.
+        var value = [UInt8](repeating: 0, count: 64)
+        var label = [UInt8](repeating: 0, count: 16)
+        let (rv, lengths) = value.withUnsafeMutableBytes { valueBytes in
+            label.withUnsafeMutableBytes { labelBytes in
+                var template = [
+                    CK_ATTRIBUTE(type: CKA_VALUE, pValue: valueBytes.baseAddress, ulValueLen: 64),
+                    CK_ATTRIBUTE(type: CKA_LABEL, pValue: labelBytes.baseAddress, ulValueLen: 16),
+                ]
+                let rv = p11.C_GetAttributeValue(session, derived, &template, 2)
+                return (rv, template.map { String($0.ulValueLen) })
+            }
+        }
+        say(step, rv == CKR_OK ? "\(name(rv)) \(lengths.joined(separator: ","))" : name(rv))
+    case "finalize-while-waiting":
+        // Five rounds of: a thread blocks in C_WaitForSlotEvent, this one calls C_Finalize. The
+        // waiter must have left the module by the time C_Finalize returns (the application may
+        // unload the module then): `left` counts the rounds where it had.
+        var left = 0
+        var results: [String] = []
+        for _ in 0..<5 {
+            var arguments = CK_C_INITIALIZE_ARGS()
+            arguments.flags = CKF_OS_LOCKING_OK
+            _ = p11.C_Initialize(&arguments)
+            let returned = Returned()
+            let waiter = Thread {
+                var slot: CK_SLOT_ID = 0
+                returned.set(p11.C_WaitForSlotEvent(0, &slot, nil))
+            }
+            waiter.start()
+            usleep(100_000)
+            results.append(name(p11.C_Finalize(nil)))
+            // The waiter's store after its call returned, not the module's work: 2 ms is plenty.
+            for _ in 0..<20 where returned.value == nil { usleep(100) }
+            if returned.value == CKR_CRYPTOKI_NOT_INITIALIZED { left += 1 }
+            while returned.value == nil { usleep(1_000) }
+        }
+        say(step, "\(Set(results).sorted().joined(separator: ",")) left=\(left)/5")
     default:
         say(step, "unknown-step")
     }

@@ -193,6 +193,13 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
         return CRYPTO_secure_malloc_init(64 * 1024, 16) != 0
     }
 
+    /// Whether `certificate` certifies this key: its public key is this key's public half, as
+    /// OpenSSL compares keys (`EVP_PKEY_eq`).
+    public func isCertified(by certificate: Certificate) -> Bool {
+        guard let x509 = try? X509Certificate(certificate), let publicKey = x509.publicKey else { return false }
+        return EVP_PKEY_eq(publicKey.pointer, key.pointer) == 1
+    }
+
     /// The length of a signature this key makes, in bytes.
     public var signatureLength: Int {
         switch publicParts.kind {
@@ -303,6 +310,10 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
             secret.withUnsafeMutableBytes { SecretBytes.wipe($0) }
             throw OpenSSL.failure("EVP_PKEY_derive")
         }
+        // The secret is as long as OpenSSL says it wrote, which may be less than it first said.
+        let written = min(length, secret.count)
+        secret.withUnsafeMutableBytes { SecretBytes.wipe(UnsafeMutableRawBufferPointer(rebasing: $0[written...])) }
+        secret.removeLast(secret.count - written)
         return SecretBytes(consuming: &secret)
     }
 

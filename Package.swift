@@ -121,7 +121,12 @@ let package = Package(
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "DerivedCredentials", "SystemSupport", "CredentialCoding",
                 "CP11Kit",
-            ]),
+            ],
+            // -z nodelete: the module stays mapped after dlclose, as the Swift runtime cannot be
+            // unloaded and a thread may still be leaving the module when C_Finalize returns.
+            // (scripts/install sets the installed module's RUNPATH to the Swift runtime it puts
+            // beside it.)
+            linkerSettings: [.unsafeFlags(["-Xlinker", "-z", "-Xlinker", "nodelete"])]),
 
         // Auth tokens: the issuing key's delegations, the client's tokens bound to a challenge, the
         // revocation list, and the stateless verifier. OpenSSL does the cryptography.

@@ -72,6 +72,9 @@ final class Module: Sendable {
         var sessions: [CK_SESSION_HANDLE: Session] = [:]
         /// The secrets derived while logged in; gone at logout, since their key is.
         var secrets: [CK_OBJECT_HANDLE: SessionObject] = [:]
+        /// How many threads wait in C_WaitForSlotEvent, by the initialization they began in (the
+        /// count of C_Finalize calls before it): a C_Finalize waits for those of its own only.
+        var waiting: [Int: Int] = [:]
         var nextSession: CK_SESSION_HANDLE = 1
         var nextSecret: CK_OBJECT_HANDLE = 0x4000_0000
         var loggedIn = false
@@ -117,9 +120,6 @@ final class Module: Sendable {
     private let state = Mutex(State())
     /// Counts C_Finalize calls, so that a waiting C_WaitForSlotEvent notices one without the lock.
     private let finalizations = Atomic<Int>(0)
-    /// The threads inside C_WaitForSlotEvent: C_Finalize returns only once none is, since the
-    /// application may unload the module as soon as it has returned.
-    private let waiters = Atomic<Int>(0)
 
     // MARK: - The edge
 
@@ -165,15 +165,20 @@ final class Module: Sendable {
         }
     }
 
+    /// Ends the module's use. The threads still in C_WaitForSlotEvent see it within 10 ms and
+    /// return `CKR_CRYPTOKI_NOT_INITIALIZED`; C_Finalize returns only after they have, since the
+    /// application may unload the library next. (The library is also linked `-z nodelete`, so an
+    /// unload never unmaps code a thread is still leaving.)
     func finalize(_ reserved: UnsafeMutableRawPointer?) -> CK_RV {
+        var ended = 0
         let result = call { state in
             guard reserved == nil else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             Self.closeAll(&state)
             state.initialized = false
-            finalizations.add(1, ordering: .releasing)
+            ended = finalizations.add(1, ordering: .releasing).oldValue
         }
-        // Every waiting C_WaitForSlotEvent sees the finalization within one slice of its sleep.
-        while waiters.load(ordering: .acquiring) > 0 { usleep(1_000) }
+        guard result == CKR_OK else { return result }
+        while state.withLock({ $0.waiting[ended] ?? 0 }) > 0 { usleep(1_000) }
         return result
     }
 
@@ -281,10 +286,15 @@ final class Module: Sendable {
             guard slot != nil, reserved == nil else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             // Counted under the lock: a C_Finalize after this sees the waiter.
             generation = finalizations.load(ordering: .acquiring)
-            waiters.add(1, ordering: .releasing)
+            state.waiting[generation, default: 0] += 1
         }
         guard first == CKR_OK, let slot else { return first }
-        defer { waiters.subtract(1, ordering: .releasing) }
+        defer {
+            state.withLock { state in
+                state.waiting[generation, default: 1] -= 1
+                if state.waiting[generation] == 0 { state.waiting[generation] = nil }
+            }
+        }
         while true {
             var happened = false
             let result = call { state in
@@ -526,17 +536,26 @@ final class Module: Sendable {
 
     func signUpdate(_ handle: CK_SESSION_HANDLE, _ part: UnsafeMutablePointer<UInt8>?, _ length: CK_ULONG) -> CK_RV {
         call { state in
-            let session = try Self.session(handle, in: &state)
-            guard let signing = session.signing else { throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED) }
+            // Read in a scope of its own, so that no copy of the collected bytes outlives it and
+            // the append below grows them in place.
+            let hashes: Bool
+            let collected: Int
+            do {
+                guard let signing = try Self.session(handle, in: &state).signing else {
+                    throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED)
+                }
+                hashes = signing.scheme.hashes
+                collected = signing.parts?.count ?? 0
+            }
             do {
                 // The raw mechanisms sign one block that is given whole, as SoftHSM2 has it too.
-                guard signing.scheme.hashes else { throw ReturnValue(CKR_FUNCTION_NOT_SUPPORTED) }
-                let bytes = try Buffers.input(part, length)
-                let collected = signing.parts ?? []
-                guard collected.count + bytes.count <= Self.maximumSignedData else {
+                guard hashes else { throw ReturnValue(CKR_FUNCTION_NOT_SUPPORTED) }
+                guard length <= CK_ULONG(Self.maximumSignedData - collected) else {
                     throw ReturnValue(CKR_DATA_LEN_RANGE)
                 }
-                state.sessions[handle]?.signing?.parts = collected + bytes
+                let bytes = try Buffers.input(part, length)
+                if state.sessions[handle]?.signing?.parts == nil { state.sessions[handle]?.signing?.parts = [] }
+                state.sessions[handle]?.signing?.parts?.append(contentsOf: bytes)
             } catch {
                 state.sessions[handle]?.signing = nil
                 throw error
@@ -567,7 +586,8 @@ final class Module: Sendable {
             let data: [UInt8]
             switch (input, signing.parts) {
             case (let input?, nil): data = try Buffers.input(input.0, input.1)
-            case (nil, let parts?): data = parts
+            // C_SignFinal with no C_SignUpdate signs the empty message.
+            case (nil, let parts) where signing.scheme.hashes: data = parts ?? []
             default: throw ReturnValue(CKR_FUNCTION_NOT_SUPPORTED)
             }
             guard let signature else {

@@ -18,7 +18,10 @@ extension DCClient {
                 (exit 77 when not authorized, 69 when locked). The challenge and the server name \
                 may be empty and must be printable ASCII (codes 32-126).
                 """)
-        @Option(help: "The challenge the application server chose (may be empty).") var challenge: String
+        @Option(
+            help:
+                "The challenge the application server chose (may be empty; one that starts with '-' is given as --challenge=-C)."
+        ) var challenge: String
         @Option(help: "The name of the server the token is for (may be empty).") var server: String = ""
         @OptionGroup var format: JSONOutputOptions
         @OptionGroup var output: OutputOptions

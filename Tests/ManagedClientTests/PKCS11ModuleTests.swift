@@ -725,6 +725,7 @@ struct PKCS11ModuleTests {
             "conformance.SignInit(ECDSA_SHA256)": "CKR_OK", "conformance.SignUpdate(ECDSA_SHA256)": "CKR_OK",
             "conformance.Sign(after SignUpdate)": "CKR_FUNCTION_NOT_SUPPORTED",
             "conformance.SignInit(ECDSA_SHA256, again)": "CKR_OK", "conformance.SignFinal(two parts)": "CKR_OK 64",
+            "conformance.SignInit(ECDSA_SHA256, no parts)": "CKR_OK", "conformance.SignFinal(no parts)": "CKR_OK 64",
             "conformance.GetAttributeValue(mixed)":
                 "CKR_BUFFER_TOO_SMALL unavailable,unavailable,unavailable,1 sensitive=1",
             "conformance.GetAttributeValue(unknown object)": "CKR_OBJECT_HANDLE_INVALID",

@@ -194,6 +194,10 @@ func conformance() {
     length = 128
     let final = p11.C_SignFinal(session, &signature, &length)
     say("conformance.SignFinal(two parts)", "\(name(final)) \(length)")
+    check("SignInit(ECDSA_SHA256, no parts)", p11.C_SignInit(session, &hashing, signing))
+    length = 128
+    let empty = p11.C_SignFinal(session, &signature, &length)
+    say("conformance.SignFinal(no parts)", "\(name(empty)) \(length)")
 
     // Attributes: a sensitive one, an unknown one and a short buffer, in one call; the rest answered.
     var value = [UInt8](repeating: 0, count: 64)

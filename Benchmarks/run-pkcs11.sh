@@ -12,7 +12,8 @@
 #               the passphrase check, as it should be; SoftHSM2's PIN check is cheaper by design.
 #
 # dcbench and the tools are built as scripts/install builds them (release, --static-swift-stdlib),
-# the module as scripts/install builds it (release; a shared library uses the toolchain's runtime). The client is set up through the command line in a scratch HOME, as the
+# the module as scripts/install builds it (release, before it sets the RUNPATH to the runtime it
+# installs beside it). The client is set up through the command line in a scratch HOME, as the
 # README does, inside a `keyctl session` of its own. Environment: ROUNDS (3), DURATION (5), COUNT (20).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -9,8 +9,9 @@ import Foundation
 ///
 /// Every file is first written in full to a temporary name (`O_CREAT|O_EXCL|O_NOFOLLOW`, its final
 /// mode, `fsync`); only when all of them are on disk are they moved to their names and the
-/// directory is synced. Without `replacingExisting`, publishing uses `link(2)`, which fails
-/// atomically if the name exists, and a clash rolls back what was already published. A full disk,
+/// directory is synced. (One `syncfs` instead of a `fsync` per file is cheaper, but it waits for
+/// every dirty page of the file system, an unbounded cost on a busy machine.) Without
+/// `replacingExisting`, publishing uses `link(2)`, which fails atomically if the name exists, and a clash rolls back what was already published. A full disk,
 /// a size limit or a permission problem while staging leaves the directory as it was.
 public struct AtomicFileSet {
     /// What one file holds: plain bytes, or a secret that is written from its own buffer.
@@ -110,12 +111,15 @@ public struct AtomicFileSet {
             }
         }
 
-        // Stage.
+        // Stage. The names carry this process's id and one random value for the whole set, not
+        // eight `getrandom` calls per file (the files are created with O_EXCL, so a name taken
+        // already is an error, never a clobber).
         var staged: [String] = []
         func unstage() { for name in staged { unlinkat(dirfd, name, 0) } }
+        let stamp = "\(getpid())-" + String(UInt64.random(in: .min ... .max), radix: 16) + "-"
         do {
-            for file in files {
-                let temporary = "." + file.name + Self.stagingMarker + "\(getpid())-" + Self.randomSuffix()
+            for (index, file) in files.enumerated() {
+                let temporary = "." + file.name + Self.stagingMarker + stamp + String(index)
                 try write(file.contents, to: temporary, mode: file.mode, dirfd: dirfd)
                 staged.append(temporary)
             }
@@ -188,10 +192,6 @@ public struct AtomicFileSet {
                 .ioError, "cannot write the output: \(reason)", subject: directory,
                 hint: full ? "free some space; nothing was written" : "nothing was written")
         }
-    }
-
-    private static func randomSuffix() -> String {
-        (0..<8).map { _ in String(UInt8.random(in: 0...255), radix: 16) }.joined()
     }
 }
 

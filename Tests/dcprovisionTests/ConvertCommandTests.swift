@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import SystemSupport
 import TestSupport
 import Testing
 
@@ -52,6 +53,36 @@ struct ConvertCommandTests {
         #expect(info.st_mode & 0o777 == 0o600)
         stat(out, &info)
         #expect(info.st_mode & 0o777 == 0o700)
+    }
+
+    @Test(
+        "Durable before published: every staged file is synced (fsync) before any output name appears, and the directory is synced after the last",
+        arguments: [1, 12])
+    func durableBeforePublished(files: Int) throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let certificate = try String(contentsOfFile: f.encryption.certificate, encoding: .utf8)
+        let inputs = try (1...files).map { try dir.write("c\($0).pem", certificate) }
+        let out = dir.file("out")
+        let trace = dir.file("sync.trace")
+        // strace is the oracle: the system calls in the order the kernel saw them, each descriptor
+        // shown with its path (-y).
+        let result = try run(
+            "strace",
+            ["-f", "-qq", "-y", "-e", "trace=fsync,linkat", "-o", trace, Binaries.dcprovision, "convert"]
+                + inputs + ["--out-dir", out],
+            timeout: 60)
+        #expect(result.status == 0, "\(result.stderrText)")
+        let calls = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").map(String.init)
+        let firstLink = try #require(calls.firstIndex { $0.contains("linkat(") })
+        let lastLink = try #require(calls.lastIndex { $0.contains("linkat(") })
+        let stagedSyncs = calls[..<firstLink].filter {
+            $0.contains("fsync(") && $0.contains(AtomicFileSet.stagingMarker) && $0.hasSuffix("= 0")
+        }
+        #expect(stagedSyncs.count == files, "a fsync of each staged file before the first link: \(calls)")
+        #expect(
+            calls[lastLink...].contains { $0.contains("fsync(") && $0.hasSuffix("/out>) = 0") },
+            "the output directory synced after the last link: \(calls)")
     }
 
     @Test(

@@ -380,7 +380,13 @@ final class CannedHTTPServer: @unchecked Sendable {
         Thread.detachNewThread {
             while true {
                 let connection = accept(socket, nil, nil)
-                guard connection >= 0 else { return }
+                // The thread closes the socket itself, once stop() has shut it down: closed from
+                // stop(), its descriptor number could be reused by the next server's socket before
+                // this loop calls accept again, and this server would answer for that one.
+                guard connection >= 0 else {
+                    close(socket)
+                    return
+                }
                 var buffer = [UInt8](repeating: 0, count: 65536)
                 var timeout = timeval(tv_sec: 1, tv_usec: 0)
                 setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
@@ -394,6 +400,5 @@ final class CannedHTTPServer: @unchecked Sendable {
 
     func stop() {
         shutdown(socket, Int32(SHUT_RDWR))
-        close(socket)
     }
 }

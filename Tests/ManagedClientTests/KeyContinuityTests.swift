@@ -76,9 +76,12 @@ struct KeyContinuityTests {
         let forStranger = try encrypt(
             "not yours", to: try #require(stranger[.encryption]).certificate, form: "DER", in: world)
         #expect(throws: DCError.self) { try world.client.decrypt(forStranger) }
+        // openssl cms -encrypt uses AES-CBC, which has no integrity: a changed last block is
+        // refused by its padding check, except when the padding happens to stay valid (about 1 in
+        // 256 keys), and then it opens to garbage. Never to the message.
         var altered = messages[1].1
         altered[altered.count - 5] ^= 0x01
-        #expect(throws: DCError.self) { try world.client.decrypt(altered) }
+        #expect((try? world.client.decrypt(altered)).map(text) != expected[1])
         // Locked: no key opens anything.
         try world.client.lock()
         #expect(throws: DCError.self) { try world.client.decrypt(messages[0].1) }

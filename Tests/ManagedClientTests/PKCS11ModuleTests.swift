@@ -114,25 +114,6 @@ struct ModuleWorld {
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, read, closed), for a
-/// server that cannot report the port it took.
-func freeLocalPort() throws -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    try #require(descriptor >= 0)
-    defer { close(descriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
-            bind(descriptor, generic, length) == 0 && getsockname(descriptor, generic, &length) == 0
-        }
-    }
-    try #require(bound)
-    return Int(UInt16(bigEndian: address.sin_port))
-}
-
 @Suite("The PKCS#11 module: the installed credential for every program", .ownThreads, .timeLimit(.minutes(5)))
 struct PKCS11ModuleTests {
     @Test(

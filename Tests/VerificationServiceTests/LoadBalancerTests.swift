@@ -20,7 +20,7 @@ struct LoadBalancerTests {
         }
         let prefix = sandbox.file("nginx")
         try FileManager.default.createDirectory(atPath: prefix + "/logs", withIntermediateDirectories: true)
-        let port = try Self.freePort()
+        let port = try freeLocalPort()
         try sandbox.write(
             "nginx/nginx.conf",
             """
@@ -92,20 +92,4 @@ struct LoadBalancerTests {
         return try which("nginx")
     }
 
-    /// A port that was free a moment ago (nginx cannot bind port 0 and say which it got).
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-            }
-        }
-        guard bound else { throw POSIXError(.EADDRINUSE) }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }

@@ -205,7 +205,7 @@ struct RevocationTests {
         "inspect --crl / --ocsp: a revoked certificate is exit 79 naming it; a good credential passes and says how it was checked; --ocsp aia asks the responder the certificates name"
     )
     func inspectChecksRevocation() throws {
-        let port = try Self.freePort()
+        let port = try freeLocalPort()
         let world = try World("revocation-inspect", ocspURL: "http://127.0.0.1:\(port)/ocsp")
         defer { world.remove() }
         let revoked = try world.serial("a/signing.pem")
@@ -289,7 +289,7 @@ struct RevocationTests {
             policy(url).status(of: certificate, issuers: [ca.issuingCertificate])
         }
         // Nobody listening.
-        let closed = try Self.freePort()
+        let closed = try freeLocalPort()
         #expect(status("http://127.0.0.1:\(closed)/").description.contains("not checked"))
 
         // The twin CA (same names, other keys) answers for our certificate: refused.
@@ -328,22 +328,6 @@ struct RevocationTests {
         }
     }
 
-    /// A port nothing listens on right now (bound, read and closed).
-    static func freePort() throws -> Int {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(socket, $0, length) == 0 && getsockname(socket, $0, &length) == 0
-            }
-        }
-        guard bound else { throw POSIXError(.EADDRINUSE) }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }
 
 /// An HTTP server that answers every request with the same body (`application/ocsp-response`),

@@ -14,6 +14,11 @@ public enum Tool {
         -> Never
     {
         startUp(name: name)
+        assert(
+            unnamedCommands(in: root).isEmpty,
+            "every command names itself (CommandConfiguration.commandName): otherwise swift-argument-parser derives "
+                + "the name with String(describing:), whose protocol-conformance scans cost start-up time; unnamed: "
+                + unnamedCommands(in: root).map { String(describing: $0) }.joined(separator: ", "))
         do {
             var command = try root.parseAsRoot(formerNames.rewrite(Array(CommandLine.arguments.dropFirst())))
             if let output = (command as? any OutputCommand)?.output { Console.setQuiet(output.quiet) }
@@ -26,6 +31,13 @@ public enum Tool {
         } catch {
             root.exit(withError: exitError(for: error))
         }
+    }
+
+    /// The commands in `root`'s tree (itself included) whose configuration leaves `commandName` to
+    /// be derived from the type's name. Checked in debug builds, where every test runs the tools.
+    static func unnamedCommands(in root: any ParsableCommand.Type) -> [any ParsableCommand.Type] {
+        (root.configuration.commandName == nil ? [root] : [])
+            + root.configuration.subcommands.flatMap { unnamedCommands(in: $0) }
     }
 
     /// What the tool does with an error a command threw: a `DCError` is printed as one line on

@@ -11,6 +11,7 @@ extension DCClient {
     /// `new`, as `dcclient request` sends it). Run daily by the `dcclient-check` systemd user timer.
     struct Check: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "check",
             abstract: "Report the installed credential's remaining lifetime; ask for a renewal when it is due.",
             discussion: """
                 Exit status: 0 when the credential can be used (a renewal asked for, if due), 80 when its \\

@@ -67,6 +67,7 @@ extension ManagedClient {
 extension DCClient {
     struct Init: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "init",
             abstract: "Set up the client: keys, the encrypted store, the registration.")
         @Option(help: ArgumentHelp("This client's URL scheme (reverse DNS, no digits).", valueName: "scheme"))
         var clientScheme: String
@@ -103,6 +104,7 @@ extension DCClient {
 
     struct Register: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "register",
             abstract: "Register this client as the handler of its scheme and publish its registration.",
             discussion: """
                 If the provider is registered already, its signing key is pinned now (otherwise at the first \
@@ -125,6 +127,7 @@ extension DCClient {
 
     struct Unregister: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "unregister",
             abstract: "Remove this client's scheme handler and its registration (the store stays).")
         @OptionGroup var output: OutputOptions
 
@@ -139,6 +142,7 @@ extension DCClient {
 
     struct Request: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "request",
             abstract: "Ask the provider for a credential (opens <provider-scheme>:/new…).")
         @OptionGroup var output: OutputOptions
 
@@ -222,6 +226,7 @@ extension DCClient {
 
     struct List: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "list",
             abstract: "List the installed credential's entries (never key material).")
         @OptionGroup var format: JSONOutputOptions
         @OptionGroup var output: OutputOptions
@@ -255,6 +260,7 @@ extension DCClient {
 
     struct Show: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "show",
             abstract: "Show one entry's certificate details (never key material).")
         @Argument(help: "authentication, signing, encryption or escrow.") var tag: String
         @Flag(help: "Print the certificate as PEM instead (to give to correspondents; never the key).")
@@ -291,6 +297,7 @@ extension DCClient {
 
     struct Lock: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "lock",
             abstract: "Make secure services unavailable (destroys the unlocked store key).")
         @OptionGroup var output: OutputOptions
 
@@ -301,7 +308,8 @@ extension DCClient {
     }
 
     struct Unlock: AsyncParsableCommand, OutputCommand {
-        static let configuration = CommandConfiguration(abstract: "Make secure services available.")
+        static let configuration = CommandConfiguration(
+            commandName: "unlock", abstract: "Make secure services available.")
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var output: OutputOptions
 

@@ -10,6 +10,7 @@ extension DCClient {
     /// encryption keys and the key history a renewal kept.
     struct Decrypt: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "decrypt",
             abstract: "Decrypt a message encrypted to this client's credential, to standard output.",
             discussion: """
                 Reads CMS EnvelopedData or AuthEnvelopedData (DER, PEM or S/MIME, as \

@@ -9,11 +9,13 @@ extension DCClient {
     /// readable only while the client is unlocked.
     struct Files: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "files",
             abstract: "Secure files: encrypted under the store key, readable only while unlocked.",
             subcommands: [Put.self, Get.self, List.self, Move.self, Remove.self])
 
         struct Put: AsyncParsableCommand, OutputCommand {
             static let configuration = CommandConfiguration(
+                commandName: "put",
                 abstract: "Store FILE (or standard input) as the secure file NAME, replacing it atomically.")
             @Argument(help: "The secure file's name (1-255 bytes, no /, no leading .).") var name: String
             @Argument(help: "The file to read (default: standard input).") var file: String?
@@ -37,6 +39,7 @@ extension DCClient {
 
         struct Get: AsyncParsableCommand, OutputCommand {
             static let configuration = CommandConfiguration(
+                commandName: "get",
                 abstract: "Write the secure file NAME to standard output.",
                 discussion: "On an error nothing more is written and the exit status says so; discard what came.")
             @Argument(help: "The secure file's name.") var name: String

@@ -45,6 +45,7 @@ extension DCClient {
 
     struct Status: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "status",
             abstract: "Where the app stands: ready, authorization, secure services, the credential.")
         @OptionGroup var format: JSONOutputOptions
         @OptionGroup var output: OutputOptions
@@ -106,11 +107,13 @@ extension DCClient {
     /// `dcclient pasteboard copy|paste`: the secure pasteboard.
     struct Pasteboard: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "pasteboard",
             abstract: "The secure pasteboard: text sealed in the store, usable only while secure services are.",
             subcommands: [Copy.self, Paste.self])
 
         struct Copy: AsyncParsableCommand, OutputCommand {
             static let configuration = CommandConfiguration(
+                commandName: "copy",
                 abstract: "Copy standard input to the secure pasteboard.")
             @OptionGroup var output: OutputOptions
 
@@ -127,6 +130,7 @@ extension DCClient {
 
         struct Paste: AsyncParsableCommand, OutputCommand {
             static let configuration = CommandConfiguration(
+                commandName: "paste",
                 abstract: "Write the secure pasteboard's text to standard output.")
             @OptionGroup var output: OutputOptions
 

@@ -10,6 +10,7 @@ extension DCClient {
     /// `dcclient token`: an auth token for an application server's challenge.
     struct Token: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "token",
             abstract: "Print an auth token bound to an application server's challenge.",
             discussion: """
                 The app sends the token to its application server, which asks a verification \

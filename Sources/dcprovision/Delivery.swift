@@ -51,6 +51,7 @@ func service(brand: String, scheme: String) throws -> CredentialService {
 
 struct Register: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "register",
         abstract: "Register dcprovision as the handler of the provider scheme, with the source that answers requests.")
     @Option(
         help: ArgumentHelp(
@@ -90,6 +91,7 @@ struct Register: AsyncParsableCommand, OutputCommand {
 
 struct Pair: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "pair",
         abstract: "Pair with a registered managed client: pin its signing key so that its requests are answered.",
         discussion: """
             A client's requests (new, available) are acted on only when they are signed with the key \
@@ -121,7 +123,8 @@ struct Pair: AsyncParsableCommand, OutputCommand {
 }
 
 struct Unregister: AsyncParsableCommand, OutputCommand {
-    static let configuration = CommandConfiguration(abstract: "Remove the provider's scheme handler and registration.")
+    static let configuration = CommandConfiguration(
+        commandName: "unregister", abstract: "Remove the provider's scheme handler and registration.")
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
@@ -199,6 +202,7 @@ struct HandleURL: AsyncParsableCommand, OutputCommand {
 
 struct Send: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "send",
         abstract: "Send a credential from a source to a registered managed client.")
     @OptionGroup(title: "Source") var source: SourceOptions<PINOptions>
     @Option(help: "The credential's name (default: the provider's suggestion).") var name: String?
@@ -286,6 +290,7 @@ extension Send {
 
 struct Status: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "status",
         abstract: "Each managed client's policy and acknowledgements, and recent sends with their outcome.")
     @OptionGroup var format: JSONOutputOptions
 

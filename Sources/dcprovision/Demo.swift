@@ -9,6 +9,7 @@ import SystemSupport
 /// The embedded default: the whole round trip in a throw-away sandbox, through real processes.
 struct Demo: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "demo",
         abstract: "Run the whole round trip in a temporary sandbox and print each step.",
         discussion: """
             A test CA issues a four-tag credential; the reference client (dcclient) and this provider \

@@ -6,6 +6,7 @@ import Foundation
 
 struct Inspect: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "inspect",
         abstract: "Load, convert and validate a credential; print a table or JSON.",
         discussion: """
             Sources: --pem TAG=CERT[,KEY] (repeatable; several escrow files form the key history, \

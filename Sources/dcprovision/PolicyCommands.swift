@@ -57,6 +57,7 @@ func applyPolicy(
 
 struct Authorize: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "authorize",
         abstract: "Authorize a paired client's app: its credential and secure files can be used.")
     @OptionGroup var target: PolicyTarget
     @OptionGroup var output: OutputOptions
@@ -66,6 +67,7 @@ struct Authorize: AsyncParsableCommand, OutputCommand {
 
 struct Unauthorize: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "unauthorize",
         abstract: "Withdraw a paired client's authorization: it reads nothing sensitive and is sent nothing.")
     @OptionGroup var target: PolicyTarget
     @OptionGroup var output: OutputOptions
@@ -75,6 +77,7 @@ struct Unauthorize: AsyncParsableCommand, OutputCommand {
 
 struct Retire: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "retire",
         abstract: "Retire a paired client: it erases its keys, credential and files; it must be set up afresh.")
     @OptionGroup var target: PolicyTarget
     @OptionGroup var output: OutputOptions
@@ -84,6 +87,7 @@ struct Retire: AsyncParsableCommand, OutputCommand {
 
 struct Policy: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "policy",
         abstract:
             "Set a paired client's auto-lock (how long its store stays unlocked) and how programs log in to its PKCS#11 token."
     )

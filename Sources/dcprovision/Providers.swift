@@ -6,6 +6,7 @@ import Foundation
 
 struct Providers: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "providers",
         abstract: "List the built-in providers and the exec providers found on DCPROVISION_PROVIDER_PATH.")
 
     @OptionGroup var format: JSONOutputOptions

@@ -11,6 +11,7 @@ import TestCAProvider
 /// card is revoked (`cessationOfOperation`), and every client that holds one is retired.
 struct Terminate: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "terminate",
         abstract: "Terminate a card: revoke every credential derived from it and retire the clients holding them.",
         discussion: """
             The card is named by the serial number of the certificate that proved possession when \

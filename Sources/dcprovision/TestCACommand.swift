@@ -13,6 +13,7 @@ struct TestCACommand: AsyncParsableCommand {
 
     struct Init: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "init",
             abstract: "Create a root and an issuing CA in DIR (0700; keys 0600). Refuses to overwrite.")
 
         @Argument(help: "The directory to create.") var directory: String
@@ -59,6 +60,7 @@ struct TestCACommand: AsyncParsableCommand {
 
     struct Issue: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "issue",
             abstract: "Issue a four-tag derived credential from the test CA in DIR into --out-dir.",
             discussion: "Writes one file set per entry (see --format), chain.pem and manifest.json.")
 
@@ -108,6 +110,7 @@ struct TestCACommand: AsyncParsableCommand {
 extension TestCACommand {
     struct Revoke: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "revoke",
             abstract: "Revoke a certificate the test CA in DIR issued; CRLs and OCSP answers show it from now on.")
 
         @Argument(help: "The test CA directory.") var directory: String
@@ -223,6 +226,7 @@ extension TestCACommand {
 extension TestCACommand {
     struct Recover: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
+            commandName: "recover",
             abstract: "Open the encryption key pair the test CA in DIR archived for a certificate.",
             discussion: """
                 Needs the recovery private key (of the certificate given to testca init --recovery-cert). \

@@ -6,6 +6,7 @@ import PKCS11Provider
 
 struct Tokens: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "tokens",
         abstract: "List PKCS#11 tokens (smart cards) through p11-kit, with their PIN state and RFC 7512 URIs.")
     @Option(
         help: ArgumentHelp(
@@ -55,6 +56,7 @@ extension PINSourceOptions {
 
 struct Objects: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "objects",
         abstract: "List the objects a PKCS#11 URI matches (public objects: certificates and public keys).")
     @Argument(help: "An RFC 7512 URI, e.g. 'pkcs11:token=Card' or 'pkcs11:token=Card;id=%01'.") var uri: String
     @Option(help: ArgumentHelp("A module by p11-kit name or absolute path (repeatable).", valueName: "module"))

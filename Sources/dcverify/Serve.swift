@@ -8,6 +8,7 @@ import VerificationService
 
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "serve",
         abstract: "Serve token verification over HTTP or HTTPS until SIGTERM or SIGINT.",
         discussion: """
             Paths: GET /verifyGDAuthToken (the token in X-Good-GD-AuthToken, exactly once, at most 4096 \

@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -55,8 +56,8 @@ public struct AtomicFileSet {
         if mkdir(path, 0o700) == 0 { return }
         var error = errno
         if error == ENOENT {
-            let parent = (path as NSString).deletingLastPathComponent
-            if !parent.isEmpty, parent != path,
+            let parent = splitLastComponent(path).parent
+            if parent != path,
                 (try? FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)) != nil
             {
                 if mkdir(path, 0o700) == 0 { return }
@@ -74,12 +75,25 @@ public struct AtomicFileSet {
     /// the writer's process id, and only files whose writer no longer exists are removed: another
     /// writer, in this process or another, may be staging right now.
     public static func removeStaleStagingFiles(in directory: String) {
+        removeStaleStagingFiles(in: directory, prefix: ".")
+    }
+
+    /// Removes the staging files, and staging directories with their files, in `directory` whose
+    /// names start with `prefix` and whose writer no longer exists.
+    static func removeStaleStagingFiles(in directory: String, prefix: String) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
-        for name in names where name.hasPrefix(".") {
+        for name in names where name.hasPrefix(prefix) {
             guard let marker = name.range(of: stagingMarker) else { continue }
             let pid = name[marker.upperBound...].split(separator: "-").first.flatMap { pid_t($0) }
             if let pid, pid > 0, kill(pid, 0) == 0 || errno == EPERM { continue }  // its writer is alive
-            unlink(directory + "/" + name)
+            let path = directory + "/" + name
+            if unlink(path) != 0 && errno == EISDIR {
+                // A staging directory: only files of its own writer are in it, never a link to follow.
+                for inner in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+                    unlink(path + "/" + inner)
+                }
+                rmdir(path)
+            }
         }
     }
 
@@ -111,22 +125,8 @@ public struct AtomicFileSet {
             }
         }
 
-        // Stage. The names carry this process's id and one random value for the whole set, not
-        // eight `getrandom` calls per file (the files are created with O_EXCL, so a name taken
-        // already is an error, never a clobber).
-        var staged: [String] = []
+        let staged = try stage(into: dirfd, stamp: Self.newStamp())
         func unstage() { for name in staged { unlinkat(dirfd, name, 0) } }
-        let stamp = "\(getpid())-" + String(UInt64.random(in: .min ... .max), radix: 16) + "-"
-        do {
-            for (index, file) in files.enumerated() {
-                let temporary = "." + file.name + Self.stagingMarker + stamp + String(index)
-                try write(file.contents, to: temporary, mode: file.mode, dirfd: dirfd)
-                staged.append(temporary)
-            }
-        } catch {
-            unstage()
-            throw error
-        }
 
         // Publish.
         var published: [String] = []
@@ -157,9 +157,183 @@ public struct AtomicFileSet {
         }
     }
 
+    /// Writes every file, or none, into `directory`, which is created (with missing parents) if
+    /// it does not exist; staging files and directories that an interrupted writer left are
+    /// removed first.
+    ///
+    /// When `directory` does not exist or is empty, the whole set appears at once: the files are
+    /// staged and synced in a new hidden directory beside it (`.NAME.dcstage-PID-STAMP`), which is
+    /// synced and then renamed onto `directory` (`rename(2)` replaces an empty directory
+    /// atomically), and the parent is synced. A crash or a kill at any point leaves `directory`
+    /// as it was or complete, never partly written. An existing empty directory keeps its mode; one
+    /// owned by another user, or one that already holds files, is written file by file as
+    /// ``commit(replacingExisting:)`` does (each file whole, the set not atomic).
+    public func commitCreatingDirectory(replacingExisting: Bool = false) throws {
+        let (parent, base) = Self.splitLastComponent(directory)
+        guard !base.isEmpty, base != ".", base != ".." else {
+            try Self.ensureDirectory(directory)
+            Self.removeStaleStagingFiles(in: directory)
+            return try commit(replacingExisting: replacingExisting)
+        }
+        try Self.ensureDirectory(parent)
+        Self.removeStaleStagingFiles(in: parent, prefix: "." + base + Self.stagingMarker)
+
+        var info = stat()
+        let exists = lstat(directory, &info) == 0
+        if exists {
+            guard info.st_mode & S_IFMT == S_IFDIR else {
+                throw DCError(
+                    .cannotCreateOutput, "cannot create the output directory: not a directory", subject: directory)
+            }
+            Self.removeStaleStagingFiles(in: directory)
+            if info.st_uid != geteuid() || !Self.isEmptyDirectory(directory) {
+                return try commit(replacingExisting: replacingExisting)
+            }
+        }
+
+        let parentfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard parentfd >= 0 else {
+            throw DCError(
+                .cannotCreateOutput, "cannot open the output directory's parent: \(String(cString: strerror(errno)))",
+                subject: parent)
+        }
+        defer { close(parentfd) }
+        let stamp = Self.newStamp()
+        let stagingName = "." + base + Self.stagingMarker + stamp.dropLast()
+        let mode = exists ? info.st_mode & 0o7777 : 0o700
+        guard mkdirat(parentfd, stagingName, 0o700) == 0 else {
+            throw DCError(
+                .cannotCreateOutput, "cannot create the output directory: \(String(cString: strerror(errno)))",
+                subject: directory)
+        }
+        let stagingfd = openat(parentfd, stagingName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        var staged: [String] = []
+        func discard() {
+            if stagingfd >= 0 {
+                for name in staged { unlinkat(stagingfd, name, 0) }
+                close(stagingfd)
+            }
+            unlinkat(parentfd, stagingName, AT_REMOVEDIR)
+        }
+        do {
+            guard stagingfd >= 0 else {
+                throw DCError(
+                    .cannotCreateOutput, "cannot open the staging directory: \(String(cString: strerror(errno)))",
+                    subject: directory)
+            }
+            staged = try stage(into: stagingfd, stamp: stamp)
+            // The staged files get their final names inside the staging directory, then the
+            // directory its mode, and it is synced: all of it is on disk before it has its name.
+            for (file, temporary) in zip(files, staged) {
+                guard renameat(stagingfd, temporary, stagingfd, file.name) == 0 else {
+                    throw DCError(
+                        .cannotCreateOutput, "cannot publish the output file: \(String(cString: strerror(errno)))",
+                        subject: path(file.name))
+                }
+            }
+            staged = files.map(\.name)
+            guard fchmod(stagingfd, mode) == 0, fsync(stagingfd) == 0 else {
+                throw DCError(
+                    .ioError, "cannot sync the output directory: \(String(cString: strerror(errno)))",
+                    subject: directory)
+            }
+            guard renameat(parentfd, stagingName, parentfd, base) == 0 else {
+                let error = errno
+                throw error == ENOTEMPTY || error == EEXIST
+                    ? DCError(
+                        .outputExists, "files appeared in the output directory while writing", subject: directory,
+                        hint: "nothing was written; run again")
+                    : DCError(
+                        .cannotCreateOutput, "cannot publish the output directory: \(String(cString: strerror(error)))",
+                        subject: directory)
+            }
+        } catch {
+            discard()
+            throw error
+        }
+        close(stagingfd)
+        guard fsync(parentfd) == 0 else {
+            throw DCError(
+                .ioError, "cannot sync the output directory's parent: \(String(cString: strerror(errno)))",
+                subject: parent)
+        }
+    }
+
+    /// `path` split at its last slash, trailing slashes ignored: the parent is "." when there is no
+    /// slash and "/" for a name at the root. (Foundation's `deletingLastPathComponent` traps on
+    /// some one-component paths.)
+    static func splitLastComponent(_ path: String) -> (parent: String, name: String) {
+        var trimmed = Substring(path)
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        guard let slash = trimmed.lastIndex(of: "/") else { return (".", String(trimmed)) }
+        let parent = trimmed[..<slash]
+        return (parent.isEmpty ? "/" : String(parent), String(trimmed[trimmed.index(after: slash)...]))
+    }
+
+    /// One random value and this process's id, for the staging names of one set (not eight
+    /// `getrandom` calls per file: the files are created with `O_EXCL`, so a name taken already
+    /// is an error, never a clobber).
+    private static func newStamp() -> String {
+        "\(getpid())-" + String(UInt64.random(in: .min ... .max), radix: 16) + "-"
+    }
+
+    /// Writes and syncs every file under a staging name in `dirfd`, and returns the staging names
+    /// in the order of `files`. The files are created and written one after another (creating
+    /// takes the directory's lock, so threads would only contend for it), then synced from several
+    /// threads, so that the syncs overlap on the device; at most `batch` files are open at a time.
+    /// On any failure, removes what it wrote and throws the error of the first file that failed.
+    private func stage(into dirfd: Int32, stamp: String, batch: Int = 256) throws -> [String] {
+        let names = files.indices.map { "." + files[$0].name + Self.stagingMarker + stamp + String($0) }
+        var written = 0
+        func abandon(_ error: any Error) -> any Error {
+            for name in names[..<written] { unlinkat(dirfd, name, 0) }
+            return error
+        }
+        while written < files.count {
+            let range = written..<min(written + batch, files.count)
+            var descriptors: [Int32] = []
+            defer { for fd in descriptors { close(fd) } }
+            for index in range {
+                do {
+                    descriptors.append(
+                        try create(files[index].contents, as: names[index], mode: files[index].mode, dirfd: dirfd))
+                } catch {
+                    written = index
+                    throw abandon(error)
+                }
+            }
+            written = range.upperBound
+            let failures = Mutex<[Int32]>([])
+            ParallelWork.forEach(descriptors.count, width: ParallelWork.blockingWidth) { offset in
+                if fsync(descriptors[offset]) != 0 {
+                    let error = errno
+                    failures.withLock { $0.append(error) }
+                }
+            }
+            if let failure = failures.withLock({ $0.first }) {
+                throw abandon(writeError(failure))
+            }
+        }
+        return names
+    }
+
+    private static func isEmptyDirectory(_ path: String) -> Bool {
+        guard let stream = opendir(path) else { return false }
+        defer { closedir(stream) }
+        while let entry = readdir(stream) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) {
+                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { return false }
+        }
+        return true
+    }
+
     private func path(_ name: String) -> String { directory + "/" + name }
 
-    private func write(_ contents: Contents, to name: String, mode: mode_t, dirfd: Int32) throws {
+    /// Creates `name` in `dirfd` with `mode` and writes `contents` to it; returns the open
+    /// descriptor, for the caller to sync and close. On failure, removes the file and throws.
+    private func create(_ contents: Contents, as name: String, mode: mode_t, dirfd: Int32) throws -> Int32 {
         let fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
         guard fd >= 0 else {
             throw DCError(
@@ -182,16 +356,19 @@ public struct AtomicFileSet {
                 return 0
             }
         }
-        if failure == 0 && fsync(fd) != 0 { failure = errno }
-        if close(fd) != 0 && failure == 0 { failure = errno }
         guard failure == 0 else {
+            close(fd)
             unlinkat(dirfd, name, 0)
-            let reason = String(cString: strerror(failure))
-            let full = failure == ENOSPC || failure == EDQUOT || failure == EFBIG
-            throw DCError(
-                .ioError, "cannot write the output: \(reason)", subject: directory,
-                hint: full ? "free some space; nothing was written" : "nothing was written")
+            throw writeError(failure)
         }
+        return fd
+    }
+
+    private func writeError(_ failure: Int32) -> DCError {
+        let full = failure == ENOSPC || failure == EDQUOT || failure == EFBIG
+        return DCError(
+            .ioError, "cannot write the output: \(String(cString: strerror(failure)))", subject: directory,
+            hint: full ? "free some space; nothing was written" : "nothing was written")
     }
 }
 

@@ -7,6 +7,7 @@ import SystemSupport
 
 struct Convert: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
+        commandName: "convert",
         abstract: "Convert PEM, DER and PKCS#12 files to DER certificates and PKCS#8 DER keys.",
         discussion: """
             For each input STEM.EXT, writes STEM.cert.der (the certificate that matches the key), \
@@ -51,9 +52,7 @@ struct Convert: AsyncParsableCommand, OutputCommand {
             try ConversionOutputs.add(
                 try await source.provide(passphrase: passphrase), format: .der, to: &outputs)
         }
-        try AtomicFileSet.ensureDirectory(outDir)
-        AtomicFileSet.removeStaleStagingFiles(in: outDir)
-        try outputs.commit(replacingExisting: force)
+        try outputs.commitCreatingDirectory(replacingExisting: force)
         for name in outputs.names {
             Console.print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
         }

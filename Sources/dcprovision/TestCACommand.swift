@@ -97,9 +97,7 @@ struct TestCACommand: AsyncParsableCommand {
             let provided = try await TestCAProvider().provide(ProviderRequest(options: options))
             var files = AtomicFileSet(directory: outDir)
             try ConversionOutputs.add(provided, format: format, to: &files)
-            try AtomicFileSet.ensureDirectory(outDir)
-            AtomicFileSet.removeStaleStagingFiles(in: outDir)
-            try files.commit(replacingExisting: force)
+            try files.commitCreatingDirectory(replacingExisting: force)
             for name in files.names {
                 Console.print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
             }

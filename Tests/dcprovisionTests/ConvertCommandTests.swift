@@ -56,7 +56,45 @@ struct ConvertCommandTests {
     }
 
     @Test(
-        "Durable before published: every staged file is synced (fsync) before any output name appears, and the directory is synced after the last",
+        "Durable before published: into a new directory, every file and the staging directory are synced before the directory gets its name, and the parent after",
+        arguments: [1, 12])
+    func durableBeforeDirectoryPublished(files: Int) throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let certificate = try String(contentsOfFile: f.encryption.certificate, encoding: .utf8)
+        let inputs = try (1...files).map { try dir.write("c\($0).pem", certificate) }
+        let out = dir.file("out")
+        let trace = dir.file("sync.trace")
+        // strace is the oracle: the system calls in the order the kernel saw them, from every
+        // thread (-f), each descriptor shown with its path (-y).
+        let result = try run(
+            "strace",
+            [
+                "-f", "-qq", "-y", "-e", "trace=fsync,rename,renameat,renameat2", "-o", trace, Binaries.dcprovision,
+                "convert",
+            ]
+                + inputs + ["--out-dir", out],
+            timeout: 60)
+        #expect(result.status == 0, "\(result.stderrText)")
+        let done = try finishedCalls(trace)
+        let lines = done.map(\.call)
+        let publish = try #require(done.last { $0.call.contains("rename") && $0.call.contains("\"out\"") }?.line)
+        let before = done.filter { $0.line < publish && $0.call.contains("fsync(") && $0.call.hasSuffix(") = 0") }
+            .map(\.call)
+        let stagedSyncs = before.filter { $0.contains("/.out\(AtomicFileSet.stagingMarker)") && $0.contains("/.c") }
+        #expect(stagedSyncs.count == files, "a fsync of each staged file before the directory's rename: \(lines)")
+        #expect(
+            before.contains { $0.contains("/.out\(AtomicFileSet.stagingMarker)") && !$0.contains("/.c") },
+            "the staging directory synced before its rename: \(lines)")
+        let parent = (dir.path as NSString).lastPathComponent
+        #expect(
+            done.contains { $0.line > publish && $0.call.contains("fsync(") && $0.call.contains("/\(parent)>") },
+            "the parent directory synced after the rename: \(lines)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: out).count == files)
+    }
+
+    @Test(
+        "Durable before published: into a directory that holds files, every staged file is synced (fsync) before any output name appears, and the directory is synced after the last",
         arguments: [1, 12])
     func durableBeforePublished(files: Int) throws {
         let dir = try TemporaryDirectory()
@@ -64,16 +102,16 @@ struct ConvertCommandTests {
         let certificate = try String(contentsOfFile: f.encryption.certificate, encoding: .utf8)
         let inputs = try (1...files).map { try dir.write("c\($0).pem", certificate) }
         let out = dir.file("out")
+        #expect(mkdir(out, 0o700) == 0)
+        _ = try dir.write("out/README", "not ours\n")
         let trace = dir.file("sync.trace")
-        // strace is the oracle: the system calls in the order the kernel saw them, each descriptor
-        // shown with its path (-y).
         let result = try run(
             "strace",
             ["-f", "-qq", "-y", "-e", "trace=fsync,linkat", "-o", trace, Binaries.dcprovision, "convert"]
                 + inputs + ["--out-dir", out],
             timeout: 60)
         #expect(result.status == 0, "\(result.stderrText)")
-        let calls = try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").map(String.init)
+        let calls = try finishedCalls(trace).map(\.call)
         let firstLink = try #require(calls.firstIndex { $0.contains("linkat(") })
         let lastLink = try #require(calls.lastIndex { $0.contains("linkat(") })
         let stagedSyncs = calls[..<firstLink].filter {
@@ -86,7 +124,7 @@ struct ConvertCommandTests {
     }
 
     @Test(
-        "kill -9 at random points during 100 conversions: every output that appears is whole, and the next run completes the set and clears the staging files"
+        "kill -9 at random points during 100 conversions into a new directory: the directory is absent or complete, never partial, and the next run clears the staging files"
     )
     func killDuringConversions() throws {
         let dir = try TemporaryDirectory()
@@ -98,11 +136,18 @@ struct ConvertCommandTests {
             inputs.append(try dir.write("pair-\(index).crt", certificate))
             inputs.append(try dir.write("pair-\(index).key", key))
         }
-        // The complete output, and how long a whole run takes: the kills land within that time.
+        // The complete output, and how long a whole run takes (the quickest of three: the first
+        // one loads a cold binary): the kills land within that time.
         let reference = dir.file("reference")
-        let started = ContinuousClock.now
-        #expect(try dcprovision(["convert"] + inputs + ["--out-dir", reference]).status == 0)
-        let runtime = ContinuousClock.now - started
+        var runtime = Duration.seconds(60)
+        for attempt in 0..<3 {
+            let started = ContinuousClock.now
+            let process = try SpawnedProcess(
+                Binaries.dcprovision, ["convert"] + inputs + ["--out-dir", reference, "--force"])
+            let status = process.wait()
+            runtime = min(runtime, ContinuousClock.now - started)
+            #expect(status == 0, "reference run \(attempt)")
+        }
         let names = try FileManager.default.contentsOfDirectory(atPath: reference).sorted()
         #expect(names.count == 40)
         let expected = try Dictionary(uniqueKeysWithValues: names.map { ($0, try readBytes(reference + "/" + $0)) })
@@ -120,15 +165,18 @@ struct ConvertCommandTests {
             #expect(
                 entries.allSatisfy { !$0.hasPrefix(".") || $0.contains(AtomicFileSet.stagingMarker) },
                 "round \(round): \(entries)")
-            // Not yet "none or all": a kill inside the publishing loop (about 1 ms of 80) leaves some
-            // outputs published and the rest staged; each one that is there is whole.
-            #expect(Set(published).isSubset(of: names), "round \(round): \(published)")
+            // None or all: the set appears with its directory's name, in one rename.
+            #expect(published.isEmpty || published == names, "round \(round): \(published)")
             for name in published {
                 #expect(try readBytes(out + "/" + name) == expected[name], "round \(round): \(name) is not whole")
             }
             // Run again (--force replaces a complete set): the killed run's staging files go.
             #expect(try dcprovision(["convert"] + inputs + ["--out-dir", out, "--force"]).status == 0)
             #expect(try FileManager.default.contentsOfDirectory(atPath: out).sorted() == names, "round \(round)")
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter {
+                $0.contains(AtomicFileSet.stagingMarker)
+            }
+            #expect(leftovers.isEmpty, "round \(round): \(leftovers)")
         }
         #expect(killedMidway > 10, "the kills should land while the conversion runs (\(killedMidway) did)")
     }
@@ -154,6 +202,34 @@ struct ConvertCommandTests {
         #expect(lines.count == 1)
         #expect(lines.first?.hasPrefix("dcprovision: \(bad):") == true)
         #expect(!result.stderrText.contains(fixturePassphrase))
+    }
+
+    @Test(
+        "An existing empty output directory is replaced by the complete set and keeps its mode; one holding other files keeps them"
+    )
+    func existingDirectories() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let empty = dir.file("empty")
+        #expect(mkdir(empty, 0o750) == 0)
+        chmod(empty, 0o750)
+        #expect(try dcprovision(["convert", f.authentication.certificate, "--out-dir", empty]).status == 0)
+        var info = stat()
+        #expect(stat(empty, &info) == 0 && info.st_mode & 0o7777 == 0o750)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: empty) == ["authentication.cert.der"])
+        let shared = dir.file("shared")
+        #expect(mkdir(shared, 0o700) == 0)
+        _ = try dir.write("shared/notes.txt", "mine\n")
+        #expect(try dcprovision(["convert", f.authentication.certificate, "--out-dir", shared]).status == 0)
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: shared).sorted() == [
+                "authentication.cert.der", "notes.txt",
+            ])
+        #expect(try readText(dir.file("shared/notes.txt")) == "mine\n")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: dir.path).allSatisfy {
+                !$0.contains(AtomicFileSet.stagingMarker)
+            })
     }
 
     @Test("Existing outputs are kept unless --force")
@@ -264,4 +340,26 @@ struct PassphraseCommandTests {
         #expect(result.status == 77)
         #expect(result.stderrText.contains("needs a terminal"))
     }
+}
+
+/// The calls in an `strace -f` log, each with the index of the line that shows its result. With
+/// several threads, strace splits a call that another thread interrupts into
+/// `fsync(5</path> <unfinished ...>` and, later, `<... fsync resumed>)   = 0` on the same thread;
+/// such a call is joined into one, done at the line of its result, and runs of spaces are
+/// collapsed.
+private func finishedCalls(_ trace: String) throws -> [(line: Int, call: String)] {
+    var pending: [Substring: String] = [:]
+    var done: [(line: Int, call: String)] = []
+    for (index, line) in try String(contentsOfFile: trace, encoding: .utf8).split(separator: "\n").enumerated() {
+        let thread = line.prefix { $0 != " " }
+        if line.hasSuffix("<unfinished ...>") {
+            pending[thread] = String(line.dropLast("<unfinished ...>".count)).trimmingCharacters(in: .whitespaces)
+        } else if line.contains(" resumed>") {
+            let rest = line.drop { $0 != ">" }.dropFirst()
+            done.append((index, (pending.removeValue(forKey: thread) ?? String(thread) + " ?(") + rest))
+        } else {
+            done.append((index, String(line)))
+        }
+    }
+    return done.map { ($0.line, $0.call.split(whereSeparator: \.isWhitespace).joined(separator: " ")) }
 }

@@ -240,6 +240,7 @@ let package = Package(
             name: "dcbench",
             dependencies: [
                 "DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient", "AuthTokens", "CP11Kit",
+                "SystemSupport",
             ],
             path: "Benchmarks/dcbench"
         ),

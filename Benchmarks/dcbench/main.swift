@@ -1,5 +1,6 @@
 // Benchmark runner (release builds only): times in-process work that has no CLI equivalent.
-//   dcbench issue CA_DIR N            — issue N four-tag credentials from the test CA; prints credentials/s
+//   dcbench issue CA_DIR N [THREADS]  — issue N four-tag credentials from the test CA on THREADS threads
+//                                       (default: one per available core); prints credentials/s
 //   dcbench secure-files init         — set up an unlocked managed client under $HOME and $XDG_RUNTIME_DIR
 //   dcbench secure-files write NAME   — write standard input into the secure file NAME
 //   dcbench secure-files read NAME    — read the secure file NAME to standard output
@@ -15,6 +16,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 import ManagedClient
+import SystemSupport
 import TestCAProvider
 
 #if canImport(Glibc)
@@ -24,7 +26,7 @@ import TestCAProvider
 func usage() -> Never {
     FileHandle.standardError.write(
         Data(
-            "usage: dcbench issue CA_DIR N | dcbench secure-files init | write NAME | read NAME | dcbench auth-tokens SECONDS | dcbench pkcs11-sign MODULE TOKEN ID PIN_FILE SECONDS\n"
+            "usage: dcbench issue CA_DIR N [THREADS] | dcbench secure-files init | write NAME | read NAME | dcbench auth-tokens SECONDS | dcbench pkcs11-sign MODULE TOKEN ID PIN_FILE SECONDS\n"
                 .utf8))
     exit(64)
 }
@@ -32,8 +34,10 @@ func usage() -> Never {
 let arguments = Array(CommandLine.arguments.dropFirst())
 switch arguments.first {
 case "issue":
-    guard arguments.count == 3, let count = Int(arguments[2]) else { usage() }
-    try issue(ca: arguments[1], count: count)
+    guard (3...4).contains(arguments.count), let count = Int(arguments[2]),
+        let width = arguments.count == 4 ? Int(arguments[3]) : ParallelWork.availableCores, width > 0
+    else { usage() }
+    try issue(ca: arguments[1], count: count, width: width)
 case "secure-files":
     guard arguments.count >= 2 else { usage() }
     try secureFiles(arguments[1], name: arguments.count == 3 ? arguments[2] : nil)
@@ -47,17 +51,17 @@ default:
     usage()
 }
 
-func issue(ca directory: String, count: Int) throws {
+func issue(ca directory: String, count: Int, width: Int) throws {
     let ca = try TestCA(directory: directory)
-    _ = try ca.issue(TestCAIssueRequest())  // warm up: providers, decoder pool
+    _ = try ca.issue([TestCAIssueRequest](repeating: TestCAIssueRequest(), count: width), width: width)  // warm up
     let clock = ContinuousClock()
     let started = clock.now
-    for _ in 0..<count { _ = try ca.issue(TestCAIssueRequest()) }
+    _ = try ca.issue([TestCAIssueRequest](repeating: TestCAIssueRequest(), count: count), width: width)
     let elapsed = clock.now - started
     let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
     print(
         String(
-            format: "issued %d four-tag credentials in %.3f s: %.1f credentials/s", count, seconds,
+            format: "issued %d four-tag credentials in %.3f s on %d threads: %.1f credentials/s", count, seconds, width,
             Double(count) / seconds)
     )
 }

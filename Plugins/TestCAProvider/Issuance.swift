@@ -1,6 +1,8 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import Synchronization
+import SystemSupport
 
 /// Deliberately broken certificates, for testing other tools' validation. Never produced unless
 /// asked for by name; applied to the authentication entry.
@@ -128,5 +130,25 @@ extension TestCA {
             entries: entries, chain: [issuingCertificate, rootCertificate],
             suggestedName: "\(request.commonName) (test CA)", suggestedSerialNumber: serial,
             suggestedExpirationDate: request.negative == .expired ? now.addingTimeInterval(-365 * 86400) : notAfter)
+    }
+}
+
+extension TestCA {
+    /// Issues one credential per request, on up to `width` threads at a time (by default one per
+    /// core this process may run on), and returns them in the order of the requests.
+    ///
+    /// Each credential is exactly what ``issue(_:)`` makes of its request: its own keys and
+    /// certificates, signed with this CA's key, which OpenSSL 3 lets several threads use at once.
+    /// When a request fails, the error of the first failing request (in their order) is thrown
+    /// and nothing is returned.
+    public func issue(_ requests: [TestCAIssueRequest], width: Int = ParallelWork.availableCores) throws
+        -> [ProvidedCredential]
+    {
+        let results = Mutex<[Int: Result<ProvidedCredential, any Error>]>([:])
+        ParallelWork.forEach(requests.count, width: width) { index in
+            let result = Result { try issue(requests[index]) }
+            results.withLock { $0[index] = result }
+        }
+        return try results.withLock { results in try requests.indices.map { try results[$0]!.get() } }
     }
 }

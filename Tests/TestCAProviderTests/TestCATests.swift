@@ -88,6 +88,44 @@ struct TestCATests {
     }
 
     @Test(
+        "A batch issued on two threads: credentials in request order, each validating strictly, with the profile issue(_:) gives, as the openssl CLI prints it"
+    )
+    func batch() throws {
+        let requests = (1...12).map { TestCAIssueRequest(commonName: "User \($0)", escrowHistory: $0 % 3) }
+        let issued = try shared.ca.issue(requests, width: 2)
+        #expect(issued.map(\.suggestedName) == requests.map { "\($0.commonName) (test CA)" })
+        for (request, credential) in zip(requests, issued) {
+            let verdict = validator(shared.ca).validate(try credential.credential())
+            #expect(verdict.errors.isEmpty, "\(request.commonName): \(verdict.findings)")
+            #expect(credential.entries.first { $0.tag == .escrow }?.keyHistory.count == request.escrowHistory)
+        }
+        #expect(Set(issued.flatMap { $0.entries.map(\.certificate.derBytes) }).count == 48)
+        // The profile: openssl's reading of each certificate, without what differs by design (keys,
+        // serial, dates, key identifiers, the person's UUID, the name), equals a lone issue's.
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        func profile(_ credential: ProvidedCredential) throws -> [String] {
+            try credential.entries.flatMap { entry in
+                let text = String(
+                    decoding: try OpenSSLFixtures.openssl([
+                        "x509", "-inform", "DER", "-in", try dir.write("c.der", entry.certificate.derBytes), "-noout",
+                        "-text", "-certopt", "no_pubkey,no_sigdump,no_serial,no_validity",
+                    ]),
+                    as: UTF8.self)
+                var lines = text.split(separator: "\n").map(String.init)
+                if let identifier = lines.firstIndex(where: { $0.contains("Subject Key Identifier") }) {
+                    lines.remove(at: identifier + 1)
+                }
+                return lines.map {
+                    $0.replacing(/CN = User \d+/, with: "CN = …").replacing(/urn:uuid:[0-9a-f-]+/, with: "urn:uuid:…")
+                }
+            }
+        }
+        let lone = try profile(try shared.ca.issue(TestCAIssueRequest(commonName: "User 0")))
+        for credential in issued { #expect(try profile(credential) == lone) }
+    }
+
+    @Test(
         "Negative profiles are only made on request and fail validation as named",
         arguments: [
             (NegativeProfile.expired, "expired"), (.wrongKeyUsage, "key-usage-insufficient"),

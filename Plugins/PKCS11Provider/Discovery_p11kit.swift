@@ -313,11 +313,13 @@ public enum PKCS11Discovery {
         try matchingObjects(uri, modules: modules, login: login).map(\.object)
     }
 
-    /// The certificates matching `uri`, with their DER.
+    /// The certificates matching `uri`, with their DER: those that parse as X.509 certificates.
     public static func certificates(matching uri: String, modules: [String]? = nil) throws -> [(
         object: TokenObject, certificate: Certificate
     )] {
-        try matchingObjects(uri, modules: modules).compactMap { item in item.value.map { (item.object, $0) } }
+        try matchingObjects(uri, modules: modules).compactMap { item in
+            item.value.flatMap { (try? CertificateDetails($0)) == nil ? nil : (item.object, $0) }
+        }
     }
 
     /// The tokens of `modules` (all registered when nil) that `uri` selects: by its module
@@ -437,12 +439,13 @@ public enum PKCS11Discovery {
                 ]))
         var certificate: Certificate?
         if objectClass == CK_ULONG(CKO_CERTIFICATE), let der = values[CK_ATTRIBUTE_TYPE(CKA_VALUE)] {
-            // CertificateDetails checks strict DER and parses once.
+            // The summary checks strict DER and reads the two fields shown, without the key
+            // decoding a full parse costs (certificates(matching:) parses those it returns).
             let parsed = Certificate(derBytes: der)
-            if let details = try? CertificateDetails(parsed) {
+            if let summary = try? CertificateSummary(parsed) {
                 certificate = parsed
-                object.subject = details.subject
-                let parts = details.keyAlgorithm.split(separator: " ")
+                object.subject = summary.subject
+                let parts = summary.keyAlgorithm.split(separator: " ")
                 object.keyType = parts.first.map(String.init)
                 object.keyBits = parts.last.flatMap { Int($0) } ?? parts.last.flatMap { Int($0.dropFirst(2)) }
             }

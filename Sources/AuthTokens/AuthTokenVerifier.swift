@@ -79,7 +79,7 @@ public struct AuthTokenVerifier: TokenVerifying {
 
     /// True: a verification is parsing and one or two ECDSA checks against keys in memory. The
     /// trust it asks for must be as cheap (a ``Reloading`` file is looked at, with `stat`, at most
-    /// once a second, and read only when it changed).
+    /// once every ``trustFileCheckInterval``, and read only when it changed).
     public var verifiesWithoutWaiting: Bool { true }
 
     private func check(_ token: String, now: Int64) -> Result<TokenVerdict.Identity, TokenVerdict.FailureReason> {

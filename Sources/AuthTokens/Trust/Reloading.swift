@@ -1,6 +1,10 @@
 import DerivedCredentials
 import Foundation
 
+/// How often a ``Reloading`` file is looked at (one `stat`) unless told otherwise: a replaced
+/// revocation list or issuer set takes effect within this time, without a restart.
+public let trustFileCheckInterval: Duration = .milliseconds(100)
+
 /// A value read from a file and read again when the file changes, without a restart: how the
 /// verifier holds its ``RevocationList`` and ``TrustedIssuers``.
 ///
@@ -29,7 +33,7 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
     /// `checkInterval` when it has changed. `report` hears the outcome of every later reading:
     /// the new value, or why the last good one stays (for a service's log).
     public init(
-        path: String, checkInterval: Duration = .seconds(1),
+        path: String, checkInterval: Duration = trustFileCheckInterval,
         report: @escaping @Sendable (Result<Value, DCError>) -> Void = { _ in },
         load: @escaping @Sendable (String) throws -> Value
     ) throws {
@@ -81,7 +85,7 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
 
     /// Reads the file, whose look is `stamp`, and makes it the value. When it cannot be read or is
     /// malformed, keeps the last good value, remembers `stamp` (so that the same broken file is
-    /// not read again every second) and why, and throws that.
+    /// not read again at every check) and why, and throws that.
     private func read(_ stamp: FileStamp?) throws {
         do {
             let value = try load(path)
@@ -105,7 +109,7 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
 
 extension Reloading where Value == RevocationList {
     /// The revocation list at `path`, reloaded when it changes (see ``RevocationList/load(from:)``).
-    public convenience init(revocationsAt path: String, checkInterval: Duration = .seconds(1)) throws {
+    public convenience init(revocationsAt path: String, checkInterval: Duration = trustFileCheckInterval) throws {
         try self.init(path: path, checkInterval: checkInterval, load: RevocationList.load(from:))
     }
 }
@@ -114,7 +118,7 @@ extension Reloading where Value == [UInt8] {
     /// The bytes of the regular file at `path` (at most `maximumSize`), reloaded when it changes;
     /// `validate` refuses contents that must not replace the last good ones.
     public convenience init(
-        bytesAt path: String, maximumSize: Int, checkInterval: Duration = .seconds(1),
+        bytesAt path: String, maximumSize: Int, checkInterval: Duration = trustFileCheckInterval,
         report: @escaping @Sendable (Result<[UInt8], DCError>) -> Void = { _ in },
         validate: @escaping @Sendable ([UInt8]) throws -> Void = { _ in }
     ) throws {
@@ -128,7 +132,7 @@ extension Reloading where Value == [UInt8] {
 
 extension Reloading where Value == TrustedIssuers {
     /// The trusted issuing keys at `path`, reloaded when they change (see ``TrustedIssuers/load(from:)``).
-    public convenience init(issuersAt path: String, checkInterval: Duration = .seconds(1)) throws {
+    public convenience init(issuersAt path: String, checkInterval: Duration = trustFileCheckInterval) throws {
         try self.init(path: path, checkInterval: checkInterval, load: TrustedIssuers.load(from:))
     }
 }

@@ -21,7 +21,7 @@ public final class WatchedFile: Sendable {
     /// `validate`, so a service does not start with a broken file. Later readings are logged to
     /// `logger`: `re-read`, or `cannot re-read; still serving the previous contents`.
     public init(
-        path: String, logger: Logger, checkInterval: Duration = .seconds(1), maximumSize: Int = 1 << 20,
+        path: String, logger: Logger, checkInterval: Duration = trustFileCheckInterval, maximumSize: Int = 1 << 20,
         validate: @escaping @Sendable ([UInt8]) throws -> Void = { _ in }
     ) throws {
         file = try Reloading(

@@ -1,0 +1,47 @@
+# Sourced by every Benchmarks/run-*.sh. Two modes:
+#
+#   default  the products built as scripts/install builds them (-c release --static-swift-stdlib),
+#            full sizes, several rounds; each runner ends with its ratio against the peer and the
+#            goal, "met" or "NOT met".
+#   SMOKE=1  for CI (scripts/test): the debug build the tests already use (no release build paid
+#            for), small inputs, one or two rounds, a few seconds. It checks that the outputs still
+#            agree with the peer's, byte for byte where the work is deterministic; it prints the
+#            timings but does not judge them (a debug build on a loaded CI machine says nothing
+#            about speed).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[1]}")/.."
+smoke=${SMOKE:-0}
+if [ "$smoke" = 1 ]; then build_flags=(); else build_flags=(-c release --static-swift-stdlib); fi
+
+# A C compiler for the floors and helpers written in C: the system's, or the clang the Swift
+# toolchain brings.
+cc=$(command -v cc || command -v clang || echo cc)
+
+# build_products PRODUCT...: builds them for this mode and sets $bin to their directory.
+build_products() {
+  local product log
+  log=$(mktemp)
+  for product in "$@"; do
+    swift build "${build_flags[@]}" --product "$product" >"$log" 2>&1 || { cat "$log" >&2; rm -f "$log"; exit 1; }
+  done
+  rm -f "$log"
+  bin=$(swift build "${build_flags[@]}" --show-bin-path)
+}
+
+# machine: one line saying where and when the numbers were taken.
+machine() {
+  echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(uname -r), $(openssl version | cut -d' ' -f1-2)," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC')$([ "$smoke" = 1 ] && echo ', SMOKE (debug build, not judged)')"
+}
+
+# goal WHAT VALUE OP TARGET: prints "WHAT: VALUE (goal OP TARGET): met" (or "NOT met"); OP is >=,
+# >, <= or <. In smoke mode the line says it is not judged.
+goal() {
+  python3 - "$smoke" "$@" <<'PY'
+import sys
+smoke, what, value, op, target = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+met = {">=": value >= target, ">": value > target, "<=": value <= target, "<": value < target}[op]
+verdict = "smoke run, not judged" if smoke == "1" else ("met" if met else "NOT met")
+print(f"{what}: {value:g} (goal {op} {target:g}): {verdict}")
+PY
+}

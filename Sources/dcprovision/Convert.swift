@@ -53,8 +53,11 @@ struct Convert: AsyncParsableCommand, OutputCommand {
                 try await source.provide(passphrase: passphrase), format: .der, to: &outputs)
         }
         try outputs.commitCreatingDirectory(replacingExisting: force)
-        for name in outputs.names {
-            Console.print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
+        // One write for every path, not one per file.
+        if !outputs.names.isEmpty {
+            Console.print(
+                outputs.names.map { (outDir as NSString).appendingPathComponent($0).escapingControlCharacters }
+                    .joined(separator: "\n"))
         }
     }
 }

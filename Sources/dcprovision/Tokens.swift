@@ -74,6 +74,8 @@ struct Objects: AsyncParsableCommand, OutputCommand {
         if objects.isEmpty {
             throw DCError(.noSuchObject, "no object matches the URI", subject: uri.escapingControlCharacters)
         }
+        // One write for the whole listing, not one per line.
+        var lines: [String] = []
         for object in objects {
             let key = [object.keyType, object.keyBits.map(String.init)].compactMap { $0 }.joined(separator: " ")
             let flags = [
@@ -81,11 +83,12 @@ struct Objects: AsyncParsableCommand, OutputCommand {
                 object.extractable.map { $0 ? "extractable" : "not extractable" },
             ]
             .compactMap { $0 }.joined(separator: ", ")
-            Console.print(
+            lines.append(
                 "\(object.kind)  id \(object.id)  \"\(object.label.escapingControlCharacters)\"  \(key)\(flags.isEmpty ? "" : "  (\(flags))")"
             )
-            if let subject = object.subject { Console.print("    subject: \(subject.escapingControlCharacters)") }
-            Console.print("    \(object.uri.escapingControlCharacters)")
+            if let subject = object.subject { lines.append("    subject: \(subject.escapingControlCharacters)") }
+            lines.append("    \(object.uri.escapingControlCharacters)")
         }
+        Console.print(lines.joined(separator: "\n"))
     }
 }

@@ -18,6 +18,13 @@ extern int pipe2(int fds[2], int flags);
 extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int lowest);
 extern int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *actions, const char *path);
 extern int sync_file_range(int fd, __off64_t offset, __off64_t count, unsigned int flags);
+extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+
+// renameat2(RENAME_NOREPLACE) (glibc 2.28, Linux 3.15): gives `oldpath` the name `newpath` only if
+// that name does not exist, atomically; EEXIST if it does, EINVAL on a file system without it.
+static inline int dc_rename_noreplace(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+    return renameat2(olddirfd, oldpath, newdirfd, newpath, 1 /* RENAME_NOREPLACE */);
+}
 
 // pipe2(O_CLOEXEC): both ends are close-on-exec from the moment they exist. pipe() followed by
 // fcntl(FD_CLOEXEC) leaves a window in which a fork on another thread inherits them.

@@ -79,21 +79,34 @@ public struct AtomicFileSet {
     }
 
     /// Removes the staging files, and staging directories with their files, in `directory` whose
-    /// names start with `prefix` and whose writer no longer exists.
+    /// names start with `prefix` and whose writer no longer exists. A staging directory is emptied
+    /// through a descriptor opened without following links, and only when this user owns it: a
+    /// name swapped for a link, or another user's directory, is never followed or emptied.
     static func removeStaleStagingFiles(in directory: String, prefix: String) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        let dirfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dirfd >= 0 else { return }
+        defer { close(dirfd) }
         for name in names where name.hasPrefix(prefix) {
             guard let marker = name.range(of: stagingMarker) else { continue }
             let pid = name[marker.upperBound...].split(separator: "-").first.flatMap { pid_t($0) }
             if let pid, pid > 0, kill(pid, 0) == 0 || errno == EPERM { continue }  // its writer is alive
-            let path = directory + "/" + name
-            if unlink(path) != 0 && errno == EISDIR {
-                // A staging directory: only files of its own writer are in it, never a link to follow.
-                for inner in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
-                    unlink(path + "/" + inner)
-                }
-                rmdir(path)
+            if unlinkat(dirfd, name, 0) == 0 || errno != EISDIR { continue }  // a file, or a link: itself
+            let stagingfd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard stagingfd >= 0 else { continue }
+            var info = stat()
+            guard fstat(stagingfd, &info) == 0, info.st_uid == geteuid(), let stream = fdopendir(stagingfd) else {
+                close(stagingfd)
+                continue
             }
+            while let entry = readdir(stream) {
+                let inner = withUnsafeBytes(of: entry.pointee.d_name) {
+                    String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if inner != "." && inner != ".." { unlinkat(stagingfd, inner, 0) }
+            }
+            closedir(stream)  // closes stagingfd
+            unlinkat(dirfd, name, AT_REMOVEDIR)
         }
     }
 
@@ -157,17 +170,17 @@ public struct AtomicFileSet {
         }
     }
 
-    /// Writes every file, or none, into `directory`, which is created (with missing parents) if
-    /// it does not exist; staging files and directories that an interrupted writer left are
-    /// removed first.
+    /// Writes every file, or none, into `directory`, which is created (mode 0700, missing parents
+    /// with default permissions) if it does not exist; staging files and directories that an
+    /// interrupted writer left are removed first.
     ///
-    /// When `directory` does not exist or is empty, the whole set appears at once: the files are
-    /// staged and synced in a new hidden directory beside it (`.NAME.dcstage-PID-STAMP`), which is
-    /// synced and then renamed onto `directory` (`rename(2)` replaces an empty directory
-    /// atomically), and the parent is synced. A crash or a kill at any point leaves `directory`
-    /// as it was or complete, never partly written. An existing empty directory keeps its mode; one
-    /// owned by another user, or one that already holds files, is written file by file as
-    /// ``commit(replacingExisting:)`` does (each file whole, the set not atomic).
+    /// When `directory` does not exist, the whole set appears at once: the files are staged and
+    /// synced in a new hidden directory beside it (`.NAME.dcstage-PID-STAMP`), which is synced and
+    /// then renamed to `directory`, and the parent is synced. A crash or a kill at any point leaves
+    /// `directory` absent or complete, never partly written. A directory that exists (empty or not)
+    /// keeps its owner, group, mode, ACLs and mount, and is written file by file as
+    /// ``commit(replacingExisting:)`` does: each file whole, the set not atomic. A symbolic link in
+    /// the place of `directory` is refused.
     public func commitCreatingDirectory(replacingExisting: Bool = false) throws {
         let (parent, base) = Self.splitLastComponent(directory)
         guard !base.isEmpty, base != ".", base != ".." else {
@@ -175,32 +188,33 @@ public struct AtomicFileSet {
             Self.removeStaleStagingFiles(in: directory)
             return try commit(replacingExisting: replacingExisting)
         }
-        try Self.ensureDirectory(parent)
-        Self.removeStaleStagingFiles(in: parent, prefix: "." + base + Self.stagingMarker)
-
-        var info = stat()
-        let exists = lstat(directory, &info) == 0
-        if exists {
-            guard info.st_mode & S_IFMT == S_IFDIR else {
-                throw DCError(
-                    .cannotCreateOutput, "cannot create the output directory: not a directory", subject: directory)
-            }
-            Self.removeStaleStagingFiles(in: directory)
-            if info.st_uid != geteuid() || !Self.isEmptyDirectory(directory) {
-                return try commit(replacingExisting: replacingExisting)
-            }
+        var parentInfo = stat()
+        if stat(parent, &parentInfo) != 0 {  // missing: made as `mkdir -p` would (links in the path followed)
+            try? FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true)
         }
-
         let parentfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard parentfd >= 0 else {
             throw DCError(
-                .cannotCreateOutput, "cannot open the output directory's parent: \(String(cString: strerror(errno)))",
-                subject: parent)
+                .cannotCreateOutput, "cannot create the output directory: \(String(cString: strerror(errno)))",
+                subject: directory)
         }
         defer { close(parentfd) }
+        Self.removeStaleStagingFiles(in: parent, prefix: "." + base + Self.stagingMarker)
+
+        var info = stat()
+        if fstatat(parentfd, base, &info, AT_SYMLINK_NOFOLLOW) == 0 {
+            guard info.st_mode & S_IFMT == S_IFDIR else {
+                throw DCError(
+                    .cannotCreateOutput,
+                    "cannot create the output directory: \(info.st_mode & S_IFMT == S_IFLNK ? "a symbolic link" : "not a directory") is in its place",
+                    subject: directory)
+            }
+            Self.removeStaleStagingFiles(in: directory)
+            return try commit(replacingExisting: replacingExisting)
+        }
+
         let stamp = Self.newStamp()
         let stagingName = "." + base + Self.stagingMarker + stamp.dropLast()
-        let mode = exists ? info.st_mode & 0o7777 : 0o700
         guard mkdirat(parentfd, stagingName, 0o700) == 0 else {
             throw DCError(
                 .cannotCreateOutput, "cannot create the output directory: \(String(cString: strerror(errno)))",
@@ -222,26 +236,35 @@ public struct AtomicFileSet {
                     subject: directory)
             }
             staged = try stage(into: stagingfd, stamp: stamp)
-            // The staged files get their final names inside the staging directory, then the
-            // directory its mode, and it is synced: all of it is on disk before it has its name.
-            for (file, temporary) in zip(files, staged) {
-                guard renameat(stagingfd, temporary, stagingfd, file.name) == 0 else {
+            // The staged files get their final names inside the staging directory, and it is
+            // synced: all of it is on disk before the directory has its name.
+            for (index, file) in files.enumerated() {
+                guard renameat(stagingfd, staged[index], stagingfd, file.name) == 0 else {
                     throw DCError(
                         .cannotCreateOutput, "cannot publish the output file: \(String(cString: strerror(errno)))",
                         subject: path(file.name))
                 }
+                staged[index] = file.name
             }
-            staged = files.map(\.name)
-            guard fchmod(stagingfd, mode) == 0, fsync(stagingfd) == 0 else {
+            guard fsync(stagingfd) == 0 else {
                 throw DCError(
                     .ioError, "cannot sync the output directory: \(String(cString: strerror(errno)))",
                     subject: directory)
             }
-            guard renameat(parentfd, stagingName, parentfd, base) == 0 else {
-                let error = errno
-                throw error == ENOTEMPTY || error == EEXIST
+            // The name only if it is still free (a directory that appeared meanwhile is not
+            // replaced); a file system without RENAME_NOREPLACE gets a look and then rename(2).
+            var renamed = renameNoReplace(parentfd, stagingName, parentfd, base)
+            var error = renamed ? 0 : errno
+            if error == EINVAL {
+                renamed =
+                    fstatat(parentfd, base, &info, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT
+                    && renameat(parentfd, stagingName, parentfd, base) == 0
+                error = renamed ? 0 : (errno == ENOENT ? EEXIST : errno)
+            }
+            guard renamed else {
+                throw error == EEXIST || error == ENOTEMPTY
                     ? DCError(
-                        .outputExists, "files appeared in the output directory while writing", subject: directory,
+                        .outputExists, "the output directory appeared while writing", subject: directory,
                         hint: "nothing was written; run again")
                     : DCError(
                         .cannotCreateOutput, "cannot publish the output directory: \(String(cString: strerror(error)))",
@@ -279,11 +302,16 @@ public struct AtomicFileSet {
 
     /// Writes and syncs every file under a staging name in `dirfd`, and returns the staging names
     /// in the order of `files`. The files are created and written one after another (creating
-    /// takes the directory's lock, so threads would only contend for it), then synced from several
-    /// threads, so that the syncs overlap on the device; at most `batch` files are open at a time.
-    /// On any failure, removes what it wrote and throws the error of the first file that failed.
-    private func stage(into dirfd: Int32, stamp: String, batch: Int = 256) throws -> [String] {
+    /// takes the directory's lock, so threads would only contend for it), then synced and closed
+    /// from several threads, so that the syncs overlap on the device. At most a quarter of the
+    /// process's descriptor limit (and 256) are open at a time. On any failure, removes what it
+    /// wrote and throws the error of the first file that failed.
+    private func stage(into dirfd: Int32, stamp: String) throws -> [String] {
         let names = files.indices.map { "." + files[$0].name + Self.stagingMarker + stamp + String($0) }
+        var limit = rlimit()
+        let batch =
+            getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0
+            ? max(1, min(256, Int(clamping: limit.rlim_cur) / 4)) : 16
         var written = 0
         func abandon(_ error: any Error) -> any Error {
             for name in names[..<written] { unlinkat(dirfd, name, 0) }
@@ -291,42 +319,31 @@ public struct AtomicFileSet {
         }
         while written < files.count {
             let range = written..<min(written + batch, files.count)
-            var descriptors: [Int32] = []
-            defer { for fd in descriptors { close(fd) } }
+            var opened: [Int32] = []
             for index in range {
                 do {
-                    descriptors.append(
+                    opened.append(
                         try create(files[index].contents, as: names[index], mode: files[index].mode, dirfd: dirfd))
                 } catch {
+                    for fd in opened { close(fd) }
                     written = index
                     throw abandon(error)
                 }
             }
             written = range.upperBound
+            let descriptors = opened
             let failures = Mutex<[Int32]>([])
             ParallelWork.forEach(descriptors.count, width: ParallelWork.blockingWidth) { offset in
-                if fsync(descriptors[offset]) != 0 {
-                    let error = errno
-                    failures.withLock { $0.append(error) }
-                }
+                var failure: Int32 = 0
+                if fsync(descriptors[offset]) != 0 { failure = errno }
+                if close(descriptors[offset]) != 0 && failure == 0 { failure = errno }
+                if failure != 0 { failures.withLock { $0.append(failure) } }
             }
             if let failure = failures.withLock({ $0.first }) {
                 throw abandon(writeError(failure))
             }
         }
         return names
-    }
-
-    private static func isEmptyDirectory(_ path: String) -> Bool {
-        guard let stream = opendir(path) else { return false }
-        defer { closedir(stream) }
-        while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) {
-                String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name != "." && name != ".." { return false }
-        }
-        return true
     }
 
     private func path(_ name: String) -> String { directory + "/" + name }

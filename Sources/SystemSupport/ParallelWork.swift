@@ -32,7 +32,7 @@ public enum ParallelWork {
     /// Calls `body` once for every index in `0..<count`, from up to `width` threads (the calling
     /// thread is one of them), and returns when every call has returned. The order of the calls
     /// is not defined; each index is taken exactly once. A count of 1 runs on the calling thread.
-    public static func forEach(_ count: Int, width: Int, _ body: (Int) -> Void) {
+    public static func forEach(_ count: Int, width: Int, _ body: @Sendable (Int) -> Void) {
         guard count > 0 else { return }
         let threads = max(1, min(width, count))
         guard threads > 1 else {
@@ -66,10 +66,10 @@ public enum ParallelWork {
     /// The shared state of one `forEach`: the next index to take, and the body.
     private final class Work: @unchecked Sendable {
         let count: Int
-        let body: (Int) -> Void
+        let body: @Sendable (Int) -> Void
         let next = Atomic<Int>(0)
 
-        init(count: Int, body: @escaping (Int) -> Void) {
+        init(count: Int, body: @escaping @Sendable (Int) -> Void) {
             self.count = count
             self.body = body
         }

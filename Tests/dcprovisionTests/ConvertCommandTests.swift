@@ -205,7 +205,7 @@ struct ConvertCommandTests {
     }
 
     @Test(
-        "An existing empty output directory is replaced by the complete set and keeps its mode; one holding other files keeps them"
+        "An existing output directory, empty or not, keeps its mode and its other files; a parent reached through a symbolic link is followed"
     )
     func existingDirectories() throws {
         let dir = try TemporaryDirectory()
@@ -213,9 +213,12 @@ struct ConvertCommandTests {
         let empty = dir.file("empty")
         #expect(mkdir(empty, 0o750) == 0)
         chmod(empty, 0o750)
+        var before = stat()
+        #expect(stat(empty, &before) == 0)
         #expect(try dcprovision(["convert", f.authentication.certificate, "--out-dir", empty]).status == 0)
         var info = stat()
         #expect(stat(empty, &info) == 0 && info.st_mode & 0o7777 == 0o750)
+        #expect(info.st_ino == before.st_ino, "the directory itself is kept, not replaced")
         #expect(try FileManager.default.contentsOfDirectory(atPath: empty) == ["authentication.cert.der"])
         let shared = dir.file("shared")
         #expect(mkdir(shared, 0o700) == 0)
@@ -226,10 +229,41 @@ struct ConvertCommandTests {
                 "authentication.cert.der", "notes.txt",
             ])
         #expect(try readText(dir.file("shared/notes.txt")) == "mine\n")
+        // --out-dir LINK/new, where LINK is a symbolic link to a directory.
+        #expect(mkdir(dir.file("real"), 0o700) == 0)
+        #expect(symlink(dir.file("real"), dir.file("link")) == 0)
+        let result = try dcprovision(["convert", f.authentication.certificate, "--out-dir", dir.file("link/new")])
+        #expect(result.status == 0, "\(result.stderrText)")
+        #expect(FileManager.default.fileExists(atPath: dir.file("real/new/authentication.cert.der")))
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: dir.path).allSatisfy {
                 !$0.contains(AtomicFileSet.stagingMarker)
             })
+    }
+
+    @Test(
+        "Attack: the stale-staging cleanup never follows a link planted under a staging name, and never empties another user's directory"
+    )
+    func staleCleanupAttacks() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        // A dead writer's name (pid 2^22 + 1 is above any pid_max) pointing at a victim directory.
+        #expect(mkdir(dir.file("victim"), 0o700) == 0)
+        _ = try dir.write("victim/precious", "keep me\n")
+        #expect(symlink(dir.file("victim"), dir.file(".out\(AtomicFileSet.stagingMarker)4194305-1")) == 0)
+        // Another user's directory under a dead writer's name (as root only: only root can make one).
+        let foreign = dir.file(".out\(AtomicFileSet.stagingMarker)4194305-2")
+        if geteuid() == 0 {
+            #expect(mkdir(foreign, 0o755) == 0)
+            _ = try dir.write(".out\(AtomicFileSet.stagingMarker)4194305-2/theirs", "not yours\n")
+            #expect(chown(foreign, 65534, 65534) == 0)
+        }
+        let result = try dcprovision(["convert", f.authentication.certificate, "--out-dir", dir.file("out")])
+        #expect(result.status == 0, "\(result.stderrText)")
+        #expect(try readText(dir.file("victim/precious")) == "keep me\n")
+        if geteuid() == 0 {
+            #expect(try readText(foreign + "/theirs") == "not yours\n")
+        }
     }
 
     @Test("Existing outputs are kept unless --force")

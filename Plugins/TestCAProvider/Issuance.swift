@@ -139,16 +139,28 @@ extension TestCA {
     ///
     /// Each credential is exactly what ``issue(_:)`` makes of its request: its own keys and
     /// certificates, signed with this CA's key, which OpenSSL 3 lets several threads use at once.
-    /// When a request fails, the error of the first failing request (in their order) is thrown
-    /// and nothing is returned.
+    /// A request that fails stops the batch: the requests not started yet are not issued, and the
+    /// error of the first failing request (in their order) is thrown; nothing is returned. A
+    /// cancelled task issues nothing.
     public func issue(_ requests: [TestCAIssueRequest], width: Int = ParallelWork.availableCores) throws
         -> [ProvidedCredential]
     {
+        try Task.checkCancellation()
         let results = Mutex<[Int: Result<ProvidedCredential, any Error>]>([:])
+        let failed = Atomic<Bool>(false)
         ParallelWork.forEach(requests.count, width: width) { index in
+            guard !failed.load(ordering: .relaxed) else { return }
             let result = Result { try issue(requests[index]) }
+            if case .failure = result { failed.store(true, ordering: .relaxed) }
             results.withLock { $0[index] = result }
         }
-        return try results.withLock { results in try requests.indices.map { try results[$0]!.get() } }
+        return try results.withLock { results in
+            if let failure = results.filter({ if case .failure = $0.value { true } else { false } }).min(by: {
+                $0.key < $1.key
+            }) {
+                _ = try failure.value.get()
+            }
+            return try requests.indices.map { try results[$0]!.get() }
+        }
     }
 }

@@ -306,8 +306,13 @@ struct PKCS11ModuleTests {
         _ = try rsa.world.dir.write("opened-05.txt", "")
         let after = try open("05", recipient: oldCertificate.certificate)
         #expect(after.status == 0 && opened("05") == "for your eyes only\n", "\(after.stderrText)")
-        // The renewed encryption key (CKA_ID 03 now) does not open the old message.
-        #expect(try open("03", recipient: oldCertificate.certificate).status != 0)
+        // The renewed encryption key (CKA_ID 03 now) does not open the old message. Not "must be
+        // refused": with RSA PKCS#1 v1.5 key transport, OpenSSL answers a wrong key with a random
+        // content key (implicit rejection), and the AES-CBC padding check then passes for about 1
+        // key in 256, giving garbage (a run hit it); what must never come out is the message.
+        _ = try rsa.world.dir.write("opened-03.txt", "")
+        let wrongKey = try open("03", recipient: oldCertificate.certificate)
+        #expect(wrongKey.status != 0 || opened("03") != "for your eyes only\n")
     }
 
     @Test(

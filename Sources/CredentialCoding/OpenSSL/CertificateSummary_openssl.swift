@@ -57,9 +57,9 @@ public struct CertificateSummary: Sendable, Hashable {
         X509_ALGOR_get0(&object, &parameterType, &parameter, algorithm)
         switch OBJ_obj2nid(object) {
         case NID_X9_62_id_ecPublicKey:
-            guard parameterType == V_ASN1_OBJECT, let parameter,
-                let curve = OBJ_nid2sn(OBJ_obj2nid(OpaquePointer(parameter)))
-            else { return nil }
+            guard parameterType == V_ASN1_OBJECT, let parameter else { return nil }
+            let nid = OBJ_obj2nid(OpaquePointer(parameter))
+            guard nid != NID_undef, let curve = OBJ_nid2sn(nid) else { return nil }
             return "EC " + PKey.nistName(String(cString: curve))
         case NID_rsaEncryption:
             // The BIT STRING (no unused bits) holds RSAPublicKey: SEQUENCE { modulus, exponent }.
@@ -74,7 +74,10 @@ public struct CertificateSummary: Sendable, Hashable {
                 return nil
             }
             defer { ASN1_INTEGER_free(modulus) }
-            guard let number = ASN1_INTEGER_to_BN(modulus, nil) else { return nil }
+            guard let number = ASN1_INTEGER_to_BN(modulus, nil), BN_is_negative(number) == 0 else {
+                OpenSSLError.clear()
+                return nil
+            }
             defer { BN_free(number) }
             return "RSA \(BN_num_bits(number))"
         default:

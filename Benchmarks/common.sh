@@ -28,6 +28,17 @@ build_products() {
   bin=$(swift build "${build_flags[@]}" --show-bin-path)
 }
 
+# sandbox DIR: HOME, XDG_RUNTIME_DIR and every XDG_* directory under DIR (home and run made
+# 0700), and a client passphrase in DIR/pass (0600): a runner touches nothing of the user's.
+sandbox() {
+  mkdir -p -m 0700 "$1/home" "$1/run"
+  export HOME=$1/home XDG_RUNTIME_DIR=$1/run XDG_DATA_HOME=$1/home/.local/share \
+    XDG_CONFIG_HOME=$1/home/.config XDG_STATE_HOME=$1/home/.local/state XDG_CACHE_HOME=$1/home/.cache \
+    XDG_DATA_DIRS=$1/share XDG_CONFIG_DIRS=$1/etc
+  printf 'bench passphrase\n' >"$1/pass"
+  chmod 600 "$1/pass"
+}
+
 # machine: one line saying where and when the numbers were taken.
 machine() {
   echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(uname -r), $(openssl version | cut -d' ' -f1-2)," \

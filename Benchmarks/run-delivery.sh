@@ -16,12 +16,7 @@ for i in $(seq 1 "$demos"); do "$bin/dcprovision" demo | grep -o "Done in .*"; d
 echo "== $N sequential deliveries"
 # A sandboxed client and provider, set up through the command line, inside a keyring session of
 # their own (the client keeps its unlocked store key there).
-mkdir -m 0700 "$work/home" "$work/run"
-export HOME=$work/home XDG_RUNTIME_DIR=$work/run XDG_DATA_HOME=$work/home/.local/share \
-  XDG_CONFIG_HOME=$work/home/.config XDG_STATE_HOME=$work/home/.local/state XDG_CACHE_HOME=$work/home/.cache \
-  XDG_DATA_DIRS=$work/share XDG_CONFIG_DIRS=$work/etc
-printf 'bench passphrase\n' > "$work/pass"
-chmod 600 "$work/pass"
+sandbox "$work"
 per=$(keyctl session - bash -euo pipefail -c '
 work=$1 bin=$2 N=$3
 "$bin/dcprovision" testca init "$work/ca" >/dev/null

@@ -45,13 +45,9 @@ softhsm=/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/home" "$work/run" "$work/tokens"
-chmod 700 "$work/home" "$work/run"
-export HOME=$work/home XDG_RUNTIME_DIR=$work/run XDG_DATA_HOME=$work/home/.local/share \
-  XDG_CONFIG_HOME=$work/home/.config XDG_STATE_HOME=$work/home/.local/state XDG_CACHE_HOME=$work/home/.cache \
-  XDG_DATA_DIRS=$work/usr/share XDG_CONFIG_DIRS=$work/etc/xdg PATH="$bin:$PATH"
-printf 'bench passphrase\n' >"$work/pass.txt"
-chmod 600 "$work/pass.txt"
+mkdir -p "$work/tokens"
+sandbox "$work"
+export PATH="$bin:$PATH"
 printf 'directories.tokendir = %s/tokens\nobjectstore.backend = file\nlog.level = ERROR\n' "$work" >"$work/softhsm2.conf"
 export SOFTHSM2_CONF=$work/softhsm2.conf
 softhsm2-util --init-token --free --label Bench --so-pin 12345678 --pin 123456 >/dev/null
@@ -67,7 +63,7 @@ cd "$work/home"
 {
   dcprovision testca init ca --key-algorithm p256 --quiet
   dcclient init --client-scheme org.example.dcclient --provider-scheme org.example.provider --client-id bench \
-    --passphrase-file "$work/pass.txt"
+    --passphrase-file "$work/pass"
   dcclient register
   dcprovision register --provider-scheme org.example.provider --brand Bench --testca ca --option common-name="Bench User"
   dcprovision pair --client-scheme org.example.dcclient
@@ -75,7 +71,7 @@ cd "$work/home"
 } >"$work/setup.log" 2>&1 || { cat "$work/setup.log" >&2; exit 1; }
 
 # The module against the peers: the certificate as the client has it, signatures openssl verifies.
-pass=$(cat "$work/pass.txt")
+pass=$(cat "$work/pass")
 fail() { echo "$*" >&2; exit 1; }
 dcclient show signing --pem 2>/dev/null | openssl x509 -outform DER >"$work/signing.der" ||
   fail "dcclient show signing --pem does not give the installed signing certificate"
@@ -111,7 +107,7 @@ echo "== $ROUNDS rounds, in-process, ${DURATION}s each, core 1"
 for round in $(seq "$ROUNDS"); do
   speed=$(taskset -c 1 openssl speed -seconds "$SPEED_SECONDS" ecdsap256 2>/dev/null | awk "/256 bits ecdsa/ {print \$(NF-1)}")
   echo "  round$round  openssl speed ecdsap256: $speed sign/s"
-  echo "  round$round  dcclient module: $(taskset -c 1 "$bin/dcbench" pkcs11-sign "$module" "dcclient bench" 02 "$work/pass.txt" "$DURATION")"
+  echo "  round$round  dcclient module: $(taskset -c 1 "$bin/dcbench" pkcs11-sign "$module" "dcclient bench" 02 "$work/pass" "$DURATION")"
   echo "  round$round  softhsm2:        $(taskset -c 1 "$bin/dcbench" pkcs11-sign "$softhsm" Bench 02 "$work/softhsm.pin" "$DURATION")"
 done
 echo "== per process: pkcs11-tool --login --sign, $COUNT times each, core 1"
@@ -126,7 +122,7 @@ per_process() {
   end=$(date +%s%N)
   echo "  $name: $(( (end - start) / COUNT / 1000 )) us per pkcs11-tool run"
 }
-per_process "dcclient module" "$module" "dcclient bench" "$(cat "$work/pass.txt")"
+per_process "dcclient module" "$module" "dcclient bench" "$(cat "$work/pass")"
 per_process "softhsm2       " "$softhsm" Bench 123456
 echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"
 ' bench "$work" "$module" "$softhsm" "$bin" "$ROUNDS" "$DURATION" "$COUNT" "$SPEED_SECONDS" | tee "$work/results.txt"

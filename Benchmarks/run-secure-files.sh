@@ -27,14 +27,9 @@ machine
 build_products dcbench dcprovision dcclient
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -m 0700 "$work/home" "$work/run"
-export HOME=$work/home XDG_RUNTIME_DIR=$work/run XDG_DATA_HOME=$work/home/.local/share \
-  XDG_CONFIG_HOME=$work/home/.config XDG_STATE_HOME=$work/home/.local/state XDG_CACHE_HOME=$work/home/.cache \
-  XDG_DATA_DIRS=$work/share XDG_CONFIG_DIRS=$work/etc
+sandbox "$work"
 # The client set up through the command line, paired and authorized (a secure file needs the
 # provider's policy), unlocked with the passphrase.
-printf 'bench passphrase\n' > "$work/pass"
-chmod 600 "$work/pass"
 {
   "$bin/dcprovision" testca init "$work/ca"
   "$bin/dcclient" init --client-scheme org.example.dcclient --provider-scheme org.example.provider --passphrase-file "$work/pass"

@@ -79,10 +79,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-mkdir -m 0700 "$work/home" "$work/run" "$work/keys" "$work/nginx"
-export HOME=$work/home XDG_RUNTIME_DIR=$work/run XDG_DATA_HOME=$work/home/.local/share \
-  XDG_CONFIG_HOME=$work/home/.config XDG_CACHE_HOME=$work/home/.cache XDG_DATA_DIRS=$work/share \
-  XDG_CONFIG_DIRS=$work/etc
+mkdir -m 0700 "$work/keys" "$work/nginx"
+sandbox "$work"
 results=$work/results.jsonl
 touch "$results"
 ticks_per_second=$(getconf CLK_TCK)

@@ -154,13 +154,7 @@ extension TestCA {
             if case .failure = result { failed.store(true, ordering: .relaxed) }
             results.withLock { $0[index] = result }
         }
-        return try results.withLock { results in
-            if let failure = results.filter({ if case .failure = $0.value { true } else { false } }).min(by: {
-                $0.key < $1.key
-            }) {
-                _ = try failure.value.get()
-            }
-            return try requests.indices.map { try results[$0]!.get() }
-        }
+        // In request order, the first failure is thrown; a request is missing only after one failed.
+        return try results.withLock { results in try requests.indices.compactMap { try results[$0]?.get() } }
     }
 }

@@ -360,18 +360,7 @@ public struct AtomicFileSet {
         var failure: Int32 = 0
         if fchmod(fd, mode) != 0 { failure = errno }
         if failure == 0 {
-            failure = contents.withBytes { buffer in
-                var offset = 0
-                while offset < buffer.count {
-                    let count = Glibc.write(fd, buffer.baseAddress! + offset, buffer.count - offset)
-                    if count < 0 {
-                        if errno == EINTR { continue }
-                        return errno
-                    }
-                    offset += count
-                }
-                return 0
-            }
+            failure = contents.withBytes { Descriptors.writeAll($0, to: fd) ? 0 : (errno == 0 ? EIO : errno) }
         }
         guard failure == 0 else {
             close(fd)

@@ -223,8 +223,10 @@ struct Demo: AsyncParsableCommand, OutputCommand {
                 step += 1
                 Console.say("\(step). \(title)")
                 Console.say("   GET http://127.0.0.1:\(port)/verifyGDAuthToken with X-Good-GD-AuthToken: <the token>")
-                var answer = try DemoHTTP.get(
-                    port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
+                func ask() throws -> (status: Int, fields: [(name: String, value: String)]) {
+                    try DemoHTTP.get(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
+                }
+                var answer = try ask()
                 // dcverify looks at its files every 100 ms: ask again, for a second at most, until
                 // the answer is the expected one.
                 let deadline = ContinuousClock.now + .seconds(1)
@@ -232,8 +234,7 @@ struct Demo: AsyncParsableCommand, OutputCommand {
                     ContinuousClock.now < deadline
                 {
                     try await Task.sleep(for: .milliseconds(20))
-                    answer = try DemoHTTP.get(
-                        port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
+                    answer = try ask()
                 }
                 Console.say("   HTTP \(answer.status)")
                 for field in answer.fields where field.name.hasPrefix("X-Good-GD-") {

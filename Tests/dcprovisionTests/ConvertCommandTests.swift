@@ -61,22 +61,8 @@ struct ConvertCommandTests {
     func durableBeforeDirectoryPublished(files: Int) throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let certificate = try String(contentsOfFile: f.encryption.certificate, encoding: .utf8)
-        let inputs = try (1...files).map { try dir.write("c\($0).pem", certificate) }
         let out = dir.file("out")
-        let trace = dir.file("sync.trace")
-        // strace is the oracle: the system calls in the order the kernel saw them, from every
-        // thread (-f), each descriptor shown with its path (-y).
-        let result = try run(
-            "strace",
-            [
-                "-f", "-qq", "-y", "-e", "trace=fsync,rename,renameat,renameat2", "-o", trace, Binaries.dcprovision,
-                "convert",
-            ]
-                + inputs + ["--out-dir", out],
-            timeout: 60)
-        #expect(result.status == 0, "\(result.stderrText)")
-        let done = try finishedCalls(trace)
+        let done = try tracedConversion(of: files, in: dir, calls: "fsync,rename,renameat,renameat2")
         let lines = done.map(\.call)
         let publish = try #require(done.last { $0.call.contains("rename") && $0.call.contains("\"out\"") }?.line)
         let before = done.filter { $0.line < publish && $0.call.contains("fsync(") && $0.call.hasSuffix(") = 0") }
@@ -99,19 +85,9 @@ struct ConvertCommandTests {
     func durableBeforePublished(files: Int) throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let certificate = try String(contentsOfFile: f.encryption.certificate, encoding: .utf8)
-        let inputs = try (1...files).map { try dir.write("c\($0).pem", certificate) }
-        let out = dir.file("out")
-        #expect(mkdir(out, 0o700) == 0)
+        #expect(mkdir(dir.file("out"), 0o700) == 0)
         _ = try dir.write("out/README", "not ours\n")
-        let trace = dir.file("sync.trace")
-        let result = try run(
-            "strace",
-            ["-f", "-qq", "-y", "-e", "trace=fsync,linkat", "-o", trace, Binaries.dcprovision, "convert"]
-                + inputs + ["--out-dir", out],
-            timeout: 60)
-        #expect(result.status == 0, "\(result.stderrText)")
-        let calls = try finishedCalls(trace).map(\.call)
+        let calls = try tracedConversion(of: files, in: dir, calls: "fsync,linkat").map(\.call)
         let firstLink = try #require(calls.firstIndex { $0.contains("linkat(") })
         let lastLink = try #require(calls.lastIndex { $0.contains("linkat(") })
         let stagedSyncs = calls[..<firstLink].filter {
@@ -374,6 +350,25 @@ struct PassphraseCommandTests {
         #expect(result.status == 77)
         #expect(result.stderrText.contains("needs a terminal"))
     }
+}
+
+/// Converts `files` certificates (`c1.pem`…) into `dir`/out under strace, which records the system
+/// calls named in `calls` in the order the kernel saw them, from every thread (-f), each
+/// descriptor shown with its path (-y); returns them as ``finishedCalls(_:)`` reads them.
+private func tracedConversion(of files: Int, in dir: TemporaryDirectory, calls: String) throws -> [(
+    line: Int, call: String
+)] {
+    let certificate = try String(contentsOfFile: f.encryption.certificate, encoding: .utf8)
+    let inputs = try (1...files).map { try dir.write("c\($0).pem", certificate) }
+    let trace = dir.file("sync.trace")
+    let result = try run(
+        "strace",
+        ["-f", "-qq", "-y", "-e", "trace=" + calls, "-o", trace, Binaries.dcprovision, "convert"] + inputs + [
+            "--out-dir", dir.file("out"),
+        ],
+        timeout: 60)
+    #expect(result.status == 0, "\(result.stderrText)")
+    return try finishedCalls(trace)
 }
 
 /// The calls in an `strace -f` log, each with the index of the line that shows its result. With

@@ -247,6 +247,8 @@ private final class RunningChild {
     let cancellation: ChildProcess.CancellationFlag
     let deadline: ContinuousClock.Instant
     let stdoutFD: Int32
+    /// A pidfd for the child (readable once it has exited), or -1 where the kernel has none.
+    let exitFD: Int32
     var stdinFD: Int32
     var input: [UInt8]
     var written = 0
@@ -269,6 +271,7 @@ private final class RunningChild {
         self.cancellation = cancellation
         deadline = ContinuousClock.now + limits.timeout
         stdoutFD = pipes.output[0]
+        exitFD = dc_pidfd_open(pid)
         openOutputs = [pipes.output[0], pipes.error[0]]
         input = stdin.withUnsafeBytes { Array($0) }
         stdinFD = pipes.input[1]
@@ -277,6 +280,7 @@ private final class RunningChild {
     }
 
     deinit {
+        if exitFD >= 0 { close(exitFD) }
         input.withUnsafeMutableBytes { SecretBytes.wipe($0) }
         closeStdin()
         stopReading()
@@ -331,9 +335,12 @@ private final class RunningChild {
             if graceIsOver() { break }
             var fds = openOutputs.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
             if stdinFD >= 0 { fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)) }
+            // Until the child has exited, its exit wakes the poll too (a grandchild may hold the
+            // pipes open): the exit grace starts at the exit, not at the next 50 ms tick.
+            if exitFD >= 0 && exitedAt == nil { fds.append(pollfd(fd: exitFD, events: Int16(POLLIN), revents: 0)) }
             let ready = poll(&fds, nfds_t(fds.count), 50)
             if ready < 0 && errno != EINTR { break }
-            for entry in fds where entry.revents != 0 {
+            for entry in fds where entry.revents != 0 && entry.fd != exitFD {
                 if entry.fd == stdinFD {
                     feedStdin()
                 } else {
@@ -376,7 +383,9 @@ private final class RunningChild {
         }
     }
 
-    /// Waits for the child itself (it may still run after closing its outputs), within the deadline.
+    /// Waits for the child itself, within the deadline: it may still run after closing its
+    /// outputs, and even when it is exiting, its pipes close a moment before it can be reaped.
+    /// The wait wakes at its exit (the pidfd), or every 5 ms where there is no pidfd.
     func reap() -> Int32 {
         var status: Int32 = 0
         while true {
@@ -384,7 +393,12 @@ private final class RunningChild {
             if result == pid { break }
             if result < 0 && errno != EINTR { break }
             enforceDeadline()
-            usleep(5000)
+            if exitFD >= 0 {
+                var exit = pollfd(fd: exitFD, events: Int16(POLLIN), revents: 0)
+                _ = poll(&exit, 1, 50)
+            } else {
+                usleep(5000)
+            }
         }
         return status
     }

@@ -17,7 +17,7 @@ struct Serve: AsyncParsableCommand {
             -AuthTokenCreationTime, or 101 Invalid Token, 102 Expired Token or 103 Revoked and no identity), \
             GET /health (200), GET /.well-known/jwks.json (the --jwks file). Other paths 404, other methods 405. \
             SIGHUP re-reads the revocation list and the JWKS file (both are also re-read when they change, \
-            checked at most every 100 ms). SIGTERM or SIGINT stops accepting, lets the requests in flight \
+            checked at most every 10 ms). SIGTERM or SIGINT stops accepting, lets the requests in flight \
             finish (10 s at most) and exits 0. Logs go to standard error (label dcverify); they never \
             contain a token, a challenge or a key. \
             --config FILE reads the same settings from a JSON object whose keys are the long flag names \

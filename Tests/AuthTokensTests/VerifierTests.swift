@@ -323,6 +323,23 @@ struct VerifierStateTests {
         #expect(wrong == 0)
     }
 
+    @Test("With the default check interval, a revocation written on disk is in force 20 ms later, without a restart")
+    func revocationInForceAtOnce() async throws {
+        let world = try TokenWorld()
+        let dir = try TemporaryDirectory("reload-default")
+        defer { dir.remove() }
+        let path = dir.file("revocations.json")
+        try RevocationList.empty.write(to: path)
+        try world.issuers.write(to: dir.file("issuers.json"))
+        let verifier = AuthTokenVerifier(
+            issuers: try Reloading(issuersAt: dir.file("issuers.json")), revocations: try Reloading(revocationsAt: path)
+        )
+        #expect(code(verifier.verify(world.token.compact, now: t0 + 10)) == 100)
+        try RevocationList(issued: 1, revokedDelegations: [world.delegation.claims.id]).write(to: path)
+        try await Task.sleep(for: .milliseconds(20))
+        #expect(code(verifier.verify(world.token.compact, now: t0 + 10)) == 103)
+    }
+
     @Test(
         "A revocation file replaced on disk takes effect within the check interval; a broken one keeps the last good list"
     )

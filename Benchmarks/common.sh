@@ -8,10 +8,16 @@
 #            agree with the peer's, byte for byte where the work is deterministic; it prints the
 #            timings but does not judge them (a debug build on a loaded CI machine says nothing
 #            about speed).
+#
+# BEFORE=DIR (optional) names an earlier build's products, as Benchmarks/build-before.sh prints it:
+# the runners of issue 17's goals then time it in the same rounds as the current build and print
+# the speed-up, before ÷ after. Smoke runs ignore it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[1]}")/.."
 smoke=${SMOKE:-0}
 if [ "$smoke" = 1 ]; then build_flags=(); else build_flags=(-c release --static-swift-stdlib); fi
+before=$([ "$smoke" = 1 ] || echo "${BEFORE:-}")
+if [ -n "$before" ] && [ ! -x "$before/dcprovision" ]; then echo "BEFORE=$before holds no dcprovision" >&2; exit 1; fi
 
 # A C compiler for the floors and helpers written in C: the system's, or the clang the Swift
 # toolchain brings.
@@ -54,5 +60,17 @@ smoke, what, value, op, target = sys.argv[1], sys.argv[2], float(sys.argv[3]), s
 met = {">=": value >= target, ">": value > target, "<=": value <= target, "<": value < target}[op]
 verdict = "smoke run, not judged" if smoke == "1" else ("met" if met else "NOT met")
 print(f"{what}: {value:g} (goal {op} {target:g}): {verdict}")
+PY
+}
+
+# speedup JSON BEFORE AFTER [WHAT]: from interleave.py's last line in the file JSON, prints
+# "speed-up WHAT: before B ms, after A ms, N.NNx (wall)".
+speedup() {
+  python3 - "$@" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+b, a = r[sys.argv[2]]["wall"], r[sys.argv[3]]["wall"]
+what = sys.argv[4] if len(sys.argv) > 4 else sys.argv[3]
+print(f"speed-up, {what}: before {b * 1000:.1f} ms, after {a * 1000:.1f} ms: {b / a:.2f}x (wall, same rounds)")
 PY
 }

@@ -45,11 +45,15 @@ chmod +x "$work/openssl-loop.sh"
 mkdir -p "$work/trash"
 trap 'rm -rf "$work/trash"' EXIT
 prepare="mv $work/out $work/trash/\$(date +%s%N) 2>/dev/null; mkdir -p $work/out"
+# With BEFORE (see common.sh), the earlier build converts in the same rounds.
+earlier=()
+[ -z "$before" ] || earlier=("before=$before/dcprovision convert $work/in/* --out-dir $work/out/x")
 echo "== dcprovision vs the floor ($fast_rounds rounds)"
 python3 Benchmarks/interleave.py "$fast_rounds" "$prepare" \
-  "dcprovision=$bin convert $work/in/* --out-dir $work/out/x" \
+  "dcprovision=$bin convert $work/in/* --out-dir $work/out/x" "${earlier[@]}" \
   "floor=$work/conversion-floor $work/out $work/in/*" \
   "floor-fsync=$work/conversion-floor --fsync $work/out $work/in/*" | tee "$work/fast.txt" | head -n -1
+[ -z "$before" ] || speedup "$work/fast.txt" before dcprovision "dcprovision convert, $pairs pairs"
 echo "== dcprovision vs the openssl CLI loop ($slow_rounds rounds)"
 python3 Benchmarks/interleave.py "$slow_rounds" "$prepare" \
   "dcprovision=$bin convert $work/in/* --out-dir $work/out/x" \

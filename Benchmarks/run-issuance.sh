@@ -54,16 +54,20 @@ done
 echo "profile identical to the openssl CLI's (4 certificates, keys, serials, dates, key identifiers and UUIDs aside)"
 
 cores=$(nproc)
-python3 - "$bin/dcbench" "$work" "$count" "$rounds" "$cli_count" "$cores" <<'PY'
+# With BEFORE (see common.sh), the earlier build's dcbench issues in the same rounds, as it can
+# (its own arguments: CA and count; one thread before issue 17).
+python3 - "$bin/dcbench" "$work" "$count" "$rounds" "$cli_count" "$cores" "$before" <<'PY'
 import re, statistics, subprocess, sys, time
-dcbench, work, count, rounds, cli_count, cores = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-def rate(width):
-    out = subprocess.run([dcbench, "issue", f"{work}/ca", count, width], check=True, capture_output=True, text=True).stdout
+dcbench, work, count, rounds, cli_count, cores, before = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
+def rate(width, tool=dcbench):
+    out = subprocess.run([tool, "issue", f"{work}/ca", count] + ([width] if width else []), check=True, capture_output=True, text=True).stdout
     return float(re.search(r"([0-9.]+) credentials/s", out).group(1))
-one, every, theirs = [], [], []
+one, every, theirs, earlier = [], [], [], []
 for _ in range(rounds):
     one.append(rate("1"))
     every.append(rate(cores))
+    if before:
+        earlier.append(rate(None, f"{before}/dcbench"))
     start = time.perf_counter()
     subprocess.run([f"{work}/openssl-issue.sh", f"{work}/ca", str(cli_count), f"{work}/openssl"], check=True)
     theirs.append(cli_count / (time.perf_counter() - start))
@@ -71,6 +75,10 @@ o, e, t = statistics.median(one), statistics.median(every), statistics.median(th
 print(f"testca, 1 thread:   {o:.0f} credentials/s  (runs: {', '.join(f'{x:.0f}' for x in one)})")
 print(f"testca, {cores} threads:  {e:.0f} credentials/s  (runs: {', '.join(f'{x:.0f}' for x in every)})")
 print(f"openssl-cli script: {t:.2f} credentials/s  (runs: {', '.join(f'{x:.2f}' for x in theirs)})")
+if before:
+    b = statistics.median(earlier)
+    print(f"before (its dcbench): {b:.0f} credentials/s  (runs: {', '.join(f'{x:.0f}' for x in earlier)})")
+    print(f"speed-up, test CA issuance: before {b:.0f}/s, after {e:.0f}/s on {cores} threads: {e / b:.2f}x (same rounds)")
 open(f"{work}/rates", "w").write(f"{o:.0f} {e:.0f} {t:.2f}\n")
 PY
 read -r one all cli < "$work/rates"

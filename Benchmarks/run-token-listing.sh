@@ -20,10 +20,14 @@ for i in $(seq -w 1 "$certificates"); do
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null -subj "/CN=Bench $i" -days 30 -outform DER -out "$work/c.der" 2>/dev/null
   pkcs11-tool --module $module --token-label Bench --login --pin 123456 --write-object "$work/c.der" --type cert --id "$(printf '%02x' $((10#$i)))" --label "cert $i" >/dev/null 2>&1
 done
+# With BEFORE (see common.sh), the earlier build lists in the same rounds.
+earlier=()
+[ -z "$before" ] || earlier=("before=$before/dcprovision objects 'pkcs11:token=Bench;type=cert' --module $module")
 python3 Benchmarks/interleave.py "$rounds" "true" \
-  "dcprovision=$bin/dcprovision objects 'pkcs11:token=Bench;type=cert' --module $module" \
+  "dcprovision=$bin/dcprovision objects 'pkcs11:token=Bench;type=cert' --module $module" "${earlier[@]}" \
   "pkcs11-tool=pkcs11-tool --module $module --token-label Bench -O --type cert" \
   "p11tool=p11tool --provider $module --list-all-certs 'pkcs11:token=Bench'" | tee "$work/times" | head -n -1
+[ -z "$before" ] || speedup "$work/times" before dcprovision "dcprovision objects, $certificates certificates"
 # The same certificates as pkcs11-tool lists: (id, label, subject) for each, in the same order.
 "$bin/dcprovision" objects 'pkcs11:token=Bench;type=cert' --module $module |
   sed -n 's/^certificate  id \([0-9a-f]*\)  "\(.*\)"  .*/\1 \2/p; s/^    subject: \(.*\)/\1/p' | paste - - >"$work/ours"

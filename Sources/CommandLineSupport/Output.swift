@@ -82,7 +82,7 @@ public enum Console {
     /// `text` as it may reach a terminal: every line's control characters escaped (the line
     /// breaks between lines stay).
     public static func escaped(_ text: String) -> String {
-        text.split(separator: "\n", omittingEmptySubsequences: false).map(\.escapingControlCharacters)
+        text.split(separator: "\n", omittingEmptySubsequences: false).map { $0.escapingControlCharacters }
             .joined(separator: "\n")
     }
 

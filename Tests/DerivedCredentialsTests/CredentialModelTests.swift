@@ -123,6 +123,27 @@ struct ErrorTests {
         #expect("abc\u{202E}fdp.exe".escapingControlCharacters == "abc\\u{202e}fdp.exe")
         #expect("Zoë Müller".escapingControlCharacters == "Zoë Müller")
     }
+
+    @Test("Escaping agrees with its definition for every scalar to U+3000: the fast path for clean text misses none")
+    func escapingEveryScalar() {
+        func escapes(_ value: UInt32) -> Bool {
+            switch value {
+            case 0x00...0x1F, 0x7F...0x9F, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+            default: false
+            }
+        }
+        var wrong: [UInt32] = []
+        for value in UInt32(0)...0x3000 where !(0xD800...0xDFFF).contains(value) {
+            let scalar = Unicode.Scalar(value)!
+            let expected = escapes(value) ? "a\\u{\(String(value, radix: 16))}b" : "a\(Character(scalar))b"
+            let text = "a" + String(Character(scalar)) + "b"
+            if text.escapingControlCharacters != expected || text.dropFirst(0).escapingControlCharacters != expected {
+                wrong.append(value)
+            }
+        }
+        #expect(wrong.isEmpty)
+        #expect("\u{1F600} ok".escapingControlCharacters == "\u{1F600} ok")
+    }
 }
 
 @Suite("Secret redaction", .ownThreads, .timeLimit(.minutes(3)))

@@ -1,4 +1,4 @@
-// swift-tools-version: 6.0
+// swift-tools-version: 6.1
 import PackageDescription
 
 let package = Package(
@@ -27,6 +27,18 @@ let package = Package(
         .plugin(name: "DCTestCredentials", targets: ["DCTestCredentials"]),
         // Tests only: a PKCS#11 module that wraps SoftHSM2 and injects PIN states and faults.
         .library(name: "DCFaultPKCS11", type: .dynamic, targets: ["DCFaultPKCS11"]),
+    ],
+    traits: [
+        .default(enabledTraits: ["DemoCompanions"]),
+        .trait(
+            name: "DemoCompanions",
+            description: """
+                dcprovision depends on the dcclient and dcverify executables, so that `swift run dcprovision demo` \
+                on a fresh clone builds them next to it. A dependency on an executable links its modules (for \
+                dcverify, the HTTP server; for dcclient, jwt-kit) into dcprovision, which costs every dcprovision \
+                process about a millisecond at start. scripts/install and the benchmarks build the three products \
+                one by one with --disable-default-traits instead.
+                """),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -204,13 +216,14 @@ let package = Package(
             path: "Plugins/DCTestCredentials"
         ),
 
-        // Thin CLI. It depends on the dcclient executable only so that `swift run dcprovision demo`
-        // on a fresh clone builds the reference client next to it: the demo launches it.
+        // Thin CLI. It depends on the dcclient and dcverify executables only so that `swift run
+        // dcprovision demo` on a fresh clone builds them next to it: the demo launches them.
         .executableTarget(
             name: "dcprovision",
             dependencies: [
-                // The demo runs them: `swift run dcprovision demo` builds them first.
-                "dcclient", "dcverify",
+                // The demo runs them: `swift run dcprovision demo` builds them first (see the trait).
+                .target(name: "dcclient", condition: .when(traits: ["DemoCompanions"])),
+                .target(name: "dcverify", condition: .when(traits: ["DemoCompanions"])),
                 "DerivedCredentials",
                 "SystemSupport",
                 "CredentialCoding",

@@ -1,6 +1,7 @@
 # Sourced by every Benchmarks/run-*.sh. Two modes:
 #
-#   default  the products built as scripts/install builds them (-c release --static-swift-stdlib),
+#   default  the products built as scripts/install builds them (-c release --static-swift-stdlib
+#            --disable-default-traits),
 #            full sizes, several rounds; each runner ends with its ratio against the peer and the
 #            goal, "met" or "NOT met".
 #   SMOKE=1  for CI (scripts/test): the debug build the tests already use (no release build paid
@@ -15,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[1]}")/.."
 smoke=${SMOKE:-0}
-if [ "$smoke" = 1 ]; then build_flags=(); else build_flags=(-c release --static-swift-stdlib); fi
+if [ "$smoke" = 1 ]; then build_flags=(); else build_flags=(-c release --static-swift-stdlib --disable-default-traits); fi
 before=$([ "$smoke" = 1 ] || echo "${BEFORE:-}")
 if [ -n "$before" ] && [ ! -x "$before/dcprovision" ]; then echo "BEFORE=$before holds no dcprovision" >&2; exit 1; fi
 

@@ -35,7 +35,7 @@ machine
 build_products dcbench dcprovision dcclient
 # A shared library: built as scripts/install builds it, without --static-swift-stdlib (in smoke
 # mode, the debug build).
-if [ "$smoke" = 1 ]; then module_build=(); else module_build=(-c release); fi
+if [ "$smoke" = 1 ]; then module_build=(); else module_build=(-c release --disable-default-traits); fi
 swift build "${module_build[@]}" --product dcclient-pkcs11 >/dev/null 2>&1 || {
   swift build "${module_build[@]}" --product dcclient-pkcs11 >&2
   exit 1

@@ -1,7 +1,8 @@
 // Small shims over glibc calls that Swift's Glibc module does not import, because glibc declares
-// them only under _GNU_SOURCE. Each one closes a descriptor leak between threads: a child that
-// another thread starts must never inherit a pipe end that is not its own (it would keep the pipe
-// open, and whoever waits for end-of-file would wait for that child's whole life).
+// them only under _GNU_SOURCE or not at all. The spawning ones close a descriptor leak between
+// threads: a child that another thread starts must never inherit a pipe end that is not its own (it
+// would keep the pipe open, and whoever waits for end-of-file would wait for that child's whole
+// life).
 #ifndef DC_SYSTEM_SHIM_H
 #define DC_SYSTEM_SHIM_H
 
@@ -41,10 +42,12 @@ static inline int dc_spawn_chdir(posix_spawn_file_actions_t *actions, const char
     return posix_spawn_file_actions_addchdir_np(actions, path);
 }
 
-// pidfd_open(2) (Linux 5.3): a descriptor for the process `pid` that polls readable once it has
-// exited (a zombie not yet reaped counts), so a parent waits for its child's exit with a timeout
-// instead of sleeping between tries. Close-on-exec from creation. -1 and errno on failure (ENOSYS
-// on an older kernel).
+// pidfd_open(2) (Linux 5.3), through syscall(2) because glibc 2.36 declares no wrapper in the
+// headers Swift imports and Swift cannot call the variadic syscall itself: a descriptor for the
+// process `pid` that polls readable once it has exited (a zombie not yet reaped counts), so a parent
+// waits for its child's exit with a timeout instead of sleeping between tries. Close-on-exec from
+// creation. -1 and errno on failure (ENOSYS on an older kernel, EPERM under a seccomp filter,
+// EMFILE); the caller then sleeps between tries as before.
 static inline int dc_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
 
 // The kernel key-retention service (keyrings(7)). glibc has no wrappers for add_key(2) and

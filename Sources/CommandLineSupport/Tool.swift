@@ -61,11 +61,15 @@ public enum Tool {
     /// cannot hurt it. A closed standard output or error is opened on /dev/null (so a file the
     /// command opens can never become fd 1 or 2 and receive its messages), a reader that goes away
     /// makes writes fail with EPIPE instead of killing the process with SIGPIPE, and a file-size
-    /// limit (RLIMIT_FSIZE) surfaces as EFBIG and a clean error instead of SIGXFSZ.
+    /// limit (RLIMIT_FSIZE) surfaces as EFBIG and a clean error instead of SIGXFSZ. SIGCHLD gets its
+    /// default back: a parent that ignores it passes that on through exec, and the kernel would
+    /// then reap every child itself and take its exit status (a failing plug-in's or scheme
+    /// handler's) with it.
     public static func startUp(name: String) {
         Console.setTool(name)
         signal(SIGPIPE, SIG_IGN)
         signal(SIGXFSZ, SIG_IGN)
+        signal(SIGCHLD, SIG_DFL)
         for descriptor: Int32 in [1, 2] where fcntl(descriptor, F_GETFD) == -1 && errno == EBADF {
             let null = open("/dev/null", O_WRONLY)
             guard null >= 0 else { continue }

@@ -151,8 +151,13 @@ public enum ChildProcess {
         }
         let run = RunningChild(pid: pid, pipes: pipes, stdin: stdin, limits: limits, cancellation: cancellation)
         run.collectOutput()
-        let status = run.reap()
+        let reaped = run.reap()
         if cancellation.isCancelled { throw CancellationError() }
+        guard let status = reaped else {
+            throw DCError(
+                .ioError, "the program's exit status was lost (was SIGCHLD ignored?)", subject: executable,
+                hint: "run it from a process that does not ignore SIGCHLD")
+        }
         let termination: Termination =
             (status & 0x7F) == 0 ? .exited((status >> 8) & 0xFF) : .signaled(status & 0x7F)
         return Outcome(
@@ -247,8 +252,11 @@ private final class RunningChild {
     let cancellation: ChildProcess.CancellationFlag
     let deadline: ContinuousClock.Instant
     let stdoutFD: Int32
-    /// A pidfd for the child (readable once it has exited), or -1 where the kernel has none.
+    /// A pidfd for the child (readable once it has exited), or -1 when `pidfd_open` failed.
     let exitFD: Int32
+    /// The pidfd reported the exit while `waitpid` could not reap the child yet (a tracer holds
+    /// it): from then on the pidfd, readable for good, is not polled again.
+    var exitReported = false
     var stdinFD: Int32
     var input: [UInt8]
     var written = 0
@@ -340,8 +348,13 @@ private final class RunningChild {
             if exitFD >= 0 && exitedAt == nil { fds.append(pollfd(fd: exitFD, events: Int16(POLLIN), revents: 0)) }
             let ready = poll(&fds, nfds_t(fds.count), 50)
             if ready < 0 && errno != EINTR { break }
-            for entry in fds where entry.revents != 0 && entry.fd != exitFD {
-                if entry.fd == stdinFD {
+            for entry in fds where entry.revents != 0 {
+                if entry.fd == exitFD {
+                    // Readable for good from now on: the exit grace starts, and the pidfd leaves
+                    // the poll set (also when the kernel reaped the child itself, which waitid
+                    // would never report).
+                    if exitedAt == nil { exitedAt = ContinuousClock.now }
+                } else if entry.fd == stdinFD {
                     feedStdin()
                 } else {
                     read(from: entry.fd, into: &chunk)
@@ -385,22 +398,24 @@ private final class RunningChild {
 
     /// Waits for the child itself, within the deadline: it may still run after closing its
     /// outputs, and even when it is exiting, its pipes close a moment before it can be reaped.
-    /// The wait wakes at its exit (the pidfd), or every 5 ms where there is no pidfd.
-    func reap() -> Int32 {
+    /// The wait wakes at its exit (the pidfd; the deadline and cancellation are looked at every
+    /// 10 ms meanwhile), or every 5 ms without a pidfd or once the pidfd has reported an exit that
+    /// cannot be reaped yet. Nil when the exit status is lost: the child was reaped by someone
+    /// else (the kernel does that when this process ignores SIGCHLD).
+    func reap() -> Int32? {
         var status: Int32 = 0
         while true {
             let result = waitpid(pid, &status, WNOHANG)
-            if result == pid { break }
-            if result < 0 && errno != EINTR { break }
+            if result == pid { return status }
+            if result < 0 && errno != EINTR { return nil }
             enforceDeadline()
-            if exitFD >= 0 {
+            if exitFD >= 0 && !exitReported {
                 var exit = pollfd(fd: exitFD, events: Int16(POLLIN), revents: 0)
-                _ = poll(&exit, 1, 50)
+                if poll(&exit, 1, 10) > 0 { exitReported = true }
             } else {
                 usleep(5000)
             }
         }
-        return status
     }
 
     func closeOutput(_ fd: Int32) {

@@ -144,4 +144,26 @@ struct ProviderCommandTests {
         #expect(failing.status == 64)
         #expect(failing.stderrText.contains("the provider reported usage: give the option dir=FOLDER once"))
     }
+
+    @Test("A plug-in's exit status is judged even when dcprovision was started with SIGCHLD ignored")
+    func ignoredSIGCHLD() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        // A plug-in that answers well-formed JSON and then exits 3: only its status gives it away.
+        let plugin = dir.file("dcprovider-liar")
+        try "#!/bin/sh\ncat > /dev/null\necho '{\"protocol\":1,\"credential\":{\"entries\":[]}}'\nexit 3\n"
+            .write(toFile: plugin, atomically: true, encoding: .utf8)
+        #expect(chmod(plugin, 0o755) == 0)
+        // A parent that ignores SIGCHLD passes that on through exec (python3 sets it, then execs).
+        let started = try run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                "import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); "
+                    + "os.execv(sys.argv[1], sys.argv[1:])",
+                Binaries.dcprovision, "inspect", "--provider", "exec:\(plugin)",
+            ], environment: try Sandbox.shared().environment, timeout: 60)
+        #expect(started.status == 69, "\(started.stderrText)")
+        #expect(started.stderrText.contains("the provider exited with status 3"), "\(started.stderrText)")
+    }
 }

@@ -221,7 +221,7 @@ let package = Package(
         .executableTarget(
             name: "dcprovision",
             dependencies: [
-                // The demo runs them: `swift run dcprovision demo` builds them first (see the trait).
+                // The demo runs them (see the DemoCompanions trait).
                 .target(name: "dcclient", condition: .when(traits: ["DemoCompanions"])),
                 .target(name: "dcverify", condition: .when(traits: ["DemoCompanions"])),
                 "DerivedCredentials",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds an earlier commit's products the way the runners build the current tree (release,
-# --static-swift-stdlib, as scripts/install does) and prints the directory that holds them:
+# Builds an earlier commit's products the way scripts/install built them at that commit (release,
+# --static-swift-stdlib, and --disable-default-traits from the commit that added the
+# DemoCompanions trait on) and prints the directory that holds them:
 #
 #   BEFORE=$(bash Benchmarks/build-before.sh COMMIT [DIR]) bash Benchmarks/run-conversion.sh
 #
@@ -16,10 +17,14 @@ if [ ! -e "$tree/Package.swift" ]; then
   mkdir -p "$tree"
   git archive "$commit" | tar -x -C "$tree"
 fi
+# The current checkout's resolved dependency versions, so that both builds use the same ones.
+[ -e "$tree/Package.resolved" ] || [ ! -e Package.resolved ] || cp Package.resolved "$tree/"
 cd "$tree"
+flags=(-c release --static-swift-stdlib)
+grep -q DemoCompanions Package.swift && flags+=(--disable-default-traits)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for product in dcprovision dcclient dcverify dcbench; do
-  swift build -c release --static-swift-stdlib --product "$product" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  swift build "${flags[@]}" --product "$product" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 done
-swift build -c release --static-swift-stdlib --show-bin-path
+swift build "${flags[@]}" --show-bin-path

@@ -227,8 +227,8 @@ struct Demo: AsyncParsableCommand, OutputCommand {
                     try DemoHTTP.get(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
                 }
                 var answer = try ask()
-                // dcverify looks at its files every 10 ms: ask again, for a second at most, until
-                // the answer is the expected one.
+                // dcverify looks at its files every trustFileCheckInterval: ask again, for a second
+                // at most, until the answer is the expected one.
                 let deadline = ContinuousClock.now + .seconds(1)
                 while let expected, !answer.fields.contains(where: { $0.value.contains(expected) }),
                     ContinuousClock.now < deadline
@@ -249,7 +249,7 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             try await run(
                 "Nothing is left to read; a retired app is set up afresh before it is used again", dcclient,
                 ["files", "get", "report.txt"], expectFailure: 77)
-            // dcverify notices the new revocation list within 10 ms (no restart).
+            // dcverify notices the new revocation list within trustFileCheckInterval (no restart).
             try await verify(
                 "The same token now: dcverify re-read the revocation list without a restart, and says Revoked",
                 until: "Revoked")

@@ -150,9 +150,15 @@ struct ProviderCommandTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         // A plug-in that answers well-formed JSON and then exits 3: only its status gives it away.
-        let plugin = dir.file("dcprovider-liar")
-        try "#!/bin/sh\ncat > /dev/null\necho '{\"protocol\":1,\"credential\":{\"entries\":[]}}'\nexit 3\n"
-            .write(toFile: plugin, atomically: true, encoding: .utf8)
+        let plugin = try dir.write(
+            "dcprovider-liar",
+            """
+            #!/bin/sh
+            cat > /dev/null
+            echo '{"protocol":1,"credential":{"entries":[]}}'
+            exit 3
+
+            """)
         #expect(chmod(plugin, 0o755) == 0)
         // A parent that ignores SIGCHLD passes that on through exec (python3 sets it, then execs).
         let started = try run(

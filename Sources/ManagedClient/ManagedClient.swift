@@ -139,7 +139,9 @@ public struct ManagedClient: Sendable {
         try publishRegistration(executable: executable)
         try AtomicFileSet.ensureDirectory(spool.directory)
         try trust(anchors: trustAnchors)
-        try unlock(passphrase: passphrase)
+        // Unlocked with the store key in hand: stretching the passphrase again would only prove
+        // what was sealed a moment ago, at the cost of a second PBKDF2.
+        try unlock(storeKey: storeKey)
     }
 
     /// A client id is what delivery URLs carry (`client=`): the one grammar of
@@ -268,6 +270,12 @@ public struct ManagedClient: Sendable {
                 .wrongPassphrase, "the passphrase does not unlock the client",
                 hint: "give the passphrase dcclient init was given; it is never retried")
         }
+        try unlock(storeKey: storeKey)
+    }
+
+    /// Keeps `storeKey` as the unlocked store key for the policy's auto-lock lifetime and
+    /// publishes that secure services are available: what unlocking does once the key is known.
+    func unlock(storeKey: SecretBytes) throws {
         let key = try unlockedKey
         try AtomicFileSet.ensureDirectory(key.runtimeDirectory)
         chmod(key.runtimeDirectory, 0o700)

@@ -39,15 +39,26 @@ public enum AtRest {
         }
     }
 
-    /// A 32-byte key from a passphrase: PBKDF2-HMAC-SHA-256.
+    /// The most PBKDF2 iterations ``deriveKey(passphrase:salt:iterations:)`` runs: about a second
+    /// here. The count comes from a file, which must not hold the process for hours.
+    public static let maximumIterations = 10_000_000
+
+    /// A 32-byte key from a passphrase: PBKDF2-HMAC-SHA-256 with `iterations` (1 to
+    /// ``maximumIterations``; otherwise `DCError/Code/invalid`). The same bytes as OpenSSL's
+    /// `PKCS5_PBKDF2_HMAC`, in half its time (see `dc_pbkdf2_hmac_sha256`).
     public static func deriveKey(passphrase: SecretBytes, salt: [UInt8], iterations: Int) throws -> SecretBytes {
+        guard (1...maximumIterations).contains(iterations) else {
+            throw DCError(
+                .invalid, "the key-derivation iteration count \(iterations) is outside 1…\(maximumIterations)",
+                hint: "the client's store is damaged or was altered: set the client up again (dcclient init)")
+        }
         var key = [UInt8](repeating: 0, count: 32)
         let ok = passphrase.withUnsafeBytes { pass in
-            PKCS5_PBKDF2_HMAC(
-                pass.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(pass.count), salt, Int32(salt.count),
-                Int32(iterations), EVP_sha256(), 32, &key)
+            dc_pbkdf2_hmac_sha256(
+                pass.baseAddress?.assumingMemoryBound(to: UInt8.self), pass.count, salt, salt.count,
+                UInt(iterations), &key, key.count)
         }
-        guard ok == 1 else { throw OpenSSL.failure("PKCS5_PBKDF2_HMAC") }
+        guard ok == 1 else { throw OpenSSL.failure("PBKDF2-HMAC-SHA-256") }
         return SecretBytes(consuming: &key)
     }
 }

@@ -236,28 +236,7 @@ enum IndexFormat {
         return .init(serial: fields[3], expires: expires, revoked: revoked, reason: reason, subject: fields[5])
     }
 
-    private static func formatter(_ format: String) -> DateFormatter {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = format
-        return formatter
-    }
+    static func time(_ date: Date) -> String { ASN1Time.text(date) ?? "" }
 
-    static func time(_ date: Date) -> String {
-        let year = Calendar(identifier: .gregorian).dateComponents(in: TimeZone(identifier: "UTC")!, from: date).year!
-        return formatter(year < 2050 ? "yyMMddHHmmss'Z'" : "yyyyMMddHHmmss'Z'").string(from: date)
-    }
-
-    static func date(_ text: String) -> Date? {
-        switch text.count {
-        case 13:
-            // UTCTime: 50–99 are 1950–1999.
-            guard let years = Int(text.prefix(2)) else { return nil }
-            let century = years >= 50 ? "19" : "20"
-            return formatter("yyyyMMddHHmmss'Z'").date(from: century + text)
-        case 15: return formatter("yyyyMMddHHmmss'Z'").date(from: text)
-        default: return nil
-        }
-    }
+    static func date(_ text: String) -> Date? { ASN1Time.date(text) }
 }

@@ -25,7 +25,7 @@ public struct JSONOutputOptions: ParsableArguments {
     public init() {}
 }
 
-/// A command whose output follows ``OutputOptions``: ``Tool/main(_:name:formerNames:)`` applies
+/// A command whose output follows ``OutputOptions``: ``Tool/main(_:name:formerNames:urlHandler:)`` applies
 /// them before the command's `run()`, so `run()` says only what the command does.
 public protocol OutputCommand: ParsableCommand {
     /// The command's `--quiet`.

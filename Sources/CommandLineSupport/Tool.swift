@@ -10,9 +10,13 @@ public enum Tool {
     /// returns; for a `DCError`, one line on standard error (`NAME: where: what; what to do`) and
     /// the error's sysexits status; for anything else, as swift-argument-parser does (usage
     /// errors exit 64, `--help` and `--version` 0).
-    public static func main<Root: ParsableCommand>(_ root: Root.Type, name: String, formerNames: FormerNames) async
-        -> Never
-    {
+    ///
+    /// With `urlHandler`, the command line the desktop runs for every URL it hands the tool,
+    /// exactly `NAME URL` with `NAME` the handler's command name, goes straight to
+    /// ``URLHandlingCommand/handle(url:)`` (see ``urlHandlerArgument(_:handler:)``).
+    public static func main<Root: ParsableCommand>(
+        _ root: Root.Type, name: String, formerNames: FormerNames, urlHandler: (any URLHandlingCommand.Type)? = nil
+    ) async -> Never {
         startUp(name: name)
         assert(
             unnamedCommands(in: root).isEmpty,
@@ -20,7 +24,12 @@ public enum Tool {
                 + "the name with String(describing:), whose protocol-conformance scans cost start-up time; unnamed: "
                 + unnamedCommands(in: root).map { String(describing: $0) }.joined(separator: ", "))
         do {
-            var command = try root.parseAsRoot(formerNames.rewrite(Array(CommandLine.arguments.dropFirst())))
+            let arguments = Array(CommandLine.arguments.dropFirst())
+            if let urlHandler, let url = urlHandlerArgument(arguments, handler: urlHandler) {
+                try await urlHandler.handle(url: url)
+                root.exit()
+            }
+            var command = try root.parseAsRoot(formerNames.rewrite(arguments))
             if let output = (command as? any OutputCommand)?.output { Console.setQuiet(output.quiet) }
             if var command = command as? any AsyncParsableCommand {
                 try await command.run()
@@ -31,6 +40,16 @@ public enum Tool {
         } catch {
             root.exit(withError: exitError(for: error))
         }
+    }
+
+    /// The URL in `arguments` when they are exactly `NAME URL`, `NAME` being `handler`'s command
+    /// name and `URL` not starting with `-`: the one command line the desktop runs a scheme
+    /// handler with. Anything else (a flag, `--`, a second argument) is nil, and is parsed.
+    public static func urlHandlerArgument(_ arguments: [String], handler: any URLHandlingCommand.Type) -> String? {
+        guard arguments.count == 2, arguments[0] == handler.configuration.commandName,
+            !arguments[1].hasPrefix("-")
+        else { return nil }
+        return arguments[1]
     }
 
     /// The commands in `root`'s tree (itself included) whose configuration leaves `commandName` to
@@ -79,4 +98,16 @@ public enum Tool {
             }
         }
     }
+}
+
+/// The command a tool's scheme handler registration runs (`TOOL handle-url %u`), once for every
+/// URL another program opens: launched far more often than any other, and by whoever opens a URL.
+///
+/// ``Tool/main(_:name:formerNames:urlHandler:)`` runs ``handle(url:)`` itself for the exact
+/// command line the desktop uses, so each message does not pay swift-argument-parser's
+/// reflection (about 1.5 ms of a process's start). The URL is judged by the same code either
+/// way; a command line with anything more (`--help`, a flag, `--`) is parsed as usual.
+public protocol URLHandlingCommand: AsyncParsableCommand {
+    /// Handles `url` as the command does when it is given no flag.
+    static func handle(url: String) async throws
 }

@@ -121,11 +121,10 @@ extension ManagedClient {
         }
         let lifetime = try CredentialLifetime(credential, now: now, window: 0)
         if let first = lifetime.unusable.first {
-            let formatter = ISO8601DateFormatter()
             let when =
                 first.state == .expired
-                ? "expired \(first.notAfter.map(formatter.string(from:)) ?? "?")"
-                : "is not valid before \(first.notBefore.map(formatter.string(from:)) ?? "?")"
+                ? "expired \(first.notAfter?.formatted(.iso8601) ?? "?")"
+                : "is not valid before \(first.notBefore?.formatted(.iso8601) ?? "?")"
             throw DCError(.credentialExpired, "the \(first.tag) certificate \(when): the credential cannot be used")
         }
         return credential

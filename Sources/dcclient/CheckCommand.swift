@@ -129,7 +129,6 @@ extension DCClient {
         private func print(
             _ lifetime: CredentialLifetime, statuses: [(CredentialTag, String, RevocationStatus)], due: Bool
         ) {
-            let formatter = ISO8601DateFormatter()
             for certificate in lifetime.certificates {
                 let place =
                     certificate.historyIndex.map { "\(certificate.tag) history \($0)" } ?? certificate.tag.rawValue
@@ -137,7 +136,7 @@ extension DCClient {
                     seconds >= 0 ? "\(seconds / 86400) days left" : "ended \(-seconds / 86400) days ago"
                 }
                 Console.print(
-                    "\(place.padding(toLength: 20, withPad: " ", startingAt: 0)) \(certificate.state.rawValue.padding(toLength: 14, withPad: " ", startingAt: 0)) until \(certificate.notAfter.map(formatter.string(from:)) ?? "?") (\(remaining ?? "?"))  \(certificate.subject.escapingControlCharacters)"
+                    "\(place.padding(toLength: 20, withPad: " ", startingAt: 0)) \(certificate.state.rawValue.padding(toLength: 14, withPad: " ", startingAt: 0)) until \(certificate.notAfter?.formatted(.iso8601) ?? "?") (\(remaining ?? "?"))  \(certificate.subject.escapingControlCharacters)"
                 )
             }
             for (tag, serial, status) in statuses {

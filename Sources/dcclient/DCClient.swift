@@ -26,7 +26,7 @@ struct DCClient: AsyncParsableCommand {
     static let formerNames = FormerNames(["init": ["scheme": "client-scheme"]])
 
     static func main() async {
-        await Tool.main(Self.self, name: "dcclient", formerNames: formerNames)
+        await Tool.main(Self.self, name: "dcclient", formerNames: formerNames, urlHandler: HandleURL.self)
     }
 }
 
@@ -160,7 +160,7 @@ extension DCClient {
         }
     }
 
-    struct HandleURL: AsyncParsableCommand, OutputCommand {
+    struct HandleURL: URLHandlingCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             commandName: "handle-url",
             abstract: "The x-scheme-handler entry point (deliveries, policies and auth-token delegations).")
@@ -169,14 +169,18 @@ extension DCClient {
         var allowOlder = false
         @OptionGroup var output: OutputOptions
 
-        func run() async throws {
+        func run() async throws { try await Self.handle(url, allowOlder: allowOlder) }
+
+        static func handle(url: String) async throws { try await handle(url, allowOlder: false) }
+
+        static func handle(_ url: String, allowOlder: Bool) async throws {
             let client = ManagedClient()
             switch try DeliveryMessage.parse(url, scheme: try client.setUpScheme()) {
             case .policy: return try await DCClient.handlePolicy(url, client: client)
             case .delegation:
                 let delegation = try client.handleDelegation(url)
                 return Console.say(
-                    "dcclient: auth-token delegation \(delegation.claims.id) kept, valid until \(ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(delegation.claims.expires))))"
+                    "dcclient: auth-token delegation \(delegation.claims.id) kept, valid until \(Date(timeIntervalSince1970: TimeInterval(delegation.claims.expires)).formatted(.iso8601))"
                 )
             default: break
             }
@@ -246,7 +250,7 @@ extension DCClient {
                 return
             }
             Console.print(
-                "\(credential.name.escapingControlCharacters)  serial \(credential.serialNumber.escapingControlCharacters)  expires \(ISO8601DateFormatter().string(from: credential.expirationDate))"
+                "\(credential.name.escapingControlCharacters)  serial \(credential.serialNumber.escapingControlCharacters)  expires \(credential.expirationDate.formatted(.iso8601))"
             )
             for entry in credential.entries {
                 let details = try CertificateDetails(entry.certificate)
@@ -290,7 +294,7 @@ extension DCClient {
             if format.json { return try printJSON("entry", try EntryView(entry)) }
             let details = try CertificateDetails(entry.certificate)
             Console.print(
-                "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage?.names ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter.map { ISO8601DateFormatter().string(from: $0) } ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"
+                "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage?.names ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter?.formatted(.iso8601) ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"
             )
         }
     }

@@ -99,7 +99,7 @@ extension DCClient {
             }
             guard let credential else { return Console.print("credential:       none installed") }
             Console.print(
-                "credential:       \(credential.name.escapingControlCharacters), \(credential.entries.map(\.tag.rawValue).joined(separator: ", ")), expires \(ISO8601DateFormatter().string(from: credential.expirationDate))"
+                "credential:       \(credential.name.escapingControlCharacters), \(credential.entries.map(\.tag.rawValue).joined(separator: ", ")), expires \(credential.expirationDate.formatted(.iso8601))"
             )
         }
     }

@@ -31,7 +31,7 @@ struct DCProvision: AsyncParsableCommand {
     ])
 
     static func main() async {
-        await Tool.main(Self.self, name: "dcprovision", formerNames: formerNames)
+        await Tool.main(Self.self, name: "dcprovision", formerNames: formerNames, urlHandler: HandleURL.self)
     }
 }
 

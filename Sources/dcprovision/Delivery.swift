@@ -82,9 +82,12 @@ struct Register: AsyncParsableCommand, OutputCommand {
         try files.add("config.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
         try files.commit(replacingExisting: true)
         try SchemeHandlers().register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
+        let service = try service(brand: brand, scheme: scheme)
         try Registrations.publish(
-            try service(brand: brand, scheme: scheme).registration(executable: Tool.executablePath),
-            at: locations.providerRegistration(scheme))
+            try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme))
+        // The files a verification service reads (its trusted issuer, the revocation list) exist
+        // from now on, so that dcverify can start before the first auth-token delegation.
+        _ = try service.issuingKey()
         Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
     }
 }
@@ -136,7 +139,7 @@ struct Unregister: AsyncParsableCommand, OutputCommand {
     }
 }
 
-struct HandleURL: AsyncParsableCommand, OutputCommand {
+struct HandleURL: URLHandlingCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         commandName: "handle-url",
         abstract: "The x-scheme-handler entry point: `new` requests, availability notices and `result` callbacks.")
@@ -144,7 +147,9 @@ struct HandleURL: AsyncParsableCommand, OutputCommand {
 
     @OptionGroup var output: OutputOptions
 
-    func run() async throws {
+    func run() async throws { try await Self.handle(url: url) }
+
+    static func handle(url: String) async throws {
         let locations = XDGDirectories()
         let config = try ProviderConfig.load(locations)
         let service = try service(brand: config.brand, scheme: config.scheme)
@@ -370,11 +375,10 @@ struct Status: AsyncParsableCommand, OutputCommand {
                             state: $0.state)
                     }))
         }
-        let formatter = ISO8601DateFormatter()
         for record in policies {
             let policy = record.policy
             let message = policy.message.isEmpty ? "" : " \"\(policy.message.escapingControlCharacters)\""
-            let sent = record.sent.map { "sent \(formatter.string(from: $0))" } ?? "queued"
+            let sent = record.sent.map { "sent \($0.formatted(.iso8601))" } ?? "queued"
             let ack =
                 record.authAcknowledgement.map {
                     "acknowledged policy \($0.sequence): \($0.state)\($0.message.isEmpty ? "" : " (\($0.message.escapingControlCharacters))")"
@@ -389,7 +393,7 @@ struct Status: AsyncParsableCommand, OutputCommand {
             let state = record.state
             let name = record.credentialName.isEmpty ? "-" : record.credentialName.escapingControlCharacters
             Console.print(
-                "\(formatter.string(from: record.created))  \(record.request)  \(record.clientScheme)  \(name)  \(state)"
+                "\(record.created.formatted(.iso8601))  \(record.request)  \(record.clientScheme)  \(name)  \(state)"
             )
         }
     }

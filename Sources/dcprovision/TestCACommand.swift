@@ -130,7 +130,7 @@ extension TestCACommand {
                 return reason
             }
             let (entry, changed) = try TestCA(directory: directory).revoke(serial: serial, reason: why)
-            let when = ISO8601DateFormatter().string(from: entry.revoked ?? Date())
+            let when = (entry.revoked ?? Date()).formatted(.iso8601)
             Console.say(
                 changed
                     ? "revoked \(entry.serial)\(why.map { " (\($0))" } ?? "") at \(when)"

@@ -300,3 +300,41 @@ struct ErrorHintTests {
         #expect(!result.stderrText.contains("pin-value"))
     }
 }
+
+@Suite("The scheme handlers' command line", .ownThreads, .timeLimit(.minutes(3)))
+struct HandlerCommandLineTests {
+    @Test(
+        "TOOL handle-url URL, as the desktop runs it, is judged as the parsed `handle-url -- URL`: same output, same status"
+    )
+    func directEntryMatchesParser() throws {
+        let tools = try Tools("handler-entry")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        let now = Int(Date().timeIntervalSince1970)
+        let signature = String(repeating: "5a", count: 64)
+        let hostile = [
+            "org.example.provider:/new?v=2&client=dcclient&request=\(String(repeating: "ab", count: 16))&time=\(now)&sig=\(signature)",
+            "org.example.provider:/result?v=2&request=\(String(repeating: "cd", count: 16))&status=ok&mac=00",
+            "org.example.dcclient:/policy?v=2&client=dcclient&seq=9&state=retired&autolock=1&message=&time=\(now)&sig=\(signature)",
+            "org.example.dcclient:/deliver?v=2&client=dcclient&request=\(String(repeating: "ef", count: 16))&digest=00&seq=1&sig=00",
+            "org.example.other:/new?v=2", "org.example.provider:/nothing", "", "not a URL\u{1b}[31m",
+            "org.example.provider:",
+        ]
+        for tool in ["dcprovision", "dcclient"] {
+            for url in hostile {
+                let direct = try tools.run(tool, ["handle-url", url])
+                let parsed = try tools.run(tool, ["handle-url", "--", url])
+                #expect(direct.status != 0, "\(tool) accepted \(url)")
+                #expect(
+                    direct.status == parsed.status && direct.stdoutText == parsed.stdoutText
+                        && direct.stderrText == parsed.stderrText,
+                    "\(tool) handle-url \(url): \(direct.status) \(direct.stderrText) vs \(parsed.status) \(parsed.stderrText)"
+                )
+            }
+            // Anything more than the URL goes to the parser: help, flags, a flag-like argument.
+            #expect(try tools.run(tool, ["handle-url", "--help"]).stdoutText.contains("USAGE:"))
+            let flagLike = try tools.run(tool, ["handle-url", "-x"])
+            #expect(flagLike.status == 64, "\(flagLike.stderrText)")
+        }
+    }
+}

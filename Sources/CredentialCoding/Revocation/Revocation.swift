@@ -59,7 +59,7 @@ public enum RevocationStatus: Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .good(let source): "good (\(source))"
         case .revoked(let reason, let date, let source):
-            "revoked \(ISO8601DateFormatter().string(from: date))\(reason.map { ", \($0)" } ?? "") (\(source))"
+            "revoked \(date.formatted(.iso8601))\(reason.map { ", \($0)" } ?? "") (\(source))"
         case .unknown(let why): "not checked: \(why)"
         }
     }

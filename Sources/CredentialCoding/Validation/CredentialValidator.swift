@@ -203,20 +203,19 @@ public struct CredentialValidator: Sendable {
     private func checkValidity(
         _ x509: X509Certificate, tag: CredentialTag, add: (String, Finding.Severity, String) -> Void
     ) {
-        let formatter = ISO8601DateFormatter()
         if let notBefore = x509.notBefore, notBefore > now {
-            add("not-yet-valid", .error, "not valid before \(formatter.string(from: notBefore))")
+            add("not-yet-valid", .error, "not valid before \(notBefore.formatted(.iso8601))")
         }
         guard let notAfter = x509.notAfter else { return }
         if notAfter < now {
             // Escrowed keys exist to decrypt old mail: an expired escrow certificate is expected.
             if tag == .escrow {
-                add("expired", .info, "expired \(formatter.string(from: notAfter)) (allowed for escrow)")
+                add("expired", .info, "expired \(notAfter.formatted(.iso8601)) (allowed for escrow)")
             } else {
-                add("expired", .error, "expired \(formatter.string(from: notAfter))")
+                add("expired", .error, "expired \(notAfter.formatted(.iso8601))")
             }
         } else if tag != .escrow && notAfter.timeIntervalSince(now) < expiryWarningInterval {
-            add("expires-soon", .warning, "expires \(formatter.string(from: notAfter))")
+            add("expires-soon", .warning, "expires \(notAfter.formatted(.iso8601))")
         }
     }
 }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdint.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -49,6 +50,10 @@ static inline int dc_spawn_chdir(posix_spawn_file_actions_t *actions, const char
 // creation. -1 and errno on failure (ENOSYS on an older kernel, EPERM under a seccomp filter,
 // EMFILE); the caller then sleeps between tries as before.
 static inline int dc_pidfd_open(pid_t pid) { return (int)syscall(SYS_pidfd_open, pid, 0); }
+
+// eventfd(2), close-on-exec and non-blocking: a counter one thread writes to wake another that
+// polls it. Swift's Glibc module does not import <sys/eventfd.h>.
+static inline int dc_eventfd_cloexec(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
 
 // The kernel key-retention service (keyrings(7)). glibc has no wrappers for add_key(2) and
 // keyctl(2) (they live in libkeyutils, which is not linked), and Swift cannot call the variadic

@@ -94,12 +94,24 @@ public enum ChildProcess {
         }
     }
 
-    /// A flag set from the cancellation handler and polled by the runner thread.
+    /// A flag set from the cancellation handler and read by the runner thread, whose poll also
+    /// waits on ``wakeDescriptor``: the child is killed at the cancellation, not at the poll's next
+    /// timeout.
     final class CancellationFlag: @unchecked Sendable {
         // Guarded by `lock`.
         private let lock = NSLock()
         private var cancelled = false
-        func cancel() { lock.withLock { cancelled = true } }
+        /// An eventfd that turns readable at the cancellation; -1 if none could be made, and the
+        /// cancellation is then seen at the poll's next timeout.
+        let wakeDescriptor = dc_eventfd_cloexec()
+
+        deinit { if wakeDescriptor >= 0 { close(wakeDescriptor) } }
+
+        func cancel() {
+            lock.withLock { cancelled = true }
+            var one: UInt64 = 1
+            if wakeDescriptor >= 0 { _ = write(wakeDescriptor, &one, MemoryLayout<UInt64>.size) }
+        }
         var isCancelled: Bool { lock.withLock { cancelled } }
     }
 
@@ -346,6 +358,9 @@ private final class RunningChild {
             // Until the child has exited, its exit wakes the poll too (a grandchild may hold the
             // pipes open): the exit grace starts at the exit, not at the next 50 ms tick.
             if exitFD >= 0 && exitedAt == nil { fds.append(pollfd(fd: exitFD, events: Int16(POLLIN), revents: 0)) }
+            // So does a cancellation, until the kill it brings (the eventfd stays readable).
+            let wakeFD = cancellation.wakeDescriptor
+            if wakeFD >= 0 && killedAt == nil { fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)) }
             let ready = poll(&fds, nfds_t(fds.count), 50)
             if ready < 0 && errno != EINTR { break }
             for entry in fds where entry.revents != 0 {
@@ -354,6 +369,8 @@ private final class RunningChild {
                     // the poll set (also when the kernel reaped the child itself, which waitid
                     // would never report).
                     if exitedAt == nil { exitedAt = ContinuousClock.now }
+                } else if entry.fd == wakeFD {
+                    continue  // the next turn's enforceDeadline() kills the group
                 } else if entry.fd == stdinFD {
                     feedStdin()
                 } else {

@@ -39,4 +39,36 @@ struct ChildProcessTests {
         #expect(outcome.lifetime >= .milliseconds(300))
         #expect(outcome.lifetime < .seconds(20))
     }
+
+    @Test("A cancelled run kills its child (SIGKILL to its process group) and throws CancellationError")
+    func cancellation() async throws {
+        let sandbox = try Sandbox("child-cancel")
+        defer { sandbox.remove() }
+        let pidFile = sandbox.file("pid")
+        let run = Task {
+            try await ChildProcess.run(
+                "/bin/sh",
+                arguments: ["-c", "echo $$ > '\(pidFile).tmp'; mv '\(pidFile).tmp' '\(pidFile)'; exec sleep 300"],
+                environment: sandbox.environment, limits: .init(timeout: .seconds(60)))
+        }
+        while !FileManager.default.fileExists(atPath: pidFile) { try await Task.sleep(for: .milliseconds(2)) }
+        let pid = try #require(
+            Int32(try String(contentsOfFile: pidFile, encoding: .utf8).trimmingCharacters(in: .newlines)))
+        #expect(Self.isAlive(pid))
+        run.cancel()
+        await #expect(throws: CancellationError.self) { try await run.value }
+        // Killed, and reaped by the runner: gone, not even a zombie. (How soon is a benchmark's
+        // business: the cancellation wakes the runner at once, see docs/BENCHMARKS.md.)
+        #expect(!Self.isAlive(pid), "the child \(pid) outlived the cancellation")
+        #expect(!FileManager.default.fileExists(atPath: "/proc/\(pid)"), "the child \(pid) was not reaped")
+    }
+
+    /// Whether `pid` is a live process: not gone, and not a zombie (`/proc/PID/stat`'s state).
+    static func isAlive(_ pid: Int32) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return false }
+        let state = stat[stat.index(after: close)...].split(separator: " ").first
+        return state != "Z" && state != "X"
+    }
 }

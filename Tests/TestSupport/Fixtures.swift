@@ -110,7 +110,7 @@ public final class OpenSSLFixtures: Sendable {
         if let keyUsage { lines.append("keyUsage=\(keyUsage)") }
         if let extendedKeyUsage { lines.append("extendedKeyUsage=\(extendedKeyUsage)") }
         lines += extra
-        try (lines.joined(separator: "\n") + "\n").write(toFile: extensions, atomically: true, encoding: .utf8)
+        try (lines.joined(separator: "\n") + "\n").write(toFile: extensions, atomically: false, encoding: .utf8)
         try runChecked(
             openssl,
             [
@@ -129,8 +129,8 @@ public final class OpenSSLFixtures: Sendable {
     ) throws -> String {
         let database = directory.file("\(name).db")
         try FileManager.default.createDirectory(atPath: database, withIntermediateDirectories: true)
-        try "".write(toFile: database + "/index.txt", atomically: true, encoding: .utf8)
-        try "01\n".write(toFile: database + "/crlnumber", atomically: true, encoding: .utf8)
+        try "".write(toFile: database + "/index.txt", atomically: false, encoding: .utf8)
+        try "01\n".write(toFile: database + "/crlnumber", atomically: false, encoding: .utf8)
         let configuration = database + "/ca.cnf"
         try """
         [ca]
@@ -141,7 +141,7 @@ public final class OpenSSLFixtures: Sendable {
         default_md = sha256
         default_crl_days = 7
 
-        """.write(toFile: configuration, atomically: true, encoding: .utf8)
+        """.write(toFile: configuration, atomically: false, encoding: .utf8)
         let signer = ["-config", configuration, "-keyfile", ca.key, "-cert", ca.certificate]
         for pair in revoked {
             try Self.openssl(["ca"] + signer + ["-revoke", pair.certificate, "-crl_reason", "keyCompromise"])

@@ -4,6 +4,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import Synchronization
 import SystemSupport
 
 /// The embedded default: the whole round trip in a throw-away sandbox, through real processes.
@@ -56,34 +57,62 @@ struct Demo: AsyncParsableCommand, OutputCommand {
 
         Console.say("Derived-credential round trip in a sandbox (\(sandbox))\n")
         var step = 0
-        func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil)
-            async throws
-        {
+        /// Runs one step's command in the sandbox.
+        @Sendable func launch(_ command: DemoStep) async throws -> ChildProcess.Outcome {
+            try await ChildProcess.run(
+                command.executable, arguments: command.arguments, environment: environment,
+                limits: .init(timeout: .seconds(60)))
+        }
+        /// Prints a step that ran: its number and title, its command line, its output, and whether
+        /// it ended as it should.
+        func report(_ command: DemoStep, _ outcome: ChildProcess.Outcome) throws {
             step += 1
-            Console.say("\(step). \(title)")
-            let shown = arguments.map { argument -> String in
+            Console.say("\(step). \(command.title)")
+            let shown = command.arguments.map { argument -> String in
                 let text = argument.replacingOccurrences(of: sandbox, with: "$SANDBOX")
                 return text.contains(" ") ? "'\(text)'" : text
             }
-            Console.say("   $ \((executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
-            let outcome = try await ChildProcess.run(
-                executable, arguments: arguments, environment: environment, limits: .init(timeout: .seconds(60)))
+            Console.say("   $ \((command.executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
             for line in String(decoding: outcome.stdout + outcome.stderr, as: UTF8.self).split(separator: "\n") {
                 Console.say("   " + line.replacingOccurrences(of: sandbox, with: "$SANDBOX"))
             }
-            guard outcome.termination == .exited(expectFailure ?? 0) else {
+            guard outcome.termination == .exited(command.expectFailure ?? 0) else {
                 throw DCError(.unknown, "demo step \(step) failed (\(outcome.termination))")
             }
-            if let expectFailure { Console.say("   (exit status \(expectFailure), as expected)") }
+            if let expectFailure = command.expectFailure {
+                Console.say("   (exit status \(expectFailure), as expected)")
+            }
             Console.say("")
         }
-        try await run("A test CA for the provider", dcprovision, ["testca", "init", sandbox + "/ca"])
-        try await run(
-            "The managed client sets up its encrypted store and publishes its registration", dcclient,
-            [
-                "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
-                "--passphrase-file", passphrase,
-            ])
+        func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil)
+            async throws
+        {
+            let command = DemoStep(title, executable, arguments, expectFailure: expectFailure)
+            try report(command, try await launch(command))
+        }
+        /// Runs steps that change nothing another of them reads (each reads only, or writes only its
+        /// own files) at the same time, and prints them in order.
+        func runTogether(_ commands: [DemoStep]) async throws -> [ChildProcess.Outcome] {
+            let outcomes = try await withThrowingTaskGroup(of: (Int, ChildProcess.Outcome).self) { group in
+                for (index, command) in commands.enumerated() { group.addTask { (index, try await launch(command)) } }
+                var outcomes = [ChildProcess.Outcome?](repeating: nil, count: commands.count)
+                for try await (index, outcome) in group { outcomes[index] = outcome }
+                return outcomes.compactMap { $0 }
+            }
+            return outcomes
+        }
+
+        // The provider's CA and the client's store are made in different directories.
+        let setUp = [
+            DemoStep("A test CA for the provider", dcprovision, ["testca", "init", sandbox + "/ca"]),
+            DemoStep(
+                "The managed client sets up its encrypted store and publishes its registration", dcclient,
+                [
+                    "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
+                    "--passphrase-file", passphrase,
+                ]),
+        ]
+        for (command, outcome) in zip(setUp, try await runTogether(setUp)) { try report(command, outcome) }
         try await run("The client registers as the handler of org.example.dcclient:", dcclient, ["register"])
         try await run(
             "The provider registers as the handler of org.example.dcprovision:", dcprovision,
@@ -96,82 +125,15 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         try await run(
             "The provider's operator pairs with the client: its signed requests are answered from now on",
             dcprovision, ["pair", "--client-scheme", "org.example.dcclient", "--user-id", "demo.user@example.com"])
-        try await run(
-            "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
-            dcclient, ["request"])
-        try await run("What the client holds (no key material is ever printed)", dcclient, ["list"])
-        // A correspondent encrypts to the client's certificate, as S/MIME mail does; the renewal
-        // below must keep it readable.
-        step += 1
-        Console.say(
-            "\(step). A correspondent encrypts a note to the client's encryption certificate (CMS, as in S/MIME mail)")
-        Console.say("   $ dcclient show encryption --pem > $SANDBOX/encryption.pem")
-        let shown = try await ChildProcess.run(
-            dcclient, arguments: ["show", "encryption", "--pem"], environment: environment,
-            limits: .init(timeout: .seconds(60)))
-        guard shown.termination == .exited(0) else { throw DCError(.unknown, "demo step \(step) failed") }
-        try Data(shown.stdout).write(to: URL(fileURLWithPath: sandbox + "/encryption.pem"))
-        let recipient = try CredentialReader().read(file: sandbox + "/encryption.pem").certificates[0]
-        let note = "Meet at the usual place at noon."
-        try Data(try Sealing.seal(SecretBytes(Array(note.utf8)), to: recipient))
-            .write(to: URL(fileURLWithPath: sandbox + "/note.p7m"))
-        Console.say("   (sealed \"\(note)\" to it: $SANDBOX/note.p7m)\n")
-        try await run("The client locks its secure services", dcclient, ["lock"])
-        try await run(
-            "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
-            dcprovision,
-            [
-                "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--provider-scheme",
-                "org.example.dcprovision",
-                "--client-scheme", "org.example.dcclient",
-            ], expectFailure: 69)
-        try await run(
-            "The same send with --queue: sealed and spooled now, queued until the client is available", dcprovision,
-            [
-                "send", "--queue", "--testca", sandbox + "/ca", "--option", "common-name=Demo User", "--name",
-                "Demo credential, renewed",
-                "--brand", "Example Provider", "--provider-scheme", "org.example.dcprovision", "--client-scheme",
-                "org.example.dcclient",
-            ])
-        try await run(
-            "The client unlocks and announces availability; the queued credential replaces the old one atomically",
-            dcclient,
-            ["unlock", "--passphrase-file", passphrase])
-        try await run("What the client holds now", dcclient, ["list"])
-        try await run(
-            "The renewal kept the old encryption key in the key history: the note still opens", dcclient,
-            ["decrypt", sandbox + "/note.p7m"])
-        // The managed app's life after the delivery: authorization, secure files, retire.
-        let scheme = ["--client-scheme", "org.example.dcclient"]
-        let report = sandbox + "/report.txt"
-        try Data("Quarterly report: confidential\n".utf8).write(to: URL(fileURLWithPath: report))
-        try await run(
-            "The app is managed: the provider's policy (sent when it paired) made it ready and authorized", dcclient,
-            ["status"])
-        try await run(
-            "The app keeps a file in secure storage (encrypted under the store key)", dcclient,
-            ["files", "put", "report.txt", report])
-        try await run("and reads it back", dcclient, ["files", "get", "report.txt"])
-        try await run(
-            "The provider withdraws the app's authorization, with a message for the user; the app acknowledges and locks",
-            dcprovision, ["unauthorize"] + scheme + ["--message", "Your device is out of compliance"])
-        try await run(
-            "Reads are refused now (notAuthorized), and the user sees why", dcclient,
-            ["files", "get", "report.txt"], expectFailure: 77)
-        try await run(
-            "The provider authorizes the app again: queued, since the app is locked", dcprovision,
-            ["authorize"] + scheme)
-        try await run(
-            "The user unlocks; the newest policy arrives with the availability notice", dcclient,
-            ["unlock", "--passphrase-file", passphrase])
-        try await run("The file reads again", dcclient, ["files", "get", "report.txt"])
-        try await run(
-            "The provider's record: each client's policy and acknowledgements, and its sends", dcprovision,
-            ["status"])
 
         // Auth tokens: the app proves who it is to its application server, which asks dcverify.
+        // The provider made the files it reads when it registered; the service starts now and
+        // comes up while the next steps run.
         step += 1
-        Console.say("\(step). The verification service application servers call starts, reading the provider's files")
+        let serverStep = step
+        Console.say(
+            "\(step). The verification service application servers call starts in the background, reading the provider's files"
+        )
         // The files the sandbox's provider keeps for verification services.
         let provider = try CredentialService(
             brand: "Example Provider", callbackScheme: "org.example.dcprovision",
@@ -182,11 +144,14 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             "--revocations", provider.revocationsPath, "--log-level", "warning",
         ]
         Console.say(
-            "   $ dcverify \(serveArguments.map { $0.replacingOccurrences(of: sandbox, with: "$SANDBOX") }.joined(separator: " ")) &"
+            "   $ dcverify \(serveArguments.map { $0.replacingOccurrences(of: sandbox, with: "$SANDBOX") }.joined(separator: " ")) &\n"
         )
+        let ended = ServerEnd()
         let server = Task {
-            try await ChildProcess.run(
+            let outcome = try await ChildProcess.run(
                 dcverify, arguments: serveArguments, environment: environment, limits: .init(timeout: .seconds(120)))
+            ended.outcome.withLock { $0 = outcome }
+            return outcome
         }
         // Cancelling the task kills dcverify; waiting for it means no server outlives the demo.
         func stopServer() async {
@@ -194,15 +159,99 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             _ = try? await server.value
         }
         do {
+            try await run(
+                "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
+                dcclient, ["request"])
+            // Three reads of what was installed.
+            let installed = [
+                DemoStep("What the client holds (no key material is ever printed)", dcclient, ["list"]),
+                DemoStep(
+                    "A correspondent encrypts a note to the client's encryption certificate (CMS, as in S/MIME mail)",
+                    dcclient, ["show", "encryption", "--pem"]),
+                DemoStep(
+                    "The app is managed: the provider's policy (sent when it paired) made it ready and authorized",
+                    dcclient, ["status"]),
+            ]
+            let read = try await runTogether(installed)
+            try report(installed[0], read[0])
+            // The correspondent keeps the certificate and encrypts to it; the renewal below must
+            // keep the note readable.
+            step += 1
+            Console.say("\(step). \(installed[1].title)")
+            Console.say("   $ dcclient show encryption --pem > $SANDBOX/encryption.pem")
+            guard read[1].termination == .exited(0) else { throw DCError(.unknown, "demo step \(step) failed") }
+            try Data(read[1].stdout).write(to: URL(fileURLWithPath: sandbox + "/encryption.pem"))
+            let recipient = try CredentialReader().read(file: sandbox + "/encryption.pem").certificates[0]
+            let note = "Meet at the usual place at noon."
+            try Data(try Sealing.seal(SecretBytes(Array(note.utf8)), to: recipient))
+                .write(to: URL(fileURLWithPath: sandbox + "/note.p7m"))
+            Console.say("   (sealed \"\(note)\" to it: $SANDBOX/note.p7m)\n")
+            try report(installed[2], read[2])
+
+            // The managed app's life after the delivery: secure files, authorization, a renewal
+            // queued while the app is locked, retire.
+            let scheme = ["--client-scheme", "org.example.dcclient"]
+            let reportFile = sandbox + "/report.txt"
+            try Data("Quarterly report: confidential\n".utf8).write(to: URL(fileURLWithPath: reportFile))
+            try await run(
+                "The app keeps a file in secure storage (encrypted under the store key)", dcclient,
+                ["files", "put", "report.txt", reportFile])
+            try await run("and reads it back", dcclient, ["files", "get", "report.txt"])
+            try await run(
+                "The provider withdraws the app's authorization, with a message for the user; the app acknowledges and locks",
+                dcprovision, ["unauthorize"] + scheme + ["--message", "Your device is out of compliance"])
+            try await run(
+                "Reads are refused now (notAuthorized), and the user sees why", dcclient,
+                ["files", "get", "report.txt"], expectFailure: 77)
+            try await run(
+                "The provider authorizes the app again: queued, since the app is locked", dcprovision,
+                ["authorize"] + scheme)
+            let send = [
+                "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--provider-scheme",
+                "org.example.dcprovision", "--client-scheme", "org.example.dcclient",
+            ]
+            try await run(
+                "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
+                dcprovision, send, expectFailure: 69)
+            try await run(
+                "The same send with --queue: sealed and spooled now, queued until the client is available",
+                dcprovision,
+                send + ["--queue", "--option", "common-name=Demo User", "--name", "Demo credential, renewed"])
+            try await run(
+                "The user unlocks and the client announces availability: the newest policy arrives first, then the queued credential replaces the old one atomically",
+                dcclient, ["unlock", "--passphrase-file", passphrase])
+            // Four reads of the unlocked, renewed client and of the provider's record.
+            let renewed = [
+                DemoStep("What the client holds now", dcclient, ["list"]),
+                DemoStep(
+                    "The renewal kept the old encryption key in the key history: the note still opens", dcclient,
+                    ["decrypt", sandbox + "/note.p7m"]),
+                DemoStep("The file reads again", dcclient, ["files", "get", "report.txt"]),
+                DemoStep(
+                    "The provider's record: each client's policy and acknowledgements, and its sends", dcprovision,
+                    ["status"]),
+            ]
+            for (command, outcome) in zip(renewed, try await runTogether(renewed)) { try report(command, outcome) }
+
             var port: Int?
-            for _ in 0..<3000 where port == nil {
+            let listening = ContinuousClock.now + .seconds(30)
+            while port == nil, ContinuousClock.now < listening {
                 port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap {
                     Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
                 }
-                if port == nil { try await Task.sleep(for: .milliseconds(10)) }
+                if port != nil { break }
+                if let outcome = ended.outcome.withLock({ $0 }) {
+                    let message = String(decoding: outcome.stderr, as: UTF8.self)
+                        .replacingOccurrences(of: sandbox, with: "$SANDBOX")
+                        .trimmingCharacters(in: .whitespacesAndNewlines)
+                    throw DCError(
+                        .notReady, "demo step \(serverStep): dcverify ended (\(outcome.termination)): \(message)")
+                }
+                try await Task.sleep(for: .milliseconds(2))
             }
-            guard let port else { throw DCError(.notReady, "demo step \(step): dcverify did not start listening") }
-            Console.say("   listening on 127.0.0.1:\(port)\n")
+            guard let port else {
+                throw DCError(.notReady, "demo step \(serverStep): dcverify did not start listening")
+            }
 
             let challenge = try Digests.random(12).withUnsafeBytes { Digests.hex(Array($0)) }
             step += 1
@@ -222,7 +271,9 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             func verify(_ title: String, until expected: String? = nil) async throws {
                 step += 1
                 Console.say("\(step). \(title)")
-                Console.say("   GET http://127.0.0.1:\(port)/verifyGDAuthToken with X-Good-GD-AuthToken: <the token>")
+                Console.say(
+                    "   GET http://127.0.0.1:\(port)/verifyGDAuthToken with X-Good-GD-AuthToken: <the token> (dcverify, started at step \(serverStep))"
+                )
                 func ask() throws -> (status: Int, fields: [(name: String, value: String)]) {
                     try DemoHTTP.get(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
                 }
@@ -259,8 +310,29 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         }
         await stopServer()
         let elapsed = ContinuousClock.now - started
-        Console.say(
-            "Done in \(elapsed.formatted(.units(allowed: [.seconds, .milliseconds], width: .narrow))).\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"
-        )
+        let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+        Console.say("Done in \(milliseconds) ms.\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")")
+    }
+}
+
+/// How the demo's background dcverify ended, if it did: set by the task that waits for it, read
+/// while the demo waits for it to listen, so that a server that failed to start says why at once.
+private final class ServerEnd: Sendable {
+    let outcome = Mutex<ChildProcess.Outcome?>(nil)
+}
+
+/// One step of the demo: what it shows, and the command that shows it.
+struct DemoStep: Sendable {
+    let title: String
+    let executable: String
+    let arguments: [String]
+    /// The exit status the step must end with when it shows a refusal; nil for success.
+    let expectFailure: Int32?
+
+    init(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil) {
+        self.title = title
+        self.executable = executable
+        self.arguments = arguments
+        self.expectFailure = expectFailure
     }
 }

@@ -221,6 +221,37 @@ public struct CredentialService: Sendable {
         public var steps: [String]
     }
 
+    /// What a send checks before it looks at the credential, and refuses on: the client is
+    /// registered and speaks this protocol, its policy authorizes it, and its secure services are
+    /// available (or the send may be queued). Returns the client's registration; `progress` gets
+    /// the steps that passed. ``send(_:clientScheme:validator:queueIfUnavailable:answering:progress:)``
+    /// begins with it; a caller that must first make the credential (issue it, log in to a card)
+    /// calls it before that, so a send that would be refused makes nothing.
+    public func checkCanSend(
+        clientScheme: String, queueIfUnavailable: Bool, progress: (String) -> Void = { _ in }
+    ) throws -> ClientRegistration {
+        switch try support(clientScheme: clientScheme) {
+        case .missingClient: throw Self.missingClient("for \(clientScheme):")
+        case .oldClient:
+            throw DCError(.oldClient, "the managed client speaks an older delivery protocol", hint: "update the client")
+        case .present: progress("client support: present (protocol \(ClientRegistration.currentProtocol))")
+        }
+        let registration = try registration(clientScheme)
+        // Nothing, not even a credential, goes to a client that is not authorized.
+        try checkAuthorized(registration)
+        let available = registration.servicesAvailable
+        guard available || queueIfUnavailable else {
+            throw DCError(
+                .serviceUnavailable, "the client's secure services are locked",
+                hint: "unlock the client (dcclient unlock) and send again, or send with --queue")
+        }
+        progress(
+            available
+                ? "can send: the client's secure services are available"
+                : "can send: not now (the client is locked); the delivery will be queued")
+        return registration
+    }
+
     /// Sends `credential` to the client registered for `clientScheme`:
     /// support → can send → validation → seal → spool → open the delivery URL → the result.
     ///
@@ -239,25 +270,9 @@ public struct CredentialService: Sendable {
         var steps: [String] = [] {
             didSet { progress(steps.last!) }
         }
-        switch try support(clientScheme: clientScheme) {
-        case .missingClient: throw Self.missingClient("for \(clientScheme):")
-        case .oldClient:
-            throw DCError(.oldClient, "the managed client speaks an older delivery protocol", hint: "update the client")
-        case .present: steps.append("client support: present (protocol \(ClientRegistration.currentProtocol))")
-        }
-        let registration = try registration(clientScheme)
-        // Nothing, not even a credential, goes to a client that is not authorized.
-        try checkAuthorized(registration)
+        let registration = try checkCanSend(
+            clientScheme: clientScheme, queueIfUnavailable: queueIfUnavailable, progress: { steps.append($0) })
         let available = registration.servicesAvailable
-        guard available || queueIfUnavailable else {
-            throw DCError(
-                .serviceUnavailable, "the client's secure services are locked",
-                hint: "unlock the client (dcclient unlock) and send again, or send with --queue")
-        }
-        steps.append(
-            available
-                ? "can send: the client's secure services are available"
-                : "can send: not now (the client is locked); the delivery will be queued")
         let verdict = validator.validate(credential)
         guard verdict.passes() else {
             if let failure = verdict.revocationFailure { throw failure }

@@ -254,15 +254,18 @@ struct Send: AsyncParsableCommand, OutputCommand {
             }
             expiry = parsed
         }
+        let service = try service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))
+        let clientScheme = try SchemeHandlers.normalize(scheme: clientScheme)
+        // A send that would be refused (no client, not authorized, locked without --queue) issues
+        // nothing and touches no card; send(…) checks again, and says what passed.
+        _ = try service.checkCanSend(clientScheme: clientScheme, queueIfUnavailable: queue)
         let provided = try await source.provide(passphrase: passphrase)
         var credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
         if let recoveryKey { credential = try await recovered(into: credential, recoveryKey: recoveryKey) }
         let validator = CredentialValidator(intermediates: provided.chain, revocation: try source.revocationPolicy())
-        _ = try await service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))
-            .send(
-                credential, clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), validator: validator,
-                queueIfUnavailable: queue
-            ) { Console.say($0) }
+        _ = try await service.send(
+            credential, clientScheme: clientScheme, validator: validator, queueIfUnavailable: queue
+        ) { Console.say($0) }
     }
 }
 

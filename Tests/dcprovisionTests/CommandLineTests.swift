@@ -338,3 +338,30 @@ struct HandlerCommandLineTests {
         }
     }
 }
+
+@Suite("A send that would be refused makes nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct RefusedSendTests {
+    @Test(
+        "A send to a locked client exits 69 before the source is asked: the test CA issues nothing (index.txt unchanged)"
+    )
+    func lockedClientIssuesNothing() throws {
+        let tools = try Tools("refused-send")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.check("dcclient", ["lock"])
+        let index = tools.sandbox.file("ca/index.txt")
+        // The CA has issued nothing yet: no index at all.
+        let before = (try? readText(index)) ?? ""
+        let send = [
+            "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",
+            "--client-scheme", "org.example.dcclient",
+        ]
+        let refused = try tools.run("dcprovision", send)
+        #expect(refused.status == 69, "\(refused.stderrText)")
+        #expect(refused.stderrText.contains("the client's secure services are locked"), "\(refused.stderrText)")
+        #expect(((try? readText(index)) ?? "") == before, "the test CA issued for a send that was refused")
+        // With --queue the same send issues, seals and queues.
+        try tools.check("dcprovision", send + ["--queue"])
+        #expect(((try? readText(index)) ?? "") != before)
+    }
+}

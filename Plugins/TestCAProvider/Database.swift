@@ -199,7 +199,7 @@ extension TestCA {
 
     private func writeIndex(_ index: [IndexEntry]) throws {
         var files = AtomicFileSet(directory: directory)
-        try files.add("index.txt", .bytes(Array(index.map(IndexFormat.line).joined().utf8)), mode: 0o644)
+        try files.add("index.txt", .bytes(Array(try index.map(IndexFormat.line).joined().utf8)), mode: 0o644)
         // openssl ca reads this beside index.txt; without it, it warns on every run.
         try files.add("index.txt.attr", .bytes(Array("unique_subject = no\n".utf8)), mode: 0o644)
         try files.commit(replacingExisting: true)
@@ -209,14 +209,16 @@ extension TestCA {
 /// The lines of OpenSSL's CA database, as `openssl ca` writes them and `openssl ocsp -index` reads
 /// them: six tab-separated fields, times as UTCTime (GeneralizedTime from 2050).
 enum IndexFormat {
-    static func line(_ entry: TestCA.IndexEntry) -> String {
+    static func line(_ entry: TestCA.IndexEntry) throws -> String {
         var revocation = ""
         if let revoked = entry.revoked {
-            revocation = time(revoked) + (entry.reason.map { "," + $0.rawValue } ?? "")
+            revocation = try time(revoked) + (entry.reason.map { "," + $0.rawValue } ?? "")
         }
         let subject = String(entry.subject.map { $0 == "\t" || $0 == "\n" || $0 == "\r" ? " " : $0 })
-        return [entry.revoked == nil ? "V" : "R", time(entry.expires), revocation, entry.serial, "unknown", subject]
-            .joined(separator: "\t") + "\n"
+        return [
+            entry.revoked == nil ? "V" : "R", try time(entry.expires), revocation, entry.serial, "unknown", subject,
+        ]
+        .joined(separator: "\t") + "\n"
     }
 
     static func parse(_ line: String) -> TestCA.IndexEntry? {
@@ -236,7 +238,12 @@ enum IndexFormat {
         return .init(serial: fields[3], expires: expires, revoked: revoked, reason: reason, subject: fields[5])
     }
 
-    static func time(_ date: Date) -> String { ASN1Time.text(date) ?? "" }
+    static func time(_ date: Date) throws -> String {
+        guard let text = ASN1Time.text(date) else {
+            throw DCError(.invalid, "\(date) cannot be written as an X.509 time", hint: "use a date from 0 to 9999")
+        }
+        return text
+    }
 
     static func date(_ text: String) -> Date? { ASN1Time.date(text) }
 }

@@ -150,7 +150,8 @@ static inline long dc_pbe_iterations(const X509_ALGOR *alg, int *known) {
 // Here the HMAC's inner and outer states are computed once and copied as plain structures, the
 // same bytes (the tests compare with `openssl kdf`) in half the time. Everything derived from the
 // passphrase is wiped before returning. Returns 0, writing nothing, for a count of 0 or a key
-// longer than 32 bytes.
+// longer than 32 bytes. The low-level SHA-256 calls do not go through providers: on a system
+// configured for FIPS, this stretching runs outside the FIPS module.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 static inline int dc_pbkdf2_hmac_sha256(const unsigned char *pass, size_t passlen, const unsigned char *salt,
@@ -161,7 +162,11 @@ static inline int dc_pbkdf2_hmac_sha256(const unsigned char *pass, size_t passle
     SHA256_CTX inner, outer, ctx;
     if (iterations < 1 || outlen > sizeof t) return 0;
     if (passlen > SHA256_CBLOCK) {
-        SHA256(pass, passlen, key);
+        // A key longer than the block is its digest (RFC 2104), through the same low-level
+        // calls, which cannot fail (the one-shot SHA256 can, and would leave the key zero).
+        SHA256_Init(&ctx);
+        SHA256_Update(&ctx, pass, passlen);
+        SHA256_Final(key, &ctx);
     } else if (passlen > 0) {
         memcpy(key, pass, passlen);
     }

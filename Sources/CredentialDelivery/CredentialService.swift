@@ -386,6 +386,9 @@ public struct CredentialService: Sendable {
         // be replayed later, once the policy would let it through.
         try ledger.reserve(request: request, clientScheme: registration.scheme, now: now)
         do {
+            // A request that the send would refuse (the client not authorized) issues nothing and
+            // touches no card.
+            _ = try checkCanSend(clientScheme: registration.scheme, queueIfUnavailable: queueIfUnavailable)
             try applyCardPolicy(fromCard: fromCard, registration: registration, pairing: pairing, now: now)
             // Counted against the hourly limit from now on: the card is about to be used.
             if fromCard, var record = ledger.record(request) {

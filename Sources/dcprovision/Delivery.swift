@@ -81,13 +81,14 @@ struct Register: AsyncParsableCommand, OutputCommand {
         var files = AtomicFileSet(directory: directory)
         try files.add("config.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
         try files.commit(replacingExisting: true)
-        try SchemeHandlers().register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
         let service = try service(brand: brand, scheme: scheme)
+        // The files a verification service reads (its trusted issuer, the revocation list) exist
+        // before the provider is announced, so that dcverify can start before the first
+        // auth-token delegation.
+        _ = try service.issuingKey()
+        try SchemeHandlers().register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
         try Registrations.publish(
             try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme))
-        // The files a verification service reads (its trusted issuer, the revocation list) exist
-        // from now on, so that dcverify can start before the first auth-token delegation.
-        _ = try service.issuingKey()
         Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
     }
 }

@@ -148,10 +148,17 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         )
         let ended = ServerEnd()
         let server = Task {
-            let outcome = try await ChildProcess.run(
-                dcverify, arguments: serveArguments, environment: environment, limits: .init(timeout: .seconds(120)))
-            ended.outcome.withLock { $0 = outcome }
-            return outcome
+            let result: Result<ChildProcess.Outcome, any Error>
+            do {
+                result = .success(
+                    try await ChildProcess.run(
+                        dcverify, arguments: serveArguments, environment: environment,
+                        limits: .init(timeout: .seconds(120))))
+            } catch {
+                result = .failure(error)
+            }
+            ended.result.withLock { $0 = result }
+            return try result.get()
         }
         // Cancelling the task kills dcverify; waiting for it means no server outlives the demo.
         func stopServer() async {
@@ -179,7 +186,9 @@ struct Demo: AsyncParsableCommand, OutputCommand {
             step += 1
             Console.say("\(step). \(installed[1].title)")
             Console.say("   $ dcclient show encryption --pem > $SANDBOX/encryption.pem")
-            guard read[1].termination == .exited(0) else { throw DCError(.unknown, "demo step \(step) failed") }
+            guard read[1].termination == .exited(0) else {
+                throw DCError(.unknown, "demo step \(step) failed (\(read[1].termination))")
+            }
             try Data(read[1].stdout).write(to: URL(fileURLWithPath: sandbox + "/encryption.pem"))
             let recipient = try CredentialReader().read(file: sandbox + "/encryption.pem").certificates[0]
             let note = "Meet at the usual place at noon."
@@ -240,12 +249,16 @@ struct Demo: AsyncParsableCommand, OutputCommand {
                     Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
                 }
                 if port != nil { break }
-                if let outcome = ended.outcome.withLock({ $0 }) {
+                switch ended.result.withLock({ $0 }) {
+                case .success(let outcome):
                     let message = String(decoding: outcome.stderr, as: UTF8.self)
                         .replacingOccurrences(of: sandbox, with: "$SANDBOX")
                         .trimmingCharacters(in: .whitespacesAndNewlines)
                     throw DCError(
                         .notReady, "demo step \(serverStep): dcverify ended (\(outcome.termination)): \(message)")
+                case .failure(let error):
+                    throw DCError(.notReady, "demo step \(serverStep): dcverify did not start: \(error)")
+                case nil: break
                 }
                 try await Task.sleep(for: .milliseconds(2))
             }
@@ -318,7 +331,7 @@ struct Demo: AsyncParsableCommand, OutputCommand {
 /// How the demo's background dcverify ended, if it did: set by the task that waits for it, read
 /// while the demo waits for it to listen, so that a server that failed to start says why at once.
 private final class ServerEnd: Sendable {
-    let outcome = Mutex<ChildProcess.Outcome?>(nil)
+    let result = Mutex<Result<ChildProcess.Outcome, any Error>?>(nil)
 }
 
 /// One step of the demo: what it shows, and the command that shows it.

@@ -6,10 +6,14 @@ import Foundation
 /// (RFC 5280, 4.1.2.5). OpenSSL writes and reads them, without the locale machinery a date
 /// formatter loads at its first use.
 public enum ASN1Time {
-    /// `date`, to the second, in the form RFC 5280 gives its year; nil for a date OpenSSL cannot
-    /// represent.
+    /// `date`, to the second, in the form RFC 5280 gives its year (a year before 1950 is a
+    /// GeneralizedTime too); nil for a date OpenSSL cannot represent.
     public static func text(_ date: Date) -> String? {
-        guard let time = ASN1_TIME_set(nil, time_t(date.timeIntervalSince1970.rounded(.down))) else { return nil }
+        guard let seconds = time_t(exactly: date.timeIntervalSince1970.rounded(.down)) else { return nil }
+        guard let time = ASN1_TIME_set(nil, seconds) else {
+            ERR_clear_error()
+            return nil
+        }
         defer { ASN1_TIME_free(time) }
         guard let bytes = ASN1_STRING_get0_data(time) else { return nil }
         return String(decoding: UnsafeBufferPointer(start: bytes, count: Int(ASN1_STRING_length(time))), as: UTF8.self)
@@ -24,7 +28,14 @@ public enum ASN1Time {
             let time = ASN1_TIME_new()
         else { return nil }
         defer { ASN1_TIME_free(time) }
-        guard ASN1_TIME_set_string(time, text) == 1 else { return nil }
+        // Each form by its own parser: ASN1_TIME_set_string would also take a GeneralizedTime
+        // without seconds, which is 13 characters too.
+        let parsed =
+            digits.count == 12 ? ASN1_UTCTIME_set_string(time, text) : ASN1_GENERALIZEDTIME_set_string(time, text)
+        guard parsed == 1 else {
+            ERR_clear_error()
+            return nil
+        }
         return X509Certificate.date(time)
     }
 }

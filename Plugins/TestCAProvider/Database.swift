@@ -223,12 +223,14 @@ enum IndexFormat {
 
     static func parse(_ line: String) -> TestCA.IndexEntry? {
         let fields = line.split(separator: "\t", omittingEmptySubsequences: false).map(String.init)
-        guard fields.count == 6, ["V", "R", "E"].contains(fields[0]), let expires = date(fields[1]) else { return nil }
+        guard fields.count == 6, ["V", "R", "E"].contains(fields[0]), let expires = ASN1Time.date(fields[1]) else {
+            return nil
+        }
         var revoked: Date?
         var reason: RevocationReason?
         if fields[0] == "R" {
             let parts = fields[2].split(separator: ",", maxSplits: 1).map(String.init)
-            guard let first = parts.first, let date = date(first) else { return nil }
+            guard let first = parts.first, let date = ASN1Time.date(first) else { return nil }
             revoked = date
             if parts.count == 2 {
                 guard let named = RevocationReason(rawValue: parts[1]) else { return nil }
@@ -245,5 +247,4 @@ enum IndexFormat {
         return text
     }
 
-    static func date(_ text: String) -> Date? { ASN1Time.date(text) }
 }

@@ -103,7 +103,10 @@ public enum ChildProcess {
         private var cancelled = false
         /// An eventfd that turns readable at the cancellation; -1 if none could be made, and the
         /// cancellation is then seen at the poll's next timeout.
-        let wakeDescriptor = dc_eventfd_cloexec()
+        let wakeDescriptor: Int32
+
+        /// `wakeable`: whether anyone can cancel (a synchronous run cannot, and needs no eventfd).
+        init(wakeable: Bool = true) { wakeDescriptor = wakeable ? dc_eventfd_cloexec() : -1 }
 
         deinit { if wakeDescriptor >= 0 { close(wakeDescriptor) } }
 
@@ -134,7 +137,7 @@ public enum ChildProcess {
         defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
         return try runBlocking(
             executable, arguments: arguments, stdin: stdin, environment: environment,
-            currentDirectory: currentDirectory, limits: limits, cancellation: CancellationFlag(),
+            currentDirectory: currentDirectory, limits: limits, cancellation: CancellationFlag(wakeable: false),
             closingStandardStreams: closingStandardStreams)
     }
 

@@ -9,9 +9,11 @@ import SystemSupport
 /// executable `dcprovider-NAME` on `DCPROVISION_PROVIDER_PATH`.
 ///
 /// The plug-in is not trusted: it runs with an argv array and no secret in its argv or
-/// environment (a passphrase goes over stdin), under a timeout and an output cap; its answer is
-/// parsed strictly and every certificate and key goes through the same strict reader as files.
-/// Its stderr is passed on, line by line, with control characters escaped.
+/// environment (a passphrase goes over stdin), under a timeout and an output cap, confined to
+/// what the protocol gives it (``Confinement/plugIn(executable:namedPaths:relativeTo:temporaryDirectory:directories:)``:
+/// the system, its own directory, the paths its options name, a private temporary directory);
+/// its answer is parsed strictly and every certificate and key goes through the same strict
+/// reader as files. Its stderr is passed on, line by line, with control characters escaped.
 public struct ExecProvider: CredentialProvider {
     /// The plug-in executable, run directly with no arguments.
     public let path: String
@@ -20,8 +22,12 @@ public struct ExecProvider: CredentialProvider {
     public let descriptor: ProviderDescriptor
     /// The timeout and output caps of each run of the plug-in.
     public var limits: ChildProcess.Limits
-    /// Receives the plug-in's stderr, one escaped line at a time.
+    /// Receives the plug-in's stderr, one escaped line at a time, and the warning that it runs
+    /// unconfined.
     public var stderrHandler: @Sendable (String) -> Void
+    /// Whether the plug-in may run only confined to its paths: on a kernel without Landlock it is
+    /// then not started (``DCError/Code/sandboxUnavailable``) instead of running with a warning.
+    public var requiresConfinement = false
 
     /// The file-name prefix that makes an executable on `DCPROVISION_PROVIDER_PATH` a provider: `dcprovider-NAME`.
     public static let namePrefix = "dcprovider-"
@@ -65,23 +71,40 @@ public struct ExecProvider: CredentialProvider {
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try Task.checkCancellation()
         let passphrase = try request.passphrase.passphrase(for: descriptor.id)
-        let response = try await exchange(operation: "provide", options: request.options, passphrase: passphrase)
+        let response = try await exchange(
+            operation: "provide", options: request.options, passphrase: passphrase,
+            workingDirectory: request.workingDirectory)
         guard let credential = response.credential else { throw protocolError("the provide answer has no credential") }
         return try convert(credential)
     }
 
     // MARK: - Exchange
 
+    /// One run of the plug-in: the request on its standard input, the answer from its standard
+    /// output. It starts in `workingDirectory`, against which its options' relative paths resolve.
     func exchange(
         operation: String, options: [String: [String]], passphrase: SecretBytes?, certify: Wire.CertifyFields? = nil,
-        subject: String? = nil
+        subject: String? = nil, workingDirectory: String = FileManager.default.currentDirectoryPath
     ) async throws
         -> Wire.Response
     {
         let input = try Wire.request(
             operation: operation, options: options, passphrase: passphrase, certify: certify, subject: subject)
+        if let reason = Confinement.unavailableReason {
+            guard !requiresConfinement else {
+                throw DCError(.sandboxUnavailable, "the plug-in was not started: \(reason)", subject: path)
+            }
+            Self.warnUnconfinedOnce { stderrHandler("warning: \(reason)") }
+        }
+        let temporary = try TemporaryPlace()
+        defer { temporary.remove() }
         let outcome = try await ChildProcess.run(
-            path, arguments: [], stdin: input, environment: ChildEnvironment.minimal(), limits: limits)
+            path, arguments: [], stdin: input,
+            environment: ChildEnvironment.minimal().merging(["TMPDIR": temporary.path]) { $1 },
+            currentDirectory: workingDirectory, limits: limits,
+            confinement: .plugIn(
+                executable: path, namedPaths: options.values.flatMap { $0 }, relativeTo: workingDirectory,
+                temporaryDirectory: temporary.path))
         forward(outcome.stderr, truncated: outcome.stderrTruncated)
         if outcome.timedOut {
             throw DCError(
@@ -111,6 +134,40 @@ public struct ExecProvider: CredentialProvider {
             error.subject = path
             throw error
         }
+    }
+
+    /// Runs `warn` the first time a plug-in of this process runs unconfined: one warning line per
+    /// process, however many plug-ins it runs.
+    static func warnUnconfinedOnce(_ warn: () -> Void) {
+        let first = warningLock.withLock {
+            defer { warnedUnconfined = true }
+            return !warnedUnconfined
+        }
+        if first { warn() }
+    }
+    private static let warningLock = NSLock()
+    // Guarded by `warningLock`.
+    nonisolated(unsafe) private static var warnedUnconfined = false
+
+    /// A private directory for one run of a plug-in, its `TMPDIR` and the one place it may write:
+    /// made 0700 under this process's `TMPDIR` (or `/tmp`), removed with whatever the plug-in left.
+    struct TemporaryPlace {
+        let path: String
+
+        init() throws {
+            let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? "/tmp"
+            var template = Array((base + "/dcprovider-XXXXXX").utf8CString)
+            guard let made = mkdtemp(&template) else {
+                throw DCError(
+                    .cannotCreateOutput,
+                    "cannot make the plug-in's temporary directory: \(String(cString: strerror(errno)))",
+                    subject: base)
+            }
+            path = String(cString: made)
+        }
+
+        /// Removes the directory and what the plug-in left in it; a link it planted is removed, never followed.
+        func remove() { try? FileManager.default.removeItem(atPath: path) }
     }
 
     /// Parses the answer strictly: one JSON object, the protocol version we speak.
@@ -252,7 +309,9 @@ extension ExecProvider: CertifyingProvider {
     public func challenge(_ request: ProviderRequest) async throws -> [UInt8] {
         try Task.checkCancellation()
         let passphrase = try request.passphrase.passphrase(for: descriptor.id)
-        let response = try await exchange(operation: "challenge", options: request.options, passphrase: passphrase)
+        let response = try await exchange(
+            operation: "challenge", options: request.options, passphrase: passphrase,
+            workingDirectory: request.workingDirectory)
         guard let text = response.challenge, let bytes = Data(base64Encoded: text).map(Array.init),
             bytes.starts(with: PossessionCheck.challengeContext),
             bytes.count >= PossessionCheck.challengeContext.count + 32, bytes.count <= 4096
@@ -277,7 +336,8 @@ extension ExecProvider: CertifyingProvider {
                 signature: base64(request.proof.signature)))
         let passphrase = try request.request.passphrase.passphrase(for: descriptor.id)
         let response = try await exchange(
-            operation: "certify", options: request.request.options, passphrase: passphrase, certify: fields)
+            operation: "certify", options: request.request.options, passphrase: passphrase, certify: fields,
+            workingDirectory: request.request.workingDirectory)
         guard let answer = response.certification else {
             throw protocolError("the certify answer has no certification")
         }
@@ -309,7 +369,7 @@ extension ExecProvider: RecoveringProvider {
         let passphrase = try request.passphrase.passphrase(for: descriptor.id)
         let response = try await exchange(
             operation: "recover", options: request.options, passphrase: passphrase,
-            subject: Data(subject).base64EncodedString())
+            subject: Data(subject).base64EncodedString(), workingDirectory: request.workingDirectory)
         guard let recovered = response.recovered else {
             throw protocolError("the recover answer has no recovered pairs")
         }

@@ -6,10 +6,16 @@
 #ifndef DC_SYSTEM_SHIM_H
 #define DC_SYSTEM_SHIM_H
 
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -99,6 +105,117 @@ static inline long dc_keyctl_invalidate(int32_t key) { return syscall(SYS_keyctl
 // makes nothing durable by itself (no metadata, no cache flush); the fsync still does that.
 static inline int dc_start_writeback(int fd, long long offset, long long count) {
     return sync_file_range(fd, offset, count, 2);
+}
+
+// --- Secrets in this process: no core dump, no same-user reader of its memory -----------------
+
+// prctl(PR_SET_DUMPABLE, 0): no core dump, and /proc/PID/{mem,environ,fd,...} of this process
+// belong to root, so another process of the same user (a plug-in reading /proc/$PPID/environ)
+// cannot read them or ptrace this one. prctl is variadic, which Swift cannot call.
+static inline int dc_set_not_dumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
+
+// prctl(PR_GET_DUMPABLE): 0 when ``dc_set_not_dumpable`` took effect.
+static inline int dc_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
+
+// --- Confining a child: Landlock (landlock(7)) and a seccomp filter ---------------------------
+// The structures and constants are spelled out here rather than taken from <linux/landlock.h>,
+// whose version follows the build machine's kernel headers, not the kernel the tool runs on: the
+// tool asks the running kernel for its Landlock ABI and uses what that ABI knows.
+
+#ifndef SYS_landlock_create_ruleset
+#define SYS_landlock_create_ruleset 444
+#define SYS_landlock_add_rule 445
+#define SYS_landlock_restrict_self 446
+#endif
+
+// struct landlock_ruleset_attr as of ABI 6 (handled_access_net from ABI 4, scoped from ABI 6).
+struct dc_landlock_ruleset_attr {
+    uint64_t handled_access_fs;
+    uint64_t handled_access_net;
+    uint64_t scoped;
+};
+
+// struct landlock_path_beneath_attr (packed in the kernel's header too).
+struct dc_landlock_path_beneath_attr {
+    uint64_t allowed_access;
+    int32_t parent_fd;
+} __attribute__((packed));
+
+// The running kernel's Landlock ABI version (1, 2, ...), or -1 and errno when it has none
+// (ENOSYS: not built in, or hidden by a seccomp filter; EOPNOTSUPP: built in but disabled at boot).
+static inline int dc_landlock_abi(void) {
+    return (int)syscall(SYS_landlock_create_ruleset, NULL, 0, 1U /* LANDLOCK_CREATE_RULESET_VERSION */);
+}
+
+// A ruleset that handles the file-system rights `handled_fs` and the scopes `scoped` (ABI 6 and
+// later; pass 0 before), sized for `abi` so an older kernel accepts it. A close-on-exec
+// descriptor, or -1 and errno.
+static inline int dc_landlock_create_ruleset(uint64_t handled_fs, uint64_t scoped, int abi) {
+    struct dc_landlock_ruleset_attr attr = {handled_fs, 0, scoped};
+    size_t size = abi >= 6 ? sizeof attr : abi >= 4 ? 2 * sizeof(uint64_t) : sizeof(uint64_t);
+    return (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0U);
+}
+
+// open(path, O_PATH | O_CLOEXEC): a descriptor that names a file or directory, for a Landlock
+// rule, without opening it for reading (which a directory the caller cannot list would refuse).
+// glibc defines O_PATH only under _GNU_SOURCE; the value is the kernel's.
+static inline int dc_open_path(const char *path) { return open(path, 010000000 /* O_PATH */ | O_CLOEXEC); }
+
+// Allows `access` on the file or directory hierarchy that `parent_fd` (an O_PATH descriptor) is.
+static inline int dc_landlock_allow_beneath(int ruleset, int parent_fd, uint64_t access) {
+    struct dc_landlock_path_beneath_attr attr = {access, parent_fd};
+    return (int)syscall(SYS_landlock_add_rule, ruleset, 1 /* LANDLOCK_RULE_PATH_BENEATH */, &attr, 0U);
+}
+
+#if defined(__x86_64__)
+#define DC_AUDIT_ARCH AUDIT_ARCH_X86_64
+#define DC_FOREIGN_SYSCALL_BIT 0x40000000U /* x32's __X32_SYSCALL_BIT: the same calls by other numbers */
+#elif defined(__aarch64__)
+#define DC_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#define DC_FOREIGN_SYSCALL_BIT 0xFFFFFFFFU
+#endif
+
+// A seccomp filter for the calling thread, inherited by every child it starts: the kernel
+// keyring (where the client's unlocked store key lives, which no path rule covers), reading or
+// writing another process's memory, and taking its descriptors answer EPERM; system calls of
+// another architecture's table (i386's int 0x80, x32) answer EPERM too, so that none of those
+// slips past by another number. Needs no new privileges (set first). -1 and errno on failure;
+// ENOSYS on an architecture this file does not describe.
+static inline int dc_install_child_filter(void) {
+#ifdef DC_AUDIT_ARCH
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, DC_AUDIT_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, DC_FOREIGN_SYSCALL_BIT, 8, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_keyctl, 7, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_add_key, 6, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_request_key, 5, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ptrace, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 438 /* pidfd_getfd */, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+    };
+    struct sock_fprog program = {(unsigned short)(sizeof filter / sizeof filter[0]), filter};
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+// Confines the calling thread for good, and so every child it starts from now on: no new
+// privileges (set-user-ID bits and file capabilities stop working), the filter above, and, when
+// `ruleset` is a Landlock ruleset (not -1), that ruleset. Call it only on a thread made for
+// starting one child. 0, or -1 and errno at the step that failed.
+static inline int dc_confine_calling_thread(int ruleset) {
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+    if (dc_install_child_filter() != 0) return -1;
+    if (ruleset >= 0 && syscall(SYS_landlock_restrict_self, ruleset, 0U) != 0) return -1;
+    return 0;
 }
 
 #endif

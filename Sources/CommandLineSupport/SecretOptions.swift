@@ -35,8 +35,10 @@ public struct PINOptions: PINSourceOptions {
     /// The options as parsed.
     public init() {}
 
-    /// At most one PIN source.
+    /// At most one PIN source. A PIN in the environment is taken out of it here, while the
+    /// command line is checked and before any command runs (``SecretInput/takeEnvironment(_:)``).
     public func validate() throws {
+        if let pinEnv { SecretInput.takeEnvironment(pinEnv) }
         if [pinFile != nil, pinFd != nil, pinEnv != nil, pinPrompt].filter({ $0 }).count > 1 {
             throw ValidationError("give at most one of --pin-file, --pin-fd, --pin-env, --pin-prompt")
         }
@@ -71,8 +73,10 @@ public struct UnattendedPINOptions: PINSourceOptions {
     /// The options as parsed.
     public init() {}
 
-    /// Refuses the PIN sources nobody is there to answer later.
+    /// Refuses the PIN sources nobody is there to answer later (a PIN given in the environment
+    /// anyway is taken out of it first).
     public func validate() throws {
+        if let pinEnv { SecretInput.takeEnvironment(pinEnv) }
         if pinFd != nil || pinEnv != nil || pinPrompt {
             throw ValidationError(
                 "a registered source reads its PIN later, unattended, when a client asks; "

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DerivedCredentials
 import Glibc
+import SystemSupport
 
 /// How both tools start, run a command and end: one place for what every command shares, so that
 /// each command's `run()` says only what the command does.
@@ -76,7 +77,8 @@ public enum Tool {
         return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// What the process needs before it writes anything: `name` for its messages, and output that
+    /// What the process needs before it writes anything: `name` for its messages, no core dump and
+    /// no reader of its memory (``ProcessSecrecy/forbidDumpsAndReaders()``), and output that
     /// cannot hurt it. A closed standard output or error is opened on /dev/null (so a file the
     /// command opens can never become fd 1 or 2 and receive its messages), a reader that goes away
     /// makes writes fail with EPIPE instead of killing the process with SIGPIPE, and a file-size
@@ -86,6 +88,9 @@ public enum Tool {
     /// handler's) with it.
     public static func startUp(name: String) {
         Console.setTool(name)
+        // Every tool may hold a secret (a PIN, a passphrase, a store or signing key): none is
+        // dumped to disk or read from its memory or environment by another process of the user.
+        ProcessSecrecy.forbidDumpsAndReaders()
         signal(SIGPIPE, SIG_IGN)
         signal(SIGXFSZ, SIG_IGN)
         signal(SIGCHLD, SIG_DFL)

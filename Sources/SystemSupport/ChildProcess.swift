@@ -65,9 +65,14 @@ public enum ChildProcess {
     }
 
     /// Runs `executable` and waits for it on a thread of its own; cancelling the task kills the child.
+    /// With `confinement`, the child starts confined to it (see ``Confinement``): on a kernel
+    /// without Landlock it still gets no new privileges and the seccomp filter, and the caller
+    /// decides beforehand (``Confinement/unavailableReason``) whether that will do.
+    /// `currentDirectory` is where the child starts (the parent's when nil).
     public static func run(
         _ executable: String, arguments: [String] = [], stdin: SecretBytes = SecretBytes([]),
-        environment: [String: String]? = nil, limits: Limits = Limits()
+        environment: [String: String]? = nil, currentDirectory: String? = nil, limits: Limits = Limits(),
+        confinement: Confinement? = nil
     ) async throws -> Outcome {
         let cancellation = CancellationFlag()
         return try await withTaskCancellationHandler {
@@ -84,7 +89,8 @@ public enum ChildProcess {
                         with: Result {
                             try runBlocking(
                                 executable, arguments: arguments, stdin: stdin, environment: environment,
-                                limits: limits, cancellation: cancellation)
+                                currentDirectory: currentDirectory, limits: limits, confinement: confinement,
+                                cancellation: cancellation)
                         })
                 }
                 thread.start()
@@ -120,7 +126,7 @@ public enum ChildProcess {
 
     /// Runs `executable` on the calling thread and blocks until it ends or its deadline passes.
     /// For callers that are not async (test harnesses, tools); async code uses
-    /// ``run(_:arguments:stdin:environment:limits:)``, which keeps the blocking off the caller's
+    /// ``run(_:arguments:stdin:environment:currentDirectory:limits:confinement:)``, which keeps the blocking off the caller's
     /// executor. `currentDirectory` is where the child starts (the parent's when nil).
     /// `closingStandardStreams` (1, 2 or both) starts the child with that standard output or
     /// error closed, as `2>&-` in a shell would: for tests of a program that must not mind.
@@ -150,8 +156,8 @@ public enum ChildProcess {
 
     static func runBlocking(
         _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?,
-        currentDirectory: String? = nil, limits: Limits, cancellation: CancellationFlag,
-        closingStandardStreams: Set<Int32> = []
+        currentDirectory: String? = nil, limits: Limits, confinement: Confinement? = nil,
+        cancellation: CancellationFlag, closingStandardStreams: Set<Int32> = []
     ) throws -> Outcome {
         let pipes = try ChildPipes()
         let started = ContinuousClock.now
@@ -159,7 +165,7 @@ public enum ChildProcess {
         do {
             pid = try spawn(
                 executable, arguments: arguments, environment: environment, currentDirectory: currentDirectory,
-                pipes: pipes, closingStandardStreams: closingStandardStreams)
+                pipes: pipes, closingStandardStreams: closingStandardStreams, confinement: confinement)
         } catch {
             pipes.closeParentEnds()
             throw error
@@ -185,7 +191,7 @@ public enum ChildProcess {
     /// open, default signal handling and an empty signal mask. Closes the child's pipe ends here.
     private static func spawn(
         _ executable: String, arguments: [String], environment: [String: String]?, currentDirectory: String?,
-        pipes: ChildPipes, closingStandardStreams: Set<Int32>
+        pipes: ChildPipes, closingStandardStreams: Set<Int32>, confinement: Confinement?
     ) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -222,12 +228,20 @@ public enum ChildProcess {
         defer { environmentStrings.forEach { free($0) } }
         var pid: pid_t = 0
         var spawned: Int32 = 0
-        // ETXTBSY: an executable written a moment ago can still be held open by a child another
-        // thread forked before exec closed it (even with O_CLOEXEC); the window is microseconds.
-        for attempt in 0..<20 {
-            spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environmentStrings)
-            guard spawned == ETXTBSY else { break }
-            usleep(useconds_t(1000 * (attempt + 1)))
+        let start = {
+            // ETXTBSY: an executable written a moment ago can still be held open by a child another
+            // thread forked before exec closed it (even with O_CLOEXEC); the window is microseconds.
+            for attempt in 0..<20 {
+                spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environmentStrings)
+                guard spawned == ETXTBSY else { break }
+                usleep(useconds_t(1000 * (attempt + 1)))
+            }
+        }
+        do {
+            if let confinement { try onConfinedThread(confinement, start) } else { start() }
+        } catch {
+            pipes.closeChildEnds()
+            throw error
         }
         pipes.closeChildEnds()
         guard spawned == 0 else {
@@ -237,6 +251,46 @@ public enum ChildProcess {
                 subject: executable)
         }
         return pid
+    }
+}
+
+extension ChildProcess {
+    /// Runs `body` on a thread made for it and confined for good to `confinement` (no new
+    /// privileges, the seccomp filter, the Landlock ruleset when the kernel has Landlock), and waits
+    /// for it: a child that `body` starts with posix_spawn inherits the thread's confinement, while
+    /// the caller's threads stay as they were. Throws, and runs nothing, when the thread cannot be
+    /// confined.
+    static func onConfinedThread(_ confinement: Confinement, _ body: @escaping () -> Void) throws {
+        let ruleset = try confinement.makeRuleset()
+        defer { if let ruleset { close(ruleset) } }
+        let run = ConfinedRun(ruleset: ruleset ?? -1, body: body)
+        let thread = Thread { run.main() }
+        thread.start()
+        run.done.wait()
+        if let failure = run.failure {
+            throw DCError(.sandboxUnavailable, "cannot confine the program: \(String(cString: strerror(failure)))")
+        }
+    }
+
+    /// One confined thread's work and its outcome, handed between the caller and that thread.
+    private final class ConfinedRun: @unchecked Sendable {
+        // `body` and `ruleset` are set before the thread starts and `failure` is written by it
+        // before it signals `done`, after which the caller alone reads it: no two threads touch
+        // a field at once.
+        let ruleset: Int32
+        let body: () -> Void
+        var failure: Int32?
+        let done = DispatchSemaphore(value: 0)
+
+        init(ruleset: Int32, body: @escaping () -> Void) {
+            self.ruleset = ruleset
+            self.body = body
+        }
+
+        func main() {
+            if dc_confine_calling_thread(ruleset) == 0 { body() } else { failure = errno }
+            done.signal()
+        }
     }
 }
 

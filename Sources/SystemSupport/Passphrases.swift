@@ -54,18 +54,36 @@ public enum SecretInput {
     }
 
     /// The whole value of the environment variable `name` (`--pin-env NAME`): the user chose to
-    /// put it there; this toolkit never puts a secret into any environment. The variable is removed
-    /// from this process's environment as soon as it is read, before any child can start.
+    /// put it there; this toolkit never puts a secret into any environment. The first call takes
+    /// the value out of the environment (``takeEnvironment(_:)``); later calls return what it took.
     public static func read(environment name: String) throws -> SecretBytes {
-        guard let value = getenv(name) else {
+        takeEnvironment(name)
+        guard let secret = environmentSecrets.withLock({ taken[name] }) else {
             throw DCError(.passphraseRequired, "the environment variable \(name) is not set")
         }
-        let secret = SecretBytes(
-            UnsafeBufferPointer(
-                start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: strlen(value)))
-        unsetenv(name)
         return try nonEmpty(secret, subject: "$" + name)
     }
+
+    /// Takes the value of the environment variable `name` out of this process: copied into a
+    /// ``SecretBytes`` kept for ``read(environment:)``, then **overwritten in place** and only then
+    /// unset. `unsetenv` alone only unlinks the variable: its bytes stay in the environment block
+    /// the kernel shows as `/proc/PID/environ`. Command-line options call this while they are
+    /// validated, before any command runs, so that the secret is out of the block before any
+    /// child starts, whether or not the command ends up using it. Nothing happens when the
+    /// variable is not set or was taken already.
+    public static func takeEnvironment(_ name: String) {
+        environmentSecrets.withLock {
+            guard taken[name] == nil, let value = getenv(name) else { return }
+            let length = strlen(value)
+            taken[name] = SecretBytes(
+                UnsafeBufferPointer(start: UnsafeRawPointer(value).assumingMemoryBound(to: UInt8.self), count: length))
+            memset(value, 0, length)
+            unsetenv(name)
+        }
+    }
+    private static let environmentSecrets = NSLock()
+    // Guarded by `environmentSecrets`: the values taken out of the environment, by variable name.
+    nonisolated(unsafe) private static var taken: [String: SecretBytes] = [:]
 
     /// `secret`, unless it is empty: an empty PIN or passphrase is a mistake, not a choice.
     static func nonEmpty(_ secret: SecretBytes, subject: String) throws -> SecretBytes {

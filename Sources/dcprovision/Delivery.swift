@@ -19,6 +19,9 @@ struct ProviderConfig: Codable {
     /// Where `register` ran: relative paths in `options` (`--testca ca`) are resolved against it,
     /// since the handler is started from wherever the desktop starts it.
     var workingDirectory: String?
+    /// Whether exec plug-ins run only confined (`register --require-sandbox`), for every command
+    /// of this provider, the handler's included.
+    var requireSandbox: Bool?
 
     static func path(_ locations: XDGDirectories) -> String { locations.configHome + "/dcprovision/config.json" }
 
@@ -29,6 +32,14 @@ struct ProviderConfig: Codable {
                 hint: "run dcprovision register")
         }
         return try JSONDecoder().decode(ProviderConfig.self, from: data)
+    }
+
+    /// Whether the registered configuration asks that plug-ins run only confined; false when the
+    /// provider is not registered (or its configuration cannot be read: the command that needs it
+    /// says so itself).
+    static func requiresSandbox(_ locations: XDGDirectories = XDGDirectories()) -> Bool {
+        guard FileManager.default.fileExists(atPath: path(locations)) else { return false }
+        return (try? load(locations))?.requireSandbox ?? false
     }
 
     /// Whether answering a request logs in to a card: a PKCS#11 source (read or derived), or any
@@ -68,14 +79,15 @@ struct Register: AsyncParsableCommand, OutputCommand {
         let scheme = try SchemeHandlers.normalize(scheme: providerScheme)
         // The brand goes into the desktop entry's Name: checked before anything is written.
         try SchemeHandlers.validateDisplayName(brand)
-        let (provider, options) = try source.resolve(ProviderDirectory.registry())
+        let (provider, options) = try source.resolve(source.sandbox.registry())
         let pinFile = source.pin.pinFile.map {
             $0.hasPrefix("/") ? $0 : FileManager.default.currentDirectoryPath + "/" + $0
         }
         let locations = XDGDirectories()
         let config = ProviderConfig(
             scheme: scheme, brand: brand, provider: provider.descriptor.id, options: options, pinFile: pinFile,
-            workingDirectory: FileManager.default.currentDirectoryPath)
+            workingDirectory: FileManager.default.currentDirectoryPath,
+            requireSandbox: source.sandbox.requireSandbox ? true : nil)
         let directory = (ProviderConfig.path(locations) as NSString).deletingLastPathComponent
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
@@ -166,8 +178,10 @@ struct HandleURL: URLHandlingCommand, OutputCommand {
                     Console.say(
                         "dcprovision: request \(request) from client \(client); issuing with provider '\(config.provider)'"
                     )
+                    let confined = config.requireSandbox ?? false
                     let provider = try ProviderDirectory.provider(
-                        config.provider, registry: ProviderDirectory.registry())
+                        config.provider, registry: ProviderDirectory.registry(requiringConfinement: confined),
+                        requiringConfinement: confined)
                     let pin = try UnattendedPINOptions.pinSource(file: config.pinFile)
                     let provided = try await provider.provide(
                         ProviderRequest(
@@ -275,7 +289,7 @@ extension Send {
     /// history (`KeyHistory`'s rule), for a client that lost its store: mail encrypted to its old
     /// keys opens again.
     func recovered(into credential: Credential, recoveryKey: String) async throws -> Credential {
-        let (provider, options) = try source.resolve(ProviderDirectory.registry())
+        let (provider, options) = try source.resolve(source.sandbox.registry())
         guard let recovering = provider as? any RecoveringProvider else {
             throw DCError(
                 .usage, "provider '\(provider.descriptor.id)' cannot recover archived keys",

@@ -10,6 +10,7 @@ struct Providers: AsyncParsableCommand, OutputCommand {
         abstract: "List the built-in providers and the exec providers found on DCPROVISION_PROVIDER_PATH.")
 
     @OptionGroup var format: JSONOutputOptions
+    @OptionGroup var sandbox: SandboxOptions
 
     struct Listing: Encodable {
         var id: String
@@ -23,7 +24,7 @@ struct Providers: AsyncParsableCommand, OutputCommand {
 
     func run() async throws {
         var listings: [Listing] = []
-        for provider in ProviderDirectory.registry().all {
+        for provider in sandbox.registry().all {
             if let exec = provider as? ExecProvider {
                 do {
                     var quick = exec

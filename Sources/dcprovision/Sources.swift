@@ -79,6 +79,8 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     @Option(name: .customLong("option"), help: ArgumentHelp("A provider option (repeatable).", valueName: "KEY=VALUE"))
     var providerOptions: [String] = []
 
+    @OptionGroup var sandbox: SandboxOptions
+
     var usesFiles: Bool { !pem.isEmpty || !pkcs12.isEmpty || manifest != nil || !classify.isEmpty }
     var isEmpty: Bool { !usesFiles && testca == nil && provider == nil && pkcs11 == nil }
 
@@ -145,7 +147,10 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
             return (try registry.provider(id: "testca"), options)
         }
         if let provider {
-            return (try ProviderDirectory.provider(provider, registry: registry), options)
+            return (
+                try ProviderDirectory.provider(
+                    provider, registry: registry, requiringConfinement: sandbox.confinementRequired), options
+            )
         }
         var remainingTags = tags[...]
         options["pem"] = pem + pkcs12.map { $0.contains("=") ? $0 : "\(remainingTags.removeFirst())=\($0)" }
@@ -158,7 +163,7 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     /// Runs the source's provider. A token's PIN comes from the PIN options, anything else's
     /// secret from `passphrase`.
     func provide(passphrase: PromptingPassphraseOptions) async throws -> ProvidedCredential {
-        let (provider, options) = try resolve(ProviderDirectory.registry())
+        let (provider, options) = try resolve(sandbox.registry())
         let secret = pkcs11 != nil ? try pin.pinSource() : try passphrase.source()
         let provided = try await provider.provide(ProviderRequest(options: options, passphrase: secret))
         for warning in provided.warnings { Console.warning(warning) }
@@ -180,22 +185,44 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     }
 }
 
+/// `--require-sandbox`: an exec plug-in runs only confined to its paths (Landlock), or not at
+/// all. Without the flag the provider's configuration decides (`requireSandbox`, set by
+/// `register --require-sandbox`); without either, a plug-in on a kernel without Landlock runs
+/// unconfined, with one warning line.
+struct SandboxOptions: ParsableArguments {
+    @Flag(help: "Run an exec plug-in only when it can be confined (Landlock); never unconfined.")
+    var requireSandbox = false
+
+    /// Whether exec plug-ins must run confined: the flag, or the registered configuration.
+    var confinementRequired: Bool { requireSandbox || ProviderConfig.requiresSandbox() }
+
+    /// The providers, with exec plug-ins that honour ``confinementRequired``.
+    func registry() -> ProviderRegistry { ProviderDirectory.registry(requiringConfinement: confinementRequired) }
+}
+
 /// The providers this tool knows: the built-in ones and exec providers found on
 /// `DCPROVISION_PROVIDER_PATH`.
 enum ProviderDirectory {
     static var searchPath: String? { ProcessInfo.processInfo.environment["DCPROVISION_PROVIDER_PATH"] }
 
-    static func registry() -> ProviderRegistry {
+    /// The built-in providers and the plug-ins on the provider path; with `requiringConfinement`,
+    /// each exec plug-in on the path runs only confined.
+    static func registry(requiringConfinement: Bool) -> ProviderRegistry {
         var registry = ProviderRegistry([PEMFileProvider(), TestCAProvider(), PKCS11Provider()])
         for found in ExecProvider.discover(searchPath: searchPath) where (try? registry.provider(id: found.name)) == nil
         {
-            registry.register(ExecProvider(path: found.path, id: found.name))
+            var plugIn = ExecProvider(path: found.path, id: found.name)
+            plugIn.requiresConfinement = requiringConfinement
+            registry.register(plugIn)
         }
         registry.register(DerivationProvider(registry: registry))
         return registry
     }
 
-    static func provider(_ id: String, registry: ProviderRegistry) throws -> any CredentialProvider {
+    /// The provider `id` names: `exec:PATH` (confined as `requiringConfinement` says), or one in `registry`.
+    static func provider(_ id: String, registry: ProviderRegistry, requiringConfinement: Bool) throws
+        -> any CredentialProvider
+    {
         if id.hasPrefix("exec:") {
             let path = String(id.dropFirst("exec:".count))
             guard !path.isEmpty else {
@@ -208,7 +235,9 @@ enum ProviderDirectory {
                     .fileNotFound, "no executable provider here", subject: path,
                     hint: "give the path of an executable that speaks docs/PROVIDER-PROTOCOL.md (chmod +x)")
             }
-            return ExecProvider(path: absolute)
+            var plugIn = ExecProvider(path: absolute)
+            plugIn.requiresConfinement = requiringConfinement
+            return plugIn
         }
         guard registry.ids.contains(id) else { throw notFound(id, registry: registry) }
         return try registry.provider(id: id)

@@ -92,7 +92,11 @@ struct ExecProviderTests {
         defer { _ = try? run("pkill", ["-f", marker]) }
         let watcher = LifetimeWatcher(pidFile: pidFile)
         let started = ContinuousClock.now
-        let error = await refusal { _ = try await provide(path, limits: .init(timeout: .milliseconds(500))) }
+        // The plug-in writes its pid into the directory its option names (the one place besides its
+        // temporary directory a plug-in may write).
+        let error = await refusal {
+            _ = try await provide(path, limits: .init(timeout: .milliseconds(500)), options: ["dir": [dir.path]])
+        }
         #expect(error?.code == .providerTimedOut)
         // The plug-in was killed at its 500 ms deadline: measured by the watcher's own thread.
         let life = await watcher.result()
@@ -120,7 +124,9 @@ struct ExecProviderTests {
             """)
         let watcher = LifetimeWatcher(pidFile: pidFile)
         let grandchild = LifetimeWatcher(pidFile: grandchildPIDFile)
-        let error = await refusal { _ = try await provide(path, limits: .init(timeout: .milliseconds(500))) }
+        let error = await refusal {
+            _ = try await provide(path, limits: .init(timeout: .milliseconds(500)), options: ["dir": [dir.path]])
+        }
         #expect(error?.code == .providerTimedOut)
         // Killed at the deadline, not after the plug-in's 300 s: how long the plug-in lived is
         // measured by a thread of the watcher's own, not by this task (which can resume late).
@@ -247,44 +253,65 @@ struct ExecProviderTests {
     }
 
     @Test(
-        "The passphrase goes over stdin only: the plug-in's argv is exactly its path, its environment exactly the minimal one taken from ours, it has only descriptors 0, 1 and 2 (and bash's own script descriptor), and no encoding of the passphrase is in either or in its forwarded stderr"
+        "The passphrase goes over stdin only: the plug-in's argv is exactly its path, its environment exactly the minimal one taken from ours and its private TMPDIR, it has only descriptors 0, 1 and 2, and no encoding of the passphrase is in either or in its forwarded stderr"
     )
     func secretsOnStdinOnly() async throws {
-        let sandbox = try Sandbox("exec-secrets")
-        defer { sandbox.remove() }
-        let dir = sandbox.directory
+        let dir = try TemporaryDirectory("exec-secrets")
+        defer { dir.remove() }
         // Characters that every encoding spells differently: space, slash, plus, ampersand, equals,
         // percent and a non-ASCII letter.
         let secret = "hunter2 \u{FC}/+&=%-\(UUID().uuidString)"
         let answer = try dir.write(
             "a.json", #"{"protocol":1,"credential":{"entries":["# + (try entryJSON("signing", f.signing)) + "]}}")
-        // The plug-in records its argv ("$0" "$@", NUL-separated) and the environment it was started
-        // with (/proc/$$/environ: what execve gave it, before bash adds anything), and talks on stderr.
-        let path = try plugin(
-            dir, "dcprovider-spy",
+        // The plug-in records its argv (NUL-separated), the environment it was started with
+        // (Python's os.environb: what execve gave it, nothing added), the descriptors it has
+        // open before it opens any, what came on stdin, and talks on stderr. (It is Python, not
+        // bash: a confined plug-in cannot read /proc, not even /proc/self.)
+        let path = try dir.write(
+            "dcprovider-spy",
             """
-            cat > '\(dir.file("stdin"))'
-            printf '%s\\0' "$0" "$@" > '\(dir.file("argv"))'
-            cat /proc/$$/environ > '\(dir.file("environ"))'
-            ls /proc/$$/fd > '\(dir.file("fds"))'
-            echo "working for $USER" >&2
-            cat '\(answer)'
+            #!/usr/bin/python3
+            import json, os, sys
+            descriptors = []
+            for fd in range(1024):
+                try:
+                    os.fstat(fd)
+                    descriptors.append(fd)
+                except OSError:
+                    pass
+            data = sys.stdin.buffer.read()
+            out = json.loads(data)["options"]["dir"][0]
+            def record(name, content):
+                with open(os.path.join(out, name), "wb") as f:
+                    f.write(content)
+            record("stdin", data)
+            record("argv", b"".join(os.fsencode(a) + b"\\0" for a in sys.argv))
+            record("environ", b"".join(k + b"=" + v + b"\\0" for k, v in os.environb.items()))
+            record("fds", "\\n".join(str(fd) for fd in descriptors).encode() + b"\\n")
+            sys.stderr.write("working for %s\\n" % os.environ.get("USER", ""))
+            sys.stdout.write(open('\(answer)').read())
             """)
+        chmod(path, 0o755)
         let lines = Lines()
         let before = ProcessInfo.processInfo.environment
-        _ = try await provide(path, options: ["account": ["alice"]], passphrase: secret, lines: lines)
+        _ = try await provide(
+            path, options: ["account": ["alice"], "dir": [dir.path]], passphrase: secret, lines: lines)
         let after = ProcessInfo.processInfo.environment
 
         // The contract (docs/PROVIDER-PROTOCOL.md): started with no arguments, with the minimal environment.
         let argv = try readBytes(dir.file("argv")).split(separator: 0, omittingEmptySubsequences: false).dropLast()
             .map { String(decoding: $0, as: UTF8.self) }
         #expect(argv == [path])
-        let environment = Dictionary(
+        var environment = Dictionary(
             try readBytes(dir.file("environ")).split(separator: 0).map { entry -> (String, String) in
                 let text = String(decoding: entry, as: UTF8.self)
                 let equals = text.firstIndex(of: "=") ?? text.endIndex
                 return (String(text[..<equals]), String(text[equals...].dropFirst()))
             }, uniquingKeysWith: { first, _ in first })
+        // Its own temporary directory, made for the run and gone after it.
+        let temporary = environment.removeValue(forKey: "TMPDIR") ?? ""
+        #expect(temporary.contains("/dcprovider-"))
+        #expect(!FileManager.default.fileExists(atPath: temporary))
         // (Another test may set SOFTHSM2_CONF in this process meanwhile: either snapshot is ours.)
         #expect(
             environment == ChildEnvironment.minimal(from: before)
@@ -293,11 +320,9 @@ struct ExecProviderTests {
         )
         // Nothing but what the test's Sandbox-free process would pass anyway: not the whole of ours.
         #expect(environment.keys.allSatisfy { ChildEnvironment.minimal(from: [$0: ""]).count == 1 })
-        // Descriptors: 0, 1, 2, and 255, where bash keeps the script it reads.
+        // Descriptors: 0, 1 and 2, nothing else.
         #expect(
-            String(decoding: try readBytes(dir.file("fds")), as: UTF8.self).split(separator: "\n") == [
-                "0", "1", "2", "255",
-            ])
+            String(decoding: try readBytes(dir.file("fds")), as: UTF8.self).split(separator: "\n") == ["0", "1", "2"])
         // USER is not among the variables passed on.
         #expect(lines.all == ["dcprovider-spy: working for "])
 
@@ -311,7 +336,7 @@ struct ExecProviderTests {
         let request = try JSONSerialization.jsonObject(with: Data(try readBytes(dir.file("stdin")))) as? [String: Any]
         #expect(request?["protocol"] as? Int == 1)
         #expect(request?["operation"] as? String == "provide")
-        #expect((request?["options"] as? [String: [String]]) == ["account": ["alice"]])
+        #expect((request?["options"] as? [String: [String]]) == ["account": ["alice"], "dir": [dir.path]])
         #expect(request?["passphrase"] as? String == Data(secret.utf8).base64EncodedString())
     }
 

@@ -66,11 +66,15 @@ struct RequestIdCommandTests {
         try tools.check("dcprovision", ["testca", "init", "ca"])
         try tools.check("dcprovision", ["testca", "issue", "ca", "--format", "pem", "--out-dir", "issued"])
         // The sample exec provider, behind a wrapper that counts how often it is asked to provide.
-        let log = tools.sandbox.file("provides.log")
+        // Both sit in a directory of their own, and the count goes into the directory the provider
+        // is given: a plug-in reads its own directory and writes only where its options point.
+        let log = tools.sandbox.file("issued/provides.log")
+        try FileManager.default.createDirectory(
+            atPath: tools.sandbox.file("plugins"), withIntermediateDirectories: true)
+        let sample = try tools.sandbox.write(
+            "plugins/dcprovider-sample", try readText(Repository.root + "/Samples/exec-provider/dcprovider-sample"))
         let wrapper = try tools.sandbox.write(
-            "dcprovider-counted",
-            "#!/bin/sh\necho provide >> '\(log)'\nexec python3 '\(Repository.root)/Samples/exec-provider/dcprovider-sample'\n"
-        )
+            "plugins/dcprovider-counted", "#!/bin/sh\necho provide >> '\(log)'\nexec /usr/bin/python3 '\(sample)'\n")
         chmod(wrapper, 0o755)
         try tools.setUpClient()
         try tools.check(

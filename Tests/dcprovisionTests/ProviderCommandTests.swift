@@ -101,10 +101,12 @@ struct ProviderCommandTests {
         try issuePEMFolder(in: dir)
         // The grandchild leaves the plug-in's process group and session (setsid) and keeps its
         // stdout and stderr open for 30 s; the plug-in then becomes the sample provider and answers.
+        // The sample sits next to the plug-in: a plug-in reads its own directory.
         let marker = "dcdetached-\(UUID().uuidString)"
+        let sample = try dir.write("dcprovider-sample", try readText(sampleFolder + "/dcprovider-sample"))
+        chmod(sample, 0o755)
         let path = try dir.write(
-            "dcprovider-detach",
-            "#!/bin/bash\nsetsid bash -c 'exec -a \(marker) sleep 30' &\nexec '\(sampleFolder)/dcprovider-sample'\n")
+            "dcprovider-detach", "#!/bin/bash\nsetsid bash -c 'exec -a \(marker) sleep 30' &\nexec '\(sample)'\n")
         chmod(path, 0o755)
         defer { _ = try? run("pkill", ["-f", marker]) }
         let started = ContinuousClock.now

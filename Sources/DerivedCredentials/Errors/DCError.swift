@@ -288,6 +288,14 @@ extension DCError.Code {
     public static let providerTimedOut = Self(
         "providerTimedOut", .unavailable,
         hint: "check the provider's service, then try again")
+    /// A plug-in could not be confined as asked (`--require-sandbox`, or `requireSandbox` in the
+    /// provider's configuration, on a kernel without Landlock), or its confinement could not be set
+    /// up: it was not started.
+    public static let sandboxUnavailable = Self(
+        "sandboxUnavailable", .unavailable,
+        hint:
+            "run on a kernel with Landlock (Linux 5.13 or later, enabled), or leave out --require-sandbox to run the plug-in unconfined"
+    )
     /// A provider plug-in broke the protocol: invalid or truncated JSON, an unknown version,
     /// output over the cap, malformed entries.
     public static let providerProtocol = Self(

@@ -21,6 +21,11 @@ import Foundation
 /// A genuine token gives `100 OK` and the identity: challenge, server name, user, app, container,
 /// version and creation time.
 ///
+/// A signature verifies only in its low-S form (`ES256Signature` in CredentialCoding, checked by
+/// `TokenPublicKey` for every ES256 signature the project verifies), so the high-S twin
+/// `(r, n − s)` of a genuine delegation or token, which other ES256 verifiers accept, is **101**:
+/// a token has one encoding.
+///
 /// Delegations whose signature verified are kept in a bounded cache keyed by the SHA-256 of
 /// their text, so a client's second token costs one ECDSA verification instead of two; the key
 /// trust, revocation and time checks still run on every call, against the current

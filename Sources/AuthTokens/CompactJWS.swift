@@ -50,7 +50,8 @@ public struct CompactJWS: Sendable, Equatable {
         return try CompactJWS(parsing: input + "." + Base64URL.encode(signature), type: type, keyed: keyID != nil)
     }
 
-    /// Whether ``signature`` is `key`'s ES256 signature of ``signingInput``.
+    /// Whether ``signature`` is `key`'s ES256 signature of ``signingInput``, in its low-S form
+    /// (the high-S twin of a valid signature is false: one encoding per JWS).
     public func isSigned(by key: TokenPublicKey) -> Bool {
         key.isValidSignature(signature, for: signingInput)
     }

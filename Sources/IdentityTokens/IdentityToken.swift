@@ -68,8 +68,9 @@ public struct IdentityToken: Sendable, Equatable, CustomStringConvertible, Custo
     public let keyID: String
 
     /// Signs an identity JWT for `userID`, for the relying party `audience` with `scope`, valid
-    /// from `now` for ``lifetime``, with the provider's identity `key` (through jwt-kit).
-    /// Throws `DCError.Code.invalid` for an audience or scope that is empty, longer than
+    /// from `now` for ``lifetime``, with the provider's identity `key` (through jwt-kit; the
+    /// signature in its low-S form, see `ES256Signature` in CredentialCoding).
+    /// Throws `DCError.Code.usage` for an audience or scope that is empty, longer than
     /// ``maximumValueLength`` or not printable ASCII.
     public static func sign(
         issuer: String, userID: String, audience: String, scope: String, key: TokenSigningKey, now: Date
@@ -93,8 +94,20 @@ public struct IdentityToken: Sendable, Equatable, CustomStringConvertible, Custo
         await keys.add(
             ecdsa: try ES256PrivateKey(pem: pem), kid: JWKIdentifier(string: keyID),
             serializer: DefaultJWTSerializer(jsonEncoder: encoder))
-        let compact = try await keys.sign(claims, kid: JWKIdentifier(string: keyID))
+        let compact = try withLowS(await keys.sign(claims, kid: JWKIdentifier(string: keyID)))
         return IdentityToken(compact: compact, claims: claims, keyID: keyID)
+    }
+
+    /// `compact` with its signature in the low-S form, the one encoding every ES256 signature the
+    /// project makes has (`ES256Signature` in CredentialCoding): jwt-kit signs through
+    /// swift-crypto, which makes either form, and a relying party that remembers tokens by their
+    /// text must not see two.
+    static func withLowS(_ compact: String) throws -> String {
+        let parts = compact.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let signature = Base64URL.decode(String(parts[2])), signature.count == 64 else {
+            throw DCError(.cryptoFailure, "jwt-kit made an identity token that is not a compact ES256 JWS")
+        }
+        return "\(parts[0]).\(parts[1]).\(Base64URL.encode(ES256Signature.lowS(signature)))"
     }
 
     /// Reads an identity JWT without checking its signature (the client only caches what its

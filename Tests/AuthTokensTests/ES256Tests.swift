@@ -105,9 +105,52 @@ struct ES256Tests {
             }
             try #require(integers.count == 2)
             let raw = integers.flatMap { [UInt8](repeating: 0, count: 32 - $0.count) + $0 }
-            #expect(key.publicKey.isValidSignature(raw, for: message), "openssl signature \(round)")
-            #expect(!key.publicKey.isValidSignature(raw, for: message + [0x41]))
+            // openssl makes either form; we accept exactly the low-S one of the pair (r, s), (r, n − s).
+            let twin = Array(raw[..<32]) + (try Self.twinS(Array(raw[32...])))
+            let (low, high) = Self.isLowS(raw) ? (raw, twin) : (twin, raw)
+            #expect(Self.isLowS(low) && !Self.isLowS(high))
+            #expect(key.publicKey.isValidSignature(low, for: message), "openssl signature \(round)")
+            #expect(!key.publicKey.isValidSignature(high, for: message), "openssl signature \(round), high-S")
+            #expect(!key.publicKey.isValidSignature(low, for: message + [0x41]))
         }
+    }
+
+    @Test("Every signature we make is low-S (s ≤ n/2), and the same (r, s) with s = n − s is refused")
+    func lowSOnly() throws {
+        let key = try TokenSigningKey.generate()
+        // Half of all ECDSA signatures are high-S: 64 low-S ones in a row by chance is 1 in 2^64.
+        for index in 0..<64 {
+            let input = message + [UInt8(index)]
+            let signature = try key.sign(input)
+            #expect(Self.isLowS(signature), "signature \(index)")
+            #expect(key.publicKey.isValidSignature(signature, for: input))
+            guard index < 8 else { continue }  // the twins of a few (each costs a python3 process)
+            let twin = Array(signature[..<32]) + (try Self.twinS(Array(signature[32...])))
+            #expect(!Self.isLowS(twin))
+            #expect(!key.publicKey.isValidSignature(twin, for: input), "the high-S twin of signature \(index)")
+            #expect(ES256Signature.lowS(twin) == signature)
+        }
+    }
+
+    /// ⌊n / 2⌋ for the P-256 order n, written out: the largest s of a low-S signature.
+    static let halfOrderHex = "7fffffff800000007fffffffffffffffde737d56d38bcf4279dce5617e3192a8"
+
+    /// Whether the raw r‖s has s ≤ ⌊n / 2⌋ (equal-length lower-case hex compares as the numbers do).
+    static func isLowS(_ signature: [UInt8]) -> Bool {
+        Digests.hex(Array(signature[32...])) <= halfOrderHex
+    }
+
+    /// n − s, computed by Python's integers on the P-256 order written out (not by the code under test).
+    static func twinS(_ s: [UInt8]) throws -> [UInt8] {
+        let result = try runChecked(
+            "/usr/bin/python3",
+            [
+                "-c",
+                "import sys; n = 0xffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551; "
+                    + "print('%064x' % (n - int(sys.argv[1], 16)))",
+                Digests.hex(s),
+            ])
+        return try #require(Digests.bytes(hex: result.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)))
     }
 
     @Test("Only P-256 keys are accepted", arguments: ["secp384r1", "ed25519", "rsa"])

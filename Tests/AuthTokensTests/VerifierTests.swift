@@ -223,6 +223,40 @@ struct VerifierTests {
         #expect(judge(short, token: outliving).reason == "the token outlives its delegation")
     }
 
+    @Test(
+        "Steps 3 and 5: the high-S twin (r, n − s) of a genuine delegation or token, which PyJWT and pyca/cryptography accept as ES256, is 101; the client refuses the twin delegation"
+    )
+    func highSTwins() throws {
+        let world = try TokenWorld()
+        /// The twin the oracle makes with integer arithmetic on the P-256 order, after PyJWT and
+        /// pyca/cryptography showed it is a valid ES256 signature of the same bytes (the attack is real).
+        func twin(_ jws: String, _ key: TokenPublicKey) throws -> String {
+            let answer = try oracle("twin", ["jws": jws, "jwk": ["x": key.jwkX, "y": key.jwkY]])
+            #expect(answer["differs"] as? Bool == true)
+            #expect(answer["highS"] as? Bool == true)
+            return try #require(answer["twin"] as? String)
+        }
+        let delegationTwin = try twin(world.delegation.compact, world.issuingKey.publicKey)
+        let tokenTwin = try twin(world.token.jws.text, world.tokenKey.publicKey)
+        #expect(judge(world).code == 100)
+        let forgedDelegation = judge(world, delegation: delegationTwin)
+        #expect(forgedDelegation == (101, "the delegation's signature does not verify"))
+        let forgedToken = judge(world, token: tokenTwin)
+        #expect(forgedToken == (101, "the token's signature does not verify under the delegated key"))
+        #expect(judge(world, delegation: delegationTwin, token: tokenTwin).code == 101)
+        // A verifier that already holds the genuine delegation in its cache: the twin's text is another key.
+        let verifier = world.verifier()
+        #expect(code(verifier.verify(world.token.compact, now: t0 + 10)) == 100)
+        #expect(code(verifier.verify(delegationTwin + "~" + world.token.jws.text, now: t0 + 10)) == 101)
+        // The client keeps no twin of its provider's delegation either.
+        #expect(throws: DCError.self) {
+            try Delegation.received(delegationTwin, issuer: world.issuingKey.publicKey, now: t0 + 10)
+        }
+        #expect(
+            try Delegation.received(world.delegation.compact, issuer: world.issuingKey.publicKey, now: t0 + 10)
+                == world.delegation)
+    }
+
     @Test("Step 6: an expired token, or one made more than a minute in the future, is 102")
     func tokenTime() throws {
         let world = try TokenWorld()

@@ -7,7 +7,13 @@ writes one on stdout.
              Verifies the delegation under the JWKS key its kid names and the token under the
              delegation's cnf.jwk, with PyJWT; recomputes the RFC 7638 thumbprint of every key.
   make       {"delegation": {claims without cnf}, "token": {claims}, "alg": "ES256" | "HS256"}
-             Makes keys, a JWKS and a token with PyJWT, as another implementation would.
+             Makes keys, a JWKS and a token with PyJWT, as another implementation would; its ES256
+             signatures are put in the low-S form (s <= n/2), as our rule asks of every signer.
+  twin       {"jws": "<compact JWS>", "jwk": {"x": ..., "y": ...}}
+             The high-S twin of a low-S ES256 JWS: the same r, s replaced by n - s (plain integer
+             arithmetic on the P-256 order). Before answering, shows that the twin is a valid
+             ES256 signature that differs from the original: pyca/cryptography's ECDSA verifies it
+             and PyJWT decodes it under the key.
   hmac       {"secret": "<hex>", "machineID": "...", "userID": "..."}
              The shared user id: base64url(HMAC-SHA-256(secret, machineID + userID)).
 """
@@ -19,11 +25,32 @@ import json
 import sys
 
 import jwt
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+# The order of the P-256 group (SEC 2, secp256r1), written out rather than taken from a library.
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
 
 
 def b64url(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def b64url_decode(text):
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def with_s(compact, choose):
+    """compact with its signature's s replaced by choose(s)."""
+    head, payload, signature = compact.split(".")
+    raw = b64url_decode(signature)
+    r, s = int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big")
+    return head + "." + payload + "." + b64url(r.to_bytes(32, "big") + choose(s).to_bytes(32, "big"))
+
+
+def low_s(compact):
+    return with_s(compact, lambda s: P256_ORDER - s if s > P256_ORDER // 2 else s)
 
 
 def thumbprint(jwk):
@@ -62,12 +89,34 @@ def make(request):
     kid = thumbprint(issuer_jwk)
     claims = dict(request["delegation"])
     claims["cnf"] = {"jwk": public_jwk(token_key)}
-    delegation = jwt.encode(claims, issuer_key, algorithm="ES256", headers={"kid": kid, "typ": "dc-dlg+jwt"})
+    delegation = low_s(
+        jwt.encode(claims, issuer_key, algorithm="ES256", headers={"kid": kid, "typ": "dc-dlg+jwt"}))
     if request.get("alg", "ES256") == "HS256":
         token = jwt.encode(request["token"], "a shared secret", algorithm="HS256", headers={"typ": "dc-auth+jwt"})
     else:
-        token = jwt.encode(request["token"], token_key, algorithm="ES256", headers={"typ": "dc-auth+jwt"})
+        token = low_s(jwt.encode(request["token"], token_key, algorithm="ES256", headers={"typ": "dc-auth+jwt"}))
     return {"token": delegation + "~" + token, "jwks": {"keys": [dict(issuer_jwk, kid=kid, use="sig", alg="ES256")]}}
+
+
+def twin(request):
+    original = request["jws"]
+    x, y = (int.from_bytes(b64url_decode(request["jwk"][name]), "big") for name in ("x", "y"))
+    public_key = ec.EllipticCurvePublicNumbers(x, y, ec.SECP256R1()).public_key()
+    raw = b64url_decode(original.split(".")[2])
+    s = int.from_bytes(raw[32:], "big")
+    if not 0 < s <= P256_ORDER // 2:
+        raise SystemExit("the original signature is not low-S")
+    made = with_s(original, lambda s: P256_ORDER - s)
+    signing_input = made.rsplit(".", 1)[0].encode()
+    twin_raw = b64url_decode(made.split(".")[2])
+    twin_s = int.from_bytes(twin_raw[32:], "big")
+    # Raises InvalidSignature unless (r, n - s) is a valid ECDSA P-256/SHA-256 signature.
+    public_key.verify(
+        encode_dss_signature(int.from_bytes(twin_raw[:32], "big"), twin_s), signing_input, ec.ECDSA(hashes.SHA256()))
+    # PyJWT checks the signature only (no claim is looked at), as a JOSE peer would.
+    payload = jwt.api_jws.decode(made, public_key, algorithms=["ES256"])
+    return {"twin": made, "differs": made != original, "highS": twin_s > P256_ORDER // 2,
+            "payload": payload.decode()}
 
 
 def shared_user_id(request):
@@ -77,5 +126,5 @@ def shared_user_id(request):
 
 command = sys.argv[1]
 request = json.load(sys.stdin)
-result = {"verify": verify, "make": make, "hmac": shared_user_id}[command](request)
+result = {"verify": verify, "make": make, "twin": twin, "hmac": shared_user_id}[command](request)
 json.dump(result, sys.stdout)

@@ -247,6 +247,86 @@ struct AuthTokenCommandTests {
     }
 
     @Test(
+        "Attack: 1000 GET /challenge from one address shut no one out of the sample application server: another address is served and let in; the flooder keeps its newest 100 open; a full server drops the oldest, never refuses"
+    )
+    func sampleAppServerFlood() async throws {
+        let (tools, verifier, port) = try await Self.world("app-server-flood")
+        let portFile = tools.sandbox.file("app.port")
+        // A memory bound of 300 in all, so that a few addresses fill it.
+        let app = try SpawnedProcess(
+            "/usr/bin/python3",
+            [
+                Repository.root + "/Samples/app-server/app-server", "--verifier", "http://127.0.0.1:\(port)",
+                "--server-name", "mail.example.com", "--port-file", portFile, "--max-challenges", "300",
+            ], environment: tools.sandbox.environment, output: tools.sandbox.file("app.log"))
+        defer {
+            for process in [app, verifier] {
+                process.kill()
+                _ = process.wait(timeout: .seconds(10))
+            }
+            tools.sandbox.remove()
+        }
+        try await eventually(timeout: .seconds(60)) { FileManager.default.fileExists(atPath: portFile) }
+        let appPort = try #require(Int(try String(contentsOfFile: portFile, encoding: .utf8)))
+        /// `count` GET /challenge from the client address `source` (python3's http.client, one
+        /// connection each, as a flooding script would): the challenges, in order; every answer must be 200.
+        func flood(from source: String, _ count: Int) throws -> [String] {
+            let script = """
+                import http.client, sys
+                port, source, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+                for _ in range(count):
+                    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20, source_address=(source, 0))
+                    connection.request("GET", "/challenge")
+                    response = connection.getresponse()
+                    print(response.status, response.read().decode().strip())
+                    connection.close()
+                """
+            let result = try tools.sandbox.run(
+                "/usr/bin/python3", ["-c", script, String(appPort), source, String(count)], timeout: 120)
+            try #require(result.status == 0, "\(result.stderrText)")
+            let lines = result.stdoutText.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+            #expect(lines.count == count)
+            #expect(lines.allSatisfy { $0.count == 2 && $0[0] == "200" }, "every request answered 200")
+            return lines.map { $0.last ?? "" }
+        }
+        func get(_ path: String, token: String? = nil, from source: String = "127.0.0.1") throws -> (
+            code: Int, body: String
+        ) {
+            let result = try tools.sandbox.run(
+                try which("curl"),
+                ["-sS", "--max-time", "20", "--interface", source, "-w", "\n%{http_code}"]
+                    + (token.map { ["-H", "X-Good-GD-AuthToken: \($0)"] } ?? []) + [
+                        "http://127.0.0.1:\(appPort)\(path)"
+                    ],
+                timeout: 40)
+            let lines = result.stdoutText.split(separator: "\n").map(String.init)
+            return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n"))
+        }
+        func token(_ challenge: String) throws -> String {
+            try tools.check("dcclient", ["token", "--challenge=\(challenge)", "--server", "mail.example.com"])
+                .stdoutText.trimmingCharacters(in: .newlines)
+        }
+        let welcome = (200, "hello, alice@example.com")
+        let stale = (403, "refused: not a fresh challenge of this server")
+
+        let flooded = try flood(from: "127.0.0.1", 1000)
+        // Another address is served, and its challenge lets its app in.
+        let other = try get("/challenge", from: "127.0.0.2")
+        #expect(other.code == 200)
+        #expect(try get("/hello", token: try token(other.body), from: "127.0.0.2") == welcome)
+        // The flooder holds exactly its newest 100: the 900th is dropped, the 901st open; and it is served too.
+        #expect(try get("/hello", token: try token(flooded[899])) == stale)
+        #expect(try get("/hello", token: try token(flooded[900])) == welcome)
+        let again = try get("/challenge")
+        #expect(again.code == 200)
+        #expect(try get("/hello", token: try token(again.body)) == welcome)
+        // Three more addresses ask for 100 each: 300 in all is full, so the oldest anywhere (the
+        // flooder's) are dropped, and no one is refused.
+        for address in ["127.0.0.3", "127.0.0.4", "127.0.0.5"] { _ = try flood(from: address, 100) }
+        #expect(try get("/hello", token: try token(flooded[999])) == stale)
+    }
+
+    @Test(
         "A client set up afresh and paired again: the old store's tokens answer 103, the new client's 100 — also after a retire of the same client id"
     )
     func setUpAfresh() async throws {

@@ -5,7 +5,8 @@ import Foundation
 /// A P-256 key that signs auth tokens with ES256 (ECDSA over P-256 with SHA-256, RFC 7518 §3.4):
 /// the provider's issuing key signs delegations, a client's token key signs its tokens.
 ///
-/// Signatures are in the JOSE form, the raw `r‖s` (64 bytes), not DER. The private key is kept as
+/// Signatures are in the JOSE form, the raw `r‖s` (64 bytes), not DER, and always low-S
+/// (``ES256Signature``): the only form ``TokenPublicKey`` accepts. The private key is kept as
 /// PKCS#8 DER in ``privateKey`` and is redacted wherever the key could be printed.
 public struct TokenSigningKey: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The private key as PKCS#8 DER (redacted when printed), as it is stored.
@@ -68,7 +69,8 @@ public struct TokenSigningKey: Sendable, CustomStringConvertible, CustomDebugStr
         self.signer = SharedPKey(key)
     }
 
-    /// The ES256 signature of `message` (SHA-256, then ECDSA): `r‖s`, 64 bytes, as JWS carries it.
+    /// The ES256 signature of `message` (SHA-256, then ECDSA): `r‖s`, 64 bytes, as JWS carries it,
+    /// in its low-S form (``ES256Signature/lowS(_:)``).
     public func sign(_ message: [UInt8]) throws -> [UInt8] {
         guard let context = EVP_MD_CTX_new() else { throw OpenSSL.failure("EVP_MD_CTX_new") }
         defer { EVP_MD_CTX_free(context) }
@@ -80,12 +82,13 @@ public struct TokenSigningKey: Sendable, CustomStringConvertible, CustomDebugStr
         guard let raw = ES256Signature.raw(fromDER: Array(der.prefix(length))) else {
             throw OpenSSL.failure("converting the ECDSA signature")
         }
-        return raw
+        return ES256Signature.lowS(raw)
     }
 
     /// Whether `signature` (raw `r‖s`) is an ES256 signature of `message` under the public key
     /// `publicKey`, given as an uncompressed point (`04‖x‖y`, 65 bytes). Anything malformed (a
-    /// point off the curve, a signature of the wrong length) is simply false; it never throws.
+    /// point off the curve, a signature of the wrong length, a high-S one) is simply false; it
+    /// never throws.
     public static func verify(_ signature: [UInt8], of message: [UInt8], publicKey: [UInt8]) -> Bool {
         guard let key = try? TokenPublicKey(uncompressedPoint: publicKey) else { return false }
         return key.isValidSignature(signature, for: message)
@@ -174,7 +177,8 @@ public struct TokenPublicKey: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Whether `signature` (raw `r‖s`, 64 bytes) is this key's ES256 signature of `message`.
-    /// Anything malformed is simply false.
+    /// Anything malformed is simply false, and so is a high-S signature, valid ECDSA or not: each
+    /// signature has one encoding (``ES256Signature``).
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
         signature.withUnsafeBytes { signature in
             message.withUnsafeBytes { message in isValidSignature(signature, for: message) }
@@ -182,7 +186,8 @@ public struct TokenPublicKey: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Whether the 64 bytes in `signature` (raw `r‖s`) are this key's ES256 signature of the bytes
-    /// in `message`. Anything malformed is simply false. The buffers are only read during the call.
+    /// in `message`. Anything malformed or high-S is simply false. The buffers are only read during
+    /// the call.
     public func isValidSignature(_ signature: UnsafeRawBufferPointer, for message: UnsafeRawBufferPointer) -> Bool {
         verifier.verify(signature: signature, message: message)
     }
@@ -268,7 +273,8 @@ private final class ES256Verifier: @unchecked Sendable {
     }
 
     func verify(signature: UnsafeRawBufferPointer, message: UnsafeRawBufferPointer) -> Bool {
-        guard signature.count == 64 else { return false }
+        // The one place every ES256 signature the project accepts is checked: low-S only.
+        guard signature.count == 64, ES256Signature.hasLowS(signature) else { return false }
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 32 + ES256Signature.maximumDERLength) {
             buffer in
             let digest = UnsafeMutableBufferPointer(rebasing: buffer[0..<32])
@@ -304,8 +310,55 @@ private final class ES256Verifier: @unchecked Sendable {
     }
 }
 
-/// Between JOSE's raw `r‖s` ECDSA signature and the DER `ECDSA-Sig-Value` OpenSSL takes.
-enum ES256Signature {
+/// The one encoding of an ES256 signature.
+///
+/// ECDSA is malleable: when `(r, s)` is a valid signature, so is `(r, n − s)`, where `n` is the
+/// order of the P-256 group, so anyone can turn a token into a second, different string that
+/// verifies. The project's rule is the one Bitcoin (BIP 62) and libsecp256k1 follow: only the
+/// **low-S** form, `s ≤ ⌊n / 2⌋`, is a signature. Every ES256 signature the project makes is put
+/// in that form (``lowS(_:)``) and every one it verifies must be in it (``hasLowS(_:)``, checked
+/// by ``TokenPublicKey``), so a token has exactly one valid encoding. The raw form is JOSE's
+/// `r‖s`, 32 big-endian bytes each (RFC 7518 §3.4); internally it is also converted to and from
+/// the DER `ECDSA-Sig-Value` OpenSSL takes.
+public enum ES256Signature {
+    /// The order `n` of the P-256 group, big-endian (SEC 2, secp256r1).
+    static let order: [UInt8] = [
+        0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+        0xBC, 0xE6, 0xFA, 0xAD, 0xA7, 0x17, 0x9E, 0x84, 0xF3, 0xB9, 0xCA, 0xC2, 0xFC, 0x63, 0x25, 0x51,
+    ]
+    /// `⌊n / 2⌋`, big-endian: the largest `s` of a low-S signature.
+    static let halfOrder: [UInt8] = [
+        0x7F, 0xFF, 0xFF, 0xFF, 0x80, 0x00, 0x00, 0x00, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+        0xDE, 0x73, 0x7D, 0x56, 0xD3, 0x8B, 0xCF, 0x42, 0x79, 0xDC, 0xE5, 0x61, 0x7E, 0x31, 0x92, 0xA8,
+    ]
+
+    /// Whether the raw `r‖s` in `signature` (64 bytes) has `s ≤ ⌊n / 2⌋`. Any other length is false.
+    public static func hasLowS(_ signature: [UInt8]) -> Bool {
+        signature.withUnsafeBytes { hasLowS($0) }
+    }
+
+    /// Whether the raw `r‖s` in `signature` (64 bytes) has `s ≤ ⌊n / 2⌋`. Any other length is false.
+    static func hasLowS(_ signature: UnsafeRawBufferPointer) -> Bool {
+        // Equal lengths, big-endian: the lexicographic order of the bytes is the numeric order.
+        signature.count == 64 && !halfOrder.lexicographicallyPrecedes(signature[32..<64])
+    }
+
+    /// `signature` (raw `r‖s`, 64 bytes) in its low-S form: `(r, n − s)` when `⌊n / 2⌋ < s < n`,
+    /// else unchanged (a low-S signature, or one no verifier accepts anyway).
+    public static func lowS(_ signature: [UInt8]) -> [UInt8] {
+        guard signature.count == 64, !hasLowS(signature), signature[32...].lexicographicallyPrecedes(order) else {
+            return signature
+        }
+        var result = signature
+        var borrow = 0
+        for index in (0..<32).reversed() {
+            let difference = Int(order[index]) - Int(signature[32 + index]) - borrow
+            result[32 + index] = UInt8(truncatingIfNeeded: difference)
+            borrow = difference < 0 ? 1 : 0
+        }
+        return result
+    }
+
     /// SEQUENCE (2) + two INTEGERs of at most 33 bytes each (2 + 33).
     static let maximumDERLength = 72
 

@@ -1,0 +1,135 @@
+import AuthTokens
+import CredentialCoding
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import IdentityTokens
+import ManagedClient
+import TestSupport
+import Testing
+
+/// The numbers docs/PROTOCOL.md and docs/SECURITY.md promise about the provider and the client,
+/// each written out here as the documents write it, never computed from the constant that holds
+/// it: a constant changed without the documents fails these tests.
+@Suite(
+    "Documented limits: the request window, card requests, auto-lock, delegations", .ownThreads, .timeLimit(.minutes(3))
+)
+struct DocumentedLimitsTests {
+    /// Now, in whole seconds (messages carry whole seconds).
+    static func wholeSecond() -> Date { Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down)) }
+
+    @Test("A client's new and available are acted on within 600 s of their time either way: 600 s is, 601 s is not")
+    func requestWindow() throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let time = Self.wholeSecond()
+        for message in [try world.new(now: time), try world.available(now: time)] {
+            for seconds in [-600, -599, 0, 599, 600] {
+                #expect(throws: Never.self, "\(message.path) at \(seconds) s") {
+                    _ = try world.service.authenticate(message, now: time.addingTimeInterval(TimeInterval(seconds)))
+                }
+            }
+            for seconds in [-601, 601, 86_400] {
+                let refused = try #require(throws: DCError.self, "\(message.path) at \(seconds) s") {
+                    _ = try world.service.authenticate(message, now: time.addingTimeInterval(TimeInterval(seconds)))
+                }
+                #expect(refused.code == .refusedMessage)
+                #expect(refused.message.contains("older than 600 s"))
+            }
+        }
+    }
+
+    @Test("A policy is applied within 600 s of its time at the client: 600 s late it is, 601 s late it is not")
+    func policyWindow() throws {
+        let world = try World(handlesPolicies: false)
+        defer { world.dir.remove() }
+        let record = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        let time = Self.wholeSecond()
+        var next = record.policy
+        next.sequence += 1
+        let late = try #require(throws: DCError.self) {
+            _ = try world.client.handlePolicy(try world.policyURL(next, time: time), now: time.addingTimeInterval(601))
+        }
+        #expect(late.code == .refusedMessage)
+        #expect(
+            try world.client.handlePolicy(try world.policyURL(next, time: time), now: time.addingTimeInterval(600))
+                .policy == next)
+    }
+
+    @Test(
+        "Pairing allows 4 card requests an hour by default: the 5th within 3599 s is refused, one 3600 s after the first is answered"
+    )
+    func cardRequestsAnHour() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        _ = try world.service.pair(clientScheme: "org.example.dcclient", allowCardRequests: true)
+        #expect(try world.service.pairing(clientId: "dcclient")?.cardRequestsPerHour == 4)
+        let start = Self.wholeSecond()
+        func answer(at seconds: TimeInterval) async -> DCError.Code? {
+            let now = start.addingTimeInterval(seconds)
+            return await thrownCode {
+                _ = try await world.service.answer(try world.new(now: now), fromCard: true, now: now) { _ in
+                    try world.credential()
+                }
+            }
+        }
+        for _ in 1...4 { #expect(await answer(at: 0) == nil) }
+        #expect(await answer(at: 3599) == .serviceUnavailable)
+        #expect(await answer(at: 3600) == nil)
+    }
+
+    @Test("Auto-lock: 900 s from pairing; a policy may set 1 s to 604800 s (a week), not 0 or 604801")
+    func autoLockBounds() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        #expect(try world.service.policyRecord(clientId: "dcclient")?.policy.autoLock == 900)
+        for seconds in [1, 604_800] {
+            #expect(try await world.setPolicy { $0.autoLock = seconds }.policy.autoLock == seconds)
+        }
+        for seconds in [0, 604_801] {
+            #expect(await thrownCode { try await world.setPolicy { $0.autoLock = seconds } } == .usage, "\(seconds) s")
+        }
+        #expect(try world.service.policyRecord(clientId: "dcclient")?.policy.autoLock == 604_800)
+    }
+
+    @Test("The provider's delegation is valid a day (86400 s) and is sent again while more than half (43200 s) is left")
+    func delegationLifetime() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let registration = try #require(
+            try Registrations.read(
+                ClientRegistration.self, at: world.locations.clientRegistration("org.example.dcclient")))
+        let now = Self.wholeSecond()
+        let first = try #require(try await world.service.sendDelegation(to: registration, now: now - 43_202))
+        #expect(first.claims.expires - first.claims.notBefore == 86_400)
+        #expect(first.claims.notBefore == Int64(now.timeIntervalSince1970) - 43_202)
+        // 43201 s left: the same one again.
+        let again = try #require(try await world.service.sendDelegation(to: registration, now: now - 3))
+        #expect(again.claims.id == first.claims.id)
+        // 43200 s left, half its life: a new one.
+        let renewed = try #require(try await world.service.sendDelegation(to: registration, now: now - 2))
+        #expect(renewed.claims.id != first.claims.id)
+        #expect(renewed.claims.expires == Int64(now.timeIntervalSince1970) - 2 + 86_400)
+    }
+
+    @Test("An identity JWT is valid an hour (3600 s); its audience and scope are 1 to 200 bytes")
+    func identityTokens() async throws {
+        let key = try TokenSigningKey.generate()
+        func sign(audience: String = "mail-web", scope: String = "openid") async throws -> IdentityToken {
+            try await IdentityToken.sign(
+                issuer: "org.example.provider", userID: "alice@example.com", audience: audience, scope: scope,
+                key: key, now: Date(timeIntervalSince1970: 1_795_000_000))
+        }
+        let token = try await sign()
+        #expect(token.claims.issuedAt.value == Date(timeIntervalSince1970: 1_795_000_000))
+        #expect(token.claims.expires.value == Date(timeIntervalSince1970: 1_795_003_600))
+        let longest = String(repeating: "a", count: 200)
+        #expect(try await sign(audience: longest, scope: longest).claims.scope == longest)
+        for (audience, scope) in [
+            (longest + "a", "openid"), ("mail-web", longest + "a"), ("", "openid"), ("mail-web", ""),
+        ] {
+            let refused = await thrownCode { _ = try await sign(audience: audience, scope: scope) }
+            #expect(refused == .usage, "\(audience.count) and \(scope.count) bytes")
+        }
+    }
+}

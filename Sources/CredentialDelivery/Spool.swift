@@ -22,6 +22,9 @@ public struct Spool: Sendable {
         case delegation
         /// An identity JWT answering the client's request, `<request>.jwt`, at most 8 KiB.
         case identityToken
+        /// A sealed delivery payload the client kept out as stale, `<request>.stale`, set aside
+        /// (``Spool/setAside(request:)``) so that the user can still choose it by hand.
+        case staleDelivery
 
         /// The file name's extension.
         public var fileExtension: String {
@@ -29,13 +32,14 @@ public struct Spool: Sendable {
             case .sealedPayload: "cms"
             case .delegation: "dlg"
             case .identityToken: "jwt"
+            case .staleDelivery: "stale"
             }
         }
 
         /// The largest such file written or read.
         public var maximumSize: Int {
             switch self {
-            case .sealedPayload: Spool.maximumFileSize
+            case .sealedPayload, .staleDelivery: Spool.maximumFileSize
             case .delegation: 4096
             case .identityToken: 8192
             }
@@ -130,6 +134,20 @@ public struct Spool: Sendable {
                 subject: path, hint: "nothing was installed; ask the provider to send again")
         }
         return sealed
+    }
+
+    /// Renames the sealed payload of `request` to its ``Kind/staleDelivery`` name, dates it now
+    /// (its age is how long it has been set aside) and syncs the directory. Nothing to rename is
+    /// no failure: it was set aside already.
+    public func setAside(request: String) throws {
+        let from = path(request: request)
+        let to = path(request: request, kind: .staleDelivery)
+        guard rename(from, to) == 0 || errno == ENOENT else {
+            throw DCError(
+                .ioError, "cannot set the stale delivery aside: \(String(cString: strerror(errno)))", subject: from)
+        }
+        _ = utimensat(AT_FDCWD, to, nil, AT_SYMLINK_NOFOLLOW)
+        try AtomicFileSet.syncDirectory(directory)
     }
 
     /// Deletes the file for `request`, if any; never fails.

@@ -4,29 +4,85 @@ import DerivedCredentials
 import Foundation
 import SystemSupport
 
-/// The policy a client applied, as it keeps it (`store/policy.json`): what the provider sent, and
-/// when the provider signed it (a policy sent again, unchanged, is signed later).
-struct AppliedPolicy: Codable {
+/// The policy a client applied: the provider's signed policy URL exactly as it was received, what
+/// it says, and whether the app's acknowledgement of it went out. Kept in `store/policy.json`
+/// (`{"url", "acknowledged"}`) and believed only once the URL verifies again, each time it is read
+/// (``ManagedClient/keptPolicy()``); `store/policy.sequence` keeps the highest number applied, so
+/// that an older genuine policy put in its place reads as damaged too.
+struct AppliedPolicy {
+    /// The `<client-scheme>:/policy?…` URL as received, with its signature.
+    var url: String
+    /// What the URL says.
     var policy: ClientPolicy
+    /// When the provider signed it (a policy sent again, unchanged, is signed later).
     var signed: Int64
     /// Whether the app's acknowledgement of the authorization state went out.
     var acknowledged: Bool?
 }
 
+/// What `store/policy.json` holds: the URL as received and the acknowledgement flag (which grants
+/// nothing: it only decides whether the same URL may be applied again).
+private struct StoredPolicy: Codable {
+    var url: String
+    var acknowledged: Bool?
+}
+
+/// What the store holds of the provider's policy.
+enum KeptPolicy {
+    /// No policy yet: the client is not ready.
+    case none
+    /// The provider's policy, verified now.
+    case applied(AppliedPolicy)
+    /// A record that does not verify: edited, replaced by another (or an older) policy, removed,
+    /// or kept by a version before signed records. It grants nothing.
+    case damaged
+}
+
 extension ManagedClient {
     var policyFile: String { store + "/policy.json" }
+    /// The highest policy number the client applied; the record must not be older.
+    var policySequenceFile: String { store + "/policy.sequence" }
 
     /// The policy the provider sent last, or nil before the first one (the client is not ready).
+    /// A policy record that does not verify with the pinned provider key throws `notAuthorized`.
     public func currentPolicy() throws -> ClientPolicy? { try appliedPolicy()?.policy }
 
     func appliedPolicy() throws -> AppliedPolicy? {
-        guard let data = FileManager.default.contents(atPath: policyFile) else { return nil }
-        do {
-            return try JSONDecoder().decode(AppliedPolicy.self, from: data)
-        } catch {
+        switch try keptPolicy() {
+        case .none: return nil
+        case .applied(let applied): return applied
+        case .damaged:
             throw DCError(
-                .invalid, "the client's policy file is damaged", subject: policyFile,
-                hint: "the provider sends it again: ask its operator to send the policy (dcprovision authorize)")
+                .notAuthorized,
+                "the policy record is damaged (edited, replaced or not signed by the pinned provider): the app is not authorized",
+                subject: policyFile,
+                hint: "the provider's next policy replaces it: ask its operator to send one (dcprovision authorize)")
+        }
+    }
+
+    /// The policy record, verified as it is read: the URL parses, is addressed to this client, is
+    /// signed by the pinned provider key (`store/provider.json`, never the registration) and is not
+    /// older than the highest number applied. Its time is not checked again: a policy stays in
+    /// force until a newer one comes.
+    func keptPolicy() throws -> KeptPolicy {
+        let highest = appliedPolicySequence
+        guard let data = FileManager.default.contents(atPath: policyFile) else {
+            return highest == nil ? .none : .damaged
+        }
+        let config = try config()
+        guard let stored = try? JSONDecoder().decode(StoredPolicy.self, from: data),
+            let message = try? DeliveryMessage.parse(stored.url, scheme: config.scheme),
+            case .policy(let client, let policy, let time, _) = message, client == config.clientId,
+            let pin = try? PinnedKeys.read(ProviderPin.self, at: providerPinFile), let key = pin.publicKey,
+            message.isSigned(by: key, scheme: config.scheme), policy.sequence >= highest ?? 0
+        else { return .damaged }
+        return .applied(AppliedPolicy(url: stored.url, policy: policy, signed: time, acknowledged: stored.acknowledged))
+    }
+
+    /// The highest policy number applied (`store/policy.sequence`), or nil before the first.
+    var appliedPolicySequence: UInt64? {
+        FileManager.default.contents(atPath: policySequenceFile).flatMap {
+            UInt64(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
         }
     }
 
@@ -126,24 +182,29 @@ extension ManagedClient {
                 subject: "policy \(policy.sequence)", hint: "nothing was changed; the provider sends it again")
         }
         return try FileLock.withExclusiveLock(at: store + "/.lock") { _ in
-            let applied = try appliedPolicy()
-            if let applied {
-                let replay = DCError(
-                    .refusedMessage,
-                    "policy \(policy.sequence) is not newer than the one in force (\(applied.policy.sequence)): replayed or late",
-                    subject: "policy \(policy.sequence)", hint: "nothing was changed")
-                guard policy.sequence >= applied.policy.sequence else { throw replay }
-                if policy.sequence == applied.policy.sequence {
-                    // The policy in force again: the provider had no acknowledgement of it. Once
-                    // acknowledged, only a later signature is taken (the same URL is a replay).
-                    guard policy == applied.policy, time > applied.signed || applied.acknowledged != true else {
-                        throw replay
-                    }
-                    try keep(AppliedPolicy(policy: policy, signed: max(time, applied.signed)))
-                    return PolicyUpdate(policy: policy, previous: applied.policy, repeated: true)
+            // A damaged record is replaced by a genuine policy not older than the highest applied.
+            let kept = try keptPolicy()
+            let applied: AppliedPolicy? = if case .applied(let applied) = kept { applied } else { nil }
+            let floor = applied?.policy.sequence ?? appliedPolicySequence ?? 0
+            let replay = DCError(
+                .refusedMessage,
+                "policy \(policy.sequence) is not newer than the one in force (\(floor)): replayed or late",
+                subject: "policy \(policy.sequence)", hint: "nothing was changed")
+            guard policy.sequence >= floor else { throw replay }
+            if let applied, policy.sequence == applied.policy.sequence {
+                // The policy in force again: the provider had no acknowledgement of it. Once
+                // acknowledged, only a later signature is taken (the same URL is a replay).
+                guard policy == applied.policy, time > applied.signed || applied.acknowledged != true else {
+                    throw replay
                 }
+                if time > applied.signed {
+                    try keep(AppliedPolicy(url: url, policy: policy, signed: time))
+                } else {
+                    try keep(AppliedPolicy(url: applied.url, policy: policy, signed: applied.signed))
+                }
+                return PolicyUpdate(policy: policy, previous: applied.policy, repeated: true)
             }
-            try keep(AppliedPolicy(policy: policy, signed: time))
+            try keep(AppliedPolicy(url: url, policy: policy, signed: time))
             try shortenAutoLock(to: policy.autoLock)
             return PolicyUpdate(policy: policy, previous: applied?.policy, repeated: false)
         }
@@ -159,9 +220,14 @@ extension ManagedClient {
         try publishStatus(available: true, until: key.expiry())
     }
 
+    /// Keeps `applied`: first the highest number applied, then the URL as received, so that a
+    /// crash between the two leaves a record that reads as damaged until the provider sends again.
     private func keep(_ applied: AppliedPolicy) throws {
+        let stored = StoredPolicy(url: applied.url, acknowledged: applied.acknowledged)
         var files = AtomicFileSet(directory: store)
-        try files.add("policy.json", .bytes(Array(try JSONEncoder().encode(applied))), mode: 0o600)
+        let highest = max(applied.policy.sequence, appliedPolicySequence ?? 0)
+        try files.add("policy.sequence", .bytes(Array("\(highest)\n".utf8)), mode: 0o600)
+        try files.add("policy.json", .bytes(Array(try JSONEncoder().encode(stored))), mode: 0o600)
         try files.commit(replacingExisting: true)
     }
 
@@ -253,8 +319,9 @@ extension ManagedClient {
     /// store key is overwritten and synced before it is removed (so nothing sealed under it can
     /// be opened again, even with the passphrase), then every key, the credential, the secure
     /// files, the pasteboard, the spool and the registration are removed. What stays is the
-    /// client's configuration and its `retired` policy, so that the app can still say why; a
-    /// retired client is set up afresh with `dcclient init`.
+    /// client's configuration, its `retired` policy (with its number, and the provider key it
+    /// verifies with), so that the app can still say why; a retired client is set up afresh with
+    /// `dcclient init`.
     public func eraseEverything() throws {
         let config = try config()
         try? lock()
@@ -271,7 +338,8 @@ extension ManagedClient {
         }
         unlink(wrapped)
         Registrations.remove(at: locations.clientRegistration(config.scheme))
-        let keep: Set = ["client.json", "policy.json", ".lock"]
+        // The retired policy stays, with its number and the provider key it verifies with (public).
+        let keep: Set = ["client.json", "policy.json", "policy.sequence", "provider.json", ".lock"]
         for name in (try? FileManager.default.contentsOfDirectory(atPath: store)) ?? [] where !keep.contains(name) {
             try? FileManager.default.removeItem(atPath: store + "/" + name)
         }

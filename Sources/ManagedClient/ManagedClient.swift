@@ -20,8 +20,9 @@ import SystemSupport
 ///   store/processed/<request>     the outcome of each request handled (idempotency, replays)
 ///   store/files/<hmac of name>    an app's encrypted files (`SecureFiles`), 0700 and 0600
 ///   store/pasteboard              the secure pasteboard's text, sealed under the store key
-///   store/policy.json             the provider's policy in force: authorization state, message, auto-lock
-///   spool/                        sealed deliveries from providers
+///   store/policy.json             the provider's policy in force, its signed URL as received (verified at each read)
+///   store/policy.sequence         the highest policy number applied (an older policy file reads as damaged)
+///   spool/                        sealed deliveries from providers; `<request>.stale`: one kept out as stale
 ///   status.json                   {"servicesAvailable": …}, read by providers
 /// the session keyring, derived-credentials:<id>   the store key, only while unlocked, with the
 ///                                policy's auto-lock lifetime (else $XDG_RUNTIME_DIR/dcclient/<id>.key)
@@ -245,7 +246,9 @@ public struct ManagedClient: Sendable {
     /// services are then available if the client is also ready and authorized. A retired client
     /// has nothing left to unlock.
     public func unlock(passphrase: SecretBytes) throws {
-        if let policy = try currentPolicy(), policy.state == .retired {
+        // A damaged policy record does not stop an unlock: the provider's next policy, which
+        // repairs it, is acknowledged with the signing key sealed under the store key.
+        if let policy = try? currentPolicy(), policy.state == .retired {
             finishRetiring()
             throw DCError(
                 .notAuthorized, "the client was retired: its data is erased", subject: base,
@@ -279,7 +282,8 @@ public struct ManagedClient: Sendable {
         let key = try unlockedKey
         try AtomicFileSet.ensureDirectory(key.runtimeDirectory)
         chmod(key.runtimeDirectory, 0o700)
-        try key.store(storeKey, lifetime: .seconds(try currentPolicy()?.autoLock ?? ClientPolicy.defaultAutoLock))
+        let autoLock = (try? currentPolicy())?.autoLock ?? ClientPolicy.defaultAutoLock
+        try key.store(storeKey, lifetime: .seconds(autoLock))
         unlink(legacyRunKey)
         try publishStatus(available: true, until: key.expiry())
     }
@@ -380,8 +384,60 @@ public struct ManagedClient: Sendable {
         /// The delivery number of the credential installed before this one, if any (what a
         /// `stale` delivery was compared with).
         public var installedSequence: UInt64?
-        /// The delivery number this delivery carried; nil for a replay.
+        /// The delivery number this delivery carried; nil for a replay of a delivery that was not
+        /// kept out as stale.
         public var sequence: UInt64?
+
+        /// For a `stale` delivery, the refusal `dcclient handle-url` reports once it has answered
+        /// the provider (`refusedMessage`, exit 77): the same each time the same URL comes, since
+        /// the numbers are those recorded when it first arrived. Nil for any other status.
+        public var staleRefusal: DCError? {
+            guard status == ResultStatus.stale else { return nil }
+            let numbers = sequence.map { " (number \($0))" } ?? ""
+            let installed = installedSequence.map { " (number \($0))" } ?? ""
+            return DCError(
+                .refusedMessage,
+                "the delivery\(numbers) is older than the installed credential\(installed); kept the installed one",
+                subject: request,
+                hint: "to install it anyway (within a day): dcclient handle-url --allow-older URL")
+        }
+    }
+
+    /// What the client recorded of a request it handled (`store/processed/<request>`): the status,
+    /// the result URL it answered with, and for a `stale` delivery the two numbers compared, so
+    /// that the same URL gets the same answer every time. One line:
+    /// `STATUS RESULT-URL [SEQUENCE INSTALLED-SEQUENCE]`.
+    private struct HandledRecord {
+        var status: String
+        var resultURL: String?
+        var sequence: UInt64?
+        var installedSequence: UInt64?
+
+        init(status: String, resultURL: String?, sequence: UInt64? = nil, installedSequence: UInt64? = nil) {
+            self.status = status
+            self.resultURL = resultURL
+            self.sequence = sequence
+            self.installedSequence = installedSequence
+        }
+
+        init?(path: String) {
+            guard let data = FileManager.default.contents(atPath: path),
+                let parts = String(data: data, encoding: .utf8)?.split(separator: " ").map(String.init),
+                let status = parts.first
+            else { return nil }
+            self.init(
+                status: status, resultURL: parts.count > 1 ? parts[1] : nil,
+                sequence: parts.count > 3 ? UInt64(parts[2]) : nil,
+                installedSequence: parts.count > 3 ? UInt64(parts[3]) : nil)
+        }
+
+        var line: String {
+            var fields = [status] + (resultURL.map { [$0] } ?? [])
+            if resultURL != nil, let sequence, let installedSequence {
+                fields += ["\(sequence)", "\(installedSequence)"]
+            }
+            return fields.joined(separator: " ")
+        }
     }
 
     /// Handles `<scheme>:/deliver…`: checks the URL, its signature by the pinned provider and the
@@ -426,15 +482,18 @@ public struct ManagedClient: Sendable {
         AtomicFileSet.removeStaleStagingFiles(in: store + "/processed")
         prune(now: now)
         let processed = store + "/processed/\(request)"
-        if let recorded = FileManager.default.contents(atPath: processed),
-            let line = String(data: recorded, encoding: .utf8)
-        {
-            let parts = line.split(separator: " ").map(String.init)
-            return Handled(
-                request: request, status: parts[0], resultURL: parts.count > 1 ? parts[1] : nil, replay: true)
+        // A delivery kept out as stale that the user now chooses by hand: its kept spool file.
+        var chosenStale: HandledRecord?
+        if let recorded = HandledRecord(path: processed) {
+            guard allowOlder, recorded.status == ResultStatus.stale else {
+                return Handled(
+                    request: request, status: recorded.status, resultURL: recorded.resultURL, replay: true,
+                    installedSequence: recorded.installedSequence, sequence: recorded.sequence)
+            }
+            chosenStale = recorded
         }
         let key = try storeKey()
-        let sealed = try spool.read(request: request, digest: digest)
+        let sealed = try chosenStale == nil ? spool.read(request: request, digest: digest) : keptStale(request, digest)
         let clientKey = PrivateKey(
             pkcs8DER: try AtRest.open(try bytes(store + "/client-key"), key: key, context: "client-key"))
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
@@ -445,8 +504,9 @@ public struct ManagedClient: Sendable {
                 .refusedMessage, "the payload is bound to another request or client (a replayed or swapped spool file)",
                 subject: request, hint: "nothing was installed; ask the provider again (dcclient request)")
         }
-        // Request ids are good for a limited time (as the provider's ledger is).
-        guard abs(payload.issuedAt.timeIntervalSince(now)) <= Self.requestTimeLimit else {
+        // Request ids are good for a limited time (as the provider's ledger is). A stale delivery
+        // the user chooses was on time when it arrived: its record says so.
+        guard chosenStale != nil || abs(payload.issuedAt.timeIntervalSince(now)) <= Self.requestTimeLimit else {
             spool.remove(request: request)
             throw DCError(
                 .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request,
@@ -468,18 +528,46 @@ public struct ManagedClient: Sendable {
                 with: payload.credential)
             try installation.replace(with: opened, sequence: sequence, keyHistory: history, key: key)
         }
-        let result = DeliveryMessage.result(
-            request: request, status: status,
-            mac: DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status)
-        ).url(scheme: config.providerScheme)
+        // The provider accepts one result per request: a stale delivery chosen later keeps the
+        // result it was answered with, and nothing new is sent.
+        let result =
+            chosenStale?.resultURL
+            ?? DeliveryMessage.result(
+                request: request, status: status,
+                mac: DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status)
+            ).url(scheme: config.providerScheme)
+        let record =
+            status == ResultStatus.stale
+            ? HandledRecord(
+                status: status, resultURL: result, sequence: sequence, installedSequence: installedSequence ?? 0)
+            : HandledRecord(status: status, resultURL: result)
         try AtomicFileSet.ensureDirectory(store + "/processed")
-        var record = AtomicFileSet(directory: store + "/processed")
-        try record.add(request, .bytes(Array("\(status) \(result)".utf8)), mode: 0o600)
-        try record.commit(replacingExisting: true)
-        spool.remove(request: request)
+        var files = AtomicFileSet(directory: store + "/processed")
+        try files.add(request, .bytes(Array(record.line.utf8)), mode: 0o600)
+        try files.commit(replacingExisting: true)
+        if status == ResultStatus.stale {
+            // Kept, within the bound (``prune(now:)``), so that the user can still choose it by hand.
+            try spool.setAside(request: request)
+            prune(now: now)
+        } else {
+            spool.remove(request: request)
+            spool.remove(request: request, kind: .staleDelivery)
+        }
         return Handled(
-            request: request, status: status, resultURL: result, replay: false, credentialName: payload.credential.name,
-            installedSequence: installedSequence, sequence: sequence)
+            request: request, status: status, resultURL: chosenStale == nil ? result : nil, replay: false,
+            credentialName: payload.credential.name, installedSequence: installedSequence, sequence: sequence)
+    }
+
+    /// The spool file of a delivery kept out as stale, checked against the URL's digest again.
+    private func keptStale(_ request: String, _ digest: String) throws -> [UInt8] {
+        do {
+            return try spool.read(request: request, digest: digest, kind: .staleDelivery)
+        } catch let error as DCError where error.code == .notReady {
+            throw DCError(
+                .notReady,
+                "the stale delivery is no longer kept (at most \(Self.staleCapacity) are kept, each for \(Int(Self.staleRetention / 3600)) hours)",
+                subject: request, hint: "ask the provider to send a credential again (dcclient request)")
+        }
     }
 
     var installation: InstalledCredential { InstalledCredential(store: store) }
@@ -522,11 +610,17 @@ public struct ManagedClient: Sendable {
     /// How long the record of a handled request is kept, and the most records kept.
     public static let processedRetention: TimeInterval = 7 * 86400
     static let processedCapacity = 1000
+    /// How long the spool file of a delivery kept out as stale is kept (so that the user can still
+    /// choose it with `dcclient handle-url --allow-older`): a day.
+    public static let staleRetention: TimeInterval = 86400
+    /// The most stale deliveries kept; those kept out longest go first.
+    public static let staleCapacity = 10
 
     /// Keeps the spool and the records of handled requests bounded: spool files older than the
-    /// request time limit can no longer be installed and are removed; records of handled requests
-    /// older than ``processedRetention``, or beyond the newest 1000, are removed (a delivery that
-    /// old is refused as late anyway).
+    /// request time limit can no longer be installed and are removed, except those of deliveries
+    /// kept out as stale (`<request>.stale`), which go after ``staleRetention`` or beyond the newest
+    /// ``staleCapacity``; records of handled requests older than ``processedRetention``, or beyond
+    /// the newest 1000, are removed (a delivery that old is refused as late anyway).
     public func prune(now: Date = Date()) {
         func entries(_ directory: String) -> [(path: String, modified: Date)] {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
@@ -534,10 +628,17 @@ public struct ManagedClient: Sendable {
                 let path = directory + "/" + name
                 var info = stat()
                 guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-                return (path, Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec)))
+                let seconds = TimeInterval(info.st_mtim.tv_sec) + TimeInterval(info.st_mtim.tv_nsec) / 1e9
+                return (path, Date(timeIntervalSince1970: seconds))
             }.sorted { $0.modified > $1.modified }
         }
-        for file in entries(spool.directory) where now.timeIntervalSince(file.modified) > Self.requestTimeLimit {
+        let staleSuffix = "." + Spool.Kind.staleDelivery.fileExtension
+        let spooled = entries(spool.directory)
+        for file in spooled where !file.path.hasSuffix(staleSuffix) {
+            if now.timeIntervalSince(file.modified) > Self.requestTimeLimit { unlink(file.path) }
+        }
+        for (index, file) in spooled.filter({ $0.path.hasSuffix(staleSuffix) }).enumerated()
+        where now.timeIntervalSince(file.modified) > Self.staleRetention || index >= Self.staleCapacity {
             unlink(file.path)
         }
         for (index, file) in entries(store + "/processed").enumerated()

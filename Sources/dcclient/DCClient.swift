@@ -194,16 +194,13 @@ extension DCClient {
                     "dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
                 )
             }
-            guard let result = handled.resultURL, let providerScheme = client.providerScheme,
+            if let result = handled.resultURL, let providerScheme = client.providerScheme,
                 let provider = try client.registeredProvider(providerScheme)
-            else { return }
-            try await client.open(result, providerScheme: providerScheme, provider)
-            if handled.status == ResultStatus.stale && !handled.replay {
-                throw DCError(
-                    .refusedMessage,
-                    "the delivery (number \(handled.sequence ?? 0)) is older than the installed credential (number \(handled.installedSequence ?? 0)); kept the installed one",
-                    subject: handled.request, hint: "to install it anyway: dcclient handle-url --allow-older URL")
+            {
+                try await client.open(result, providerScheme: providerScheme, provider)
             }
+            // Kept out as stale: exit 77 with the same message whenever the same URL comes.
+            if let refusal = handled.staleRefusal { throw refusal }
         }
     }
 

@@ -149,6 +149,88 @@ struct AuthorizationTests {
         #expect(try client.authState == .unauthorized)
     }
 
+    @Test(
+        "Attack: an edited, replaced, older, foreign, unsigned or removed policy record reads as damaged (notAuthorized, exit 77): nothing can be read; the provider's next policy repairs it"
+    )
+    func damagedPolicyRecord() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let client = world.client
+        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        try client.secureFiles.write(Array("kept".utf8), to: "note")
+        try client.pasteboard.copy("copied")
+        let record = world.locations.dataHome + "/dcclient/store/policy.json"
+        let older = try readBytes(record)  // authorized, genuine
+        let authorized = try #require(try client.currentPolicy())
+        try await world.setPolicy {
+            $0.state = .unauthorized
+            $0.message = "Device out of compliance"
+        }
+        try client.unlock(passphrase: world.passphrase)  // only the authorization stands in the way
+        let genuine = try readBytes(record)
+        let text = String(decoding: genuine, as: UTF8.self)
+        #expect(text.contains("state=unauthorized"))
+        var foreignPolicy = authorized
+        foreignPolicy.sequence += 10
+        let foreign = try world.service.policyURL(
+            foreignPolicy, clientId: "someone-else", clientScheme: "org.example.dcclient")
+        let stranger = try DeliveryMessage.policy(
+            client: "dcclient", policy: foreignPolicy, time: Int64(Date().timeIntervalSince1970), signature: ""
+        ).signed(with: try MessageSigningKey.generate(), scheme: "org.example.dcclient").url(
+            scheme: "org.example.dcclient")
+        func stored(_ url: String) throws -> [UInt8] {
+            Array(try JSONSerialization.data(withJSONObject: ["url": url, "acknowledged": true]))
+        }
+        let attacks: [(String, [UInt8]?)] = [
+            (
+                "the state edited",
+                Array(text.replacingOccurrences(of: "state=unauthorized", with: "state=authorized").utf8)
+            ),
+            (
+                "the unsigned record of the previous version, state 1",
+                Array(
+                    "{\"policy\":{\"state\":1,\"message\":\"\",\"autoLock\":900,\"sequence\":\(authorized.sequence + 1)},\"signed\":\(Int(Date().timeIntervalSince1970))}"
+                        .utf8)
+            ),
+            ("an older genuine policy", older),
+            ("another client's genuine policy", try stored(foreign)),
+            ("a policy signed by another key", try stored(stranger)),
+            ("removed", nil),
+        ]
+        for (attack, bytes) in attacks {
+            unlink(record)
+            if let bytes { try Data(bytes).write(to: URL(fileURLWithPath: record)) }
+            #expect(!client.ready, "\(attack)")
+            #expect(client.secureServicesAvailability == .unavailable, "\(attack)")
+            for read in [
+                { _ = try client.authState }, { _ = try client.installed() },
+                { _ = try client.secureFiles.read("note") },
+                { _ = try client.pasteboard.paste() }, { _ = try client.secureFiles.list() },
+                { try client.secureFiles.write([1], to: "x") },
+            ] as [() throws -> Void] {
+                let error = await thrownError(read)
+                #expect(error?.code == .notAuthorized, "\(attack): \(String(describing: error))")
+                #expect(error?.message.contains("the policy record is damaged") == true, "\(attack)")
+            }
+            // Unlocking still works: the repairing policy is acknowledged with the sealed signing key.
+            try client.unlock(passphrase: world.passphrase)
+        }
+        // The genuine record back: unauthorized, with the provider's message.
+        try Data(genuine).write(to: URL(fileURLWithPath: record))
+        #expect(try client.authState == .unauthorized && client.authMessage == "Device out of compliance")
+        // Damaged again, then the provider authorizes: its next policy replaces the record.
+        try Data(older).write(to: URL(fileURLWithPath: record))
+        #expect(await thrownCode { _ = try client.authState } == .notAuthorized)
+        try await world.setPolicy { $0.state = .authorized }
+        #expect(try client.authState == .authorized)
+        #expect(try client.secureFiles.read("note").withUnsafeBytes { Array($0) } == Array("kept".utf8))
+        #expect(try client.pasteboard.paste() == "copied")
+        // An older genuine URL cannot repair it either: a record damaged, a replay refused.
+        try Data(older).write(to: URL(fileURLWithPath: record))
+        #expect(await thrownCode { _ = try client.handlePolicy(try world.policyURL(authorized)) } == .refusedMessage)
+        #expect(await thrownCode { _ = try client.authState } == .notAuthorized)
+    }
+
     @Test("An unknown state, an overlong message or control characters in it: refused by the parser (exit 65)")
     func hostilePolicyValues() async throws {
         let world = try World()
@@ -418,7 +500,9 @@ struct AuthorizationTests {
         #expect(FileManager.default.fileExists(atPath: store + "/wrapped-key.json"))
         #expect(await thrownCode { _ = try world.client.secureFiles.read("mail.db") } == .notAuthorized)
         #expect(
-            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [".lock", "client.json", "policy.json"])
+            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [
+                ".lock", "client.json", "policy.json", "policy.sequence", "provider.json",
+            ])
         #expect(!world.client.isUnlocked)
     }
 
@@ -439,7 +523,9 @@ struct AuthorizationTests {
         #expect(await thrownCode { try await world.client.authStateApplied(.applied) { _ in } } == .serviceUnavailable)
         let store = world.locations.dataHome + "/dcclient/store"
         #expect(
-            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [".lock", "client.json", "policy.json"])
+            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [
+                ".lock", "client.json", "policy.json", "policy.sequence", "provider.json",
+            ])
         #expect(await thrownCode { try world.client.unlock(passphrase: world.passphrase) } == .notAuthorized)
         // The provider did not hear back: the retire stays unacknowledged, and nothing is sent.
         let after = try #require(try world.service.policyRecord(clientId: "dcclient"))

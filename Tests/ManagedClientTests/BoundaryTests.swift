@@ -45,6 +45,62 @@ struct BoundaryTests {
         #expect(try world.client.installed()?.entries.map(\.certifiedKey) == third.entries.map(\.certifiedKey))
     }
 
+    @Test(
+        "Attack: a stale delivery replayed gets the same answer (stale, the same refusal); its spool file is kept so that --allow-older installs it; at most 10 are kept, for a day"
+    )
+    func staleIsKeptAndAnsweredAlike() async throws {
+        let world = try World(deliver: false)
+        defer { world.dir.remove() }
+        let spool = world.locations.dataHome + "/dcclient/spool"
+        func kept() throws -> [String] {
+            try FileManager.default.contentsOfDirectory(atPath: spool).filter { $0.hasSuffix(".stale") }.sorted()
+        }
+        // One credential sent 13 times: deliveries number 1 to 13; the newest is installed first.
+        let credential = try world.credential()
+        for _ in 0..<13 {
+            _ = await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+        }
+        let urls = world.deliveries.all
+        try #require(urls.count == 13)
+        let requests = try urls.map {
+            try #require(try DeliveryMessage.parse($0, scheme: "org.example.dcclient").deliverParts).request
+        }
+        #expect(try world.client.handleDelivery(urls[12]).status == ResultStatus.ok)
+        // Eleven kept out: never more than the documented 10 kept, the most recently kept out.
+        for url in urls[1...11] {
+            #expect(try world.client.handleDelivery(url).status == ResultStatus.stale)
+            #expect(try kept().count <= 10)
+        }
+        #expect(try kept() == requests[2...11].map { $0 + ".stale" }.sorted())
+        // The first stale answer, and the same URL again: stale both times, with the same refusal.
+        let first = try world.client.handleDelivery(urls[0])
+        #expect(first.status == ResultStatus.stale && !first.replay)
+        let refusal = try #require(first.staleRefusal)
+        #expect(refusal.code == .refusedMessage && refusal.code.category.exitStatus == 77)
+        #expect(refusal.message.contains("(number 1)") && refusal.message.contains("(number 13)"), "\(refusal)")
+        let again = try world.client.handleDelivery(urls[0])
+        #expect(again.replay && again.status == ResultStatus.stale)
+        #expect(again.staleRefusal?.message == refusal.message && again.resultURL == first.resultURL)
+        #expect(try kept().contains(requests[0] + ".stale") && kept().count == 10)
+        // The user chooses it by hand: installed, its kept file gone; the provider, answered once
+        // already, is sent nothing new.
+        let chosen = try world.client.handleDelivery(urls[0], allowOlder: true)
+        #expect(chosen.status == ResultStatus.ok && chosen.resultURL == nil && chosen.sequence == 1)
+        #expect(world.client.installedSequence == 1)
+        #expect(try !kept().contains(requests[0] + ".stale"))
+        // Past the request time limit they stay, for the documented day: the user may choose one
+        // later that day. Past it they go. A URL whose file went still answers stale, and says so.
+        world.client.prune(now: Date().addingTimeInterval(86_400 - 60))
+        #expect(try kept().count == 9)
+        world.client.prune(now: Date().addingTimeInterval(86_400 + 60))
+        #expect(try kept().isEmpty)
+        #expect(try world.client.handleDelivery(urls[5]).staleRefusal?.message.contains("(number 6)") == true)
+        let gone = await thrownError { _ = try world.client.handleDelivery(urls[5], allowOlder: true) }
+        #expect(
+            gone?.code == .notReady && gone?.message.contains("no longer kept") == true, "\(String(describing: gone))")
+        #expect(world.client.installedSequence == 1)
+    }
+
     @Test("A copy of the home directory taken while unlocked reads as locked; the key is in no file under HOME")
     func homeCopyIsLocked() async throws {
         let world = try World()

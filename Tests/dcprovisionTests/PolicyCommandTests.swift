@@ -111,7 +111,9 @@ struct PolicyCommandTests {
         #expect((retire.stdoutText + retire.stderrText).contains("its pairing has ended"))
         let store = tools.sandbox.dataHome + "/dcclient/store"
         #expect(
-            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [".lock", "client.json", "policy.json"])
+            Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [
+                ".lock", "client.json", "policy.json", "policy.sequence", "provider.json",
+            ])
         #expect(try tools.run("dcclient", ["unlock", "--passphrase-file", "pass.txt"]).status == 77)
         #expect(try tools.run("dcclient", ["files", "get", "note"]).status == 77)
         #expect(try tools.check("dcclient", ["status"]).stdoutText.contains("message:          Employee left"))

@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import Synchronization
 import SystemSupport
 
 /// A provider that is a separate executable speaking a small versioned JSON protocol over
@@ -139,15 +140,13 @@ public struct ExecProvider: CredentialProvider {
     /// Runs `warn` the first time a plug-in of this process runs unconfined: one warning line per
     /// process, however many plug-ins it runs.
     static func warnUnconfinedOnce(_ warn: () -> Void) {
-        let first = warningLock.withLock {
-            defer { warnedUnconfined = true }
-            return !warnedUnconfined
+        let first = warnedUnconfined.withLock { warned in
+            defer { warned = true }
+            return !warned
         }
         if first { warn() }
     }
-    private static let warningLock = NSLock()
-    // Guarded by `warningLock`.
-    nonisolated(unsafe) private static var warnedUnconfined = false
+    private static let warnedUnconfined = Mutex(false)
 
     /// A private directory for one run of a plug-in, its `TMPDIR` and the one place it may write:
     /// made 0700 under this process's `TMPDIR` (or `/tmp`), removed with whatever the plug-in left.
@@ -166,8 +165,8 @@ public struct ExecProvider: CredentialProvider {
             path = String(cString: made)
         }
 
-        /// Removes the directory and what the plug-in left in it; a link it planted is removed, never followed.
-        func remove() { try? FileManager.default.removeItem(atPath: path) }
+        /// Removes the directory and what the plug-in left in it, confined to it (``Confinement/removeTree(_:)``).
+        func remove() { Confinement.removeTree(path) }
     }
 
     /// Parses the answer strictly: one JSON object, the protocol version we speak.
@@ -289,7 +288,10 @@ public struct ExecProvider: CredentialProvider {
                 guard !name.isEmpty, name.allSatisfy({ $0.isLowercase || $0.isNumber || $0 == "-" }),
                     !names.contains(name)
                 else { continue }
-                let path = (directory as NSString).appendingPathComponent(file)
+                // Absolute: the plug-in starts in the request's working directory, not this one.
+                let base =
+                    directory.hasPrefix("/") ? directory : FileManager.default.currentDirectoryPath + "/" + directory
+                let path = (base as NSString).appendingPathComponent(file)
                 var info = stat()
                 guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, access(path, X_OK) == 0 else {
                     continue

@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 // glibc declares these only under _GNU_SOURCE, and defining that here would change shared types
@@ -169,53 +170,138 @@ static inline int dc_landlock_allow_beneath(int ruleset, int parent_fd, uint64_t
 
 #if defined(__x86_64__)
 #define DC_AUDIT_ARCH AUDIT_ARCH_X86_64
-#define DC_FOREIGN_SYSCALL_BIT 0x40000000U /* x32's __X32_SYSCALL_BIT: the same calls by other numbers */
 #elif defined(__aarch64__)
 #define DC_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#define DC_FOREIGN_SYSCALL_BIT 0xFFFFFFFFU
 #endif
 
-// A seccomp filter for the calling thread, inherited by every child it starts: the kernel
-// keyring (where the client's unlocked store key lives, which no path rule covers), reading or
-// writing another process's memory, and taking its descriptors answer EPERM; system calls of
-// another architecture's table (i386's int 0x80, x32) answer EPERM too, so that none of those
-// slips past by another number. Needs no new privileges (set first). -1 and errno on failure;
-// ENOSYS on an architecture this file does not describe.
-static inline int dc_install_child_filter(void) {
+// The seccomp filter's instructions, one per line below.
+#define DC_LOAD(field) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, field))
+#define DC_LOAD_ARG(n) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args) + 8 * (n))
+#define DC_IF_NOT(value, skip) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (value), 0, (skip))
+#define DC_REFUSE BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM)
+#define DC_ALLOW BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+// A system call refused outright: two instructions (the number is in the accumulator).
+#define DC_DENY(nr) DC_IF_NOT(nr, 1), DC_REFUSE
+// A signal call refused when its argument `n` (a thread id) is `tid`: reload the number after.
+#define DC_DENY_TID(call, n, tid) \
+    DC_IF_NOT(call, 3), DC_LOAD_ARG(n), DC_IF_NOT((uint32_t)(tid), 1), DC_REFUSE, DC_LOAD(nr)
+
+// A seccomp filter for the calling thread, inherited by every child it starts. Refused (EPERM):
+// - the kernel keyring (where the client's unlocked store key lives, which no path rule covers);
+// - another process's memory and descriptors (ptrace, process_vm_readv/writev, pidfd_getfd);
+// - UNIX-domain sockets (socket(AF_UNIX, ...)): a socket reached by its path is no file access
+//   Landlock controls, and behind one waits a program that is not confined (the session bus and
+//   `systemd-run --user`, an X server, an agent); socketpair stays;
+// - changing a file's mode, owner or extended attributes by path, and truncating one by path:
+//   Landlock controls none of these (truncate only from ABI 3);
+// - a signal to `tid`, the thread starting the child: it shares the child's Landlock domain until
+//   it ends, and a SIGSTOP sent to it would stop the whole parent;
+// - every system call of another architecture's table (i386's int 0x80; x32's numbers, which
+//   carry __X32_SYSCALL_BIT), so that none of the above slips past by another number.
+// Needs no new privileges (set first). -1 and errno on failure; ENOSYS on an architecture this
+// file does not describe.
+static inline int dc_install_child_filter(pid_t tid) {
 #ifdef DC_AUDIT_ARCH
     struct sock_filter filter[] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        DC_LOAD(arch),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, DC_AUDIT_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, DC_FOREIGN_SYSCALL_BIT, 8, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_keyctl, 7, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_add_key, 6, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_request_key, 5, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ptrace, 4, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 3, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 438 /* pidfd_getfd */, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        DC_REFUSE,
+        DC_LOAD(nr),
+#if defined(__x86_64__)
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000U /* __X32_SYSCALL_BIT */, 0, 1),
+        DC_REFUSE,
+#endif
+        DC_DENY(__NR_keyctl),
+        DC_DENY(__NR_add_key),
+        DC_DENY(__NR_request_key),
+        DC_DENY(__NR_ptrace),
+        DC_DENY(__NR_process_vm_readv),
+        DC_DENY(__NR_process_vm_writev),
+        DC_DENY(438 /* pidfd_getfd */),
+#if defined(__x86_64__)
+        DC_DENY(__NR_chmod),
+        DC_DENY(__NR_chown),
+        DC_DENY(__NR_lchown),
+        DC_DENY(__NR_truncate),
+#endif
+        DC_DENY(__NR_fchmodat),
+        DC_DENY(452 /* fchmodat2 */),
+        DC_DENY(__NR_fchownat),
+        DC_DENY(__NR_setxattr),
+        DC_DENY(__NR_lsetxattr),
+        DC_DENY(__NR_removexattr),
+        DC_DENY(__NR_lremovexattr),
+#if !defined(__x86_64__)
+        DC_DENY(__NR_truncate),
+#endif
+        DC_DENY_TID(__NR_tkill, 0, tid),
+        DC_DENY_TID(__NR_tgkill, 1, tid),
+        DC_DENY_TID(__NR_rt_tgsigqueueinfo, 1, tid),
+        DC_DENY_TID(434 /* pidfd_open */, 0, tid),
+        DC_IF_NOT(__NR_socket, 3),
+        DC_LOAD_ARG(0),
+        DC_IF_NOT(1 /* AF_UNIX */, 1),
+        DC_REFUSE,
+        DC_ALLOW,
     };
     struct sock_fprog program = {(unsigned short)(sizeof filter / sizeof filter[0]), filter};
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program, 0, 0);
 #else
+    (void)tid;
     errno = ENOSYS;
     return -1;
 #endif
 }
 
-// Confines the calling thread for good, and so every child it starts from now on: no new
-// privileges (set-user-ID bits and file capabilities stop working), the filter above, and, when
-// `ruleset` is a Landlock ruleset (not -1), that ruleset. Call it only on a thread made for
+// Drops every capability of the calling thread for good, and so of every child it starts, root
+// or not: the bounding set (root only; EPERM otherwise, harmless: an ordinary user's child gains
+// none through exec), the securebits that give root its capabilities back at exec (root only),
+// the ambient set, and the effective, permitted and inheritable sets. A plug-in run by root
+// keeps uid 0 but cannot mknod a disk, load a module or override file permissions.
+static inline int dc_drop_capabilities(void) {
+    for (int cap = 0; cap < 64; cap++) {
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno == EINVAL) break;
+    }
+    // SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED
+    (void)prctl(PR_SET_SECUREBITS, 0x0F, 0, 0, 0);
+    (void)prctl(47 /* PR_CAP_AMBIENT */, 4 /* PR_CAP_AMBIENT_CLEAR_ALL */, 0, 0, 0);
+    struct {
+        uint32_t version;
+        int pid;
+    } header = {0x20080522 /* _LINUX_CAPABILITY_VERSION_3 */, 0};
+    struct {
+        uint32_t effective, permitted, inheritable;
+    } data[2] = {{0, 0, 0}, {0, 0, 0}};
+    return (int)syscall(SYS_capset, &header, data);
+}
+
+// Confines the calling thread for good, and so every child it starts from now on: no
+// capabilities, no new privileges (set-user-ID bits and file capabilities stop working), the
+// filter above, and, when `ruleset` is a Landlock ruleset (not -1), that ruleset. Call it only on a thread made for
 // starting one child. 0, or -1 and errno at the step that failed.
 static inline int dc_confine_calling_thread(int ruleset) {
+    if (dc_drop_capabilities() != 0) return -1;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
-    if (dc_install_child_filter() != 0) return -1;
+    if (dc_install_child_filter((pid_t)syscall(SYS_gettid)) != 0) return -1;
     if (ruleset >= 0 && syscall(SYS_landlock_restrict_self, ruleset, 0U) != 0) return -1;
     return 0;
+}
+
+// posix_spawnattr_setflags' POSIX_SPAWN_SETSID (glibc 2.26), which glibc defines only under
+// _GNU_SOURCE: the child starts a session of its own (setsid), so it has no controlling terminal
+// and outlives the parent's process group and terminal.
+#define DC_POSIX_SPAWN_SETSID 0x80
+
+// Whether the file system that holds `fd` keeps its files in memory only (statfs(2)'s f_type:
+// TMPFS_MAGIC 0x01021994 or RAMFS_MAGIC 0x858458f6, linux/magic.h): 1 when it does, 0 when it is
+// anything else (a disk, a network file system), -1 and errno when fstatfs fails. A secret that
+// must never reach persistent storage is written only where this says 1. f_type is compared as
+// the 32-bit magic it is (its C type is signed and word-sized).
+static inline int dc_fd_in_memory(int fd) {
+    struct statfs info;
+    if (fstatfs(fd, &info) != 0) return -1;
+    uint32_t type = (uint32_t)info.f_type;
+    return type == 0x01021994u || type == 0x858458f6u ? 1 : 0;
 }
 
 #endif

@@ -59,9 +59,15 @@ public struct Confinement: Sendable, Equatable {
         let withheld =
             [directories.configHome, directories.stateHome, directories.dataHome].flatMap { base in
                 ["dcprovision", "dcclient"].map { base + "/" + $0 }
-            } + [directories.dataHome + "/dc-handlers"] + [directories.runtimeDirectory].compactMap { $0 }
-        let ownDirectory = (executable as NSString).deletingLastPathComponent
-        let own = overlaps(ownDirectory, withheld) ? executable : ownDirectory
+            } + ["dc-handlers", "derived-credentials"].map { directories.dataHome + "/" + $0 }
+            + [directories.runtimeDirectory].compactMap { $0 }
+        // The executable as named and as its links resolve (a plug-in installed as a link to
+        // where its files are); the system's resolver configuration, often a link out of /etc.
+        let own = [executable, canonical(executable)].map { path in
+            let directory = (path as NSString).deletingLastPathComponent
+            return overlaps(directory, withheld) ? path : directory
+        }
+        let resolver = [canonical("/etc/resolv.conf")]
         let named = Set(namedPaths.flatMap { candidatePaths($0, relativeTo: workingDirectory) }).filter {
             access($0, F_OK) == 0 && !overlaps($0, withheld)
         }.sorted()
@@ -70,7 +76,8 @@ public struct Confinement: Sendable, Equatable {
             return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFDIR
         }
         return Confinement(
-            readable: systemDirectories + [own] + named.filter { !namedDirectories.contains($0) },
+            readable: systemDirectories + Array(Set(own)).sorted() + resolver
+                + named.filter { !namedDirectories.contains($0) },
             writable: [temporaryDirectory] + namedDirectories, withheld: withheld)
     }
 
@@ -134,11 +141,11 @@ public struct Confinement: Sendable, Equatable {
         }
         do {
             let grants =
-                readable.map { ($0, rights.read) } + writable.map { ($0, rights.handled) }
+                readable.map { ($0, rights.read) } + writable.map { ($0, rights.write) }
                 + [("/dev/null", rights.readWriteFile), ("/dev/zero", rights.read), ("/dev/urandom", rights.read)]
                 + [("/dev/random", rights.read)]
-            for (path, access) in grants where !Self.overlaps(path, withheld) {
-                try Self.allow(path, access: access, rights: rights, in: ruleset)
+            for (path, access) in grants {
+                try allow(path, access: access, rights: rights, in: ruleset)
             }
             return ruleset
         } catch {
@@ -148,11 +155,15 @@ public struct Confinement: Sendable, Equatable {
     }
 
     /// Adds one rule: `access` on the hierarchy at `path` (a file gets only the rights a file can
-    /// have). A path that does not exist is skipped: there is nothing to reach there.
-    static func allow(_ path: String, access: UInt64, rights: Rights, in ruleset: Int32) throws {
+    /// have), unless it is inside or around a withheld place. The path is opened first and the
+    /// check made on what was opened (its links resolved through the descriptor), so that a link
+    /// swapped in between the check and the rule cannot carry the rule into a withheld place. A
+    /// path that does not exist is skipped: there is nothing to reach there.
+    func allow(_ path: String, access: UInt64, rights: Rights, in ruleset: Int32) throws {
         let fd = dc_open_path(path)
         guard fd >= 0 else { return }
         defer { close(fd) }
+        guard !Self.overlaps(Self.canonical("/proc/self/fd/\(fd)"), withheld) else { return }
         var info = stat()
         guard fstat(fd, &info) == 0 else { return }
         let allowed = info.st_mode & S_IFMT == S_IFDIR ? access : access & rights.fileRights
@@ -166,6 +177,8 @@ public struct Confinement: Sendable, Equatable {
     struct Rights {
         /// Every file-system right of the ABI: what the ruleset handles (denies unless a rule allows).
         let handled: UInt64
+        /// What a writable place allows: everything handled but making device files.
+        let write: UInt64
         /// The rights that apply to a file rather than a directory.
         let fileRights: UInt64
         /// The scopes (ABI 6): abstract UNIX sockets and signals outside the domain.
@@ -182,10 +195,29 @@ public struct Confinement: Sendable, Equatable {
             if abi >= 3 { handled |= 1 << 14 }
             if abi >= 5 { handled |= 1 << 15 }
             self.handled = handled
+            // MAKE_CHAR (1 << 6) and MAKE_BLOCK (1 << 11): a device file made in a writable
+            // directory would open a device that no path rule covers.
+            write = handled & ~(1 << 6 | 1 << 11)
             // EXECUTE, WRITE_FILE, READ_FILE, TRUNCATE, IOCTL_DEV.
             fileRights = (1 << 0 | 1 << 1 | 1 << 2 | 1 << 14 | 1 << 15) & handled
             readWriteFile = (1 << 1 | 1 << 2 | 1 << 14 | 1 << 15) & handled
             scopes = abi >= 6 ? (1 << 0 | 1 << 1) : 0
         }
+    }
+}
+
+extension Confinement {
+    /// Removes `directory`, a confined child's writable place, and everything in it, from a thread
+    /// confined to that directory alone: a link the child planted there, or swapped in for one of
+    /// its directories while the removal walks the tree (a process it left behind can), leads the
+    /// removal nowhere else. The emptied directory itself goes last, with rmdir(2), which follows
+    /// no link. (On a kernel without Landlock the walk is not confined.)
+    public static func removeTree(_ directory: String) {
+        try? ChildProcess.onConfinedThread(Confinement(readable: [], writable: [directory])) {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] {
+                try? FileManager.default.removeItem(atPath: directory + "/" + name)
+            }
+        }
+        rmdir(directory)
     }
 }

@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -58,7 +59,7 @@ public enum SecretInput {
     /// the value out of the environment (``takeEnvironment(_:)``); later calls return what it took.
     public static func read(environment name: String) throws -> SecretBytes {
         takeEnvironment(name)
-        guard let secret = environmentSecrets.withLock({ taken[name] }) else {
+        guard let secret = taken.withLock({ $0[name] }) else {
             throw DCError(.passphraseRequired, "the environment variable \(name) is not set")
         }
         return try nonEmpty(secret, subject: "$" + name)
@@ -72,7 +73,7 @@ public enum SecretInput {
     /// child starts, whether or not the command ends up using it. Nothing happens when the
     /// variable is not set or was taken already.
     public static func takeEnvironment(_ name: String) {
-        environmentSecrets.withLock {
+        taken.withLock { taken in
             guard taken[name] == nil, let value = getenv(name) else { return }
             let length = strlen(value)
             taken[name] = SecretBytes(
@@ -81,9 +82,8 @@ public enum SecretInput {
             unsetenv(name)
         }
     }
-    private static let environmentSecrets = NSLock()
-    // Guarded by `environmentSecrets`: the values taken out of the environment, by variable name.
-    nonisolated(unsafe) private static var taken: [String: SecretBytes] = [:]
+    /// The values taken out of the environment, by variable name.
+    private static let taken = Mutex<[String: SecretBytes]>([:])
 
     /// `secret`, unless it is empty: an empty PIN or passphrase is a mistake, not a choice.
     static func nonEmpty(_ secret: SecretBytes, subject: String) throws -> SecretBytes {

@@ -34,12 +34,13 @@ struct ProviderConfig: Codable {
         return try JSONDecoder().decode(ProviderConfig.self, from: data)
     }
 
-    /// Whether the registered configuration asks that plug-ins run only confined; false when the
-    /// provider is not registered (or its configuration cannot be read: the command that needs it
-    /// says so itself).
+    /// Whether the registered configuration asks that plug-ins run only confined: false when the
+    /// provider is not registered; true when its configuration is there but cannot be read (a
+    /// damaged file must not turn the requirement off).
     static func requiresSandbox(_ locations: XDGDirectories = XDGDirectories()) -> Bool {
         guard FileManager.default.fileExists(atPath: path(locations)) else { return false }
-        return (try? load(locations))?.requireSandbox ?? false
+        guard let config = try? load(locations) else { return true }
+        return config.requireSandbox ?? false
     }
 
     /// Whether answering a request logs in to a card: a PKCS#11 source (read or derived), or any

@@ -82,6 +82,23 @@ private func writeThief(in sandbox: Sandbox, targets: [String]) throws -> String
             except OSError:
                 pass
         take("/proc/%d/environ" % parent, "parent-environ")
+        import socket, stat
+        for path in targets:
+            try:
+                os.chmod(path, 0o644)
+                report("CHMOD " + path)
+            except OSError:
+                pass
+        try:
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            report("UNIX-SOCKET")
+        except OSError:
+            pass
+        try:
+            os.mknod(os.path.join(tmp, "disk"), 0o600 | stat.S_IFBLK, os.makedev(7, 0))
+            report("MKNOD")
+        except OSError:
+            pass
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
         # keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 0): the keyring the unlocked key may be in.
@@ -99,8 +116,14 @@ private func writeThief(in sandbox: Sandbox, targets: [String]) throws -> String
     "Exec plug-ins run confined: the provider's keys, the client's store and the runtime directory are out of reach",
     .ownThreads, .timeLimit(.minutes(3)))
 struct PlugInConfinementTests {
+    /// The permission bits of `path`, or nil.
+    static func mode(_ path: String) -> mode_t? {
+        var info = stat()
+        return stat(path, &info) == 0 ? info.st_mode & 0o7777 : nil
+    }
+
     @Test(
-        "A thief plug-in, run by dcprovision and by the provider's handler, reads none of the key files by any path: directly, by a walk, a symlink, a hard link, /proc/PPID/root, /proc/PPID/cwd, an inherited descriptor; nor the kernel keyring",
+        "A thief plug-in, run by dcprovision and by the provider's handler, reads none of the key files by any path (directly, a walk, a symlink, a hard link, /proc/PPID/root, /proc/PPID/cwd, an inherited descriptor), changes none, and reaches neither the kernel keyring, a UNIX socket nor a device",
         .enabled(if: Confinement.landlockABI != nil, "this kernel has no Landlock")
     )
     func thief() throws {
@@ -120,6 +143,7 @@ struct PlugInConfinementTests {
         for name in keyNames {
             #expect(secrets.keys.contains { $0.hasSuffix("/" + name) }, "no \(name) among \(secrets.keys.sorted())")
         }
+        let modes = Dictionary(uniqueKeysWithValues: secrets.keys.map { ($0, Self.mode($0)) })
         let thief = try writeThief(in: tools.sandbox, targets: secrets.keys.sorted())
         let stolen = Dictionary(secrets.map { (sha256($0.value), $0.key) }) { first, _ in first }
 
@@ -135,6 +159,10 @@ struct PlugInConfinementTests {
                 }
             }
             #expect(!report.contains("KEYRING reachable"), "\(context): \(report)")
+            // Nor change a key file's mode, reach a program behind a UNIX socket, or make a device.
+            for marker in ["CHMOD ", "UNIX-SOCKET", "MKNOD"] {
+                #expect(!report.contains(marker), "\(context): \(report)")
+            }
         }
 
         // Run by dcprovision itself.
@@ -154,6 +182,13 @@ struct PlugInConfinementTests {
         let asked = try tools.run("dcclient", ["request"])
         #expect(asked.status != 0)
         judge(asked, "dcclient request → dcprovision handle-url")
+        // Every file kept its mode (the thief tried chmod 0644 on each), and the keys their bytes.
+        for (path, mode) in modes {
+            #expect(Self.mode(path) == mode, "\(path) changed mode")
+        }
+        for (path, contents) in secrets where keyNames.contains((path as NSString).lastPathComponent) {
+            #expect(FileManager.default.contents(atPath: path).map(Array.init) == contents, "\(path) changed")
+        }
     }
 
     @Test(
@@ -239,9 +274,9 @@ struct PlugInConfinementTests {
         try tools.check("dcprovision", ["testca", "issue", "ca", "--format", "pem", "--out-dir", "issued"])
         let directory = tools.sandbox.file("plugins")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let sample = directory + "/dcprovider-sample"
-        try FileManager.default.copyItem(
-            atPath: Repository.root + "/Samples/exec-provider/dcprovider-sample", toPath: sample)
+        let sample = try tools.sandbox.write(
+            "plugins/dcprovider-sample", try readText(Repository.root + "/Samples/exec-provider/dcprovider-sample"))
+        chmod(sample, 0o755)
         // A stand-in, because a kernel without Landlock cannot be had here: a seccomp filter makes
         // landlock_create_ruleset(2) fail with ENOSYS, exactly what a kernel built without Landlock
         // answers, and dcprovision runs under it.

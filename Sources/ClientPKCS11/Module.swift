@@ -869,7 +869,9 @@ final class Module: Sendable {
     }
 
     /// The key pair whose private key `handle` names, checked for `use` (and `mechanism`, when
-    /// one is being set up): logged in, a private key, allowed to do it, not expired for signing.
+    /// one is being set up): logged in, a private key, allowed to do it, and for signing within its
+    /// certificate's validity and the credential's expiration date (the client's rule,
+    /// `CredentialLifetime`).
     static func privateKey(
         _ handle: CK_OBJECT_HANDLE, for use: KeyUse, mechanism: CK_MECHANISM_TYPE?, state: State
     ) throws -> TokenKeyPair {
@@ -880,9 +882,12 @@ final class Module: Sendable {
         }
         if let mechanism { try Mechanisms.check(mechanism, for: use, pair: pair) }
         guard Mechanisms.permitted(use, by: pair.permissions) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
-        // A certificate outside its validity now: its key no longer signs (an expired encryption
-        // key still opens old mail). Judged at every use, not when the credential was read.
-        guard !(use == .sign && !pair.isValid(at: Date())) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
+        // A certificate outside its validity now, or a credential past its expiration date: the key
+        // no longer signs (an expired encryption key still opens old mail). Judged at every use,
+        // not when the credential was read.
+        let now = Date()
+        let lapsed = !pair.isValid(at: now) || (state.contents.map { now > $0.expirationDate } ?? true)
+        guard !(use == .sign && lapsed) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
         return pair
     }
 }

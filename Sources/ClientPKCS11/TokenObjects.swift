@@ -94,9 +94,12 @@ struct TokenContents {
     var pairs: [TokenKeyPair]
     /// The delivery the credential came with, for telling a renewal apart.
     var sequence: UInt64?
+    /// The credential's own expiration date: past it, no key of the token signs.
+    var expirationDate: Date
 
     init(credential: Credential, history: [CertifiedKey], sequence: UInt64?) throws {
         self.sequence = sequence
+        expirationDate = credential.expirationDate
         pairs = try Self.certifiedKeys(credential: credential, history: history).enumerated().map { index, entry in
             let historyNumber = entry.tag == nil ? index + 1 - credential.entries.count : nil
             let parts = try PublicKeyParts(entry.certificate)

@@ -222,9 +222,10 @@ public struct CredentialService: Sendable {
     }
 
     /// What a send checks before it looks at the credential, and refuses on: the client is
-    /// registered and speaks this protocol, its policy authorizes it, and its secure services are
-    /// available (or the send may be queued). Returns the client's registration; `progress` gets
-    /// the steps that passed. ``send(_:clientScheme:validator:queueIfUnavailable:answering:progress:)``
+    /// registered and speaks this protocol, the operator paired it and its registration still
+    /// shows the key pinned then (`refusedMessage`, exit 77, as for its requests), its policy
+    /// authorizes it, and its secure services are available (or the send may be queued). Returns
+    /// the client's registration; `progress` gets the steps that passed. ``send(_:clientScheme:validator:queueIfUnavailable:answering:progress:)``
     /// begins with it; a caller that must first make the credential (issue it, log in to a card)
     /// calls it before that, so a send that would be refused makes nothing.
     public func checkCanSend(
@@ -237,6 +238,23 @@ public struct CredentialService: Sendable {
         case .present: progress("client support: present (protocol \(ClientRegistration.currentProtocol))")
         }
         let registration = try registration(clientScheme)
+        // Only a client the operator paired is sent anything, as only its requests are answered.
+        guard let pairing = try pairing(clientId: registration.clientId) else {
+            throw DCError(
+                .refusedMessage, "the client '\(registration.clientId)' is not paired with this provider",
+                subject: registration.scheme,
+                hint:
+                    "nothing was issued or sent; if the client is yours, pair it: dcprovision pair --client-scheme \(registration.scheme)"
+            )
+        }
+        guard pairing.signingKey == registration.signingKey else {
+            throw DCError(
+                .refusedMessage, "the client's registration changed since it was paired", subject: registration.scheme,
+                hint:
+                    "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(registration.scheme)"
+            )
+        }
+        progress("client paired: its registration shows the key pinned at pairing")
         // Nothing, not even a credential, goes to a client that is not authorized.
         try checkAuthorized(registration)
         let available = registration.servicesAvailable
@@ -282,13 +300,6 @@ public struct CredentialService: Sendable {
                 hint: "fix the credential's source; dcprovision inspect shows every finding")
         }
         steps.append("validated: \(credential.entries.count) entries, \(verdict.warnings.count) warning(s)")
-        if let pairing = try pairing(clientId: registration.clientId), pairing.signingKey != registration.signingKey {
-            throw DCError(
-                .refusedMessage, "the client's registration changed since it was paired", subject: registration.scheme,
-                hint:
-                    "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(registration.scheme)"
-            )
-        }
         // Before anything is sealed: a scheme another program hijacked gets nothing, not even a
         // queued payload.
         try checkHandler(registration)

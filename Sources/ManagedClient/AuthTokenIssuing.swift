@@ -88,8 +88,11 @@ extension ManagedClient {
     /// hour, the client first announces availability through `send` (by default, the handler the
     /// provider registered), and the provider sends a new one; if that fails, a delegation still
     /// valid is used. Throws `notAuthorized` (exit 77) when the app is not authorized,
-    /// `serviceUnavailable` when it is locked, `invalidChallenge` for a challenge or server name
-    /// outside printable ASCII, and `delegationNotValid` when no valid delegation can be had.
+    /// `serviceUnavailable` when it is locked, `credentialExpired` (exit 80) when the app has a
+    /// credential installed that may not be used at `now` (``usableCredential(now:)``: past its
+    /// expiration date, or its authentication or signing certificate outside its validity),
+    /// `invalidChallenge` for a challenge or server name outside printable ASCII, and
+    /// `delegationNotValid` when no valid delegation can be had.
     public func authToken(
         challenge: String, serverName: String = "", now: Date = Date(),
         send: (@Sendable (String) async throws -> Void)? = nil
@@ -97,6 +100,8 @@ extension ManagedClient {
         try HeaderText.check(challenge, what: "the challenge", maximumLength: HeaderText.maximumChallengeLength)
         try HeaderText.check(serverName, what: "the server name", maximumLength: HeaderText.maximumServerNameLength)
         try checkTokensAllowed()
+        // An app whose credential has lapsed proves nothing with it any more: no token either.
+        if hasInstalledCredential { _ = try usableCredential(now: now) }
         let tokenKey = try self.tokenKey()
         var delegation = currentDelegation(now: now, margin: Self.delegationRenewalMargin)
         var renewal: Error?

@@ -5,11 +5,12 @@ import Foundation
 /// Where each certificate of the installed credential stands in its lifetime, and what follows
 /// from it: whether the credential may be used now, and whether a renewal is due.
 ///
-/// The rule, in one place: a credential whose authentication or signing certificate has expired
-/// or is not valid yet is not used (``ManagedClient/usableCredential(now:)``); its encryption and
-/// escrow certificates may have expired (old mail stays readable, ``ManagedClient/decrypt(_:)``).
-/// A renewal is due when the authentication, signing or encryption certificate ends within the
-/// window asked for.
+/// The rule, in one place: a credential past its own expiration date (`Credential/expirationDate`,
+/// what the provider gave it), or whose authentication or signing certificate has expired or is
+/// not valid yet, is not used (``requireUsable()``, ``ManagedClient/usableCredential(now:)``); its
+/// encryption and escrow certificates may have expired (old mail stays readable,
+/// ``ManagedClient/decrypt(_:)``). A renewal is due when the credential's expiration date, or the
+/// end of its authentication, signing or encryption certificate, falls within the window asked for.
 public struct CredentialLifetime: Sendable, Codable, Hashable {
     /// Where one certificate stands.
     public enum State: String, Sendable, Codable, Hashable {
@@ -47,6 +48,10 @@ public struct CredentialLifetime: Sendable, Codable, Hashable {
     public var checked: Date
     /// The renewal window, in seconds.
     public var window: TimeInterval
+    /// The credential's own expiration date, as its provider gave it.
+    public var expirationDate: Date
+    /// Where that date stands: valid, expiring within the window, or expired (past it).
+    public var credentialState: State
     /// Every certificate: the current pairs in entry order, then the key history.
     public var certificates: [Certificate]
 
@@ -59,6 +64,10 @@ public struct CredentialLifetime: Sendable, Codable, Hashable {
     public init(_ credential: Credential, now: Date, window: TimeInterval) throws {
         checked = now
         self.window = window
+        expirationDate = credential.expirationDate
+        credentialState =
+            credential.expirationDate < now
+            ? .expired : credential.expirationDate.timeIntervalSince(now) <= window ? .expiresSoon : .valid
         var certificates: [Certificate] = []
         for entry in credential.entries {
             let pairs =
@@ -95,10 +104,37 @@ public struct CredentialLifetime: Sendable, Codable, Hashable {
         }
     }
 
-    /// Whether a renewal is due: an authentication, signing or encryption certificate ends within
-    /// the window (or already ended, or is not valid yet).
+    /// Whether the credential may be used at the time of the check: its expiration date has not
+    /// passed, and no authentication or signing certificate keeps it from being used.
+    public var usable: Bool { credentialState != .expired && unusable.isEmpty }
+
+    /// Throws `DCError/Code/credentialExpired` (exit 80) unless the credential is ``usable``,
+    /// naming what keeps it from being used: the authentication or signing certificate that ended
+    /// or has not started (the first), else the credential's own expiration date.
+    public func requireUsable() throws {
+        if let first = unusable.first {
+            let when =
+                first.state == .expired
+                ? "expired \(first.notAfter?.formatted(.iso8601) ?? "?")"
+                : "is not valid before \(first.notBefore?.formatted(.iso8601) ?? "?")"
+            throw DCError(.credentialExpired, "the \(first.tag) certificate \(when): the credential cannot be used")
+        }
+        guard credentialState != .expired else {
+            throw DCError(
+                .credentialExpired,
+                "the credential expired \(expirationDate.formatted(.iso8601)) (its expiration date): it cannot be used"
+            )
+        }
+    }
+
+    /// Whether a renewal is due: the credential's expiration date, or an authentication, signing or
+    /// encryption certificate's end, falls within the window (or already passed, or the certificate
+    /// is not valid yet).
     public var renewalDue: Bool {
-        certificates.contains { $0.historyIndex == nil && Self.renewalTags.contains($0.tag) && $0.state != .valid }
+        credentialState != .valid
+            || certificates.contains {
+                $0.historyIndex == nil && Self.renewalTags.contains($0.tag) && $0.state != .valid
+            }
     }
 }
 
@@ -109,24 +145,17 @@ extension ManagedClient {
         try installed().map { try CredentialLifetime($0, now: now, window: window) }
     }
 
-    /// The installed credential, for using it now (signing, authenticating, handing its
-    /// certificates out; the PKCS#11 module will go through here too). Throws
-    /// `DCError/Code/credentialExpired` (exit 80) when its authentication or signing certificate
-    /// has expired or is not valid yet, naming it and the date; `DCError/Code/fileNotFound` when
-    /// nothing is installed. Reading mail encrypted to it does not need this
-    /// (``decrypt(_:)``): an expired encryption or escrow key still opens old mail.
+    /// The installed credential, for using it now (signing, authenticating, making an auth token,
+    /// handing its certificates out). Throws `DCError/Code/credentialExpired` (exit 80) when its
+    /// own expiration date has passed or its authentication or signing certificate has expired or
+    /// is not valid yet, naming which and the date (``CredentialLifetime/requireUsable()``);
+    /// `DCError/Code/fileNotFound` when nothing is installed. Reading mail encrypted to it does not
+    /// need this (``decrypt(_:)``): an expired encryption or escrow key still opens old mail.
     public func usableCredential(now: Date = Date()) throws -> Credential {
         guard let credential = try installed() else {
             throw DCError(.fileNotFound, "no credential installed", hint: "ask the provider for one: dcclient request")
         }
-        let lifetime = try CredentialLifetime(credential, now: now, window: 0)
-        if let first = lifetime.unusable.first {
-            let when =
-                first.state == .expired
-                ? "expired \(first.notAfter?.formatted(.iso8601) ?? "?")"
-                : "is not valid before \(first.notBefore?.formatted(.iso8601) ?? "?")"
-            throw DCError(.credentialExpired, "the \(first.tag) certificate \(when): the credential cannot be used")
-        }
+        try CredentialLifetime(credential, now: now, window: 0).requireUsable()
         return credential
     }
 }

@@ -14,8 +14,13 @@ import Foundation
 /// itself makes it unreadable when the lifetime ends, and it also goes when the login session
 /// ends. When the kernel refuses (no keyring support, a seccomp filter, the per-user key quota
 /// used up, or no session keyring of the login's own), the fallback is a 0600 file in a private
-/// runtime directory (a tmpfs that goes with the login), which carries its deadline and is
-/// removed by the first reader that finds it past it.
+/// runtime directory, which carries its deadline. The file is written only where the runtime
+/// directory's file system keeps its files in memory (a tmpfs or ramfs, as systemd-logind's
+/// `/run/user/UID` is): on any other the secret is not stored at all, and a file found there (left
+/// by an older version) is removed on sight, never read. At its deadline the file is removed by a
+/// small detached process started with it (`/bin/sh`, sleeping until then; it never sees the
+/// secret), whether or not any process of ours runs again; a reader removes it too if it comes
+/// first.
 ///
 /// Both holders store the same payload: the deadline (8 bytes, big-endian Unix seconds) followed
 /// by the secret, so ``expiry()`` reads the same way from either, and a reader enforces the
@@ -26,7 +31,8 @@ public struct ExpiringSecret: Sendable {
     public enum Holder: String, Sendable {
         /// A `user` key in the session keyring, with a kernel timeout.
         case kernelKeyring = "kernel keyring"
-        /// `<runtimeDirectory>/<name>.key`, mode 0600, carrying its own deadline.
+        /// `<runtimeDirectory>/<name>.key`, mode 0600, carrying its own deadline; only on a tmpfs
+        /// or ramfs, and removed at its deadline by a detached process.
         case runtimeFile = "runtime file"
     }
 
@@ -79,24 +85,33 @@ public struct ExpiringSecret: Sendable {
         guard seconds <= Int64(UInt32.max) else {
             throw DCError(.usage, "a secret's lifetime is too long", subject: keyDescription)
         }
-        var payload = Self.payload(deadline: Int64(time(nil)) + seconds, secret: secret)
+        let deadline = Int64(time(nil)) + seconds
+        var payload = Self.payload(deadline: deadline, secret: secret)
         defer { payload.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
 
-        var lastError: any Error = DCError(.serviceUnavailable, "no holder took the secret", subject: keyDescription)
+        var refusals: [DCError] = []
         for holder in holders {
             do {
                 switch holder {
                 case .kernelKeyring: try storeInKernel(payload, seconds: UInt32(seconds))
-                case .runtimeFile: try storeInFile(payload)
+                case .runtimeFile: try storeInFile(payload, deadline: deadline)
                 }
             } catch {
-                lastError = error
+                refusals.append(
+                    error as? DCError
+                        ?? DCError(
+                            .serviceUnavailable, "the \(holder.rawValue) refused: \(error)", subject: keyDescription))
                 continue
             }
             for other in holders where other != holder { remove(from: other) }
             return holder
         }
-        throw lastError
+        // The last holder's refusal, and the one before it as its cause: both are worth reading.
+        guard var refusal = refusals.last else {
+            throw DCError(.serviceUnavailable, "no holder took the secret", subject: keyDescription)
+        }
+        if refusals.count > 1, refusal.underlying == nil { refusal.underlying = refusals[refusals.count - 2] }
+        throw refusal
     }
 
     /// The secret, or nil when it is absent, expired (an expired runtime file is removed on sight)
@@ -269,22 +284,139 @@ public struct ExpiringSecret: Sendable {
 
     // MARK: - The runtime file
 
-    private func storeInFile(_ payload: [UInt8]) throws {
+    /// Writes the runtime file, only on a file system that keeps it in memory, and starts the
+    /// process that removes it at `deadline`; a file whose removal cannot be arranged is not kept.
+    private func storeInFile(_ payload: [UInt8], deadline: Int64) throws {
         try AtomicFileSet.ensureDirectory(runtimeDirectory)
+        try Self.requireInMemory(runtimeDirectory)
         var files = AtomicFileSet(directory: runtimeDirectory)
         var copy = payload
         try files.add(name + ".key", .secret(SecretBytes(consuming: &copy)), mode: 0o600)
         try files.commit(replacingExisting: true)
+        do {
+            try Self.startRemover(of: runtimeFile, at: deadline)
+        } catch {
+            unlink(runtimeFile)
+            throw error
+        }
+    }
+
+    /// Throws unless `directory` is on a tmpfs or ramfs (statfs's `f_type`): the runtime file is
+    /// never written where it could outlive the login on persistent storage.
+    static func requireInMemory(_ directory: String) throws {
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw DCError(
+                .serviceUnavailable, "cannot open the runtime directory: \(String(cString: strerror(errno)))",
+                subject: directory)
+        }
+        defer { close(fd) }
+        guard dc_fd_in_memory(fd) == 1 else {
+            throw DCError(
+                .serviceUnavailable,
+                "the runtime directory is not on a tmpfs or ramfs: the secret is not written to persistent storage",
+                subject: directory,
+                hint:
+                    "use a runtime directory in memory (systemd-logind's /run/user/UID), or a login whose session keyring takes keys (pam_keyinit; keyctl session -)"
+            )
+        }
+    }
+
+    /// What the remover runs, as `sh -c SCRIPT NAME PATH DEADLINE`: it puts a subshell in the
+    /// background and exits at once (so its parent reaps it at once, and the subshell belongs to
+    /// no process of ours). The subshell reads the file's first 8 bytes (the deadline; never the
+    /// secret) and, while the file is the one it was started for (the same deadline), sleeps
+    /// towards the deadline a minute at a time (a suspended machine wakes at most a minute late),
+    /// then removes it. A file that is gone, or was replaced (its own remover watches it), ends
+    /// the subshell at its next look.
+    static let removerScript = """
+        (
+          deadline() {
+            set -- $(od -An -tu1 -N8 -- "$1" 2>/dev/null)
+            [ $# -eq 8 ] || return 1
+            found=0
+            for byte do found=$((found * 256 + byte)); done
+          }
+          while deadline "$1" && [ "$found" -eq "$2" ]; do
+            now=$(date +%s) || exit 1
+            if [ "$now" -ge "$2" ]; then
+              rm -f -- "$1"
+              exit 0
+            fi
+            left=$(($2 - now))
+            sleep $((left < 60 ? left : 60))
+          done
+        ) &
+        """
+
+    /// Starts the remover of `path` at `deadline` (Unix seconds): `/bin/sh` in a session of its
+    /// own, in `/`, with `/dev/null` on 0, 1 and 2 and no other descriptor, a two-variable
+    /// environment, and the path and deadline (no secret) as its arguments. Waits for the
+    /// short-lived parent shell. Throws when it cannot be started.
+    static func startRemover(of path: String, at deadline: Int64) throws {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        dc_spawn_close_from(&actions, 3)
+        dc_spawn_chdir(&actions, "/")
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaultSignals = sigset_t()
+        sigemptyset(&defaultSignals)
+        for number in [SIGPIPE, SIGXFSZ, SIGHUP, SIGINT, SIGTERM] { sigaddset(&defaultSignals, number) }
+        posix_spawnattr_setsigdefault(&attributes, &defaultSignals)
+        var emptyMask = sigset_t()
+        sigemptyset(&emptyMask)
+        posix_spawnattr_setsigmask(&attributes, &emptyMask)
+        posix_spawnattr_setflags(
+            &attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | DC_POSIX_SPAWN_SETSID))
+
+        let shell = "/bin/sh"
+        let arguments: [String] = [shell, "-c", removerScript, "dc-secret-remover", path, String(deadline)]
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let variables: [String] = ["PATH=/usr/bin:/bin", "LC_ALL=C"]
+        let environment = variables.map { strdup($0) } + [nil]
+        defer { environment.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, shell, &actions, &attributes, argv, environment)
+        guard spawned == 0 else {
+            throw DCError(
+                .serviceUnavailable,
+                "cannot start the process that removes the secret at its deadline: \(String(cString: strerror(spawned)))",
+                subject: path)
+        }
+        var status: Int32 = 0
+        var waited: pid_t
+        repeat { waited = waitpid(pid, &status, 0) } while waited < 0 && errno == EINTR
+        // Not waited for (ECHILD): this process ignores SIGCHLD and the status is lost; it started.
+        guard waited < 0 || status == 0 else {
+            throw DCError(
+                .serviceUnavailable,
+                "the process that removes the secret at its deadline did not start (status \(status))",
+                subject: path)
+        }
     }
 
     private func readFromFile() throws -> (deadline: Date, secret: SecretBytes)? {
-        let fd = open(runtimeFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        // O_NONBLOCK: a FIFO planted at the path does not make the reader wait (it is no regular file).
+        let fd = open(runtimeFile, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
             if errno == ENOENT { return nil }
             throw DCError(
                 .permissionDenied, "cannot open the secret: \(String(cString: strerror(errno)))", subject: runtimeFile)
         }
         defer { close(fd) }
+        // A file on persistent storage (left by a version before this rule, or planted) is never
+        // taken for the secret: it goes.
+        guard dc_fd_in_memory(fd) == 1 else {
+            unlink(runtimeFile)
+            return nil
+        }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_size <= 1 << 20 else {
             throw DCError(.malformedInput, "the secret is not a regular file of a sensible size", subject: runtimeFile)

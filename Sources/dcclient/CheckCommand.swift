@@ -15,9 +15,10 @@ extension DCClient {
             abstract: "Report the installed credential's remaining lifetime; ask for a renewal when it is due.",
             discussion: """
                 Exit status: 0 when the credential can be used (a renewal asked for, if due), 80 when its \\
-                authentication or signing certificate has expired or is not valid yet (a renewal is asked \\
-                for too, with --renew-within), 79 when --crl/--ocsp find a certificate revoked, 75 when its \\
-                status cannot be had (unless --allow-unchecked-revocation); locked 69, not authorized 77.
+                expiration date has passed or its authentication or signing certificate has expired or is \\
+                not valid yet (a renewal is asked for too, with --renew-within), 79 when --crl/--ocsp find a \\
+                certificate revoked, 75 when its status cannot be had (unless --allow-unchecked-revocation); \\
+                locked 69, not authorized 77.
                 """)
         @Option(
             help: ArgumentHelp(
@@ -96,7 +97,7 @@ extension DCClient {
                         ))
                 }
             }
-            let usable = lifetime.unusable.isEmpty
+            let usable = lifetime.usable
             if format.json {
                 try printJSON(
                     "check",
@@ -123,12 +124,17 @@ extension DCClient {
             if let policy = try revocation.policy() {
                 for (tag, _, status) in statuses { try policy.require(status, for: "the \(tag) certificate") }
             }
-            if !usable { _ = try client.usableCredential() }
+            // The client's one rule: each certificate's validity, then the credential's expiration date.
+            try lifetime.requireUsable()
         }
 
         private func print(
             _ lifetime: CredentialLifetime, statuses: [(CredentialTag, String, RevocationStatus)], due: Bool
         ) {
+            let left = Int(lifetime.expirationDate.timeIntervalSince(lifetime.checked).rounded(.down))
+            Console.print(
+                "\("credential".padding(toLength: 20, withPad: " ", startingAt: 0)) \(lifetime.credentialState.rawValue.padding(toLength: 14, withPad: " ", startingAt: 0)) until \(lifetime.expirationDate.formatted(.iso8601)) (\(left >= 0 ? "\(left / 86400) days left" : "ended \(-left / 86400) days ago"))  its expiration date"
+            )
             for certificate in lifetime.certificates {
                 let place =
                     certificate.historyIndex.map { "\(certificate.tag) history \($0)" } ?? certificate.tag.rawValue

@@ -268,6 +268,13 @@ struct Send: AsyncParsableCommand, OutputCommand {
                     .usage, "--expires is not an ISO 8601 date", subject: expires,
                     hint: "write 2027-11-22 or 2027-11-22T00:00:00Z")
             }
+            // A date already past would make a credential the client refuses at every use:
+            // refused before the source is asked (the send refuses one a source suggests, too).
+            guard parsed > Date() else {
+                throw DCError(
+                    .invalid, "--expires is in the past: the credential could not be used", subject: expires,
+                    hint: "give a date still to come")
+            }
             expiry = parsed
         }
         let service = try service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))

@@ -8,7 +8,7 @@ import Foundation
 /// `key-usage-extra`, `key-usage-ca`, `eku-mismatch`, `ca-certificate`,
 /// `unknown-critical-extension`, `weak-rsa-key`, `unsupported-curve`, `unsupported-key-algorithm`,
 /// `weak-signature`, `not-yet-valid`, `expired`, `expires-soon`, `chain-untrusted`,
-/// `unreadable`, `credential-outlives-certificate`, and with a ``revocation`` policy `revoked`
+/// `unreadable`, `credential-outlives-certificate`, `credential-expired`, and with a ``revocation`` policy `revoked`
 /// (error), `revocation-unknown` (error, or a warning when the policy allows unchecked status)
 /// and `revocation-good` (info).
 public struct CredentialValidator: Sendable {
@@ -37,9 +37,18 @@ public struct CredentialValidator: Sendable {
     }
 
     /// Every finding for the credential's entries, plus a `credential-outlives-certificate` warning for
-    /// each non-escrow entry whose certificate expires before the credential does. Never throws.
+    /// each non-escrow entry whose certificate expires before the credential does, and a
+    /// `credential-expired` error when the credential's own expiration date is not after ``now``:
+    /// such a credential may be neither sent nor installed, since it could only be refused at
+    /// every use. Never throws.
     public func validate(_ credential: Credential) -> Verdict {
         var verdict = validate(entries: credential.entries)
+        if credential.expirationDate <= now {
+            verdict.append(
+                Finding(
+                    "credential-expired", .error, tag: nil,
+                    "the credential's expiration date (\(credential.expirationDate.formatted(.iso8601))) has passed"))
+        }
         for entry in credential.entries where entry.tag != .escrow {
             if let notAfter = try? X509Certificate(entry.certificate).notAfter, credential.expirationDate > notAfter {
                 verdict.append(

@@ -38,6 +38,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 
+# The order of the P-256 group.
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -61,6 +65,8 @@ def thumbprint(x: str, y: str) -> str:
 def jws(header: dict, payload: dict, key: ec.EllipticCurvePrivateKey) -> str:
     signing_input = b64url(compact(header).encode()) + "." + b64url(compact(payload).encode())
     r, s = decode_dss_signature(key.sign(signing_input.encode("ascii"), ec.ECDSA(hashes.SHA256())))
+    # The low-S form, the one encoding the verifier accepts (s <= n/2, n the P-256 order).
+    s = min(s, P256_ORDER - s)
     return signing_input + "." + b64url(r.to_bytes(32, "big") + s.to_bytes(32, "big"))
 
 

@@ -16,7 +16,9 @@ struct ConfigurationFile: Decodable, Equatable {
     var portFile: String?
     var threads: Int?
     var requestTimeout: Double?
+    var headTimeout: Double?
     var maxConnections: Int?
+    var maxConnectionsPerAddress: Int?
     var logLevel: String?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
@@ -25,7 +27,9 @@ struct ConfigurationFile: Decodable, Equatable {
         case tlsKey = "tls-key"
         case portFile = "port-file"
         case requestTimeout = "request-timeout"
+        case headTimeout = "head-timeout"
         case maxConnections = "max-connections"
+        case maxConnectionsPerAddress = "max-connections-per-address"
         case logLevel = "log-level"
     }
 

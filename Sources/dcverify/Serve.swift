@@ -19,12 +19,14 @@ struct Serve: AsyncParsableCommand {
             SIGHUP re-reads the revocation list and the JWKS file (both are also re-read when they change, \
             checked at most every 10 ms). SIGTERM or SIGINT stops accepting, lets the requests in flight \
             finish (10 s at most) and exits 0. Logs go to standard error (label dcverify); they never \
-            contain a token, a challenge or a key. \
+            contain a token, a challenge or a key. At info, at most 10 per-request lines a second are written; \
+            every request is counted in a summary line (requests by outcome code, connections cut or refused, \
+            lines not written) each minute and at exit; errors are always written; debug writes every request. \
             --config FILE reads the same settings from a JSON object whose keys are the long flag names \
             without the dashes, such as {"issuers": "issuers.jwks", "revocations": "revocations.json", \
             "listen": "0.0.0.0:8443", "tls-certificate": "server.pem", "tls-key": "server.key", "threads": 2, \
-            "request-timeout": 10, "max-connections": 1024, "log-level": "info"}; flags win over the file, \
-            relative paths are relative to the file, an unknown key is an error.
+            "request-timeout": 10, "head-timeout": 2, "max-connections": 1024, "max-connections-per-address": 256, \
+            "log-level": "info"}; flags win over the file, relative paths are relative to the file, an unknown key is an error.
             """
     )
 
@@ -80,13 +82,31 @@ struct Serve: AsyncParsableCommand {
             """, valueName: "seconds"))
     var requestTimeout: Double?
 
+    @Option(
+        help: ArgumentHelp(
+            """
+            Seconds a connection has to deliver a whole request head, from connecting (TLS included) or from \
+            its first byte after an answer; slower clients are disconnected (default 2).
+            """, valueName: "seconds"))
+    var headTimeout: Double?
+
     @Option(help: ArgumentHelp("Connections served at once (default 1024).", valueName: "n"))
     var maxConnections: Int?
 
     @Option(
         help: ArgumentHelp(
-            "trace, debug, info (default: one line per verification), notice, warning, error or critical.",
-            valueName: "level"))
+            """
+            Connections one client address (an IPv6 /64) may have open at once; more are closed when accepted \
+            (default 256; behind a reverse proxy, the same as --max-connections).
+            """, valueName: "n"))
+    var maxConnectionsPerAddress: Int?
+
+    @Option(
+        help: ArgumentHelp(
+            """
+            trace, debug (a line per request), info (default: at most 10 request lines a second and a summary \
+            line), notice, warning, error or critical.
+            """, valueName: "level"))
     var logLevel: String?
 
     func run() async throws {
@@ -114,7 +134,16 @@ struct Serve: AsyncParsableCommand {
             }
             configuration.requestTimeout = .milliseconds(Int64((seconds * 1000).rounded()))
         }
+        if let seconds = headTimeout ?? file.headTimeout {
+            guard seconds.isFinite, seconds > 0, seconds <= 3600 else {
+                throw DCError(.usage, "the head timeout must be between 0.1 and 3600 seconds")
+            }
+            configuration.headTimeout = .milliseconds(Int64((seconds * 1000).rounded()))
+        }
         if let count = maxConnections ?? file.maxConnections { configuration.maximumConnections = count }
+        if let count = maxConnectionsPerAddress ?? file.maxConnectionsPerAddress {
+            configuration.maximumConnectionsPerAddress = count
+        }
         guard let issuers = issuers ?? file.issuers, let revocations = revocations ?? file.revocations else {
             throw DCError(.usage, "give --issuers FILE and --revocations FILE (or both in --config)")
         }

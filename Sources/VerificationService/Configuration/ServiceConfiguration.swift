@@ -5,11 +5,17 @@ import DerivedCredentials
 /// verifier.
 ///
 /// The defaults suit one instance behind a reverse proxy on the same host: plain HTTP on
-/// `127.0.0.1:8080`, a 10-second limit per request, 1024 connections at most, small header limits
-/// (a token is at most ``maximumTokenSize`` bytes; nothing else needs more).
+/// `127.0.0.1:8080`, 2 seconds to send a request head and 10 for a whole request, 1024 connections
+/// at most and 256 from one address, small header limits (a token is at most ``maximumTokenSize``
+/// bytes; nothing else needs more), and at most 10 per-request log lines a second with a summary
+/// every minute.
 public struct ServiceConfiguration: Sendable, Equatable {
     /// The largest `X-Good-GD-AuthToken` value accepted, in bytes; a larger one is answered 400.
     public static let maximumTokenSize = 4096
+
+    /// The listen backlog asked for: connections the kernel completes and queues before the service
+    /// accepts them (the kernel caps it at `net.core.somaxconn`, 4096 by default since Linux 5.4).
+    public static let listenBacklog = 4096
 
     /// Where to listen. Port 0 asks the kernel for a free port (see ``portFile``).
     public var listen: ListenAddress
@@ -29,8 +35,25 @@ public struct ServiceConfiguration: Sendable, Equatable {
     /// handshake) or from its previous response to the end of the request head, and from the head
     /// to the end of the body. A client that takes longer (a slowloris) is disconnected.
     public var requestTimeout: Duration
+    /// The time a connection has to deliver a whole request head: from connecting (including the
+    /// TLS handshake) to the first head, and on a kept-alive connection from the first byte after
+    /// an answer to the next head. A slower client is disconnected, so that a slowloris holds a
+    /// connection for this long at most. A kept-alive connection that sends nothing is left to
+    /// ``requestTimeout``.
+    public var headTimeout: Duration
     /// Connections served at once; more wait in the listen backlog.
     public var maximumConnections: Int
+    /// Connections one client address may have open at once (an IPv6 address counts with its
+    /// /64); one more is closed as soon as it is accepted. Behind a reverse proxy every connection
+    /// comes from the proxy's address: there, set it to ``maximumConnections`` (a value at or
+    /// above it limits nothing).
+    public var maximumConnectionsPerAddress: Int
+    /// Per-request log lines written at `info` a second at most; every request is still counted
+    /// in the summary line. At `debug` every request is logged.
+    public var requestLogLinesPerSecond: Int
+    /// How often the summary line (requests by outcome, connections cut or refused, lines not
+    /// written) goes out; one more goes out when the service stops.
+    public var logSummaryInterval: Duration
     /// The largest single header field (name and value) the HTTP decoder accepts; a larger one
     /// is answered 400 and the connection closed.
     public var maximumHeaderFieldSize: Int
@@ -50,7 +73,11 @@ public struct ServiceConfiguration: Sendable, Equatable {
         portFile: String? = nil,
         threads: Int = 1,
         requestTimeout: Duration = .seconds(10),
+        headTimeout: Duration = .seconds(2),
         maximumConnections: Int = 1024,
+        maximumConnectionsPerAddress: Int = 256,
+        requestLogLinesPerSecond: Int = 10,
+        logSummaryInterval: Duration = .seconds(60),
         maximumHeaderFieldSize: Int = 8192,
         maximumHeaderListSize: Int = 16384,
         maximumHeaderCount: Int = 64,
@@ -62,7 +89,11 @@ public struct ServiceConfiguration: Sendable, Equatable {
         self.portFile = portFile
         self.threads = threads
         self.requestTimeout = requestTimeout
+        self.headTimeout = headTimeout
         self.maximumConnections = maximumConnections
+        self.maximumConnectionsPerAddress = maximumConnectionsPerAddress
+        self.requestLogLinesPerSecond = requestLogLinesPerSecond
+        self.logSummaryInterval = logSummaryInterval
         self.maximumHeaderFieldSize = maximumHeaderFieldSize
         self.maximumHeaderListSize = maximumHeaderListSize
         self.maximumHeaderCount = maximumHeaderCount
@@ -81,6 +112,15 @@ public struct ServiceConfiguration: Sendable, Equatable {
         try require(
             (1...1_000_000).contains(maximumConnections),
             "the maximum number of connections must be between 1 and 1000000, not \(maximumConnections)")
+        try require(
+            headTimeout >= .milliseconds(100) && headTimeout <= .seconds(3600),
+            "the head timeout must be between 0.1 and 3600 seconds")
+        try require(
+            (1...1_000_000).contains(maximumConnectionsPerAddress),
+            "the maximum number of connections per address must be between 1 and 1000000, not \(maximumConnectionsPerAddress)"
+        )
+        try require(requestLogLinesPerSecond >= 0, "the per-request log lines a second must not be negative")
+        try require(logSummaryInterval >= .seconds(1), "the log summary interval must be at least 1 second")
         try require(
             maximumHeaderFieldSize >= ServiceConfiguration.maximumTokenSize + 64,
             "the header field limit must leave room for a \(ServiceConfiguration.maximumTokenSize)-byte token")

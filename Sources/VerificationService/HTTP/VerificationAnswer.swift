@@ -7,7 +7,8 @@ import Logging
 /// token, used by both ways a request is served (``VerificationFastPath`` on the event loop, and
 /// the Hummingbird route when the fast path steps aside).
 ///
-/// Logs carry the outcome code, the reason and the app and container of a genuine token, never
+/// Every answer is counted in the ``RequestLog``, which writes a sample of them at `info`; what
+/// is written is the outcome code, the reason and the app and container of a genuine token, never
 /// the token or its challenge.
 struct VerificationAnswer {
     /// `200` for every verdict (the verdict is in ``VerificationHeaders/responseCode``); `400`
@@ -17,20 +18,22 @@ struct VerificationAnswer {
     /// The response code and, for a genuine token only, the identity headers.
     let headers: HTTPFields
 
-    /// Verifies the token in `request`'s `X-Good-GD-AuthToken` header with `verifier` at `now`.
-    init(to requestHeaders: HTTPFields, verifier: any TokenVerifying, now: Date, logger: Logger) {
+    /// Verifies the token in `request`'s `X-Good-GD-AuthToken` header with `verifier` at `now`,
+    /// and records the outcome in `log`.
+    init(to requestHeaders: HTTPFields, verifier: any TokenVerifying, now: Date, log: RequestLog) {
         let values = requestHeaders[values: .gdAuthToken]
         guard values.count == 1 else {
-            logger.info(
-                "refused: the token header must appear once",
+            log.record(
+                .refused, "refused: the token header must appear once",
                 metadata: ["dc.status": "400", "dc.count": "\(values.count)"])
             self.init(status: .badRequest, headers: [:])
             return
         }
         let token = values[0]
         guard token.utf8.count <= ServiceConfiguration.maximumTokenSize else {
-            logger.info(
-                "refused: the token is too large", metadata: ["dc.status": "400", "dc.size": "\(token.utf8.count)"])
+            log.record(
+                .refused, "refused: the token is too large",
+                metadata: ["dc.status": "400", "dc.size": "\(token.utf8.count)"])
             self.init(status: .badRequest, headers: [:])
             return
         }
@@ -48,14 +51,14 @@ struct VerificationAnswer {
             headers.append(HTTPField(name: .gdContainerID, value: identity.containerID))
             headers.append(HTTPField(name: .gdTokenVersion, value: String(identity.version)))
             headers.append(HTTPField(name: .gdCreationTime, value: String(identity.creationTime)))
-            logger.info(
-                "verified",
+            log.record(
+                .verdict(100), "verified",
                 metadata: [
                     "dc.code": "100", "dc.app": .string(identity.appID), "dc.container": .string(identity.containerID),
                 ])
         case .failure(let failure):
-            logger.info(
-                "not verified",
+            log.record(
+                .verdict(failure.failure.rawValue), "not verified",
                 metadata: ["dc.code": .string(String(failure.failure.rawValue)), "dc.reason": .string(failure.reason)])
         }
         self.init(status: .ok, headers: headers)

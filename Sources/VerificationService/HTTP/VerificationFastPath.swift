@@ -29,7 +29,7 @@ final class VerificationFastPath: ChannelDuplexHandler, RemovableChannelHandler 
 
     private let verifier: any TokenVerifying
     private let now: @Sendable () -> Date
-    private let logger: Logger
+    private let log: RequestLog
 
     /// What happens to the parts of the request being read.
     private enum Reading {
@@ -45,10 +45,10 @@ final class VerificationFastPath: ChannelDuplexHandler, RemovableChannelHandler 
     private var handedOnUnanswered = 0
     private var date = HTTPDate()
 
-    init(verifier: any TokenVerifying, now: @escaping @Sendable () -> Date, logger: Logger) {
+    init(verifier: any TokenVerifying, now: @escaping @Sendable () -> Date, log: RequestLog) {
         self.verifier = verifier
         self.now = now
-        self.logger = logger
+        self.log = log
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -81,7 +81,7 @@ final class VerificationFastPath: ChannelDuplexHandler, RemovableChannelHandler 
     }
 
     private func answer(_ head: HTTPRequest, context: ChannelHandlerContext) {
-        let answer = VerificationAnswer(to: head.headerFields, verifier: verifier, now: now(), logger: logger)
+        let answer = VerificationAnswer(to: head.headerFields, verifier: verifier, now: now(), log: log)
         var headers = answer.headers
         headers.append(HTTPField(name: .contentLength, value: "0"))
         headers.append(HTTPField(name: .date, value: date.now()))

@@ -15,6 +15,7 @@ struct VerificationResponder: HTTPResponder {
     let verifier: any TokenVerifying
     let jwks: WatchedFile?
     let now: @Sendable () -> Date
+    let log: RequestLog
 
     func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
         let path = request.uri.path
@@ -32,7 +33,7 @@ struct VerificationResponder: HTTPResponder {
             return Response(status: .methodNotAllowed, headers: [.allow: "GET"])
         }
         switch route {
-        case .verify: return verify(request, logger: context.logger)
+        case .verify: return verify(request)
         case .health: return Response(status: .ok, headers: [.contentType: "text/plain"], body: body("ok\n"))
         case .jwks: return serveJWKS()
         }
@@ -40,8 +41,8 @@ struct VerificationResponder: HTTPResponder {
 
     private enum Route { case verify, health, jwks }
 
-    private func verify(_ request: Request, logger: Logger) -> Response {
-        let answer = VerificationAnswer(to: request.headers, verifier: verifier, now: now(), logger: logger)
+    private func verify(_ request: Request) -> Response {
+        let answer = VerificationAnswer(to: request.headers, verifier: verifier, now: now(), log: log)
         return Response(status: answer.status, headers: answer.headers)
     }
 

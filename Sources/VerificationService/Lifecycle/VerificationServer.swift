@@ -68,9 +68,7 @@ public struct VerificationServer: Sendable {
     }
 
     private func serve(on eventLoopGroup: MultiThreadedEventLoopGroup) async throws {
-        let limit = TimeAmount.nanoseconds(
-            configuration.requestTimeout.components.seconds * 1_000_000_000
-                + configuration.requestTimeout.components.attoseconds / 1_000_000_000)
+        let limit = TimeAmount(configuration.requestTimeout)
         let http1 = HTTP1Channel.Configuration(
             additionalChannelHandlers: [RequestDeadlineHandler(limit: limit)],
             idleTimeout: limit,
@@ -81,21 +79,32 @@ public struct VerificationServer: Sendable {
         let verifier = self.verifier
         let now = self.now
         let logger = self.logger
-        // Verifications are answered on the event loop when the verifier never waits; otherwise
-        // (a verifier that may block) every request goes through Hummingbird's tasks.
-        let http1Server: HTTPServerBuilder =
-            if verifier.verifiesWithoutWaiting {
-                HTTPServerBuilder { responder in
-                    FastPathHTTP1Channel(base: HTTP1Channel(responder: responder, configuration: http1)) {
-                        VerificationFastPath(verifier: verifier, now: now, logger: logger)
-                    }
-                }
-            } else {
-                .http1(configuration: http1)
+        let log = RequestLog(logger: logger, linesPerSecond: configuration.requestLogLinesPerSecond)
+        let addresses = ConnectionsPerAddress(limit: configuration.maximumConnectionsPerAddress)
+        let headTimeout = TimeAmount(configuration.headTimeout)
+        let tls = self.tls
+        // Every connection gets a ConnectionGuardHandler first (per-address limit, head timeout),
+        // then TLS when configured, then HTTP/1. Verifications are answered on the event loop when
+        // the verifier never waits; otherwise (a verifier that may block) every request goes
+        // through Hummingbird's tasks.
+        @Sendable func guarded<Base: ServerChildChannel>(_ base: Base) throws -> any ServerChildChannel
+        where Base.Value == HTTP1Channel.Value {
+            if let tls {
+                return GuardedChildChannel(
+                    base: try TLSChannel(base, tlsConfiguration: tls), addresses: addresses, headTimeout: headTimeout,
+                    log: log)
             }
-        let server: HTTPServerBuilder =
-            if let tls { try .tls(http1Server, tlsConfiguration: tls) } else { http1Server }
-        let responder = VerificationResponder(verifier: verifier, jwks: jwks, now: now)
+            return GuardedChildChannel(base: base, addresses: addresses, headTimeout: headTimeout, log: log)
+        }
+        let server = HTTPServerBuilder { responder in
+            let http1Channel = HTTP1Channel(responder: responder, configuration: http1)
+            guard verifier.verifiesWithoutWaiting else { return try guarded(http1Channel) }
+            return try guarded(
+                FastPathHTTP1Channel(base: http1Channel) {
+                    VerificationFastPath(verifier: verifier, now: now, log: log)
+                })
+        }
+        let responder = VerificationResponder(verifier: verifier, jwks: jwks, now: now, log: log)
         let portFile = configuration.portFile
         let scheme = tls == nil ? "http" : "https"
         let application = Application(
@@ -103,6 +112,12 @@ public struct VerificationServer: Sendable {
             server: server,
             configuration: .init(
                 address: .hostname(configuration.listen.host, port: configuration.listen.port),
+                // A deep accept queue (the kernel caps it at net.core.somaxconn): under a flood of
+                // connections (a slowloris from many sockets) a full queue drops new connections'
+                // SYNs, and a well-behaved client then waits for its retransmission (1 s, then 3).
+                // Queued connections are accepted quickly, and those over their address's limit
+                // are closed at once.
+                backlog: ServiceConfiguration.listenBacklog,
                 availableConnectionsDelegate: MaximumAvailableConnections(configuration.maximumConnections)),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0
@@ -124,8 +139,10 @@ public struct VerificationServer: Sendable {
             jwks?.reload()
             onReload()
         }
+        // Services stop in reverse order: the last summary follows the last request.
+        let summaries = RequestLogSummaries(log: log, interval: configuration.logSummaryInterval)
         var group = ServiceGroupConfiguration(
-            services: [application, reloader], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            services: [summaries, application, reloader], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         group.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         try await ServiceGroup(configuration: group).run()
         logger.notice("stopped")

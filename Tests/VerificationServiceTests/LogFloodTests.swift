@@ -4,7 +4,7 @@ import Testing
 
 /// A flood of requests does not flood the log: per-request lines are limited, the summary counts
 /// every request exactly, errors always get through, and no line holds a token or a challenge.
-@Suite("dcverify's log under load: bounded, counted exactly, without secrets", .ownThreads)
+@Suite("dcverify's log under load: bounded, counted exactly, without secrets", .ownThreads, .timeLimit(.minutes(3)))
 struct LogFloodTests {
     @Test(
         "3,000 requests make at most 10 request lines a second, and the summary at exit counts each outcome exactly; an error during the flood is logged; no token or challenge in the log",

@@ -4,7 +4,8 @@ import Testing
 
 /// Slow clients cannot stall the service: a request head has a short deadline of its own, and one
 /// address cannot take the whole connection pool.
-@Suite("dcverify against slow clients: the head timeout and the per-address limit", .ownThreads)
+@Suite(
+    "dcverify against slow clients: the head timeout and the per-address limit", .ownThreads, .timeLimit(.minutes(3)))
 struct SlowClientTests {
     @Test(
         "--head-timeout 1: a connection that sends nothing, or dribbles its head a byte every 200 ms, is cut after about 1 s, on a new connection and after an answer on a kept-alive one; a kept-alive connection quiet for 2 s is not cut",

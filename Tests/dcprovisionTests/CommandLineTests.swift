@@ -172,6 +172,8 @@ struct VocabularyTests {
         try tools.check("dcclient", ["register"])
         try tools.check(
             "dcprovision", ["register", "--scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        // A send goes only to a client the operator paired.
+        try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
         let sent = try tools.check(
             "dcprovision",
             [

@@ -132,4 +132,41 @@ struct DocumentedLimitsTests {
             #expect(refused == .usage, "\(audience.count) and \(scope.count) bytes")
         }
     }
+
+    @Test(
+        "The client keeps the record of a handled request 7 days (604 800 s), at most the newest 1000, and never one younger than 600 s"
+    )
+    func handledRecords() throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        let processed = world.locations.dataHome + "/dcclient/store/processed"
+        try FileManager.default.createDirectory(atPath: processed, withIntermediateDirectories: true)
+        let now = Date()
+        func record(_ name: String, age: TimeInterval) throws {
+            let path = processed + "/" + name
+            #expect(FileManager.default.createFile(atPath: path, contents: Data("ok".utf8)))
+            try FileManager.default.setAttributes([.modificationDate: now - age], ofItemAtPath: path)
+        }
+        func kept() -> Set<String> { Set((try? FileManager.default.contentsOfDirectory(atPath: processed)) ?? []) }
+        func clear() { for name in kept() { unlink(processed + "/" + name) } }
+
+        // Seven days: a record 604 799 s old stays, one 604 801 s old goes.
+        try record("week-minus", age: 604_799)
+        try record("week-plus", age: 604_801)
+        world.client.prune(now: now)
+        #expect(kept() == ["week-minus"])
+        clear()
+
+        // The newest 1000: of 1001 records (all past the 600 s window), the oldest goes.
+        for index in 0..<1001 { try record(String(format: "r%04d", index), age: 700 + TimeInterval(index)) }
+        world.client.prune(now: now)
+        #expect(kept().count == 1000)
+        #expect(!kept().contains("r1000"))
+        clear()
+
+        // Never one younger than 600 s, however many: 1002 records inside the window all stay.
+        for index in 0..<1002 { try record(String(format: "y%04d", index), age: 0.5 * TimeInterval(index)) }
+        world.client.prune(now: now)
+        #expect(kept().count == 1002)
+    }
 }

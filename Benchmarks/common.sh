@@ -14,6 +14,12 @@
 # the runners of issue 17's goals then time it in the same rounds as the current build and print
 # the speed-up, before ÷ after. Smoke runs ignore it.
 set -euo pipefail
+# Every runner runs in a session keyring of its own, as a login has one (pam_keyinit): the client
+# keeps its unlocked store key there (it is written to no disk file), and nothing of it reaches
+# the caller's keyrings.
+if [ -z "${DC_BENCH_SESSION_KEYRING:-}" ] && command -v keyctl >/dev/null; then
+  exec env DC_BENCH_SESSION_KEYRING=1 keyctl session - bash "${BASH_SOURCE[1]}" "$@"
+fi
 cd "$(dirname "${BASH_SOURCE[1]}")/.."
 smoke=${SMOKE:-0}
 if [ "$smoke" = 1 ]; then build_flags=(); else build_flags=(-c release --static-swift-stdlib --disable-default-traits); fi

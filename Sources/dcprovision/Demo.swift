@@ -25,22 +25,39 @@ struct Demo: AsyncParsableCommand, OutputCommand {
 
     @OptionGroup var output: OutputOptions
 
+    /// A fresh private (0700) directory in memory for the sandbox's runtime directory: under
+    /// `/dev/shm`, or under the caller's own runtime directory, whichever is a tmpfs; nil when
+    /// neither is.
+    static func runtimeDirectoryInMemory() -> String? {
+        let parents = ["/dev/shm", ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"]].compactMap { $0 }
+        for parent in parents where access(parent, W_OK | X_OK) == 0 && ExpiringSecret.isInMemory(parent) {
+            var template = Array("\(parent)/dcprovision-demo-run-XXXXXX".utf8CString)
+            if let made = mkdtemp(&template) { return String(cString: made) }
+        }
+        return nil
+    }
+
     func run() async throws {
         let started = ContinuousClock.now
         var template = Array("\(NSTemporaryDirectory())/dcprovision-demo-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw DCError(.cannotCreateOutput, "cannot create the sandbox") }
         let sandbox = String(cString: made)
         defer { if !keep { try? FileManager.default.removeItem(atPath: sandbox) } }
+        // The runtime directory is in memory, as a login's is (systemd-logind's /run/user/UID is a
+        // tmpfs): where the kernel keyring refuses the unlocked store key (no session keyring of
+        // the process's own, as in CI or a container), the client writes it to no other place.
+        let runtime = Self.runtimeDirectoryInMemory() ?? sandbox + "/run"
+        defer { if !keep && !runtime.hasPrefix(sandbox + "/") { try? FileManager.default.removeItem(atPath: runtime) } }
         // Every XDG base directory inside the sandbox, so no step can reach the user's own.
         let environment = [
             "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config",
             "XDG_DATA_HOME": sandbox + "/home/.local/share",
             "XDG_STATE_HOME": sandbox + "/home/.local/state", "XDG_CACHE_HOME": sandbox + "/home/.cache",
-            "XDG_RUNTIME_DIR": sandbox + "/run", "XDG_CONFIG_DIRS": sandbox + "/etc/xdg",
+            "XDG_RUNTIME_DIR": runtime, "XDG_CONFIG_DIRS": sandbox + "/etc/xdg",
             "XDG_DATA_DIRS": sandbox + "/usr/share",
             "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
         ]
-        guard mkdir(sandbox + "/run", 0o700) == 0 else {
+        guard runtime != sandbox + "/run" || mkdir(runtime, 0o700) == 0 else {
             throw DCError(.cannotCreateOutput, "cannot create the sandbox's runtime directory")
         }
         let dcprovision = Tool.executablePath
@@ -324,7 +341,9 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         await stopServer()
         let elapsed = ContinuousClock.now - started
         let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
-        Console.say("Done in \(milliseconds) ms.\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")")
+        Console.say(
+            "Done in \(milliseconds) ms.\(keep ? " Sandbox kept: \(sandbox) (runtime directory \(runtime))" : " Sandbox removed.")"
+        )
     }
 }
 

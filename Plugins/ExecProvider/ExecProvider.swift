@@ -11,7 +11,7 @@ import SystemSupport
 ///
 /// The plug-in is not trusted: it runs with an argv array and no secret in its argv or
 /// environment (a passphrase goes over stdin), under a timeout and an output cap, confined to
-/// what the protocol gives it (``Confinement/plugIn(executable:namedPaths:relativeTo:temporaryDirectory:directories:)``:
+/// what the protocol gives it (`Confinement.plugIn(executable:namedPaths:relativeTo:temporaryDirectory:directories:)`:
 /// the system, its own directory, the paths its options name, a private temporary directory);
 /// its answer is parsed strictly and every certificate and key goes through the same strict
 /// reader as files. Its stderr is passed on, line by line, with control characters escaped.
@@ -27,7 +27,7 @@ public struct ExecProvider: CredentialProvider {
     /// unconfined.
     public var stderrHandler: @Sendable (String) -> Void
     /// Whether the plug-in may run only confined to its paths: on a kernel without Landlock it is
-    /// then not started (``DCError/Code/sandboxUnavailable``) instead of running with a warning.
+    /// then not started (`DCError.Code.sandboxUnavailable`) instead of running with a warning.
     public var requiresConfinement = false
 
     /// The file-name prefix that makes an executable on `DCPROVISION_PROVIDER_PATH` a provider: `dcprovider-NAME`.
@@ -165,7 +165,7 @@ public struct ExecProvider: CredentialProvider {
             path = String(cString: made)
         }
 
-        /// Removes the directory and what the plug-in left in it, confined to it (``Confinement/removeTree(_:)``).
+        /// Removes the directory and what the plug-in left in it, confined to it (`Confinement.removeTree(_:)`).
         func remove() { Confinement.removeTree(path) }
     }
 

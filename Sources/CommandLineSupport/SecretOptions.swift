@@ -36,7 +36,7 @@ public struct PINOptions: PINSourceOptions {
     public init() {}
 
     /// At most one PIN source. A PIN in the environment is taken out of it here, while the
-    /// command line is checked and before any command runs (``SecretInput/takeEnvironment(_:)``).
+    /// command line is checked and before any command runs (`SecretInput.takeEnvironment(_:)`).
     public func validate() throws {
         if let pinEnv { SecretInput.takeEnvironment(pinEnv) }
         if [pinFile != nil, pinFd != nil, pinEnv != nil, pinPrompt].filter({ $0 }).count > 1 {

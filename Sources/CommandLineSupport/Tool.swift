@@ -78,7 +78,7 @@ public enum Tool {
     }
 
     /// What the process needs before it writes anything: `name` for its messages, no core dump and
-    /// no reader of its memory (``ProcessSecrecy/forbidDumpsAndReaders()``), and output that
+    /// no reader of its memory (`ProcessSecrecy.forbidDumpsAndReaders()`), and output that
     /// cannot hurt it. A closed standard output or error is opened on /dev/null (so a file the
     /// command opens can never become fd 1 or 2 and receive its messages), a reader that goes away
     /// makes writes fail with EPIPE instead of killing the process with SIGPIPE, and a file-size

@@ -66,7 +66,7 @@ public enum SecretInput {
     }
 
     /// Takes the value of the environment variable `name` out of this process: copied into a
-    /// ``SecretBytes`` kept for ``read(environment:)``, then **overwritten in place** and only then
+    /// `SecretBytes` kept for ``read(environment:)``, then **overwritten in place** and only then
     /// unset. `unsetenv` alone only unlinks the variable: its bytes stay in the environment block
     /// the kernel shows as `/proc/PID/environ`. Command-line options call this while they are
     /// validated, before any command runs, so that the secret is out of the block before any

@@ -28,7 +28,9 @@ struct ExecTrace {
 
 @Suite("dcprovision demo", .ownThreads, .timeLimit(.minutes(3)))
 struct DemoTests {
-    @Test("The round trip runs through real handler processes, and no secret reaches a child's argv or environment")
+    @Test(
+        "The round trip runs through real handler processes, and no secret reaches a child's argv or environment",
+        .enabled(if: geteuid() == 0, notDumpableReason))
     func demo() throws {
         let box = try TestSupport.Sandbox("demo-trace")
         defer { box.remove() }

@@ -47,7 +47,8 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         // tmpfs): where the kernel keyring refuses the unlocked store key (no session keyring of
         // the process's own, as in CI or a container), the client writes it to no other place.
         let runtime = Self.runtimeDirectoryInMemory() ?? sandbox + "/run"
-        defer { if !keep && !runtime.hasPrefix(sandbox + "/") { try? FileManager.default.removeItem(atPath: runtime) } }
+        // Removed even with --keep: it holds only the unlocked key, which must not outlive the demo.
+        defer { if !runtime.hasPrefix(sandbox + "/") { try? FileManager.default.removeItem(atPath: runtime) } }
         // Every XDG base directory inside the sandbox, so no step can reach the user's own.
         let environment = [
             "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config",
@@ -342,7 +343,7 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         let elapsed = ContinuousClock.now - started
         let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
         Console.say(
-            "Done in \(milliseconds) ms.\(keep ? " Sandbox kept: \(sandbox) (runtime directory \(runtime))" : " Sandbox removed.")"
+            "Done in \(milliseconds) ms.\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"
         )
     }
 }

@@ -115,9 +115,6 @@ static inline int dc_start_writeback(int fd, long long offset, long long count) 
 // cannot read them or ptrace this one. prctl is variadic, which Swift cannot call.
 static inline int dc_set_not_dumpable(void) { return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); }
 
-// prctl(PR_GET_DUMPABLE): 0 when ``dc_set_not_dumpable`` took effect.
-static inline int dc_get_dumpable(void) { return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0); }
-
 // --- Confining a child: Landlock (landlock(7)) and a seccomp filter ---------------------------
 // The structures and constants are spelled out here rather than taken from <linux/landlock.h>,
 // whose version follows the build machine's kernel headers, not the kernel the tool runs on: the

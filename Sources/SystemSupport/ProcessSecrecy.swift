@@ -21,7 +21,4 @@ public enum ProcessSecrecy {
         let noCore = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &none) == 0
         return dc_set_not_dumpable() == 0 && noCore
     }
-
-    /// Whether this process is marked not dumpable.
-    public static var isNotDumpable: Bool { dc_get_dumpable() == 0 }
 }

@@ -13,11 +13,17 @@ let package = Package(
             dependencies: [.product(name: "CredentialCoding", package: "DerivedCredentials")]),
         .executableTarget(
             name: "FuzzDeliveryURL",
-            dependencies: [.product(name: "CredentialDelivery", package: "DerivedCredentials")]),
+            dependencies: [
+                .product(name: "CredentialDelivery", package: "DerivedCredentials"),
+                .product(name: "DerivedCredentials", package: "DerivedCredentials"),
+            ]),
         // One harness per message kind: the fuzzer spends its time on that message's query.
         .target(
             name: "FuzzMessageHarness",
-            dependencies: [.product(name: "CredentialDelivery", package: "DerivedCredentials")]),
+            dependencies: [
+                .product(name: "CredentialDelivery", package: "DerivedCredentials"),
+                .product(name: "DerivedCredentials", package: "DerivedCredentials"),
+            ]),
         .executableTarget(name: "FuzzNewMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(name: "FuzzDeliverMessage", dependencies: ["FuzzMessageHarness"]),
         .executableTarget(name: "FuzzResultMessage", dependencies: ["FuzzMessageHarness"]),

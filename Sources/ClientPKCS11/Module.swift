@@ -228,7 +228,7 @@ final class Module: Sendable {
             guard let info else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             try Self.refresh(&state)
             var value = CK_TOKEN_INFO()
-            Text.pad("dcclient " + (state.client.clientID ?? ""), into: &value.label)
+            Text.pad("dcclient " + (state.client.clientID?.text ?? ""), into: &value.label)
             Text.pad("Derived Credentials", into: &value.manufacturerID)
             Text.pad("derived cred", into: &value.model)
             // The delivery number of the installed credential: a renewal is a new token, as a new

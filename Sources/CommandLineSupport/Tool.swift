@@ -30,7 +30,15 @@ public enum Tool {
                 try await urlHandler.handle(url: url)
                 root.exit()
             }
-            var command = try root.parseAsRoot(formerNames.rewrite(arguments))
+            var command: any ParsableCommand
+            do {
+                command = try root.parseAsRoot(formerNames.rewrite(arguments))
+            } catch where root.exitCode(for: error) == .validationFailure {
+                // A value that breaks its option's rule (a scheme, a client id): one line, like
+                // every other refusal, not swift-argument-parser's usage screen.
+                Console.error("\(root.message(for: error)); see '\(name) --help'")
+                root.exit(withError: ExitCode.validationFailure)
+            }
             if let output = (command as? any OutputCommand)?.output { Console.setQuiet(output.quiet) }
             if var command = command as? any AsyncParsableCommand {
                 try await command.run()

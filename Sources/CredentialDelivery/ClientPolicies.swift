@@ -50,7 +50,7 @@ extension CredentialService {
 
     /// The provider's policy record for `clientId`, or nil when it never paired the client.
     public func policyRecord(clientId: String) throws -> PolicyRecord? {
-        guard DeliveryMessage.isIdentifier(clientId) else { return nil }
+        guard ClientID(validating: clientId) != nil else { return nil }
         return try PinnedKeys.read(PolicyRecord.self, at: policyPath(clientId))
     }
 
@@ -198,9 +198,9 @@ extension CredentialService {
     public func policyURL(_ policy: ClientPolicy, clientId: String, clientScheme: String, time: Date = Date())
         throws -> String
     {
-        try DeliveryMessage.policy(
-            client: clientId, policy: policy, time: Int64(time.timeIntervalSince1970), signature: ""
-        ).signed(with: try signingKey(), scheme: clientScheme).url(scheme: clientScheme)
+        let clientScheme = try URLScheme(clientScheme)
+        return try PolicyNotice(client: try ClientID(clientId), policy: policy, time: Int64(time.timeIntervalSince1970))
+            .signed(with: try signingKey(), scheme: clientScheme).url(scheme: clientScheme)
     }
 
     /// Refuses to send anything to a client whose policy is not `authorized`.
@@ -220,13 +220,10 @@ extension CredentialService {
     /// any client message (``authenticate(_:now:)``), and records it if it answers a policy this
     /// provider sent and is newer than the one recorded. The acknowledgement of a `retired` policy
     /// ends the pairing: the client must be set up afresh and paired again.
-    public func handleAcknowledgement(_ url: String, now: Date = Date()) throws -> PolicyRecord {
-        let message = try DeliveryMessage.parse(url, scheme: callbackScheme)
-        guard case .acknowledgement(let clientId, let sequence, let subject, let state, let text, let time, _) = message
-        else {
-            throw DCError(
-                .invalid, "not an acknowledgement", hint: "acknowledgements are <provider-scheme>:/ack?… URLs")
-        }
+    public func handleAcknowledgement(_ message: Acknowledgement, now: Date = Date()) throws -> PolicyRecord {
+        let (clientId, sequence, subject, state, text, time) = (
+            message.client.text, message.sequence, message.subject, message.state, message.message, message.time
+        )
         _ = try authenticate(message, now: now)
         let acknowledgement = PolicyAcknowledgement(
             sequence: sequence, state: state, message: text, time: Date(timeIntervalSince1970: TimeInterval(time)))

@@ -1,4 +1,5 @@
 import AuthTokens
+import IdentityTokens
 import CredentialCoding
 import DerivedCredentials
 import Foundation
@@ -11,8 +12,8 @@ import SystemSupport
 public struct CredentialService: Sendable {
     /// The provider's name as users know it; never empty.
     public let brand: String
-    /// The provider's own URL scheme, lowercased; results and `new` requests come back on it.
-    public let callbackScheme: String
+    /// The provider's own URL scheme; results and `new` requests come back on it.
+    public let callbackScheme: URLScheme
     /// The XDG directories registrations and the request ledger are found in.
     public let locations: XDGDirectories
     /// The record of this provider's requests, in `$XDG_STATE_HOME/dcprovision/requests`.
@@ -26,27 +27,17 @@ public struct CredentialService: Sendable {
     public typealias HandlerCheck = @Sendable (ClientRegistration) throws -> Void
     let checkHandler: HandlerCheck
 
-    /// Fails on an empty brand or an invalid scheme (RFC 3986; compared case-insensitively, kept
-    /// lowercase), as AppConnect's service creation does.
+    /// Fails on an empty brand, as AppConnect's service creation does (the scheme was checked
+    /// where it was read).
     public init(
-        brand: String, callbackScheme: String, locations: XDGDirectories = XDGDirectories(),
+        brand: String, callbackScheme: URLScheme, locations: XDGDirectories = XDGDirectories(),
         checkHandler: @escaping HandlerCheck = { _ in }, open: @escaping Opener
     ) throws {
         guard !brand.trimmingCharacters(in: .whitespaces).isEmpty else {
             throw DCError(.invalid, "the brand is empty", hint: "give the name users know the provider by")
         }
-        let scheme = callbackScheme.lowercased()
-        guard let first = scheme.unicodeScalars.first, ("a"..."z").contains(first),
-            scheme.unicodeScalars.allSatisfy({
-                ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0)
-            })
-        else {
-            throw DCError(
-                .invalid, "'\(callbackScheme.escapingControlCharacters)' is not a valid URL scheme",
-                hint: "use letters, digits, +, - and ., starting with a letter (org.example.provider)")
-        }
         self.brand = brand
-        self.callbackScheme = scheme
+        self.callbackScheme = callbackScheme
         self.locations = locations
         self.ledger = RequestLedger(directory: locations.stateHome + "/dcprovision/requests")
         self.checkHandler = checkHandler
@@ -66,14 +57,14 @@ public struct CredentialService: Sendable {
     /// What the provider publishes for clients: its scheme, brand, handler and public signing key.
     public func registration(executable: String) throws -> ProviderRegistration {
         ProviderRegistration(
-            scheme: callbackScheme, brand: brand, executable: executable, signingKey: try signingKey().publicKey)
+            scheme: callbackScheme.text, brand: brand, executable: executable, signingKey: try signingKey().publicKey)
     }
 
     func pairingPath(_ clientId: String) -> String { locations.configHome + "/dcprovision/clients/\(clientId).json" }
 
     /// The pairing with the client whose id is `clientId`, or nil when the operator never paired it.
     public func pairing(clientId: String) throws -> ClientPairing? {
-        guard DeliveryMessage.isIdentifier(clientId) else { return nil }
+        guard ClientID(validating: clientId) != nil else { return nil }
         return try PinnedKeys.read(ClientPairing.self, at: pairingPath(clientId))
     }
 
@@ -131,21 +122,12 @@ public struct CredentialService: Sendable {
     /// signature is its pinned key's, the time is within the request time limit, and its
     /// registration still shows the pinned key. Returns the registration and the pairing. Anything
     /// else is `refusedMessage` (exit 77), and nothing has been done.
-    public func authenticate(_ message: DeliveryMessage, now: Date = Date()) throws -> (
+    public func authenticate(_ message: some ClientSignedMessage, now: Date = Date()) throws -> (
         registration: ClientRegistration, pairing: ClientPairing
     ) {
-        let client: String
-        let time: Int64
-        switch message {
-        case .new(let id, _, let sent, _), .available(let id, let sent, _),
-            .acknowledgement(let id, _, _, _, _, let sent, _), .identityRequest(let id, _, _, _, let sent, _):
-            client = id
-            time = sent
-        case .deliver, .result, .policy, .delegation:
-            throw DCError(
-                .invalid, "not a client's signed message",
-                hint: "only new, available, ack and jwt are signed by clients")
-        }
+        let client = message.client.text
+        let time = message.time
+        let path = type(of: message).path
         let hint = "nothing was done; the client asks again (dcclient request)"
         guard let pairing = try pairing(clientId: client) else {
             throw DCError(
@@ -154,13 +136,13 @@ public struct CredentialService: Sendable {
         }
         guard let key = pairing.publicKey, message.isSigned(by: key, scheme: callbackScheme) else {
             throw DCError(
-                .refusedMessage, "the \(message.path) message is not signed by the paired client (forged or altered)",
+                .refusedMessage, "the \(path) message is not signed by the paired client (forged or altered)",
                 subject: client, hint: hint)
         }
         guard abs(now.timeIntervalSince1970 - Double(time)) <= ledger.timeLimit else {
             throw DCError(
                 .refusedMessage,
-                "the \(message.path) message is older than \(Int(ledger.timeLimit)) s (or from the future)",
+                "the \(path) message is older than \(Int(ledger.timeLimit)) s (or from the future)",
                 subject: client, hint: hint)
         }
         let registration = try registration(pairing.scheme)
@@ -198,7 +180,7 @@ public struct CredentialService: Sendable {
         else { throw Self.missingClient("for \(clientScheme):") }
         // The id names files of the provider's (the pairing, the delivery counter): one grammar,
         // checked before it is used for anything.
-        guard DeliveryMessage.isIdentifier(registration.clientId) else {
+        guard ClientID(validating: registration.clientId) != nil else {
             throw DCError(
                 .invalid, "the client's registration has an invalid client id",
                 subject: locations.clientRegistration(clientScheme.lowercased()),
@@ -342,12 +324,18 @@ public struct CredentialService: Sendable {
         let digest = try Spool(directory: registration.spool).write(sealed, request: request)
         steps.append("spooled: \(Spool(directory: registration.spool).path(request: request)) (0600)")
         let sequence = try DeliverySequence(path: stateDirectory + "/sequences/\(registration.clientId)").next()
-        let url = try DeliveryMessage.deliver(
-            client: registration.clientId, request: request, digest: digest, sequence: sequence, signature: ""
-        ).signed(with: signingKey, scheme: registration.scheme).url(scheme: registration.scheme)
+        let clientScheme = try URLScheme(registration.scheme)
+        let url = try DeliveryNotice(
+            client: try ClientID(registration.clientId), request: try RequestID(request), digest: try SHA256Hex(digest),
+            sequence: sequence
+        ).signed(with: signingKey, scheme: clientScheme).url(scheme: clientScheme)
         steps.append("signed: delivery \(sequence) to \(registration.clientId), with the provider's key")
         if !available {
-            var record = ledger.record(request)!
+            guard var record = ledger.record(request) else {
+                throw DCError(
+                    .ioError, "the request's ledger record cannot be read back", subject: request,
+                    hint: "check the provider's state directory; nothing was sent")
+            }
             record.queuedURL = url
             try ledger.write(record, replacing: true)
             steps.append(
@@ -365,8 +353,8 @@ public struct CredentialService: Sendable {
                 .notReady, "the client did not confirm the delivery", subject: request,
                 hint: "see dcclient's output; the request id stays valid for \(Int(ledger.timeLimit)) s")
         }
-        guard outcome == "ok" else {
-            if outcome == ResultStatus.stale {
+        guard outcome == ResultStatus.ok.text else {
+            if outcome == ResultStatus.stale.text {
                 throw DCError(
                     .refusedMessage, "the client holds a newer credential and kept it (stale delivery)",
                     subject: request, hint: "nothing was changed on the client; send again to replace it")
@@ -385,13 +373,11 @@ public struct CredentialService: Sendable {
     /// and sends it answering that id. If issuing or sending fails before anything was sealed, the
     /// request is marked ``RequestLedger/notSent``.
     public func answer(
-        _ message: DeliveryMessage, fromCard: Bool = false, queueIfUnavailable: Bool = false, now: Date = Date(),
+        _ message: CredentialRequest, fromCard: Bool = false, queueIfUnavailable: Bool = false, now: Date = Date(),
         progress: @Sendable (String) -> Void = { _ in },
         issue: (ClientRegistration) async throws -> Credential
     ) async throws -> Receipt {
-        guard case .new(_, let request, _, _) = message else {
-            throw DCError(.invalid, "not a new-credential request", hint: "requests are <provider-scheme>:/new?… URLs")
-        }
+        let request = message.request.text
         let (registration, pairing) = try authenticate(message, now: now)
         // The request id is recorded before the policy is applied, so a request refused now cannot
         // be replayed later, once the policy would let it through.
@@ -454,12 +440,9 @@ public struct CredentialService: Sendable {
     /// Only a signed `available` from a paired client (``authenticate(_:now:)``) changes the queue;
     /// a replay within the time limit finds the queue already emptied.
     public func deliverQueued(
-        _ message: DeliveryMessage, now: Date = Date(), progress: @Sendable (String) -> Void = { _ in }
+        _ message: AvailabilityNotice, now: Date = Date(), progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> [String] {
-        guard case .available(let clientId, let time, _) = message else {
-            throw DCError(
-                .invalid, "not an availability notice", hint: "notices are <provider-scheme>:/available?… URLs")
-        }
+        let (clientId, time) = (message.client.text, message.time)
         let (current, _) = try authenticate(message, now: now)
         // Each notice once, and only a newer one: a captured notice replayed later does nothing.
         try FileLock.updateNumber(at: stateDirectory + "/available/\(clientId)") { text in
@@ -514,13 +497,9 @@ public struct CredentialService: Sendable {
 
     /// Handles the client's result URL: authenticates it and records the outcome once. A client
     /// that confirmed installing the credential now holds its certificates (``holdings``).
-    public func handleResult(_ url: String) throws -> RequestLedger.Record {
-        guard case .result(let request, let status, let mac) = try DeliveryMessage.parse(url, scheme: callbackScheme)
-        else {
-            throw DCError(.invalid, "not a result URL", hint: "results are <provider-scheme>:/result?… URLs")
-        }
-        let record = try ledger.complete(request: request, status: status, mac: mac)
-        if record.outcome == ResultStatus.ok, let serials = record.certificateSerials {
+    public func handleResult(_ result: DeliveryResult) throws -> RequestLedger.Record {
+        let record = try ledger.complete(request: result.request.text, status: result.status.text, mac: result.mac.text)
+        if record.outcome == ResultStatus.ok.text, let serials = record.certificateSerials {
             try holdings.record(
                 clientScheme: record.clientScheme, credentialName: record.credentialName, serials: serials,
                 at: record.completed ?? Date())
@@ -553,5 +532,52 @@ public struct CredentialService: Sendable {
             records[index] = closed
         }
         ledger.prune(records, now: now)
+    }
+}
+
+extension CredentialService {
+    /// What the provider did with a URL that came to its scheme (``handle(url:fromCard:progress:issue:)``).
+    public enum Handled: Sendable {
+        /// A client's `new` request was answered with a credential `issue` made.
+        case answered(CredentialRequest, Receipt)
+        /// A client announced availability; the requests whose queued deliveries went out.
+        case deliveredQueued(AvailabilityNotice, [String])
+        /// A client's result was recorded.
+        case result(DeliveryResult, RequestLedger.Record)
+        /// An app's acknowledgement was recorded.
+        case acknowledged(Acknowledgement, PolicyRecord)
+        /// An identity JWT was issued and spooled.
+        case identityToken(IdentityRequest, IdentityToken)
+    }
+
+    /// The provider's scheme handler: parses `url` once, strictly, and does what it asks —
+    /// answers a `new` (``answer(_:fromCard:queueIfUnavailable:now:progress:issue:)``, with `issue`
+    /// making the credential), delivers the queue on `available`, records a `result` or an `ack`,
+    /// issues an identity JWT on `jwt`. A message meant for a client is refused. Requests past
+    /// their time limit are closed first (``prune(now:)``).
+    public func handle(
+        url: String, fromCard: Bool = false, progress: @Sendable (String) -> Void = { _ in },
+        issue: (CredentialRequest, ClientRegistration) async throws -> Credential
+    ) async throws -> Handled {
+        prune()
+        let message = try DeliveryMessage.parse(url, scheme: callbackScheme)
+        switch message {
+        case .new(let request):
+            let receipt = try await answer(
+                request, fromCard: fromCard, progress: progress, issue: { try await issue(request, $0) })
+            return .answered(request, receipt)
+        case .available(let notice):
+            return .deliveredQueued(notice, try await deliverQueued(notice, progress: progress))
+        case .result(let result):
+            return .result(result, try handleResult(result))
+        case .acknowledgement(let acknowledgement):
+            return .acknowledged(acknowledgement, try handleAcknowledgement(acknowledgement))
+        case .identityRequest(let request):
+            return .identityToken(request, try await issueIdentityToken(request))
+        case .deliver, .policy, .delegation:
+            throw DCError(
+                .invalid, "a \(message.path) URL sent to the provider",
+                hint: "deliveries go to the client's scheme: check which scheme each program registered")
+        }
     }
 }

@@ -57,7 +57,7 @@ extension CredentialService {
                 return
             }
             let issued = try Delegation.issue(
-                issuer: callbackScheme, userID: userID, appID: registration.scheme,
+                issuer: callbackScheme.text, userID: userID, appID: registration.scheme,
                 containerID: registration.clientId, tokenKey: tokenKey, issuingKey: try issuingKey(), now: now)
             record.issued[issued.claims.id] = issued.claims.expires
             record.latest = issued.compact
@@ -67,10 +67,11 @@ extension CredentialService {
         let spool = Spool(directory: registration.spool)
         spool.remove(request: delegation.claims.id, kind: .delegation)
         let digest = try spool.write(Array(delegation.compact.utf8), request: delegation.claims.id, kind: .delegation)
-        let url = try DeliveryMessage.delegation(
-            client: registration.clientId, id: delegation.claims.id, digest: digest,
-            time: Int64(now.timeIntervalSince1970), signature: ""
-        ).signed(with: try signingKey(), scheme: registration.scheme).url(scheme: registration.scheme)
+        let clientScheme = try URLScheme(registration.scheme)
+        let url = try DelegationNotice(
+            client: try ClientID(registration.clientId), id: try RequestID(delegation.claims.id),
+            digest: try SHA256Hex(digest), time: Int64(now.timeIntervalSince1970)
+        ).signed(with: try signingKey(), scheme: clientScheme).url(scheme: clientScheme)
         progress(
             "auth-token delegation \(delegation.claims.id) for \(registration.clientId), valid until \(Date(timeIntervalSince1970: TimeInterval(delegation.claims.expires)))"
         )

@@ -15,11 +15,10 @@ extension CredentialService {
     /// before) and a client that is not authorized, signs the JWT for the user
     /// named at pairing, and writes it to the client's spool. Returns the token.
     @discardableResult
-    public func issueIdentityToken(_ message: DeliveryMessage, now: Date = Date()) async throws -> IdentityToken {
-        guard case .identityRequest(let clientId, let request, let audience, let scope, _, _) = message else {
-            throw DCError(
-                .invalid, "not an identity request", hint: "identity requests are <provider-scheme>:/jwt?… URLs")
-        }
+    public func issueIdentityToken(_ message: IdentityRequest, now: Date = Date()) async throws -> IdentityToken {
+        let (clientId, request, audience, scope) = (
+            message.client.text, message.request.text, message.audience.text, message.scope.text
+        )
         let (registration, pairing) = try authenticate(message, now: now)
         try checkAuthorized(registration)
         // Each request id once: a captured request replayed within its time limit gets nothing
@@ -44,7 +43,7 @@ extension CredentialService {
                 hint: "nothing was issued")
         }
         let token = try await IdentityToken.sign(
-            issuer: callbackScheme, userID: pairing.userID ?? ClientPairing.defaultUserID, audience: audience,
+            issuer: callbackScheme.text, userID: pairing.userID ?? ClientPairing.defaultUserID, audience: audience,
             scope: scope, key: try identityKey(), now: now)
         _ = try Spool(directory: registration.spool).write(
             Array(token.compact.utf8), request: request, kind: .identityToken)

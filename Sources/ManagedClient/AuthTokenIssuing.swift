@@ -25,11 +25,9 @@ extension ManagedClient {
     @discardableResult
     public func handleDelegation(_ url: String, now: Date = Date()) throws -> Delegation {
         let config = try config()
-        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
-        guard case .delegation(let client, let id, let digest, _, _) = message else {
-            throw DCError(.invalid, "not a delegation URL", hint: "delegations are <client-scheme>:/delegation?… URLs")
-        }
-        try checkAddressee(client, of: "delegation", config: config)
+        let message = try DelegationNotice.parse(url, scheme: config.scheme)
+        let (id, digest) = (message.id.text, message.digest.text)
+        try checkAddressee(message.client, of: "delegation", config: config)
         try verifyProviderSignature(message, config: config, subject: id)
         if let policy = try currentPolicy(), policy.state != .authorized {
             spool.remove(request: id, kind: .delegation)
@@ -38,8 +36,8 @@ extension ManagedClient {
         let text = String(decoding: try spool.read(request: id, digest: digest, kind: .delegation), as: UTF8.self)
         defer { spool.remove(request: id, kind: .delegation) }
         let delegation = try Delegation(parsing: text)
-        guard delegation.claims.id == id, delegation.claims.containerID == config.clientId,
-            delegation.claims.appID == config.scheme
+        guard delegation.claims.id == id, delegation.claims.containerID == config.clientId.text,
+            delegation.claims.appID == config.scheme.text
         else {
             throw DCError(
                 .refusedMessage, "the delegation names another client or id than its URL", subject: id,
@@ -168,14 +166,14 @@ extension ManagedClient {
         let config = try config()
         guard
             let provider = try Registrations.read(
-                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
+                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme.text))
         else {
             throw DCError(
                 .missingClient, "no provider is registered for \(config.providerScheme):",
                 hint: "register one (dcprovision register --provider-scheme \(config.providerScheme) …)")
         }
         let outcome = try await SchemeHandlers().open(
-            url, scheme: config.providerScheme, expectedExecutable: provider.executable)
+            url, scheme: config.providerScheme.text, expectedExecutable: provider.executable)
         guard outcome.termination == .exited(0) else {
             let said = String(decoding: outcome.stderr, as: UTF8.self).split(separator: "\n").last.map(String.init)
             throw DCError(

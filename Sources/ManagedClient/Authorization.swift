@@ -71,12 +71,13 @@ extension ManagedClient {
         }
         let config = try config()
         guard let stored = try? JSONDecoder().decode(StoredPolicy.self, from: data),
-            let message = try? DeliveryMessage.parse(stored.url, scheme: config.scheme),
-            case .policy(let client, let policy, let time, _) = message, client == config.clientId,
+            let message = try? PolicyNotice.parse(stored.url, scheme: config.scheme), message.client == config.clientId,
             let pin = try? PinnedKeys.read(ProviderPin.self, at: providerPinFile), let key = pin.publicKey,
-            message.isSigned(by: key, scheme: config.scheme), policy.sequence >= highest ?? 0
+            message.isSigned(by: key, scheme: config.scheme), message.sequence >= highest ?? 0
         else { return .damaged }
-        return .applied(AppliedPolicy(url: stored.url, policy: policy, signed: time, acknowledged: stored.acknowledged))
+        return .applied(
+            AppliedPolicy(
+                url: stored.url, policy: message.policy, signed: message.time, acknowledged: stored.acknowledged))
     }
 
     /// The highest policy number applied (`store/policy.sequence`), or nil before the first.
@@ -170,11 +171,9 @@ extension ManagedClient {
     /// `retired` erases everything.
     public func handlePolicy(_ url: String, now: Date = Date()) throws -> PolicyUpdate {
         let config = try config()
-        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
-        guard case .policy(let client, let policy, let time, _) = message else {
-            throw DCError(.invalid, "not a policy URL", hint: "policies are <client-scheme>:/policy?… URLs")
-        }
-        try checkAddressee(client, of: "policy", config: config)
+        let message = try PolicyNotice.parse(url, scheme: config.scheme)
+        let (policy, time) = (message.policy, message.time)
+        try checkAddressee(message.client, of: "policy", config: config)
         try verifyProviderSignature(message, config: config, subject: "policy \(policy.sequence)")
         guard abs(now.timeIntervalSince1970 - Double(time)) <= Self.requestTimeLimit else {
             throw DCError(
@@ -233,7 +232,7 @@ extension ManagedClient {
 
     /// Refuses a message of the provider's (`what`: a delivery, a policy, a delegation) addressed
     /// to another client than this one.
-    func checkAddressee(_ client: String, of what: String, config: Config) throws {
+    func checkAddressee(_ client: ClientID, of what: String, config: Config) throws {
         guard client == config.clientId else {
             throw DCError(
                 .refusedMessage, "a \(what) for another client (\(client))",
@@ -243,7 +242,7 @@ extension ManagedClient {
 
     /// Checks that `message` is signed by the pinned provider (or, when none is pinned yet, by the
     /// one the provider's registration shows, which is then pinned).
-    func verifyProviderSignature(_ message: DeliveryMessage, config: Config, subject: String) throws {
+    func verifyProviderSignature(_ message: some SignedURLMessage, config: Config, subject: String) throws {
         let pinned = try PinnedKeys.read(ProviderPin.self, at: providerPinFile)
         guard let pin = try pinned ?? registeredProvider(config), let providerKey = pin.publicKey else {
             throw DCError(
@@ -252,7 +251,7 @@ extension ManagedClient {
         }
         guard message.isSigned(by: providerKey, scheme: config.scheme) else {
             throw DCError(
-                .refusedMessage, "the \(message.path) message is not signed by the pinned provider (forged or altered)",
+                .refusedMessage, "the \(type(of: message).path) message is not signed by the pinned provider (forged or altered)",
                 subject: subject, hint: "nothing was changed")
         }
         if pinned == nil { try PinnedKeys.write(pin, to: providerPinFile) }
@@ -307,9 +306,9 @@ extension ManagedClient {
         _ subject: PolicySubject, _ state: PolicyState, _ message: String, policy: ClientPolicy, now: Date
     ) throws -> String {
         let config = try config()
-        return try DeliveryMessage.acknowledgement(
+        return try Acknowledgement(
             client: config.clientId, sequence: policy.sequence, subject: subject, state: state, message: message,
-            time: Int64(now.timeIntervalSince1970), signature: ""
+            time: Int64(now.timeIntervalSince1970)
         ).signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
     }
 
@@ -337,7 +336,7 @@ extension ManagedClient {
             close(fd)
         }
         unlink(wrapped)
-        Registrations.remove(at: locations.clientRegistration(config.scheme))
+        Registrations.remove(at: locations.clientRegistration(config.scheme.text))
         // The retired policy stays, with its number and the provider key it verifies with (public).
         let keep: Set = ["client.json", "policy.json", "policy.sequence", "provider.json", ".lock"]
         for name in (try? FileManager.default.contentsOfDirectory(atPath: store)) ?? [] where !keep.contains(name) {

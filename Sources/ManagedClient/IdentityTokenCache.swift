@@ -47,10 +47,11 @@ extension ManagedClient {
         // An answer left by a request whose client was killed before it read it is not left lying
         // around in the clear.
         removeIdentityAnswers(olderThan: 60, now: now)
-        let request = try Digests.random(16).withUnsafeBytes { Digests.hex(Array($0)) }
-        let url = try DeliveryMessage.identityRequest(
-            client: config.clientId, request: request, audience: clientID, scope: scope,
-            time: Int64(now.timeIntervalSince1970), signature: ""
+        let requestID = RequestID.random()
+        let request = requestID.text
+        let url = try IdentityRequest(
+            client: config.clientId, request: requestID, audience: try ClaimText(clientID), scope: try ClaimText(scope),
+            time: Int64(now.timeIntervalSince1970)
         ).signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
         defer { spool.remove(request: request, kind: .identityToken) }
         try await (send ?? sendToProvider)(url)
@@ -59,7 +60,7 @@ extension ManagedClient {
             answer = try spool.read(request: request, digest: nil, kind: .identityToken)
         } catch DCError.Code.notReady {
             throw DCError(
-                .notReady, "the provider did not answer the identity request", subject: config.providerScheme,
+                .notReady, "the provider did not answer the identity request", subject: config.providerScheme.text,
                 hint: "check that the provider is registered and has this client paired (dcprovision status)")
         }
         let token = try IdentityToken(parsing: String(decoding: answer, as: UTF8.self))

@@ -66,9 +66,9 @@ public struct ManagedClient: Sendable {
     public var configFile: String { store + "/client.json" }
 
     struct Config: Codable {
-        var clientId: String
-        var scheme: String
-        var providerScheme: String
+        var clientId: ClientID
+        var scheme: URLScheme
+        var providerScheme: URLScheme
         /// The public half of the client's message-signing key, base64 (published in the registration).
         var signingKey: String?
         /// The public half of the client's auth-token key, base64 of the P-256 point (published in
@@ -82,10 +82,9 @@ public struct ManagedClient: Sendable {
     /// sealing, the registration; then unlocks.
     /// With `trustAnchors`, a delivered credential must chain to one of them (``trust(anchors:)``).
     public func initialize(
-        clientId: String, scheme: String, providerScheme: String, executable: String, passphrase: SecretBytes,
+        clientId: ClientID, scheme: URLScheme, providerScheme: URLScheme, executable: String, passphrase: SecretBytes,
         trustAnchors: [Certificate] = []
     ) throws {
-        try Self.checkClientID(clientId)
         if isRetired {
             // A retired client is set up afresh: what is left of it (its configuration and the
             // policy that retired it) goes first.
@@ -109,15 +108,10 @@ public struct ManagedClient: Sendable {
                 subject: DistinguishedName([.init("CN", "dcclient \(clientId)")]),
                 notBefore: Date().addingTimeInterval(-60),
                 notAfter: Date().addingTimeInterval(5 * 365 * 86400), keyUsage: .keyAgreement), for: clientKey)
-        guard DeliveryMessage.isIdentifier(clientId) else {
-            throw DCError(
-                .usage, "'\(clientId.escapingControlCharacters)' is not a valid client id",
-                hint: "use 1 to 64 lowercase letters, digits and -, not starting with -")
-        }
         let signingKey = try MessageSigningKey.generate()
         let tokenKey = try TokenSigningKey.generate()
         let config = Config(
-            clientId: clientId, scheme: scheme.lowercased(), providerScheme: providerScheme.lowercased(),
+            clientId: clientId, scheme: scheme, providerScheme: providerScheme,
             signingKey: PinnedKeys.encode(signingKey.publicKey),
             tokenKey: Data(tokenKey.publicKey.uncompressedPoint).base64EncodedString())
         let wrappedJSON = try JSONSerialization.data(withJSONObject: [
@@ -145,21 +139,10 @@ public struct ManagedClient: Sendable {
         try unlock(storeKey: storeKey)
     }
 
-    /// A client id is what delivery URLs carry (`client=`): the one grammar of
-    /// `DeliveryMessage.isIdentifier`, checked before anything is written with it.
-    static func checkClientID(_ clientId: String) throws {
-        guard DeliveryMessage.isIdentifier(clientId) else {
-            throw DCError(
-                .usage, "'\(clientId.escapingControlCharacters)' is not a client id",
-                hint: "use 1-64 lowercase letters, digits and -, not starting with -")
-        }
-    }
-
     /// Publishes (again) what providers read: the client's id, scheme, certificate, spool, status
     /// and the executable that must handle its scheme. `dcclient init` and `dcclient register` do it.
     public func publishRegistration(executable: String) throws {
         let config = try config()
-        try Self.checkClientID(config.clientId)
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
         guard let signingKey = config.signingKey.flatMap(PinnedKeys.decode) else {
             throw DCError(
@@ -168,12 +151,12 @@ public struct ManagedClient: Sendable {
         }
         try Registrations.publish(
             ClientRegistration(
-                clientId: config.clientId, scheme: config.scheme, executable: executable, certificate: certificate,
+                clientId: config.clientId.text, scheme: config.scheme.text, executable: executable, certificate: certificate,
                 signingKey: signingKey,
                 tokenKey: try config.tokenKey.flatMap { Data(base64Encoded: $0) }.map {
                     try TokenPublicKey(uncompressedPoint: Array($0))
                 }, spool: spool.directory, status: statusFile),
-            at: locations.clientRegistration(config.scheme))
+            at: locations.clientRegistration(config.scheme.text))
         _ = try pinnedProvider(pinning: true)
     }
 
@@ -193,7 +176,7 @@ public struct ManagedClient: Sendable {
             guard pinned.signingKey == registered.signingKey else {
                 throw DCError(
                     .refusedMessage, "the provider's signing key is not the one this client pinned",
-                    subject: locations.providerRegistration(config.providerScheme),
+                    subject: locations.providerRegistration(config.providerScheme.text),
                     hint: "if the provider was really set up afresh, pin it again: dcclient register --repin-provider")
             }
             return pinned
@@ -207,7 +190,7 @@ public struct ManagedClient: Sendable {
     func registeredProvider(_ config: Config) throws -> ProviderPin? {
         guard
             let registration = try Registrations.read(
-                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
+                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme.text))
         else { return nil }
         guard let key = registration.signingKey, PinnedKeys.decode(key) != nil else {
             throw DCError(
@@ -215,7 +198,7 @@ public struct ManagedClient: Sendable {
                 "the provider registered for \(config.providerScheme): has no signing key (an older version)",
                 hint: "update the provider and register it again")
         }
-        return ProviderPin(scheme: config.providerScheme, signingKey: key)
+        return ProviderPin(scheme: config.providerScheme.text, signingKey: key)
     }
 
     /// Forgets the pinned provider key, so that the next `register` or `request` pins the key the
@@ -228,7 +211,7 @@ public struct ManagedClient: Sendable {
     /// Withdraws the registration: providers then see `missingClient` and send nothing. The store
     /// and the installed credential stay; `publishRegistration(executable:)` brings it back.
     public func withdrawRegistration() throws {
-        Registrations.remove(at: locations.clientRegistration(try config().scheme))
+        Registrations.remove(at: locations.clientRegistration(try config().scheme.text))
     }
 
     func config() throws -> Config {
@@ -330,12 +313,13 @@ public struct ManagedClient: Sendable {
     /// It is signed with the client's key (so the store must be unlocked), and the provider's key
     /// is pinned now if it was not yet.
     /// `request` is the request id to use, 32 lowercase hex digits; by default a fresh random one.
-    public func requestURL(request: String? = nil, now: Date = Date()) throws -> (url: String, providerScheme: String) {
+    public func requestURL(request: RequestID? = nil, now: Date = Date()) throws -> (
+        url: String, providerScheme: URLScheme
+    ) {
         let config = try config()
         try pinnedProvider(pinning: true)
-        let request = try request ?? Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
-        let message = try DeliveryMessage.new(
-            client: config.clientId, request: request, time: Int64(now.timeIntervalSince1970), signature: ""
+        let message = try CredentialRequest(
+            client: config.clientId, request: request ?? RequestID.random(), time: Int64(now.timeIntervalSince1970)
         ).signed(with: try signingKey(), scheme: config.providerScheme)
         return (message.url(scheme: config.providerScheme), config.providerScheme)
     }
@@ -348,10 +332,8 @@ public struct ManagedClient: Sendable {
         let time = try FileLock.updateNumber(at: store + "/available.time") { text in
             max(UInt64(now.timeIntervalSince1970), (UInt64(text) ?? 0) + 1)
         }
-        return try DeliveryMessage.available(
-            client: config.clientId, time: Int64(time), signature: ""
-        )
-        .signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
+        return try AvailabilityNotice(client: config.clientId, time: Int64(time))
+            .signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
     }
 
     /// The client's auth-token key (sealed under the store key: only while unlocked).
@@ -392,7 +374,7 @@ public struct ManagedClient: Sendable {
         /// the provider (`refusedMessage`, exit 77): the same each time the same URL comes, since
         /// the numbers are those recorded when it first arrived. Nil for any other status.
         public var staleRefusal: DCError? {
-            guard status == ResultStatus.stale else { return nil }
+            guard status == ResultStatus.stale.text else { return nil }
             let numbers = sequence.map { " (number \($0))" } ?? ""
             let installed = installedSequence.map { " (number \($0))" } ?? ""
             return DCError(
@@ -450,11 +432,9 @@ public struct ManagedClient: Sendable {
         now: Date = Date()
     ) throws -> Handled {
         let config = try config()
-        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
-        guard case .deliver(let client, let request, let digest, let sequence, _) = message else {
-            throw DCError(.invalid, "not a delivery URL", hint: "deliveries are <client-scheme>:/deliver?… URLs")
-        }
-        try checkAddressee(client, of: "delivery", config: config)
+        let message = try DeliveryNotice.parse(url, scheme: config.scheme)
+        let (request, digest, sequence) = (message.request.text, message.digest.text, message.sequence)
+        try checkAddressee(message.client, of: "delivery", config: config)
         // The provider's key is the pinned one; if no command pinned it yet, the one its registration
         // shows (a file of this user that no one else can write, never the URL), pinned only once a
         // delivery it signed has verified: a forged URL changes nothing.
@@ -485,7 +465,7 @@ public struct ManagedClient: Sendable {
         // A delivery kept out as stale that the user now chooses by hand: its kept spool file.
         var chosenStale: HandledRecord?
         if let recorded = HandledRecord(path: processed) {
-            guard allowOlder, recorded.status == ResultStatus.stale else {
+            guard allowOlder, recorded.status == ResultStatus.stale.text else {
                 return Handled(
                     request: request, status: recorded.status, resultURL: recorded.resultURL, replay: true,
                     installedSequence: recorded.installedSequence, sequence: recorded.sequence)
@@ -499,7 +479,7 @@ public struct ManagedClient: Sendable {
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
         let opened = try Sealing.open(sealed, with: clientKey, certificate: certificate)
         let payload = try DeliveryPayload.decode(opened)
-        guard payload.requestId == request, payload.clientId == config.clientId else {
+        guard payload.requestId == request, payload.clientId == config.clientId.text else {
             throw DCError(
                 .refusedMessage, "the payload is bound to another request or client (a replayed or swapped spool file)",
                 subject: request, hint: "nothing was installed; ask the provider again (dcclient request)")
@@ -512,14 +492,14 @@ public struct ManagedClient: Sendable {
                 .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request,
                 hint: "nothing was installed; ask the provider again (dcclient request)")
         }
-        var status = ResultStatus.ok
+        var status = ResultStatus.ok.text
         let installedSequence = self.installedSequence
         if let installedSequence, sequence == installedSequence, try installation.payload(key: key) == opened {
             // This very delivery was installed before a crash cut the handler short: finish it.
         } else if let installedSequence, sequence <= installedSequence, !allowOlder {
-            status = ResultStatus.stale
+            status = ResultStatus.stale.text
         } else if !(try validator ?? self.validator(now: now)).validate(payload.credential).passes() {
-            status = ResultStatus.invalid
+            status = ResultStatus.invalid.text
         } else {
             // All or nothing: the new credential, its number and the key history replace the old
             // ones together. The old encryption pairs join the history; its other keys are gone.
@@ -531,13 +511,13 @@ public struct ManagedClient: Sendable {
         // The provider accepts one result per request: a stale delivery chosen later keeps the
         // result it was answered with, and nothing new is sent.
         let result =
-            chosenStale?.resultURL
-            ?? DeliveryMessage.result(
-                request: request, status: status,
-                mac: DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status)
+            try chosenStale?.resultURL
+            ?? DeliveryResult(
+                request: try RequestID(request), status: try ResultStatus(status),
+                mac: try SHA256Hex(DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status))
             ).url(scheme: config.providerScheme)
         let record =
-            status == ResultStatus.stale
+            status == ResultStatus.stale.text
             ? HandledRecord(
                 status: status, resultURL: result, sequence: sequence, installedSequence: installedSequence ?? 0)
             : HandledRecord(status: status, resultURL: result)
@@ -545,7 +525,7 @@ public struct ManagedClient: Sendable {
         var files = AtomicFileSet(directory: store + "/processed")
         try files.add(request, .bytes(Array(record.line.utf8)), mode: 0o600)
         try files.commit(replacingExisting: true)
-        if status == ResultStatus.stale {
+        if status == ResultStatus.stale.text {
             // Kept, within the bound (``prune(now:)``), so that the user can still choose it by hand.
             try spool.setAside(request: request)
             prune(now: now)
@@ -703,11 +683,11 @@ public struct ManagedClient: Sendable {
     /// the credential itself, which only ``installed()`` reads).
     public var hasInstalledCredential: Bool { FileManager.default.fileExists(atPath: store + "/credential") }
     /// The client's id (`dcclient init --client-id`), or nil when the client is not set up.
-    public var clientID: String? { try? config().clientId }
+    public var clientID: ClientID? { try? config().clientId }
     /// The client's URL scheme, or nil when the client is not set up.
-    public var scheme: String? { try? config().scheme }
+    public var scheme: URLScheme? { try? config().scheme }
     /// The provider's URL scheme the client asks and answers on, or nil when the client is not set up.
-    public var providerScheme: String? { try? config().providerScheme }
+    public var providerScheme: URLScheme? { try? config().providerScheme }
 
     func bytes(_ path: String) throws -> [UInt8] {
         guard let data = FileManager.default.contents(atPath: path) else {

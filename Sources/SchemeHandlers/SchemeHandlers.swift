@@ -14,20 +14,14 @@ public struct SchemeHandlers: Sendable {
         self.directories = directories
     }
 
-    /// RFC 3986 scheme, compared case-insensitively and used lowercase. A usage error otherwise:
+    /// `scheme` lowercased when it is a `URLScheme` (the one rule); a usage error otherwise:
     /// schemes come from the command line and go into desktop entries and `mimeapps.list`.
     public static func normalize(scheme: String) throws -> String {
-        let lower = scheme.lowercased()
-        guard let first = lower.unicodeScalars.first, ("a"..."z").contains(first),
-            lower.unicodeScalars.allSatisfy({
-                ("a"..."z").contains($0) || ("0"..."9").contains($0) || "+-.".unicodeScalars.contains($0)
-            })
-        else {
+        guard let valid = URLScheme(validating: scheme) else {
             throw DCError(
-                .usage, "'\(scheme.escapingControlCharacters)' is not a valid URL scheme",
-                hint: "use ALPHA *( ALPHA / DIGIT / \"+\" / \"-\" / \".\" ), e.g. org.example.provider")
+                .usage, "'\(scheme.escapingControlCharacters)' is not a valid \(URLScheme.kind)", hint: URLScheme.rule)
         }
-        return lower
+        return valid.text
     }
 
     /// Checks a display name (a brand) for a desktop entry's `Name`, a Desktop Entry spec

@@ -46,21 +46,21 @@ func notSetUp() -> DCError {
 
 extension ManagedClient {
     /// The client's own scheme, or the error that says to run `dcclient init`.
-    func setUpScheme() throws -> String {
+    func setUpScheme() throws -> URLScheme {
         guard let scheme else { throw notSetUp() }
         return scheme
     }
 
     /// The provider's scheme and its published registration, or nil when none is published.
-    func registeredProvider(_ scheme: String) throws -> ProviderRegistration? {
-        try Registrations.read(ProviderRegistration.self, at: locations.providerRegistration(scheme))
+    func registeredProvider(_ scheme: URLScheme) throws -> ProviderRegistration? {
+        try Registrations.read(ProviderRegistration.self, at: locations.providerRegistration(scheme.text))
     }
 
     /// Opens `url` with the handler the provider registered for `scheme` (refusing a hijacker),
     /// forwarding its output unless `--quiet`.
-    func open(_ url: String, providerScheme scheme: String, _ provider: ProviderRegistration) async throws {
+    func open(_ url: String, providerScheme scheme: URLScheme, _ provider: ProviderRegistration) async throws {
         try await SchemeHandlers().openForwardingOutput(
-            url, scheme: scheme, expectedExecutable: provider.executable, passingStandardOutput: !Console.isQuiet)
+            url, scheme: scheme.text, expectedExecutable: provider.executable, passingStandardOutput: !Console.isQuiet)
     }
 }
 
@@ -70,11 +70,11 @@ extension DCClient {
             commandName: "init",
             abstract: "Set up the client: keys, the encrypted store, the registration.")
         @Option(help: ArgumentHelp("This client's URL scheme (reverse DNS, no digits).", valueName: "scheme"))
-        var clientScheme: String
+        var clientScheme: URLScheme
         @Option(help: ArgumentHelp("The provider's URL scheme (where requests and results go).", valueName: "scheme"))
-        var providerScheme: String
+        var providerScheme: URLScheme
         @Option(help: ArgumentHelp("This client's id (lowercase letters, digits, -).", valueName: "id"))
-        var clientId: String = "dcclient"
+        var clientId: ClientID = .defaultClient
         @Option(
             help: ArgumentHelp(
                 "CA certificates a delivered credential must chain to (PEM or DER); repeatable.", valueName: "file"))
@@ -94,8 +94,7 @@ extension DCClient {
                     hint: "choose a longer one")
             }
             try ManagedClient().initialize(
-                clientId: clientId, scheme: try SchemeHandlers.normalize(scheme: clientScheme),
-                providerScheme: try SchemeHandlers.normalize(scheme: providerScheme), executable: Tool.executablePath,
+                clientId: clientId, scheme: clientScheme, providerScheme: providerScheme, executable: Tool.executablePath,
                 passphrase: secret,
                 trustAnchors: trustAnchor.flatMap { try CredentialReader().read(file: $0).certificates })
             Console.say("client \(clientId) set up; registration published; unlocked")
@@ -120,7 +119,7 @@ extension DCClient {
             if repinProvider { try client.forgetProvider() }
             try client.publishRegistration(executable: Tool.executablePath)
             try SchemeHandlers().register(
-                scheme: scheme, executable: Tool.executablePath, name: "dcclient (managed client)")
+                scheme: scheme.text, executable: Tool.executablePath, name: "dcclient (managed client)")
             Console.say("registered as the handler of \(scheme):")
         }
     }
@@ -134,7 +133,7 @@ extension DCClient {
         func run() async throws {
             let client = ManagedClient()
             let scheme = try client.setUpScheme()
-            try SchemeHandlers().unregister(scheme: scheme)
+            try SchemeHandlers().unregister(scheme: scheme.text)
             try client.withdrawRegistration()
             Console.say("unregistered \(scheme): (registration withdrawn; dcclient register brings it back)")
         }
@@ -326,4 +325,10 @@ extension DCClient {
             try await client.open(url, providerScheme: providerScheme, provider)
         }
     }
+}
+
+extension ClientID {
+    /// `dcclient`: the id `dcclient init` gives a client when none is named.
+    // cannot fail: a literal that keeps the client-id rule (lowercase letters).
+    static let defaultClient = ClientID(validating: "dcclient")!
 }

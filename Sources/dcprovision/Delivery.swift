@@ -10,7 +10,7 @@ import SystemSupport
 /// The provider's configuration: its scheme and brand, and the source that answers `new`
 /// requests. `$XDG_CONFIG_HOME/dcprovision/config.json`, 0600.
 struct ProviderConfig: Codable {
-    var scheme: String
+    var scheme: URLScheme
     var brand: String
     var provider: String
     var options: [String: [String]]
@@ -50,7 +50,7 @@ struct ProviderConfig: Codable {
 
 /// A service that opens delivery URLs with the client's registered handler (refusing a hijacker)
 /// and forwards the handler's output.
-func service(brand: String, scheme: String) throws -> CredentialService {
+func service(brand: String, scheme: URLScheme) throws -> CredentialService {
     try CredentialService(
         brand: brand, callbackScheme: scheme,
         checkHandler: { try SchemeHandlers().verifyHandler(scheme: $0.scheme, expectedExecutable: $0.executable) },
@@ -68,7 +68,7 @@ struct Register: AsyncParsableCommand, OutputCommand {
     @Option(
         help: ArgumentHelp(
             "The provider's URL scheme (reverse DNS, no digits: org.example.provider).", valueName: "scheme"))
-    var providerScheme: String
+    var providerScheme: URLScheme
     @Option(help: "The provider's brand, shown to users.") var brand: String
     @OptionGroup(title: "The source for credential requests") var source: SourceOptions<UnattendedPINOptions>
 
@@ -77,7 +77,7 @@ struct Register: AsyncParsableCommand, OutputCommand {
     func validate() throws { try source.requireRevocationFlagsOnlyWithDerive("register") }
 
     func run() async throws {
-        let scheme = try SchemeHandlers.normalize(scheme: providerScheme)
+        let scheme = providerScheme
         // The brand goes into the desktop entry's Name: checked before anything is written.
         try SchemeHandlers.validateDisplayName(brand)
         let (provider, options) = try source.resolve(source.sandbox.registry())
@@ -99,9 +99,9 @@ struct Register: AsyncParsableCommand, OutputCommand {
         // before the provider is announced, so that dcverify can start before the first
         // auth-token delegation.
         _ = try service.issuingKey()
-        try SchemeHandlers().register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
+        try SchemeHandlers().register(scheme: scheme.text, executable: Tool.executablePath, name: "dcprovision (\(brand))")
         try Registrations.publish(
-            try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme))
+            try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme.text))
         Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
     }
 }
@@ -117,7 +117,7 @@ struct Pair: AsyncParsableCommand, OutputCommand {
             that needs --allow-card-requests, and is limited per hour.
             """)
     @Option(help: ArgumentHelp("The managed client's URL scheme (dcclient init).", valueName: "scheme"))
-    var clientScheme: String
+    var clientScheme: URLScheme
     @Flag(help: "Let this client's requests use a card source unattended.") var allowCardRequests = false
     @Option(help: ArgumentHelp("At most N card requests from this client an hour (1–3600).", valueName: "n"))
     var cardRequestsPerHour = 4
@@ -131,7 +131,7 @@ struct Pair: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         let config = try ProviderConfig.load()
         let pairing = try service(brand: config.brand, scheme: config.scheme).pair(
-            clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), allowCardRequests: allowCardRequests,
+            clientScheme: clientScheme.text, allowCardRequests: allowCardRequests,
             cardRequestsPerHour: cardRequestsPerHour, userID: userId)
         Console.say(
             "paired with client \(pairing.clientId) (\(pairing.scheme):) for user \(pairing.userID ?? ClientPairing.defaultUserID); card requests \(pairing.allowCardRequests ? "allowed, at most \(pairing.cardRequestsPerHour) an hour" : "not allowed")"
@@ -147,8 +147,8 @@ struct Unregister: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         let locations = XDGDirectories()
         let config = try ProviderConfig.load(locations)
-        try SchemeHandlers().unregister(scheme: config.scheme)
-        Registrations.remove(at: locations.providerRegistration(config.scheme))
+        try SchemeHandlers().unregister(scheme: config.scheme.text)
+        Registrations.remove(at: locations.providerRegistration(config.scheme.text))
         Console.say("unregistered \(config.scheme):")
     }
 }
@@ -164,59 +164,49 @@ struct HandleURL: URLHandlingCommand, OutputCommand {
     func run() async throws { try await Self.handle(url: url) }
 
     static func handle(url: String) async throws {
-        let locations = XDGDirectories()
-        let config = try ProviderConfig.load(locations)
+        let config = try ProviderConfig.load()
         let service = try service(brand: config.brand, scheme: config.scheme)
-        service.prune()
-        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
-        switch message {
-        case .new(let client, let request, _, _):
-            // Only a paired client's signed request is answered, with the request id it chose; a
-            // forged or replayed one is refused before anything is issued or a card touched.
-            _ = try await service.answer(
-                message, fromCard: config.usesCard, progress: { Console.say("dcprovision:   \($0)") },
-                issue: { _ in
-                    Console.say(
-                        "dcprovision: request \(request) from client \(client); issuing with provider '\(config.provider)'"
-                    )
-                    let confined = config.requireSandbox ?? false
-                    let provider = try ProviderDirectory.provider(
-                        config.provider, registry: ProviderDirectory.registry(requiringConfinement: confined),
-                        requiringConfinement: confined)
-                    let pin = try UnattendedPINOptions.pinSource(file: config.pinFile)
-                    let provided = try await provider.provide(
-                        ProviderRequest(
-                            options: config.options, passphrase: pin,
-                            workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
-                    return try provided.credential()
-                })
-        case .available(let client, _, _):
-            Console.say("dcprovision: client \(client) announced availability")
-            Console.progress("delivering the sends queued for client \(client)…")
-            let sent = try await service.deliverQueued(message) { Console.say("dcprovision:   \($0)") }
+        let handled = try await service.handle(
+            url: url, fromCard: config.usesCard, progress: { Console.say("dcprovision:   \($0)") },
+            issue: { request, _ in
+                // Only a paired client's signed request gets here, with the request id it chose; a
+                // forged or replayed one was refused before anything is issued or a card touched.
+                Console.say(
+                    "dcprovision: request \(request.request) from client \(request.client); issuing with provider '\(config.provider)'"
+                )
+                let confined = config.requireSandbox ?? false
+                let provider = try ProviderDirectory.provider(
+                    config.provider, registry: ProviderDirectory.registry(requiringConfinement: confined),
+                    requiringConfinement: confined)
+                let pin = try UnattendedPINOptions.pinSource(file: config.pinFile)
+                let provided = try await provider.provide(
+                    ProviderRequest(
+                        options: config.options, passphrase: pin,
+                        workingDirectory: config.workingDirectory ?? FileManager.default.currentDirectoryPath))
+                return try provided.credential()
+            })
+        switch handled {
+        case .answered: break
+        case .deliveredQueued(let notice, let sent):
+            Console.say("dcprovision: client \(notice.client) announced availability")
             if sent.isEmpty { Console.say("dcprovision:   nothing queued") }
-        case .result:
-            let record = try service.handleResult(url)
+        case .result(_, let record):
             Console.say(
                 "dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
-        case .acknowledgement(let client, let sequence, let subject, let state, let text, _, _):
-            let record = try service.handleAcknowledgement(url)
+        case .acknowledged(let acknowledgement, let record):
+            let (client, sequence, subject) = (acknowledgement.client, acknowledgement.sequence, acknowledgement.subject)
+            let text = acknowledgement.message
             let why = text.isEmpty ? "" : " (\(text.escapingControlCharacters))"
             Console.say(
-                "dcprovision: client \(client) acknowledged \(subject == .authState ? "its authorization state" : "the secure file I/O policy") (policy \(sequence)): \(state)\(why)"
+                "dcprovision: client \(client) acknowledged \(subject == .authState ? "its authorization state" : "the secure file I/O policy") (policy \(sequence)): \(acknowledgement.state)\(why)"
             )
             if subject == .authState, record.policy.state == .retired, sequence == record.policy.sequence {
                 Console.say("dcprovision: client \(client) is retired; its pairing has ended")
             }
-        case .identityRequest(let client, _, let audience, let scope, _, _):
-            try await service.issueIdentityToken(message)
+        case .identityToken(let request, _):
             Console.say(
-                "dcprovision: identity token for client \(client): audience \(audience.escapingControlCharacters), scope \(scope.escapingControlCharacters)"
+                "dcprovision: identity token for client \(request.client): audience \(request.audience.text.escapingControlCharacters), scope \(request.scope.text.escapingControlCharacters)"
             )
-        case .deliver, .policy, .delegation:
-            throw DCError(
-                .invalid, "a \(message.path) URL sent to the provider",
-                hint: "deliveries go to the client's scheme: check which scheme each program registered")
         }
     }
 }
@@ -236,9 +226,9 @@ struct Send: AsyncParsableCommand, OutputCommand {
         help: ArgumentHelp(
             "The provider's URL scheme: the client's result comes back here (dcprovision register).",
             valueName: "scheme"))
-    var providerScheme: String
+    var providerScheme: URLScheme
     @Option(help: ArgumentHelp("The managed client's URL scheme (dcclient init).", valueName: "scheme"))
-    var clientScheme: String
+    var clientScheme: URLScheme
     @Flag(help: "If the client is locked, seal and queue the delivery until it announces availability.") var queue =
         false
     @Flag(help: "Add the encryption keys the source's CA archived for this subject to the escrow key history.")
@@ -277,8 +267,8 @@ struct Send: AsyncParsableCommand, OutputCommand {
             }
             expiry = parsed
         }
-        let service = try service(brand: brand, scheme: try SchemeHandlers.normalize(scheme: providerScheme))
-        let clientScheme = try SchemeHandlers.normalize(scheme: clientScheme)
+        let service = try service(brand: brand, scheme: providerScheme)
+        let clientScheme = clientScheme.text
         // A send that would be refused (no client, not authorized, locked without --queue) issues
         // nothing and touches no card; send(…) checks again, and says what passed.
         _ = try service.checkCanSend(clientScheme: clientScheme, queueIfUnavailable: queue)

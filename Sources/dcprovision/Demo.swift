@@ -154,7 +154,7 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         )
         // The files the sandbox's provider keeps for verification services.
         let provider = try CredentialService(
-            brand: "Example Provider", callbackScheme: "org.example.dcprovision",
+            brand: "Example Provider", callbackScheme: try URLScheme("org.example.dcprovision"),
             locations: XDGDirectories(environment: environment), open: { _, _ in })
         let portFile = sandbox + "/dcverify.port"
         let serveArguments = [

@@ -9,7 +9,7 @@ import SystemSupport
 /// The options every policy command takes: which client, and the message for its user.
 struct PolicyTarget: ParsableArguments {
     @Option(help: ArgumentHelp("The managed client's URL scheme (dcclient init).", valueName: "scheme"))
-    var clientScheme: String
+    var clientScheme: URLScheme
     @Option(
         help: ArgumentHelp(
             "Why, for the app's user (at most 200 bytes, one line); authorize, unauthorize and retire clear it when not given, policy keeps it.",
@@ -19,7 +19,7 @@ struct PolicyTarget: ParsableArguments {
     /// Sets the client's policy with `change`, sends it now or queues it, and says which.
     func apply(keepingMessage: Bool = false, _ change: @escaping (inout ClientPolicy) -> Void) async throws {
         try await applyPolicy(
-            clientScheme: try SchemeHandlers.normalize(scheme: clientScheme), message: message,
+            clientScheme: clientScheme.text, message: message,
             keepingMessage: keepingMessage, change)
     }
 }

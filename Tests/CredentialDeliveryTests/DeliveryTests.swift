@@ -20,35 +20,44 @@ private let issued: (ca: TestCA, credential: Credential, dir: TemporaryDirectory
 struct DeliveryURLTests {
     @Test("The four messages round-trip, and carry no secret")
     func roundTrip() throws {
+        let client = try ClientID("dcclient")
+        let requestID = try RequestID(request)
+        let signatureHex = try SignatureHex(signature)
         let messages: [DeliveryMessage] = [
-            .new(client: "dcclient", request: request, time: 1_795_000_000, signature: signature),
-            .available(client: "dcclient", time: 1_795_000_000, signature: signature),
-            .deliver(client: "dcclient", request: request, digest: digest, sequence: 42, signature: signature),
-            .result(request: request, status: "ok", mac: digest),
+            .new(CredentialRequest(client: client, request: requestID, time: 1_795_000_000, signature: signatureHex)),
+            .available(AvailabilityNotice(client: client, time: 1_795_000_000, signature: signatureHex)),
+            .deliver(
+                DeliveryNotice(
+                    client: client, request: requestID, digest: try SHA256Hex(digest), sequence: 42,
+                    signature: signatureHex)),
+            .result(DeliveryResult(request: requestID, status: .ok, mac: try SHA256Hex(digest))),
         ]
         for message in messages {
-            let url = message.url(scheme: "org.example.dc")
-            #expect(try DeliveryMessage.parse(url, scheme: "org.example.dc") == message)
+            let url = message.url(scheme: try URLScheme("org.example.dc"))
+            #expect(try DeliveryMessage.parse(url, scheme: try URLScheme("org.example.dc")) == message)
         }
         #expect(
-            DeliveryMessage.new(client: "c", request: request, time: 7, signature: signature).url(scheme: "x.y")
+            DeliveryMessage.new(
+                CredentialRequest(client: try ClientID("c"), request: requestID, time: 7, signature: signatureHex)
+            ).url(scheme: try URLScheme("x.y"))
                 == "x.y:/new?v=2&client=c&request=\(request)&time=7&sig=\(signature)")
     }
 
     @Test("A signature covers the scheme, the path and every value; a change to any of them fails it")
     func signatures() throws {
         let key = try MessageSigningKey.generate()
-        let message = try DeliveryMessage.deliver(
-            client: "dcclient", request: request, digest: digest, sequence: 42, signature: ""
-        ).signed(with: key, scheme: "org.example.dc")
-        #expect(message.isSigned(by: key.publicKey, scheme: "org.example.dc"))
-        #expect(!message.isSigned(by: key.publicKey, scheme: "org.example.other"))
-        #expect(!message.isSigned(by: try MessageSigningKey.generate().publicKey, scheme: "org.example.dc"))
-        let url = message.url(scheme: "org.example.dc")
+        let scheme = try URLScheme("org.example.dc")
+        let message = try DeliveryNotice(
+            client: try ClientID("dcclient"), request: try RequestID(request), digest: try SHA256Hex(digest),
+            sequence: 42
+        ).signed(with: key, scheme: scheme)
+        #expect(message.isSigned(by: key.publicKey, scheme: scheme))
+        #expect(!message.isSigned(by: key.publicKey, scheme: try URLScheme("org.example.other")))
+        #expect(!message.isSigned(by: try MessageSigningKey.generate().publicKey, scheme: scheme))
+        let url = message.url(scheme: scheme)
         for (from, to) in [("seq=42", "seq=43"), ("client=dcclient", "client=dcclienu"), ("digest=ab", "digest=ac")] {
-            let changed = try DeliveryMessage.parse(
-                url.replacingOccurrences(of: from, with: to), scheme: "org.example.dc")
-            #expect(!changed.isSigned(by: key.publicKey, scheme: "org.example.dc"), "\(from) → \(to)")
+            let changed = try DeliveryNotice.parse(url.replacingOccurrences(of: from, with: to), scheme: scheme)
+            #expect(!changed.isSigned(by: key.publicKey, scheme: scheme), "\(from) → \(to)")
         }
         #expect(String(describing: key).contains("redacted"))
         var dumped = ""
@@ -60,7 +69,7 @@ struct DeliveryURLTests {
     func oldVersion() throws {
         let error = try #require(throws: DCError.self) {
             try DeliveryMessage.parse(
-                "org.example.dc:/new?v=1&client=dcclient&request=\(request)", scheme: "org.example.dc")
+                "org.example.dc:/new?v=1&client=dcclient&request=\(request)", scheme: try URLScheme("org.example.dc"))
         }
         #expect(error.code == .refusedMessage)
         #expect(error.code.category.exitStatus == 77)
@@ -74,7 +83,7 @@ struct DeliveryURLTests {
         "Hostile URLs are refused",
         arguments: hostileURLs)
     func hostile(url: String) {
-        #expect(throws: DCError.self) { try DeliveryMessage.parse(url, scheme: "org.example.dc") }
+        #expect(throws: DCError.self) { try DeliveryMessage.parse(url, scheme: try URLScheme("org.example.dc")) }
     }
 
     static let newWithEncodedClient: String =
@@ -114,8 +123,11 @@ struct DeliveryURLFormTests {
     @Test("scheme:/new is the one accepted form")
     func accepted() throws {
         #expect(
-            try DeliveryMessage.parse("org.example.dc:/new" + Self.query, scheme: "org.example.dc")
-                == .new(client: "dcclient", request: request, time: 1, signature: signature))
+            try DeliveryMessage.parse("org.example.dc:/new" + Self.query, scheme: try URLScheme("org.example.dc"))
+                == .new(
+                    CredentialRequest(
+                        client: try ClientID("dcclient"), request: try RequestID(request), time: 1,
+                        signature: try SignatureHex(signature))))
     }
 
     @Test(
@@ -123,7 +135,7 @@ struct DeliveryURLFormTests {
         arguments: ["org.example.dc://host/new", "org.example.dc:///new", "org.example.dc:new", "org.example.dc://new"])
     func refused(prefix: String) throws {
         let error = try #require(throws: DCError.self) {
-            try DeliveryMessage.parse(prefix + Self.query, scheme: "org.example.dc")
+            try DeliveryMessage.parse(prefix + Self.query, scheme: try URLScheme("org.example.dc"))
         }
         #expect(error.code == .invalid)
         #expect(error.description.contains("refused URL"))

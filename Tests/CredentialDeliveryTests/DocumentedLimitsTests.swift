@@ -25,8 +25,13 @@ struct DocumentedLimitsTests {
             + "&message=\(message)&time=1795000000&sig=\(zeros128)"
     }
 
+    /// Whether `url` parses for `scheme` (which must itself be a valid scheme: an invalid one fails the test).
     static func parses(_ url: String, scheme: String) -> Bool {
-        (try? DeliveryMessage.parse(url, scheme: scheme)) != nil
+        guard let scheme = URLScheme(validating: scheme) else {
+            Issue.record("'\(scheme)' is not a valid URL scheme")
+            return false
+        }
+        return (try? DeliveryMessage.parse(url, scheme: scheme)) != nil
     }
 
     @Test("A URL of 1024 bytes is parsed; one of 1025 bytes is refused before anything else is read")
@@ -38,7 +43,7 @@ struct DocumentedLimitsTests {
         #expect(Self.parses(longest, scheme: scheme))
         let longer = Self.newURL(scheme: scheme + "a")
         #expect(longer.utf8.count == 1025)
-        let refused = try #require(throws: DCError.self) { try DeliveryMessage.parse(longer, scheme: scheme + "a") }
+        let refused = try #require(throws: DCError.self) { try DeliveryMessage.parse(longer, scheme: try URLScheme(scheme + "a")) }
         #expect(refused.message.contains("longer than 1024 bytes"))
     }
 

@@ -8,7 +8,7 @@ import Testing
 /// message the provider sets but the client's parser refuses would leave the policy waiting forever.
 @Suite("Policy messages: what the provider accepts, the client parses", .ownThreads, .timeLimit(.minutes(1)))
 struct PolicyTextTests {
-    static let scheme = "org.example.dcclient"
+    static let scheme = try! URLScheme("org.example.dcclient")
     static let messages = [
         "", "plain", "Lost device? Call ext. 4242 ~ help", "Café – ext. 4242 ✓",
         String(repeating: "é", count: PolicyText.maximumLength / 2), "ends with a BOM\u{FEFF}",
@@ -18,13 +18,16 @@ struct PolicyTextTests {
     @Test("Every message PolicyText.check accepts travels in a policy and an ack, and parses back", arguments: messages)
     func travels(message: String) throws {
         try PolicyText.check(message)
-        let signature = String(repeating: "0", count: 128)
+        let signature = try SignatureHex(String(repeating: "0", count: 128))
+        let client = try ClientID("dcclient")
         let policy = DeliveryMessage.policy(
-            client: "dcclient", policy: ClientPolicy(state: .unauthorized, message: message, sequence: 1),
-            time: 1_795_000_000, signature: signature)
+            PolicyNotice(
+                client: client, policy: ClientPolicy(state: .unauthorized, message: message, sequence: 1),
+                time: 1_795_000_000, signature: signature))
         let ack = DeliveryMessage.acknowledgement(
-            client: "dcclient", sequence: 1, subject: .authState, state: .error, message: message,
-            time: 1_795_000_000, signature: signature)
+            Acknowledgement(
+                client: client, sequence: 1, subject: .authState, state: .error, message: message,
+                time: 1_795_000_000, signature: signature))
         // A leading U+FEFF included: Foundation's String(data:encoding: .utf8) would drop it, so
         // the decoder validates the bytes as they are.
         #expect((try? DeliveryMessage.parse(policy.url(scheme: Self.scheme), scheme: Self.scheme)) == policy)

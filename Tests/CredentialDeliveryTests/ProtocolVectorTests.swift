@@ -40,37 +40,36 @@ struct ProtocolVectorTests {
     static let rfc8032PKCS8 = "302e020100300506032b657004220420" + rfc8032Seed
     static let time: Int64 = 1_795_000_000
 
-    static func signedNew() throws -> DeliveryMessage {
+    static func signedNew() throws -> CredentialRequest {
         let key = try MessageSigningKey(pkcs8DER: SecretBytes(try #require(bytes(hex: rfc8032PKCS8))))
         #expect(Digests.hex(key.publicKey) == "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
-        return try DeliveryMessage.new(client: "dcclient", request: request, time: time, signature: "").signed(
-            with: key, scheme: "org.example.provider")
+        return try CredentialRequest(client: try ClientID("dcclient"), request: try RequestID(request), time: time)
+            .signed(with: key, scheme: try URLScheme("org.example.provider"))
     }
 
     /// The policy message of the vectors: its base64url spelling has a `_`.
     static let policyMessage = "Lost device? Call ext. 4242 ~ help"
 
     /// The policy vector, signed with the RFC 8032 key standing for the provider's.
-    static func signedPolicy() throws -> DeliveryMessage {
+    static func signedPolicy() throws -> PolicyNotice {
         let key = try MessageSigningKey(pkcs8DER: SecretBytes(try #require(bytes(hex: rfc8032PKCS8))))
-        return try DeliveryMessage.policy(
-            client: "dcclient",
-            policy: ClientPolicy(state: .unauthorized, message: policyMessage, autoLock: 900, sequence: 3), time: time,
-            signature: ""
-        ).signed(with: key, scheme: "org.example.dcclient")
+        return try PolicyNotice(
+            client: try ClientID("dcclient"),
+            policy: ClientPolicy(state: .unauthorized, message: policyMessage, autoLock: 900, sequence: 3), time: time
+        ).signed(with: key, scheme: try URLScheme("org.example.dcclient"))
     }
 
     /// The acknowledgement vector, signed with the RFC 8032 key standing for the client's.
-    static func signedAcknowledgement() throws -> DeliveryMessage {
+    static func signedAcknowledgement() throws -> Acknowledgement {
         let key = try MessageSigningKey(pkcs8DER: SecretBytes(try #require(bytes(hex: rfc8032PKCS8))))
-        return try DeliveryMessage.acknowledgement(
-            client: "dcclient", sequence: 3, subject: .authState, state: .applied, message: "", time: time + 60,
-            signature: ""
-        ).signed(with: key, scheme: "org.example.provider")
+        return try Acknowledgement(
+            client: try ClientID("dcclient"), sequence: 3, subject: .authState, state: .applied, message: "",
+            time: time + 60
+        ).signed(with: key, scheme: try URLScheme("org.example.provider"))
     }
 
     /// What a signed message's signature covers, without the signing context.
-    static func signedURL(_ message: DeliveryMessage, scheme: String) -> String {
+    static func signedURL(_ message: some SignedURLMessage, scheme: URLScheme) -> String {
         String(
             decoding: message.signingInput(scheme: scheme).dropFirst(DeliveryMessage.signingContext.utf8.count),
             as: UTF8.self)
@@ -92,15 +91,17 @@ struct ProtocolVectorTests {
     func urls() throws {
         let signed = try Self.signedNew()
         #expect(
-            signed.url(scheme: "org.example.provider")
+            signed.url(scheme: try URLScheme("org.example.provider"))
                 == "org.example.provider:/new?v=2&client=dcclient&request=00112233445566778899aabbccddeeff&time=1795000000&sig="
-                + (signed.signature ?? ""))
+                + (signed.signature?.text ?? ""))
         #expect(
             DeliveryMessage.deliver(
-                client: "dcclient", request: Self.request, digest: Digests.hex(Digests.sha256(Array("sealed".utf8))),
-                sequence: 7, signature: String(repeating: "0", count: 128)
+                DeliveryNotice(
+                    client: try ClientID("dcclient"), request: try RequestID(Self.request),
+                    digest: try SHA256Hex(Digests.hex(Digests.sha256(Array("sealed".utf8)))),
+                    sequence: 7, signature: try SignatureHex(String(repeating: "0", count: 128)))
             )
-            .url(scheme: "org.example.dcclient")
+            .url(scheme: try URLScheme("org.example.dcclient"))
                 == "org.example.dcclient:/deliver?v=2&client=dcclient&request=00112233445566778899aabbccddeeff&digest=c9d0036bed6744bcdf692fc980d8717d7e5f5a4f4e8266b4a84982602fb1cd09&seq=7&sig="
                 + String(repeating: "0", count: 128)
         )
@@ -109,25 +110,25 @@ struct ProtocolVectorTests {
     @Test("URLs: the signed policy and acknowledgement parse back to themselves, and verify under the key")
     func policyURLs() throws {
         let policy = try Self.signedPolicy()
-        let policyURL = policy.url(scheme: "org.example.dcclient")
+        let policyURL = policy.url(scheme: try URLScheme("org.example.dcclient"))
         #expect(
             policyURL
                 == "org.example.dcclient:/policy?v=2&client=dcclient&seq=3&state=unauthorized&autolock=900&message=TG9zdCBkZXZpY2U_IENhbGwgZXh0LiA0MjQyIH4gaGVscA&time=1795000000&sig="
-                + (policy.signature ?? ""))
-        #expect(try DeliveryMessage.parse(policyURL, scheme: "org.example.dcclient") == policy)
+                + (policy.signature?.text ?? ""))
+        #expect(try DeliveryMessage.parse(policyURL, scheme: try URLScheme("org.example.dcclient")) == .policy(policy))
         let ack = try Self.signedAcknowledgement()
-        let ackURL = ack.url(scheme: "org.example.provider")
+        let ackURL = ack.url(scheme: try URLScheme("org.example.provider"))
         #expect(
             ackURL
                 == "org.example.provider:/ack?v=2&client=dcclient&seq=3&of=auth&policy=applied&message=&time=1795000060&sig="
-                + (ack.signature ?? ""))
-        #expect(try DeliveryMessage.parse(ackURL, scheme: "org.example.provider") == ack)
+                + (ack.signature?.text ?? ""))
+        #expect(try DeliveryMessage.parse(ackURL, scheme: try URLScheme("org.example.provider")) == .acknowledgement(ack))
         let publicKey = try #require(
             Self.bytes(hex: "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"))
-        #expect(policy.isSigned(by: publicKey, scheme: "org.example.dcclient"))
-        #expect(ack.isSigned(by: publicKey, scheme: "org.example.provider"))
+        #expect(policy.isSigned(by: publicKey, scheme: try URLScheme("org.example.dcclient")))
+        #expect(ack.isSigned(by: publicKey, scheme: try URLScheme("org.example.provider")))
         // The signature binds the scheme: the same values for another scheme do not verify.
-        #expect(!policy.isSigned(by: publicKey, scheme: "org.example.other"))
+        #expect(!policy.isSigned(by: publicKey, scheme: try URLScheme("org.example.other")))
         #expect(policyURL.utf8.count <= DeliveryMessage.maximumLength)
     }
 
@@ -135,26 +136,26 @@ struct ProtocolVectorTests {
         "URLs: the signed delegation notice parses back to itself, verifies under the key, and is refused when altered")
     func delegationURL() throws {
         let key = try MessageSigningKey(pkcs8DER: SecretBytes(try #require(Self.bytes(hex: Self.rfc8032PKCS8))))
-        let message = try DeliveryMessage.delegation(
-            client: "dcclient", id: Self.request, digest: Digests.hex(Digests.sha256(Array("dlg".utf8))),
-            time: Self.time, signature: ""
-        ).signed(with: key, scheme: "org.example.dcclient")
-        let url = message.url(scheme: "org.example.dcclient")
+        let message = try DelegationNotice(
+            client: try ClientID("dcclient"), id: try RequestID(Self.request),
+            digest: try SHA256Hex(Digests.hex(Digests.sha256(Array("dlg".utf8)))), time: Self.time
+        ).signed(with: key, scheme: try URLScheme("org.example.dcclient"))
+        let url = message.url(scheme: try URLScheme("org.example.dcclient"))
         #expect(
             url.hasPrefix(
                 "org.example.dcclient:/delegation?v=2&client=dcclient&id=00112233445566778899aabbccddeeff&digest="))
-        #expect(try DeliveryMessage.parse(url, scheme: "org.example.dcclient") == message)
-        #expect(message.isSigned(by: key.publicKey, scheme: "org.example.dcclient"))
-        #expect(!message.isSigned(by: key.publicKey, scheme: "org.example.other"))
+        #expect(try DeliveryMessage.parse(url, scheme: try URLScheme("org.example.dcclient")) == .delegation(message))
+        #expect(message.isSigned(by: key.publicKey, scheme: try URLScheme("org.example.dcclient")))
+        #expect(!message.isSigned(by: key.publicKey, scheme: try URLScheme("org.example.other")))
         let altered = url.replacingOccurrences(of: "id=0011", with: "id=0012")
         #expect(
-            !(try DeliveryMessage.parse(altered, scheme: "org.example.dcclient")).isSigned(
-                by: key.publicKey, scheme: "org.example.dcclient"))
+            !(try DelegationNotice.parse(altered, scheme: try URLScheme("org.example.dcclient"))).isSigned(
+                by: key.publicKey, scheme: try URLScheme("org.example.dcclient")))
         for broken in [
             url.replacingOccurrences(of: "&time=", with: "&when="), url.replacingOccurrences(of: "id=00", with: "id="),
             url + "&extra=1", url.replacingOccurrences(of: "v=2&client=dcclient&", with: "client=dcclient&v=2&"),
         ] {
-            #expect(throws: DCError.self) { try DeliveryMessage.parse(broken, scheme: "org.example.dcclient") }
+            #expect(throws: DCError.self) { try DeliveryMessage.parse(broken, scheme: try URLScheme("org.example.dcclient")) }
         }
     }
 
@@ -207,18 +208,18 @@ struct ProtocolVectorTests {
 
         let new = try Self.signedNew()
         let policy = try Self.signedPolicy()
-        let policyURL = Self.signedURL(policy, scheme: "org.example.dcclient")
+        let policyURL = Self.signedURL(policy, scheme: try URLScheme("org.example.dcclient"))
         let ack = try Self.signedAcknowledgement()
         // Our base64url spelling of the message, as the policy URL carries it.
         let encodedMessage = try #require(
             policyURL.split(separator: "&").first { $0.hasPrefix("message=") }?.dropFirst("message=".count))
         let ours = [
-            Self.signedURL(new, scheme: "org.example.provider"),
-            try #require(new.signature),
+            Self.signedURL(new, scheme: try URLScheme("org.example.provider")),
+            try #require(new.signature).text,
             Digests.hex(Digests.sha256(Array("sealed".utf8))),
             DeliveryPayload.resultMAC(key: Self.resultKey, request: Self.request, status: "ok"),
-            String(encodedMessage), policyURL, try #require(policy.signature),
-            Self.signedURL(ack, scheme: "org.example.provider"), try #require(ack.signature),
+            String(encodedMessage), policyURL, try #require(policy.signature).text,
+            Self.signedURL(ack, scheme: try URLScheme("org.example.provider")), try #require(ack.signature).text,
         ]
         #expect(ours == peers)
         #expect(try Self.documentedVectors() == peers, "docs/PROTOCOL.md's table")

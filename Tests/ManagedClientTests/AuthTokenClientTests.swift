@@ -121,7 +121,7 @@ struct AuthTokenClientTests {
         // delegation it names (a renewal that crosses a second once failed here).
         let token = try await world.client.authToken(challenge: "c", now: Date(timeIntervalSinceNow: -3)) { url in
             sent.append(url)
-            _ = try await service.deliverQueued(try DeliveryMessage.parse(url, scheme: "org.example.provider"))
+            _ = try await service.deliverQueued(try AvailabilityNotice.parse(url, scheme: service.callbackScheme))
         }
         #expect(sent.all.count == 1 && sent.all[0].contains(":/available?"))
         #expect(try verdict(token, world).responseCode == "100 OK")
@@ -140,11 +140,11 @@ struct AuthTokenClientTests {
     func delegationURL(_ delegation: Delegation, _ world: World, key: MessageSigningKey? = nil) throws -> String {
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
         let digest = try spool.write(Array(delegation.compact.utf8), request: delegation.claims.id, kind: .delegation)
-        return try DeliveryMessage.delegation(
-            client: "dcclient", id: delegation.claims.id, digest: digest, time: Int64(Date().timeIntervalSince1970),
-            signature: ""
-        ).signed(with: key ?? world.service.signingKey(), scheme: "org.example.dcclient").url(
-            scheme: "org.example.dcclient")
+        let clientScheme = try URLScheme("org.example.dcclient")
+        return try DelegationNotice(
+            client: try ClientID("dcclient"), id: try RequestID(delegation.claims.id), digest: try SHA256Hex(digest),
+            time: Int64(Date().timeIntervalSince1970)
+        ).signed(with: key ?? world.service.signingKey(), scheme: clientScheme).url(scheme: clientScheme)
     }
 
     func issue(
@@ -258,7 +258,7 @@ struct AuthTokenClientTests {
         let requests = Box()
         let send: @Sendable (String) async throws -> Void = { url in
             requests.append(url)
-            try await service.issueIdentityToken(try DeliveryMessage.parse(url, scheme: "org.example.provider"))
+            try await service.issueIdentityToken(try IdentityRequest.parse(url, scheme: service.callbackScheme))
         }
         let token = try await world.client.identityToken(clientID: "mail-web", scope: "openid", send: send)
         #expect(token.claims.subject.value == ClientPairing.defaultUserID)
@@ -281,16 +281,12 @@ struct AuthTokenClientTests {
         #expect(requests.all.count == 2 && refreshed != token)
 
         // The provider's side of the attacks.
-        let replayed = try DeliveryMessage.parse(requests.all[0], scheme: "org.example.provider")
+        let replayed = try IdentityRequest.parse(requests.all[0], scheme: service.callbackScheme)
         #expect(await failure { try await service.issueIdentityToken(replayed) } == .refusedMessage)
-        guard case .identityRequest(let client, _, let audience, let scope, let time, _) = replayed else {
-            Issue.record("not an identity request")
-            return
-        }
-        let forged = try DeliveryMessage.identityRequest(
-            client: client, request: String(repeating: "ab", count: 16), audience: audience, scope: scope,
-            time: time + 100, signature: ""
-        ).signed(with: try MessageSigningKey.generate(), scheme: "org.example.provider")
+        let forged = try IdentityRequest(
+            client: replayed.client, request: try RequestID(String(repeating: "ab", count: 16)),
+            audience: replayed.audience, scope: replayed.scope, time: replayed.time + 100
+        ).signed(with: try MessageSigningKey.generate(), scheme: service.callbackScheme)
         #expect(await failure { try await service.issueIdentityToken(forged) } == .refusedMessage)
         // A client that has not heard yet that it was unauthorized asks anyway: the provider refuses.
         let unheard = try World(handlesPolicies: false)
@@ -301,7 +297,7 @@ struct AuthTokenClientTests {
             await failure {
                 try await unheard.client.identityToken(clientID: "mail-web", scope: "openid") { url in
                     try await unheardService.issueIdentityToken(
-                        try DeliveryMessage.parse(url, scheme: "org.example.provider"))
+                        try IdentityRequest.parse(url, scheme: unheardService.callbackScheme))
                 }
             } == .notAuthorized)
         // A client that knows refuses by itself.

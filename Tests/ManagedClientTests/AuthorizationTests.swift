@@ -118,23 +118,22 @@ struct AuthorizationTests {
         var refused: [String] = []
         // Signed by another key.
         let stranger = try MessageSigningKey.generate()
+        let clientScheme = try URLScheme("org.example.dcclient")
         refused.append(
-            try DeliveryMessage.policy(
-                client: "dcclient", policy: next, time: Int64(Date().timeIntervalSince1970), signature: ""
+            try PolicyNotice(
+                client: try ClientID("dcclient"), policy: next, time: Int64(Date().timeIntervalSince1970)
             )
-            .signed(with: stranger, scheme: "org.example.dcclient").url(scheme: "org.example.dcclient"))
+            .signed(with: stranger, scheme: clientScheme).url(scheme: clientScheme))
         // Altered after signing: another state, another message, another number.
         refused.append(genuine.replacingOccurrences(of: "state=unauthorized", with: "state=retired"))
         refused.append(genuine.replacingOccurrences(of: "message=&", with: "message=SGk&"))
         refused.append(genuine.replacingOccurrences(of: "seq=\(next.sequence)&", with: "seq=\(next.sequence + 5)&"))
         // Late, and for another client.
         refused.append(try world.policyURL(next, time: Date().addingTimeInterval(-3600)))
-        var other = try DeliveryMessage.parse(genuine, scheme: "org.example.dcclient")
-        if case .policy(_, let policy, let time, _) = other {
-            other = try DeliveryMessage.policy(client: "someone-else", policy: policy, time: time, signature: "")
-                .signed(with: try world.service.signingKey(), scheme: "org.example.dcclient")
-        }
-        refused.append(other.url(scheme: "org.example.dcclient"))
+        var other = try PolicyNotice.parse(genuine, scheme: clientScheme)
+        other.client = try ClientID("someone-else")
+        other = try other.signed(with: try world.service.signingKey(), scheme: clientScheme)
+        refused.append(other.url(scheme: clientScheme))
         for url in refused {
             #expect(await thrownCode { _ = try client.handlePolicy(url) } == .refusedMessage, "\(url)")
             #expect(try client.currentPolicy() == current)
@@ -174,10 +173,10 @@ struct AuthorizationTests {
         foreignPolicy.sequence += 10
         let foreign = try world.service.policyURL(
             foreignPolicy, clientId: "someone-else", clientScheme: "org.example.dcclient")
-        let stranger = try DeliveryMessage.policy(
-            client: "dcclient", policy: foreignPolicy, time: Int64(Date().timeIntervalSince1970), signature: ""
-        ).signed(with: try MessageSigningKey.generate(), scheme: "org.example.dcclient").url(
-            scheme: "org.example.dcclient")
+        let clientScheme = try URLScheme("org.example.dcclient")
+        let stranger = try PolicyNotice(
+            client: try ClientID("dcclient"), policy: foreignPolicy, time: Int64(Date().timeIntervalSince1970)
+        ).signed(with: try MessageSigningKey.generate(), scheme: clientScheme).url(scheme: clientScheme)
         func stored(_ url: String) throws -> [UInt8] {
             Array(try JSONSerialization.data(withJSONObject: ["url": url, "acknowledged": true]))
         }
@@ -276,22 +275,29 @@ struct AuthorizationTests {
         var sent: [String] = []
         try await world.client.authStateApplied(.error, message: "could not hide the inbox") { sent.append($0) }
         let ack = try #require(sent.first)
-        record = try world.service.handleAcknowledgement(ack)
+        let providerScheme = try URLScheme("org.example.provider")
+        record = try world.service.handleAcknowledgement(try Acknowledgement.parse(ack, scheme: providerScheme))
         #expect(record.authAcknowledgement?.state == .error)
         #expect(record.authAcknowledgement?.message == "could not hide the inbox")
         // The same acknowledgement again: a replay.
-        #expect(await thrownCode { _ = try world.service.handleAcknowledgement(ack) } == .refusedMessage)
+        #expect(
+            await thrownCode {
+                _ = try world.service.handleAcknowledgement(try Acknowledgement.parse(ack, scheme: providerScheme))
+            } == .refusedMessage)
         // Altered: another answer under the same signature.
         let altered = ack.replacingOccurrences(of: "policy=error", with: "policy=applied")
-        #expect(await thrownCode { _ = try world.service.handleAcknowledgement(altered) } == .refusedMessage)
+        #expect(
+            await thrownCode {
+                _ = try world.service.handleAcknowledgement(try Acknowledgement.parse(altered, scheme: providerScheme))
+            } == .refusedMessage)
         // An acknowledgement of a policy the provider never sent.
-        let future = try DeliveryMessage.parse(ack, scheme: "org.example.provider")
-        if case .acknowledgement(let client, let sequence, let subject, let state, let message, let time, _) = future {
+        do {
+            let future = try Acknowledgement.parse(ack, scheme: providerScheme)
             let signer = try world.client.signingKey()
-            let unsent = try DeliveryMessage.acknowledgement(
-                client: client, sequence: sequence + 10, subject: subject, state: state, message: message,
-                time: time + 1, signature: ""
-            ).signed(with: signer, scheme: "org.example.provider").url(scheme: "org.example.provider")
+            let unsent = try Acknowledgement(
+                client: future.client, sequence: future.sequence + 10, subject: future.subject, state: future.state,
+                message: future.message, time: future.time + 1
+            ).signed(with: signer, scheme: providerScheme)
             #expect(await thrownCode { _ = try world.service.handleAcknowledgement(unsent) } == .refusedMessage)
         }
         #expect(try world.service.policyRecord(clientId: "dcclient")?.authAcknowledgement?.state == .error)
@@ -481,7 +487,11 @@ struct AuthorizationTests {
         defer { world.dir.remove() }
         let sent = try #require(try world.service.policyRecord(clientId: "dcclient")).policy
         let unsupported = try world.client.acknowledgementURL(.authState, .unsupported, "", policy: sent, now: Date())
-        #expect(await thrownCode { _ = try world.service.handleAcknowledgement(unsupported) } == .refusedMessage)
+        #expect(
+            await thrownCode {
+                _ = try world.service.handleAcknowledgement(
+                    try Acknowledgement.parse(unsupported, scheme: world.service.callbackScheme))
+            } == .refusedMessage)
         #expect(try world.service.policyRecord(clientId: "dcclient")?.authAcknowledgement == nil)
     }
 
@@ -494,7 +504,9 @@ struct AuthorizationTests {
         let update = try world.client.handlePolicy(try #require(world.policies.all.last))
         // The acknowledgement goes out, and the handler dies (killed, or crashed writing its output).
         _ = try world.service.handleAcknowledgement(
-            try world.client.acknowledgementURL(.authState, .applied, "", policy: update.policy, now: Date()))
+            try Acknowledgement.parse(
+                try world.client.acknowledgementURL(.authState, .applied, "", policy: update.policy, now: Date()),
+                scheme: world.service.callbackScheme))
         #expect(try world.service.pairing(clientId: "dcclient") == nil)
         let store = world.locations.dataHome + "/dcclient/store"
         #expect(FileManager.default.fileExists(atPath: store + "/wrapped-key.json"))

@@ -26,22 +26,22 @@ struct BoundaryTests {
         }
         let urls = world.deliveries.all
         try #require(urls.count == 2)
-        #expect(try world.client.handleDelivery(urls[1]).status == ResultStatus.ok)
+        #expect(try world.client.handleDelivery(urls[1]).status == ResultStatus.ok.text)
         let stale = try world.client.handleDelivery(urls[0])
-        #expect(stale.status == ResultStatus.stale)
+        #expect(stale.status == ResultStatus.stale.text)
         #expect(try world.client.installed() == newer)
         // The provider learns of it through the authenticated result.
-        let record = try world.service.handleResult(try #require(stale.resultURL))
-        #expect(record.outcome == ResultStatus.stale)
+        let record = try world.service.handleResult(
+            try DeliveryResult.parse(try #require(stale.resultURL), scheme: world.service.callbackScheme))
+        #expect(record.outcome == ResultStatus.stale.text)
         // The control: the user may choose the older one, by hand.
         let third = try world.credential(TestCAIssueRequest(commonName: "Older still"))
         _ = await thrownCode { _ = try await world.service.send(third, clientScheme: "org.example.dcclient") }
         let before = try #require(world.client.installedSequence)
         let replayed = try #require(world.deliveries.all.last)
-        let sequence = try #require(try DeliveryMessage.parse(replayed, scheme: "org.example.dcclient").deliverParts)
-            .sequence
+        let sequence = try DeliveryNotice.parse(replayed, scheme: try URLScheme("org.example.dcclient")).sequence
         #expect(sequence > before)
-        #expect(try world.client.handleDelivery(replayed).status == ResultStatus.ok)
+        #expect(try world.client.handleDelivery(replayed).status == ResultStatus.ok.text)
         #expect(try world.client.installed()?.entries.map(\.certifiedKey) == third.entries.map(\.certifiedKey))
     }
 
@@ -63,29 +63,29 @@ struct BoundaryTests {
         let urls = world.deliveries.all
         try #require(urls.count == 13)
         let requests = try urls.map {
-            try #require(try DeliveryMessage.parse($0, scheme: "org.example.dcclient").deliverParts).request
+            try DeliveryNotice.parse($0, scheme: try URLScheme("org.example.dcclient")).request.text
         }
-        #expect(try world.client.handleDelivery(urls[12]).status == ResultStatus.ok)
+        #expect(try world.client.handleDelivery(urls[12]).status == ResultStatus.ok.text)
         // Eleven kept out: never more than the documented 10 kept, the most recently kept out.
         for url in urls[1...11] {
-            #expect(try world.client.handleDelivery(url).status == ResultStatus.stale)
+            #expect(try world.client.handleDelivery(url).status == ResultStatus.stale.text)
             #expect(try kept().count <= 10)
         }
         #expect(try kept() == requests[2...11].map { $0 + ".stale" }.sorted())
         // The first stale answer, and the same URL again: stale both times, with the same refusal.
         let first = try world.client.handleDelivery(urls[0])
-        #expect(first.status == ResultStatus.stale && !first.replay)
+        #expect(first.status == ResultStatus.stale.text && !first.replay)
         let refusal = try #require(first.staleRefusal)
         #expect(refusal.code == .refusedMessage && refusal.code.category.exitStatus == 77)
         #expect(refusal.message.contains("(number 1)") && refusal.message.contains("(number 13)"), "\(refusal)")
         let again = try world.client.handleDelivery(urls[0])
-        #expect(again.replay && again.status == ResultStatus.stale)
+        #expect(again.replay && again.status == ResultStatus.stale.text)
         #expect(again.staleRefusal?.message == refusal.message && again.resultURL == first.resultURL)
         #expect(try kept().contains(requests[0] + ".stale") && kept().count == 10)
         // The user chooses it by hand: installed, its kept file gone; the provider, answered once
         // already, is sent nothing new.
         let chosen = try world.client.handleDelivery(urls[0], allowOlder: true)
-        #expect(chosen.status == ResultStatus.ok && chosen.resultURL == nil && chosen.sequence == 1)
+        #expect(chosen.status == ResultStatus.ok.text && chosen.resultURL == nil && chosen.sequence == 1)
         #expect(world.client.installedSequence == 1)
         #expect(try !kept().contains(requests[0] + ".stale"))
         // Past the request time limit they stay, for the documented day: the user may choose one
@@ -185,13 +185,16 @@ struct BoundaryTests {
         let receipt = try await world.service.send(
             try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
         try world.client.unlock(passphrase: world.passphrase)
-        guard case .available(let client, let time, let signature) = try world.available() else {
-            throw DCError(.invalid, "not an availability notice")
-        }
+        let notice = try world.available()
+        let signature = try #require(notice.signature).text
         let flipped = String(signature.dropLast()) + (signature.hasSuffix("0") ? "1" : "0")
-        let foreign = try DeliveryMessage.available(client: client, time: time, signature: "").signed(
-            with: try MessageSigningKey.generate(), scheme: "org.example.provider")
-        for forged in [DeliveryMessage.available(client: client, time: time, signature: flipped), foreign] {
+        var unsigned = notice
+        unsigned.signature = nil
+        let foreign = try unsigned.signed(
+            with: try MessageSigningKey.generate(), scheme: try URLScheme("org.example.provider"))
+        var flippedNotice = notice
+        flippedNotice.signature = try SignatureHex(flipped)
+        for forged in [flippedNotice, foreign] {
             #expect(await thrownCode { _ = try await world.service.deliverQueued(forged) } == .refusedMessage)
             #expect(world.service.ledger.record(receipt.request)?.queuedURL != nil)
         }
@@ -207,11 +210,12 @@ struct BoundaryTests {
             _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
         }
         let url = try #require(world.deliveries.all.first)
-        let parts = try #require(try DeliveryMessage.parse(url, scheme: "org.example.dcclient").deliverParts)
+        let clientScheme = try URLScheme("org.example.dcclient")
+        let parts = try DeliveryNotice.parse(url, scheme: clientScheme)
         let impostor = try MessageSigningKey.generate()
-        let forged = try DeliveryMessage.deliver(
-            client: parts.client, request: parts.request, digest: parts.digest, sequence: parts.sequence, signature: ""
-        ).signed(with: impostor, scheme: "org.example.dcclient").url(scheme: "org.example.dcclient")
+        let forged = try DeliveryNotice(
+            client: parts.client, request: parts.request, digest: parts.digest, sequence: parts.sequence
+        ).signed(with: impostor, scheme: clientScheme).url(scheme: clientScheme)
         #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
         // The impostor also replaces the provider's registration: the pin holds.
         let path = world.locations.providerRegistration("org.example.provider")
@@ -223,7 +227,7 @@ struct BoundaryTests {
         #expect(refused.code == .refusedMessage)
         #expect(try world.client.installed() == nil)
         try Registrations.publish(genuine, at: path)
-        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok)
+        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok.text)
     }
 
     @Test("The ledger and the spool stay bounded: expired requests close, old records go, none within the time limit")
@@ -286,7 +290,7 @@ struct BoundaryTests {
             await withTaskGroup(of: Void.self) { group in
                 for url in urls.reversed() { group.addTask { _ = try? client.handleDelivery(url) } }
             }
-            let newest = try #require(try DeliveryMessage.parse(urls[1], scheme: "org.example.dcclient").deliverParts)
+            let newest = try DeliveryNotice.parse(urls[1], scheme: try URLScheme("org.example.dcclient"))
             #expect(world.client.installedSequence == newest.sequence, "round \(round)")
             #expect(try world.client.installed()?.name.hasPrefix("Newer") == true, "round \(round)")
         }
@@ -346,15 +350,16 @@ struct BoundaryTests {
         // The policy that went first pinned the provider; forget it again.
         try world.client.forgetProvider()
         let url = try #require(world.deliveries.all.first)
-        let parts = try #require(try DeliveryMessage.parse(url, scheme: "org.example.dcclient").deliverParts)
-        let forged = DeliveryMessage.deliver(
+        let clientScheme = try URLScheme("org.example.dcclient")
+        let parts = try DeliveryNotice.parse(url, scheme: clientScheme)
+        let forged = DeliveryNotice(
             client: parts.client, request: parts.request, digest: parts.digest, sequence: parts.sequence,
-            signature: String(repeating: "0", count: 128)
-        ).url(scheme: "org.example.dcclient")
+            signature: try SignatureHex(String(repeating: "0", count: 128))
+        ).url(scheme: clientScheme)
         let pin = world.locations.dataHome + "/dcclient/store/provider.json"
         #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
         #expect(!FileManager.default.fileExists(atPath: pin))
-        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok)
+        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok.text)
         #expect(FileManager.default.fileExists(atPath: pin))
     }
 

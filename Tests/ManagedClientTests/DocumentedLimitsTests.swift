@@ -23,14 +23,16 @@ struct DocumentedLimitsTests {
         let world = try World()
         defer { world.dir.remove() }
         let time = Self.wholeSecond()
-        for message in [try world.new(now: time), try world.available(now: time)] {
+        let messages: [any ClientSignedMessage] = [try world.new(now: time), try world.available(now: time)]
+        for message in messages {
+            let path = type(of: message).path
             for seconds in [-600, -599, 0, 599, 600] {
-                #expect(throws: Never.self, "\(message.path) at \(seconds) s") {
+                #expect(throws: Never.self, "\(path) at \(seconds) s") {
                     _ = try world.service.authenticate(message, now: time.addingTimeInterval(TimeInterval(seconds)))
                 }
             }
             for seconds in [-601, 601, 86_400] {
-                let refused = try #require(throws: DCError.self, "\(message.path) at \(seconds) s") {
+                let refused = try #require(throws: DCError.self, "\(path) at \(seconds) s") {
                     _ = try world.service.authenticate(message, now: time.addingTimeInterval(TimeInterval(seconds)))
                 }
                 #expect(refused.code == .refusedMessage)

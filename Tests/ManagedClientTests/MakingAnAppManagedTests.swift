@@ -73,7 +73,9 @@ struct MakingAnAppManagedTests {
         let client = world.client
         let service = world.service
         let ui = AppUI()
-        let send: (String) async throws -> Void = { _ = try service.handleAcknowledgement($0) }
+        let send: (String) async throws -> Void = {
+            _ = try service.handleAcknowledgement(try Acknowledgement.parse($0, scheme: service.callbackScheme))
+        }
         let failures = Box()
         let loop = Task {
             do {

@@ -526,12 +526,12 @@ struct PKCS11ModuleTests {
         // The signed URL carries it, and reads back the same.
         let url = try token.world.policyURL(record.policy)
         #expect(url.contains("&tokenlogin=secure-services&time="))
-        let parsed = try DeliveryMessage.parse(url, scheme: "org.example.dcclient")
-        guard case .policy(_, let policy, _, _) = parsed else {
+        let parsed = try DeliveryMessage.parse(url, scheme: try URLScheme("org.example.dcclient"))
+        guard case .policy(let notice) = parsed else {
             Issue.record("not a policy: \(parsed)")
             return
         }
-        #expect(policy.tokenLogin == .secureServices)
+        #expect(notice.policy.tokenLogin == .secureServices)
         #expect(try token.world.client.currentPolicy()?.tokenLogin == .secureServices)
 
         let listed = try token.pkcs11Tool(["--list-objects", "--type", "privkey"]).stdoutText

@@ -24,7 +24,7 @@ struct RequestIdTests {
         let world = try World()
         defer { world.dir.remove() }
         let message = try world.new()
-        guard case .new(_, let request, _, _) = message else { throw DCError(.invalid, "not a new URL") }
+        let request = message.request.text
         let issued = Counter()
         let receipt = try await world.service.answer(message) { registration in
             issued.increment()
@@ -59,7 +59,7 @@ struct RequestIdTests {
         defer { world.dir.remove() }
         let own = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
         let issued = Counter()
-        func answer(_ message: DeliveryMessage, _ service: CredentialService? = nil) async -> DCError.Code? {
+        func answer(_ message: CredentialRequest, _ service: CredentialService? = nil) async -> DCError.Code? {
             await thrownCode {
                 _ = try await (service ?? world.service).answer(message) { _ in
                     issued.increment()
@@ -70,22 +70,22 @@ struct RequestIdTests {
         #expect(await answer(try world.new(request: own.request)) == .refusedMessage)
         // Forged: every value of a genuine request, with one bit of the signature changed.
         let fresh = try world.new()
-        guard case .new(let client, let request, let time, let signature) = fresh else {
-            throw DCError(.invalid, "not a new message")
-        }
-        let flipped = String(signature.dropLast()) + (signature.hasSuffix("0") ? "1" : "0")
-        #expect(await answer(.new(client: client, request: request, time: time, signature: flipped)) == .refusedMessage)
+        let (client, request, time) = (fresh.client, fresh.request, fresh.time)
+        let signature = try #require(fresh.signature).text
+        var flipped = fresh
+        flipped.signature = try SignatureHex(String(signature.dropLast()) + (signature.hasSuffix("0") ? "1" : "0"))
+        #expect(await answer(flipped) == .refusedMessage)
         // Signed by another key (a program that made its own key pair).
-        let stranger = try DeliveryMessage.new(client: client, request: request, time: time, signature: "")
-            .signed(with: try MessageSigningKey.generate(), scheme: "org.example.provider")
+        let stranger = try CredentialRequest(client: client, request: request, time: time)
+            .signed(with: try MessageSigningKey.generate(), scheme: try URLScheme("org.example.provider"))
         #expect(await answer(stranger) == .refusedMessage)
         // Late and early.
         let limit = world.service.ledger.timeLimit
         #expect(await answer(try world.new(now: Date().addingTimeInterval(-limit - 60))) == .refusedMessage)
         #expect(await answer(try world.new(now: Date().addingTimeInterval(limit + 60))) == .refusedMessage)
         // A client id nobody paired.
-        let unpaired = try DeliveryMessage.new(client: "nobody", request: request, time: time, signature: "")
-            .signed(with: try MessageSigningKey.generate(), scheme: "org.example.provider")
+        let unpaired = try CredentialRequest(client: try ClientID("nobody"), request: request, time: time)
+            .signed(with: try MessageSigningKey.generate(), scheme: try URLScheme("org.example.provider"))
         let nobody = await thrownError {
             _ = try await world.service.answer(unpaired) { _ in try world.credential() }
         }
@@ -123,7 +123,7 @@ struct RequestIdTests {
         let world = try World()
         defer { world.dir.remove() }
         let issued = Counter()
-        func answer(_ message: DeliveryMessage? = nil) async -> DCError.Code? {
+        func answer(_ message: CredentialRequest? = nil) async -> DCError.Code? {
             await thrownCode {
                 _ = try await world.service.answer(try message ?? world.new(), fromCard: true) { _ in
                     issued.increment()

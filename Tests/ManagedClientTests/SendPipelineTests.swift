@@ -48,8 +48,8 @@ struct World {
         locations = XDGDirectories(environment: ["HOME": dir.file("home"), "XDG_RUNTIME_DIR": runtime])
         client = ManagedClient(locations: locations)
         try client.initialize(
-            clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider",
-            executable: "/usr/bin/dcclient",
+            clientId: try ClientID("dcclient"), scheme: try URLScheme("org.example.dcclient"),
+            providerScheme: try URLScheme("org.example.provider"), executable: "/usr/bin/dcclient",
             passphrase: passphrase)
         let client = client
         let deliveries = deliveries
@@ -58,7 +58,8 @@ struct World {
         var serviceBox: CredentialService?
         let holder = ServiceHolder()
         service = try CredentialService(
-            brand: "Example", callbackScheme: "org.example.provider", locations: locations, checkHandler: checkHandler
+            brand: "Example", callbackScheme: try URLScheme("org.example.provider"), locations: locations,
+            checkHandler: checkHandler
         ) { url, _ in
             // A policy goes to the client, which applies it and acknowledges it as the reference
             // app does; only deliveries are kept in `deliveries`.
@@ -66,7 +67,10 @@ struct World {
                 policies.append(url)
                 guard handlesPolicies else { return }
                 let update = try client.handlePolicy(url)
-                let send: (String) async throws -> Void = { _ = try holder.service!.handleAcknowledgement($0) }
+                let send: (String) async throws -> Void = {
+                    _ = try holder.service!.handleAcknowledgement(
+                        try Acknowledgement.parse($0, scheme: try URLScheme("org.example.provider")))
+                }
                 if update.policy.state != .retired, update.becameReady || update.repeated {
                     try await client.secureFileIOPolicyApplied(.applied, send: send)
                 }
@@ -82,7 +86,10 @@ struct World {
             deliveries.append(url)
             if deliver {
                 let handled = try client.handleDelivery(url)
-                if let result = handled.resultURL { _ = try holder.service!.handleResult(result) }
+                if let result = handled.resultURL {
+                    _ = try holder.service!.handleResult(
+                        try DeliveryResult.parse(result, scheme: try URLScheme("org.example.provider")))
+                }
             }
         }
         serviceBox = service
@@ -114,13 +121,15 @@ struct World {
     }
 
     /// The client's signed availability notice, parsed, made at `now`.
-    func available(now: Date = Date()) throws -> DeliveryMessage {
-        try DeliveryMessage.parse(try client.availabilityURL(now: now)!, scheme: "org.example.provider")
+    func available(now: Date = Date()) throws -> AvailabilityNotice {
+        try AvailabilityNotice.parse(try client.availabilityURL(now: now)!, scheme: try URLScheme("org.example.provider"))
     }
 
     /// The client's signed `new`, parsed, with request id `request` (a fresh one by default).
-    func new(request: String? = nil, now: Date = Date()) throws -> DeliveryMessage {
-        try DeliveryMessage.parse(try client.requestURL(request: request, now: now).url, scheme: "org.example.provider")
+    func new(request: String? = nil, now: Date = Date()) throws -> CredentialRequest {
+        try CredentialRequest.parse(
+            try client.requestURL(request: try request.map(RequestID.init), now: now).url,
+            scheme: try URLScheme("org.example.provider"))
     }
 
     func credential(_ request: TestCAIssueRequest = TestCAIssueRequest()) throws -> Credential {
@@ -159,18 +168,18 @@ struct SendPipelineTests {
         #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
     }
 
-    @Test("Service creation fails on an empty brand or an invalid scheme, and lowercases the scheme")
+    @Test("Service creation fails on an empty brand; a scheme is refused when invalid and lowercased")
     func serviceCreation() throws {
         let opener: CredentialService.Opener = { _, _ in }
         #expect(throws: DCError.self) {
-            try CredentialService(brand: " ", callbackScheme: "org.example.p", open: opener)
+            try CredentialService(brand: " ", callbackScheme: try URLScheme("org.example.p"), open: opener)
         }
         for bad in ["", "1abc", "a b", "a_b"] {
-            #expect(throws: DCError.self) { try CredentialService(brand: "B", callbackScheme: bad, open: opener) }
+            #expect(throws: DCError.self) { try URLScheme(bad) }
         }
         #expect(
-            try CredentialService(brand: "B", callbackScheme: "Org.Example.P", open: opener).callbackScheme
-                == "org.example.p")
+            try CredentialService(brand: "B", callbackScheme: try URLScheme("Org.Example.P"), open: opener)
+                .callbackScheme.text == "org.example.p")
     }
 
     @Test(
@@ -251,19 +260,18 @@ struct SendPipelineTests {
         let result = try #require(again.resultURL)
         // The identical authenticated result (a retry) is acknowledged, and nothing changes.
         let before = try #require(world.service.ledger.recent().first)
-        #expect(try world.service.handleResult(result).outcome == "ok")
+        let provider = try URLScheme("org.example.provider")
+        #expect(try world.service.handleResult(try DeliveryResult.parse(result, scheme: provider)).outcome == "ok")
         #expect(try #require(world.service.ledger.recent().first).completed == before.completed)
         // Any other result for the completed request is refused.
-        let (done, _, doneMAC) = try #require(
-            try DeliveryMessage.parse(result, scheme: "org.example.provider").resultParts)
-        let other = DeliveryMessage.result(request: done, status: "invalid", mac: doneMAC).url(
-            scheme: "org.example.provider")
+        var other = try DeliveryResult.parse(result, scheme: provider)
+        other.status = .invalid
         #expect(await thrownCode { _ = try world.service.handleResult(other) } == .refusedMessage)
         // A forged result for a pending request.
         let pending = World.Pending(world)
         let request = try pending.start()
-        let forged = DeliveryMessage.result(request: request, status: "ok", mac: String(repeating: "0", count: 64)).url(
-            scheme: "org.example.provider")
+        let forged = DeliveryResult(
+            request: try RequestID(request), status: .ok, mac: try SHA256Hex(String(repeating: "0", count: 64)))
         #expect(await thrownCode { _ = try world.service.handleResult(forged) } == .refusedMessage)
         // The right MAC after the time limit.
         var late = world.service.ledger
@@ -291,8 +299,8 @@ struct SendPipelineTests {
         }
         let urls = world.deliveries.all
         try #require(urls.count == 2)
-        let first = try #require(try DeliveryMessage.parse(urls[0], scheme: "org.example.dcclient").deliverParts)
-        let second = try #require(try DeliveryMessage.parse(urls[1], scheme: "org.example.dcclient").deliverParts)
+        let first = try #require(try DeliveryMessage.parse(urls[0], scheme: try URLScheme("org.example.dcclient")).deliverParts)
+        let second = try #require(try DeliveryMessage.parse(urls[1], scheme: try URLScheme("org.example.dcclient")).deliverParts)
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
         let processed = world.locations.dataHome + "/dcclient/store/processed"
 
@@ -339,12 +347,12 @@ struct SendPipelineTests {
         expectRefused(tamperedURL, request: second.request, "a changed digit in the URL's digest", bySignature: true)
         // The same change, signed again by the provider (as if its key were stolen): the spool
         // file's digest no longer matches, so the file check refuses it on its own.
-        let resigned = try DeliveryMessage.parse(tamperedURL, scheme: "org.example.dcclient")
-        let resignedURL = try DeliveryMessage.deliver(
-            client: second.client, request: second.request, digest: wrongDigest, sequence: second.sequence,
-            signature: ""
-        ).signed(with: try world.service.signingKey(), scheme: "org.example.dcclient").url(
-            scheme: "org.example.dcclient")
+        let clientScheme = try URLScheme("org.example.dcclient")
+        let resigned = try DeliveryNotice.parse(tamperedURL, scheme: clientScheme)
+        let resignedURL = try DeliveryNotice(
+            client: try ClientID(second.client), request: try RequestID(second.request),
+            digest: try SHA256Hex(wrongDigest), sequence: second.sequence
+        ).signed(with: try world.service.signingKey(), scheme: clientScheme).url(scheme: clientScheme)
         #expect(resigned.signature != nil)
         expectRefused(resignedURL, request: second.request, "a changed digest, signed again")
 
@@ -353,11 +361,10 @@ struct SendPipelineTests {
         let secondBytes = try readBytes(spool.path(request: second.request))
         unlink(firstPath)
         _ = try spool.write(secondBytes, request: first.request)
-        let swappedURL = try DeliveryMessage.deliver(
-            client: "dcclient", request: first.request, digest: Digests.hex(Digests.sha256(secondBytes)),
-            sequence: 1000, signature: ""
-        ).signed(with: try world.service.signingKey(), scheme: "org.example.dcclient").url(
-            scheme: "org.example.dcclient")
+        let swappedURL = try DeliveryNotice(
+            client: try ClientID("dcclient"), request: try RequestID(first.request),
+            digest: try SHA256Hex(Digests.hex(Digests.sha256(secondBytes))), sequence: 1000
+        ).signed(with: try world.service.signingKey(), scheme: clientScheme).url(scheme: clientScheme)
         #expect(throws: DCError.self) { try world.client.handleDelivery(swappedURL) }
         #expect(try world.client.installed() == nil)
 
@@ -421,19 +428,19 @@ struct SendPipelineTests {
         }
         let records = world.service.ledger.recent(limit: 100)
         #expect(records.count == 20)
-        #expect(records.allSatisfy { $0.outcome == ResultStatus.ok || $0.outcome == ResultStatus.stale })
-        #expect(records.contains { $0.outcome == ResultStatus.ok })
+        #expect(records.allSatisfy { $0.outcome == ResultStatus.ok.text || $0.outcome == ResultStatus.stale.text })
+        #expect(records.contains { $0.outcome == ResultStatus.ok.text })
         #expect(Set(world.deliveries.all).count == 20)
         let processed = try FileManager.default.contentsOfDirectory(
             atPath: world.locations.dataHome + "/dcclient/store/processed")
         #expect(processed.count == 20)
         // The installed credential is the one delivered with the highest number.
         let numbered = try world.deliveries.all.map { url in
-            try #require(try DeliveryMessage.parse(url, scheme: "org.example.dcclient").deliverParts)
+            try #require(try DeliveryMessage.parse(url, scheme: try URLScheme("org.example.dcclient")).deliverParts)
         }
         let highest = try #require(numbered.max { $0.sequence < $1.sequence })
         #expect(world.client.installedSequence == highest.sequence)
-        #expect(world.service.ledger.record(highest.request)?.outcome == ResultStatus.ok)
+        #expect(world.service.ledger.record(highest.request)?.outcome == ResultStatus.ok.text)
         #expect(credentials.contains(try #require(try world.client.installed())))
     }
 }
@@ -459,17 +466,11 @@ extension World {
 }
 
 extension DeliveryMessage {
-    /// The parts of a `deliver` message, or nil for another message (for `#require`).
+    /// The parts of a `deliver` message, as text, or nil for another message (for `#require`).
     var deliverParts: (client: String, request: String, digest: String, sequence: UInt64)? {
-        if case .deliver(let client, let request, let digest, let sequence, _) = self {
-            return (client, request, digest, sequence)
+        if case .deliver(let notice) = self {
+            return (notice.client.text, notice.request.text, notice.digest.text, notice.sequence)
         }
-        return nil
-    }
-
-    /// The parts of a `result` message, or nil for another message (for `#require`).
-    var resultParts: (request: String, status: String, mac: String)? {
-        if case .result(let request, let status, let mac) = self { return (request, status, mac) }
         return nil
     }
 }

@@ -1,4 +1,5 @@
 import CredentialDelivery
+import DerivedCredentials
 import Foundation
 import SystemSupport
 import TestSupport
@@ -36,7 +37,7 @@ struct ClientRecordCommandTests {
         #expect(text.contains("state=unauthorized"), "\(text)")
         // A policy the provider really signed, for another client.
         let provider = try CredentialService(
-            brand: "Example", callbackScheme: "org.example.provider",
+            brand: "Example", callbackScheme: try URLScheme("org.example.provider"),
             locations: XDGDirectories(environment: tools.sandbox.environment), open: { _, _ in })
         let foreign = try provider.policyURL(
             ClientPolicy(state: .authorized, sequence: 99), clientId: "someone-else",

@@ -50,7 +50,7 @@ private struct Sandbox {
             environment: environment)
         guard result.status == 0 else { throw ProcessFailure(command: ["register"], result: result) }
         let urls = urls
-        service = try CredentialService(brand: "Test", callbackScheme: "org.example.dcprovision", locations: locations)
+        service = try CredentialService(brand: "Test", callbackScheme: try URLScheme("org.example.dcprovision"), locations: locations)
         { url, _ in
             urls.append(url)
         }

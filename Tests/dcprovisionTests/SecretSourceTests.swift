@@ -99,8 +99,8 @@ struct SecretSourceTests {
         let tools = try Tools("secret-short-unlock")
         defer { tools.sandbox.remove() }
         try ManagedClient(locations: XDGDirectories(environment: tools.sandbox.environment)).initialize(
-            clientId: "dcclient", scheme: "org.example.dcclient", providerScheme: "org.example.provider",
-            executable: Binaries.directory + "/dcclient", passphrase: SecretBytes(Array("short".utf8)))
+            clientId: try ClientID("dcclient"), scheme: try URLScheme("org.example.dcclient"),
+            providerScheme: try URLScheme("org.example.provider"), executable: Binaries.directory + "/dcclient", passphrase: SecretBytes(Array("short".utf8)))
         try tools.sandbox.write("pass.txt", "short\n")
         try tools.check("dcclient", ["lock"])
         try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])

@@ -48,7 +48,7 @@ extension Session {
         guard extractable else {
             throw DCError(
                 .keyNotExtractable, "the private key cannot leave the card (CKA_EXTRACTABLE is false)", subject: name,
-                hint: "this is normal for PIV cards: derive new keys instead (SP 800-157, --derive)")
+                remedy: .deriveNormally)
         }
         return try wrapOut(handle, certificate: certificate, name: name)
     }
@@ -90,7 +90,7 @@ extension Session {
         if sized == CKR_KEY_UNEXTRACTABLE {
             throw DCError(
                 .keyNotExtractable, "the private key cannot leave the card", subject: name,
-                hint: "derive new keys instead (SP 800-157, --derive)")
+                remedy: .deriveKeys)
         }
         guard sized == CKR_OK else {
             throw module.failure("C_WrapKey", sized, subject: name)

@@ -184,7 +184,7 @@ struct TokenReading {
         guard let (module, slot, token) = tokens.first else {
             throw DCError(
                 .noSuchObject, "no token matches the URI", subject: uri.text.escapingControlCharacters,
-                hint: "see dcprovision tokens")
+                remedy: .listTokensOnly)
         }
         guard tokens.count == 1 else {
             throw DCError(

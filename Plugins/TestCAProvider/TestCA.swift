@@ -134,7 +134,7 @@ public struct TestCA: Sendable {
         guard FileManager.default.fileExists(atPath: path("testca.json")) else {
             throw DCError(
                 .fileNotFound, "not a test CA (no testca.json)", subject: directory,
-                hint: "create one with: dcprovision testca init \(directory)")
+                remedy: .createTestCA(in: directory))
         }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601

@@ -113,7 +113,7 @@ public enum KeyImport {
         guard ok else {
             throw DCError(
                 .invalid, "the wrapped key does not unwrap",
-                hint: "the token gave a damaged key: try again, or derive new keys (--derive)",
+                remedy: .deriveAfterDamagedKey,
                 underlying: OpenSSLError.drain())
         }
         total = length
@@ -124,7 +124,7 @@ public enum KeyImport {
         else {
             throw DCError(
                 .invalid, "the wrapped key does not unwrap",
-                hint: "the token gave a damaged key: try again, or derive new keys (--derive)",
+                remedy: .deriveAfterDamagedKey,
                 underlying: OpenSSLError.drain())
         }
         total += length
@@ -133,7 +133,7 @@ public enum KeyImport {
         guard plain.count >= 2, plain[0] == 0x30 else {
             throw DCError(
                 .invalid, "the unwrapped key is not DER",
-                hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
+                remedy: .deriveAfterDamagedKey)
         }
         var derLength = Int(plain[1])
         var header = 2
@@ -142,7 +142,7 @@ public enum KeyImport {
             guard count <= 4, plain.count >= 2 + count else {
                 throw DCError(
                     .invalid, "the unwrapped key is not DER",
-                    hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
+                    remedy: .deriveAfterDamagedKey)
             }
             derLength = plain[2..<(2 + count)].reduce(0) { $0 << 8 | Int($1) }
             header = 2 + count
@@ -150,7 +150,7 @@ public enum KeyImport {
         guard header + derLength <= plain.count, plain[(header + derLength)...].allSatisfy({ $0 == 0 }) else {
             throw DCError(
                 .invalid, "the unwrapped key has unexpected trailing bytes",
-                hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
+                remedy: .deriveAfterDamagedKey)
         }
         var exact = Array(plain.prefix(header + derLength))
         return SecretBytes(consuming: &exact)

@@ -230,7 +230,7 @@ private final class PassphraseOnce {
         guard let value = try getOptional() else {
             throw DCError(
                 .passphraseRequired, "the input is encrypted and no passphrase was given",
-                hint: "pass --passphrase-file FILE or --passphrase-fd N")
+                remedy: .givePassphraseFile)
         }
         return value
     }

@@ -91,7 +91,7 @@ public struct ProviderRequest: Sendable {
         guard values.count == 1 else {
             throw DCError(
                 .usage, "option '\(name)' was given \(values.count) times; it takes one value",
-                hint: "give --option \(name)=VALUE once")
+                remedy: .giveOptionOnce(name))
         }
         return values[0]
     }
@@ -121,12 +121,12 @@ public struct ProviderRequest: Sendable {
             if option.required && given.isEmpty {
                 throw DCError(
                     .usage, "provider '\(descriptor.id)' needs the option '\(option.name)'",
-                    hint: "add --option \(option.name)=VALUE (\(option.summary))")
+                    remedy: .addOption(option.name, summary: option.summary))
             }
             if !option.repeatable && given.count > 1 {
                 throw DCError(
                     .usage, "option '\(option.name)' of provider '\(descriptor.id)' takes one value",
-                    hint: "give --option \(option.name)=VALUE once")
+                    remedy: .giveOptionOnce(option.name))
             }
         }
     }

@@ -88,7 +88,7 @@ public struct RequestLedger: Sendable {
     static func replayed(_ request: String) -> DCError {
         DCError(
             .refusedMessage, "a replayed request: this request id was used already", subject: request,
-            hint: "a client asks again with a new request id (dcclient request)")
+            remedy: .askWithNewRequest)
     }
 
     /// Marks a reserved request the provider could not answer, so that it is not left pending.
@@ -146,7 +146,7 @@ public struct RequestLedger: Sendable {
         guard now.timeIntervalSince(record.created) <= timeLimit else {
             throw DCError(
                 .refusedMessage, "the result came after the request's time limit", subject: request,
-                hint: "send the credential again (dcprovision send, or the client asks again)")
+                remedy: .sendAgain)
         }
         record.outcome = status
         record.completed = now

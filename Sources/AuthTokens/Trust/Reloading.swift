@@ -1,5 +1,6 @@
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// How often a ``Reloading`` file is looked at (one `stat`) unless told otherwise: a replaced
 /// revocation list or issuer set takes effect within this time, without a restart. A look costs
@@ -43,7 +44,7 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
         self.load = load
         self.report = report
         self.interval = checkInterval
-        self.stamp = FileStamp(path)
+        self.stamp = FileStamp(path: path)
         self.current = try load(path)
         self.lastCheck = .now
     }
@@ -66,7 +67,7 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
     /// Reads the file now and, when it is good, makes it the value. Throws (and keeps the old
     /// value) when it cannot be read or is malformed.
     public func reload() throws {
-        try read(FileStamp(path))
+        try read(FileStamp(path: path))
     }
 
     /// Why the last reading failed, while the value from an earlier one is still in force; nil
@@ -80,7 +81,7 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
 
     private func refresh() {
         defer { lock.withLock { checking = false } }
-        let stamp = FileStamp(path)
+        let stamp = FileStamp(path: path)
         guard lock.withLock({ stamp != self.stamp }) else { return }
         try? read(stamp)
     }
@@ -136,30 +137,5 @@ extension Reloading where Value == TrustedIssuers {
     /// The trusted issuing keys at `path`, reloaded when they change (see ``TrustedIssuers/load(from:)``).
     public convenience init(issuersAt path: String, checkInterval: Duration = trustFileCheckInterval) throws {
         try self.init(path: path, checkInterval: checkInterval, load: TrustedIssuers.load(from:))
-    }
-}
-
-/// What `stat` says of a file that changes when it is replaced or rewritten.
-struct FileStamp: Equatable {
-    var device: UInt64
-    var inode: UInt64
-    var size: Int64
-    var modified: timespec
-    var changed: timespec
-
-    init?(_ path: String) {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        device = UInt64(info.st_dev)
-        inode = UInt64(info.st_ino)
-        size = Int64(info.st_size)
-        modified = info.st_mtim
-        changed = info.st_ctim
-    }
-
-    static func == (lhs: FileStamp, rhs: FileStamp) -> Bool {
-        lhs.device == rhs.device && lhs.inode == rhs.inode && lhs.size == rhs.size
-            && lhs.modified.tv_sec == rhs.modified.tv_sec && lhs.modified.tv_nsec == rhs.modified.tv_nsec
-            && lhs.changed.tv_sec == rhs.changed.tv_sec && lhs.changed.tv_nsec == rhs.changed.tv_nsec
     }
 }

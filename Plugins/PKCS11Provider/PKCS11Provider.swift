@@ -125,7 +125,7 @@ struct TokenReading {
     let selectors: [Selector]
 
     init(_ request: ProviderRequest) throws {
-        let uriText = try request.value("uri")!
+        let uriText = try request.requiredValue("uri")
         uri = try PKCS11URI(uriText)
         let idName = { (id: [UInt8]) in "\(uriText);id=%" + Digests.hex(id, separator: "%")
         }

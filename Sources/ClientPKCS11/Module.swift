@@ -741,7 +741,9 @@ final class Module: Sendable {
             guard length == 0 || output != nil, length <= 1 << 20 else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             guard length > 0, let output else { return }
             let random = try Digests.random(Int(length))
-            random.withUnsafeBytes { UnsafeMutableRawBufferPointer(start: output, count: $0.count).copyMemory(from: $0) }
+            random.withUnsafeBytes {
+                UnsafeMutableRawBufferPointer(start: output, count: $0.count).copyMemory(from: $0)
+            }
         }
     }
 

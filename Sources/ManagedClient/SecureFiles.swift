@@ -519,7 +519,9 @@ public struct SecureFiles: Sendable {
             var header = [UInt8](repeating: 0, count: headerSize)
             var done = 0
             while done < headerSize {
-                let got = header.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress?.advanced(by: done), headerSize - done) }
+                let got = header.withUnsafeMutableBytes {
+                    Glibc.read(fd, $0.baseAddress?.advanced(by: done), headerSize - done)
+                }
                 if got < 0 && errno == EINTR { continue }
                 guard got > 0 else { throw SecureFiles.damaged() }
                 done += got

@@ -432,7 +432,9 @@ public struct ExpiringSecret: Sendable {
         defer { buffer.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
         var length = 0
         while length < buffer.count {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress?.advanced(by: length), $0.count - length) }
+            let count = buffer.withUnsafeMutableBytes {
+                Glibc.read(fd, $0.baseAddress?.advanced(by: length), $0.count - length)
+            }
             if count < 0 && errno == EINTR { continue }
             guard count >= 0 else {
                 throw DCError(

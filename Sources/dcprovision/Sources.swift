@@ -136,7 +136,8 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
             guard derive else { return (try registry.provider(id: "pkcs11"), card) }
             // The CA's own options travel as ca-option KEY=VALUE.
             guard let ca = testca != nil ? "testca" : provider else {
-                throw DCError(.usage, "--derive needs the CA that certifies the new keys: --testca DIR or --provider ID")
+                throw DCError(
+                    .usage, "--derive needs the CA that certifies the new keys: --testca DIR or --provider ID")
             }
             card["ca"] = [ca]
             card["ca-option"] = providerOptions + (testca.map { ["dir=\($0)"] } ?? [])

@@ -266,7 +266,9 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
             if !label.isEmpty {
                 // OpenSSL takes ownership of the label it is given.
                 guard let copy = CRYPTO_malloc(label.count, #fileID, #line) else { throw OpenSSL.failure("OAEP label") }
-                label.withUnsafeBytes { UnsafeMutableRawBufferPointer(start: copy, count: $0.count).copyMemory(from: $0) }
+                label.withUnsafeBytes {
+                    UnsafeMutableRawBufferPointer(start: copy, count: $0.count).copyMemory(from: $0)
+                }
                 guard EVP_PKEY_CTX_set0_rsa_oaep_label(context, copy, Int32(label.count)) == 1 else {
                     CRYPTO_free(copy, #fileID, #line)
                     throw OpenSSL.failure("EVP_PKEY_CTX_set0_rsa_oaep_label")

@@ -589,7 +589,7 @@ final class Module: Sendable {
             } catch DCError.Code.usage {
                 throw ReturnValue(CKR_DATA_LEN_RANGE)
             }
-            made.withUnsafeBufferPointer { signature.update(from: $0.baseAddress!, count: made.count) }
+            _ = UnsafeMutableBufferPointer(start: signature, count: made.count).update(fromContentsOf: made)
             signatureLength.pointee = CK_ULONG(made.count)
         }
     }
@@ -723,7 +723,7 @@ final class Module: Sendable {
             guard length > 0, let output else { return }
             let random = try Digests.random(Int(length))
             random.withUnsafeBytes {
-                UnsafeMutableRawPointer(output).copyMemory(from: $0.baseAddress!, byteCount: $0.count)
+                UnsafeMutableRawBufferPointer(start: output, count: $0.count).copyMemory(from: $0)
             }
         }
     }

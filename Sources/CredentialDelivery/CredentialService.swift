@@ -286,7 +286,7 @@ public struct CredentialService: Sendable {
         queueIfUnavailable: Bool = false, answering: String? = nil, progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> Receipt {
         var steps: [String] = [] {
-            didSet { progress(steps.last!) }
+            didSet { progress(steps.last!) }  // cannot fail: steps is only appended to
         }
         let registration = try checkCanSend(
             clientScheme: clientScheme, queueIfUnavailable: queueIfUnavailable, progress: { steps.append($0) })
@@ -347,7 +347,7 @@ public struct CredentialService: Sendable {
         ).signed(with: signingKey, scheme: registration.scheme).url(scheme: registration.scheme)
         steps.append("signed: delivery \(sequence) to \(registration.clientId), with the provider's key")
         if !available {
-            var record = ledger.record(request)!
+            var record = try ledger.existingRecord(request)
             record.queuedURL = url
             try ledger.write(record, replacing: true)
             steps.append(

@@ -116,6 +116,24 @@ public struct RequestLedger: Sendable {
         return try? decoder.decode(Record.self, from: data)
     }
 
+    /// The record of `request`, which was just written: an error, not nil, when it has gone
+    /// (`fileNotFound`), cannot be read (`ioError`) or cannot be decoded (`invalid`).
+    func existingRecord(_ request: String) throws -> Record {
+        let file = path(request)
+        guard let data = FileManager.default.contents(atPath: file) else {
+            guard FileManager.default.fileExists(atPath: file) else {
+                throw DCError(.fileNotFound, "the request's record is gone", subject: file)
+            }
+            throw DCError(.ioError, "cannot read the request's record", subject: file)
+        }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        guard let record = try? decoder.decode(Record.self, from: data) else {
+            throw DCError(.invalid, "the request's record is damaged", subject: file)
+        }
+        return record
+    }
+
     /// Accepts a result callback once: the MAC must verify with the request's key, within the
     /// time limit, for a request that has no outcome yet. The identical result again (a client
     /// retrying after a crash) is acknowledged without any change; any other is refused.

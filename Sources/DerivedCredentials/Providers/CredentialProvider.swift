@@ -96,6 +96,15 @@ public struct ProviderRequest: Sendable {
         return values[0]
     }
 
+    /// The single value of the required option `name`: an error when it is missing or was given
+    /// more than once (`DCError/Code/usage`).
+    public func requiredValue(_ name: String) throws -> String {
+        guard let value = try value(name) else {
+            throw DCError(.usage, "the option '\(name)' is missing", hint: "give --option \(name)=VALUE")
+        }
+        return value
+    }
+
     /// Every value given for `name`, in order; empty when it was not given.
     public func values(_ name: String) -> [String] { options[name] ?? [] }
 

@@ -258,8 +258,8 @@ let package = Package(
             path: "Benchmarks/dcbench"
         ),
 
-        .testTarget(
-            name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials", "SystemSupport", "TestSupport"]),
+        .testTarget(name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials", "TestSupport"]),
+        .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "DerivedCredentials", "TestSupport"]),
         .testTarget(
             name: "CredentialCodingTests",
             dependencies: ["CredentialCoding", "DerivedCredentials", "TestSupport", "COpenSSL"]

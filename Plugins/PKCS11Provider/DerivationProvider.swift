@@ -62,7 +62,7 @@ public struct DerivationProvider: CredentialProvider {
             options: request.options.filter { cardOptionNames.contains($0.key) }, passphrase: request.passphrase,
             workingDirectory: request.workingDirectory)
         let caOptions = try ProviderRequest.options(parsing: request.values("ca-option"), what: "ca-option KEY=VALUE")
-        let caID = try request.value("ca")!
+        let caID = try request.requiredValue("ca")
         guard let ca = try registry.provider(id: caID) as? any CertifyingProvider else {
             throw DCError(
                 .usage, "provider '\(caID)' cannot certify derived keys", hint: "use a CA provider such as testca")

@@ -98,7 +98,7 @@ final class PKCS11URI {
     static var pinRefusal: DCError {
         DCError(
             .usage, "the URI carries a PIN (pin-value / pin-source); URIs are visible to every user",
-            hint: "give the PIN with --pin-file, --pin-fd, --pin-env or at the prompt")
+            remedy: .givePINSafely)
     }
 
     /// The path attributes of RFC 7512 (section 2.3).

@@ -18,7 +18,14 @@ extension Session {
         ].map { CK_ATTRIBUTE_TYPE($0) }
         var values = try attributes(
             handle, [CKA_SENSITIVE, CKA_EXTRACTABLE, CKA_KEY_TYPE, CKA_VALUE].map { CK_ATTRIBUTE_TYPE($0) } + rsaTypes)
-        defer { for key in values.keys { values[key]!.withUnsafeMutableBytes { SecretBytes.wipe($0) } } }
+        defer {
+            // By index, in place: iterating `values.keys` would hold the storage and wipe copies.
+            var index = values.startIndex
+            while index != values.endIndex {
+                values.values[index].withUnsafeMutableBytes { SecretBytes.wipe($0) }
+                index = values.index(after: index)
+            }
+        }
         let sensitive = bool(values[CK_ATTRIBUTE_TYPE(CKA_SENSITIVE)]) ?? true
         let extractable = bool(values[CK_ATTRIBUTE_TYPE(CKA_EXTRACTABLE)]) ?? false
         let keyType = ulong(values[CK_ATTRIBUTE_TYPE(CKA_KEY_TYPE)])
@@ -30,13 +37,16 @@ extension Session {
                 return try KeyImport.ecPrivateKey(scalar: SecretBytes(consuming: &scalar), certificate: certificate)
             }
             if keyType == CK_ULONG(CKK_RSA) {
-                guard rsaTypes.allSatisfy({ values[$0] != nil }) else {
-                    throw DCError(
-                        .keyNotExtractable, "the token does not give out the RSA key's components", subject: name)
+                func component(_ type: CK_ATTRIBUTE_TYPE) throws -> [UInt8] {
+                    guard let value = values[type] else {
+                        throw DCError(
+                            .keyNotExtractable, "the token does not give out the RSA key's components", subject: name)
+                    }
+                    return value
                 }
-                let secret = { (type: Int) in SecretBytes(values[CK_ATTRIBUTE_TYPE(type)]!) }
+                let secret = { (type: Int) in SecretBytes(try component(CK_ATTRIBUTE_TYPE(type))) }
                 return try KeyImport.rsaPrivateKey(
-                    modulus: values[rsaTypes[0]]!, publicExponent: values[rsaTypes[1]]!,
+                    modulus: component(rsaTypes[0]), publicExponent: component(rsaTypes[1]),
                     privateExponent: secret(Int(CKA_PRIVATE_EXPONENT)),
                     prime1: secret(Int(CKA_PRIME_1)), prime2: secret(Int(CKA_PRIME_2)),
                     exponent1: secret(Int(CKA_EXPONENT_1)),
@@ -48,7 +58,7 @@ extension Session {
         guard extractable else {
             throw DCError(
                 .keyNotExtractable, "the private key cannot leave the card (CKA_EXTRACTABLE is false)", subject: name,
-                hint: "this is normal for PIV cards: derive new keys instead (SP 800-157, --derive)")
+                remedy: .deriveNormally)
         }
         return try wrapOut(handle, certificate: certificate, name: name)
     }
@@ -66,7 +76,7 @@ extension Session {
         let width = MemoryLayout<CK_ULONG>.size
         try fixed.withUnsafeMutableBytes { fixed in
             try wrappingKey.withUnsafeBytes { value in
-                let base = fixed.baseAddress!
+                let base = fixed.baseAddress!  // cannot fail: `fixed` holds two CK_ULONGs and two bytes
                 var template = [
                     CK_ATTRIBUTE(type: CK_ATTRIBUTE_TYPE(CKA_CLASS), pValue: base, ulValueLen: CK_ULONG(width)),
                     CK_ATTRIBUTE(
@@ -90,7 +100,7 @@ extension Session {
         if sized == CKR_KEY_UNEXTRACTABLE {
             throw DCError(
                 .keyNotExtractable, "the private key cannot leave the card", subject: name,
-                hint: "derive new keys instead (SP 800-157, --derive)")
+                remedy: .deriveKeys)
         }
         guard sized == CKR_OK else {
             throw module.failure("C_WrapKey", sized, subject: name)

@@ -41,20 +41,23 @@ public struct PKCS11Provider: PossessionProvider {
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()
-        let entries = try TokenReading(request).withSelectedCertificates { session, found in
-            try CredentialTag.allCases.compactMap { tag -> CredentialEntry? in
-                let group = found.filter { $0.tag == tag }
-                guard let current = group.first else { return nil }
-                let pairs = try group.map { item in
-                    CertifiedKey(
-                        certificate: item.certificate,
-                        privateKey: try session.exportPrivateKey(
-                            try session.privateKey(id: item.id, name: item.name), certificate: item.certificate,
-                            name: item.name))
+        // The login may wait for a person at a PIN pad: not on a thread of the concurrency pool.
+        let entries = try await TokenThread.run {
+            try TokenReading(request).withSelectedCertificates { session, found in
+                try CredentialTag.allCases.compactMap { tag -> CredentialEntry? in
+                    let group = found.filter { $0.tag == tag }
+                    guard let current = group.first else { return nil }
+                    let pairs = try group.map { item in
+                        CertifiedKey(
+                            certificate: item.certificate,
+                            privateKey: try session.exportPrivateKey(
+                                try session.privateKey(id: item.id, name: item.name), certificate: item.certificate,
+                                name: item.name))
+                    }
+                    return try CredentialEntry(
+                        tag: tag, certificate: current.certificate, privateKey: pairs[0].privateKey,
+                        keyHistory: Array(pairs.dropFirst()))
                 }
-                return try CredentialEntry(
-                    tag: tag, certificate: current.certificate, privateKey: pairs[0].privateKey,
-                    keyHistory: Array(pairs.dropFirst()))
             }
         }
         let details = try entries.map { try CertificateDetails($0.certificate) }
@@ -72,20 +75,23 @@ public struct PKCS11Provider: PossessionProvider {
     ) {
         try request.check(against: descriptor)
         try Task.checkCancellation()
-        return try TokenReading(request).withSelectedCertificates { session, found in
-            guard let authentication = found.first(where: { $0.tag == .authentication }) else {
-                throw DCError(
-                    .usage, "proving possession needs the authentication certificate",
-                    hint: "use layout=piv or tag=authentication=ID")
+        // The login and the sign may wait for a person: not on a thread of the concurrency pool.
+        return try await TokenThread.run {
+            try TokenReading(request).withSelectedCertificates { session, found in
+                guard let authentication = found.first(where: { $0.tag == .authentication }) else {
+                    throw DCError(
+                        .usage, "proving possession needs the authentication certificate",
+                        hint: "use layout=piv or tag=authentication=ID")
+                }
+                let key = try session.privateKey(id: authentication.id, name: authentication.name)
+                let signature = try session.signSHA256(key, message: challenge, name: authentication.name)
+                var certificates: [CredentialTag: Certificate] = [:]
+                for item in found where certificates[item.tag] == nil { certificates[item.tag] = item.certificate }
+                return (
+                    certificates,
+                    PossessionProof(certificate: authentication.certificate, challenge: challenge, signature: signature)
+                )
             }
-            let key = try session.privateKey(id: authentication.id, name: authentication.name)
-            let signature = try session.signSHA256(key, message: challenge, name: authentication.name)
-            var certificates: [CredentialTag: Certificate] = [:]
-            for item in found where certificates[item.tag] == nil { certificates[item.tag] = item.certificate }
-            return (
-                certificates,
-                PossessionProof(certificate: authentication.certificate, challenge: challenge, signature: signature)
-            )
         }
     }
 
@@ -125,7 +131,7 @@ struct TokenReading {
     let selectors: [Selector]
 
     init(_ request: ProviderRequest) throws {
-        let uriText = try request.value("uri")!
+        let uriText = try request.requiredValue("uri")
         uri = try PKCS11URI(uriText)
         let idName = { (id: [UInt8]) in "\(uriText);id=%" + Digests.hex(id, separator: "%")
         }
@@ -184,7 +190,7 @@ struct TokenReading {
         guard let (module, slot, token) = tokens.first else {
             throw DCError(
                 .noSuchObject, "no token matches the URI", subject: uri.text.escapingControlCharacters,
-                hint: "see dcprovision tokens")
+                remedy: .listTokensOnly)
         }
         guard tokens.count == 1 else {
             throw DCError(

@@ -45,7 +45,7 @@ extension TestCA {
                 subject: subject, notBefore: now.addingTimeInterval(-60), notAfter: notAfter,
                 keyUsage: TagProfile.of(tag).requiredKeyUsage(for: algorithm),
                 extendedKeyUsage: TagProfile.of(tag).issuedPurposes, subjectAlternativeNames: names,
-                policies: [Self.policies[tag]!], ocspURLs: metadata.ocspURLs, crlURLs: metadata.crlURLs)
+                policies: [Self.policy(tag)], ocspURLs: metadata.ocspURLs, crlURLs: metadata.crlURLs)
             certificates[tag] = try issuer.issue(profile, publicKeyInfo: publicKey)
         }
         return Certification(certificates: certificates, chain: [issuingCertificate, rootCertificate])
@@ -57,7 +57,7 @@ extension TestCAProvider: CertifyingProvider {
     /// those of ``certify(_:)`` and are ignored here.
     public func challenge(_ request: ProviderRequest) async throws -> [UInt8] {
         try request.check(against: descriptor)
-        return try TestCA(directory: request.resolve(try request.value("dir")!)).newChallenge()
+        return try TestCA(directory: request.resolve(try request.requiredValue("dir"))).newChallenge()
     }
 
     /// Options: `dir` (required), `validity-days`, `email`. The certificates are recorded in the
@@ -71,7 +71,7 @@ extension TestCAProvider: CertifyingProvider {
                 hint: "the test CA takes dir, validity-days and email here")
         }
         try Task.checkCancellation()
-        let ca = try TestCA(directory: request.request.resolve(try request.request.value("dir")!))
+        let ca = try TestCA(directory: request.request.resolve(try request.request.requiredValue("dir")))
         let days = try request.request.value("validity-days").map { days in
             guard let count = Int(days) else { throw DCError(.usage, "validity-days must be a number") }
             return count

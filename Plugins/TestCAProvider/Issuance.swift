@@ -93,7 +93,7 @@ extension TestCA {
                 subject: subject, notBefore: notBefore, notAfter: notAfter,
                 keyUsage: TagProfile.of(tag).requiredKeyUsage(for: algorithm),
                 extendedKeyUsage: TagProfile.of(tag).issuedPurposes, subjectAlternativeNames: names,
-                policies: [Self.policies[tag]!], ocspURLs: metadata.ocspURLs, crlURLs: metadata.crlURLs)
+                policies: [Self.policy(tag)], ocspURLs: metadata.ocspURLs, crlURLs: metadata.crlURLs)
             var mismatched = false
             if tag == .authentication, let negative = request.negative {
                 switch negative {

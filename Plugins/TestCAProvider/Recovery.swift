@@ -19,8 +19,8 @@ extension TestCA {
             throw DCError(
                 .noSuchObject, "no archived key for serial \(wanted)", subject: directory,
                 hint: recoveryCertificate == nil
-                    ? "this CA does not archive keys (testca init --recovery-cert)"
-                    : "only encryption and escrow keys issued since archiving began are archived")
+                    ? nil : "only encryption and escrow keys issued since archiving began are archived",
+                remedy: recoveryCertificate == nil ? .archiveKeys : nil)
         }
         let pair = try KeyArchive.open(
             Array(sealed), with: CertifiedKey(certificate: recoveryCertificate, privateKey: recoveryKey))

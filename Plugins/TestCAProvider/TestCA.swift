@@ -58,12 +58,16 @@ public struct TestCA: Sendable {
     let issuingNotAfter: Date
 
     /// NIST PKITS test policies (2.16.840.1.101.3.2.1.48.n): clearly test-only, never production OIDs.
-    public static let policies: [CredentialTag: String] = [
-        .authentication: "2.16.840.1.101.3.2.1.48.1",
-        .signing: "2.16.840.1.101.3.2.1.48.2",
-        .encryption: "2.16.840.1.101.3.2.1.48.3",
-        .escrow: "2.16.840.1.101.3.2.1.48.3",
-    ]
+    public static let policies = Dictionary(uniqueKeysWithValues: CredentialTag.allCases.map { ($0, policy($0)) })
+
+    /// The policy OID of a certificate for `tag` (``policies``).
+    static func policy(_ tag: CredentialTag) -> String {
+        switch tag {
+        case .authentication: "2.16.840.1.101.3.2.1.48.1"
+        case .signing: "2.16.840.1.101.3.2.1.48.2"
+        case .encryption, .escrow: "2.16.840.1.101.3.2.1.48.3"
+        }
+    }
 
     /// How far back the CA's validity starts, so that retired escrow pairs (up to 20, 90 days apart)
     /// lie inside it.
@@ -134,7 +138,7 @@ public struct TestCA: Sendable {
         guard FileManager.default.fileExists(atPath: path("testca.json")) else {
             throw DCError(
                 .fileNotFound, "not a test CA (no testca.json)", subject: directory,
-                hint: "create one with: dcprovision testca init \(directory)")
+                remedy: .createTestCA(in: directory))
         }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601

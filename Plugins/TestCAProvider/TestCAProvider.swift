@@ -33,7 +33,7 @@ public struct TestCAProvider: CredentialProvider {
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()
-        let ca = try TestCA(directory: request.resolve(try request.value("dir")!))
+        let ca = try TestCA(directory: request.resolve(try request.requiredValue("dir")))
         let provided = try ca.issue(try Self.issueRequest(from: request))
         // Recorded, so that the CA can revoke what it handed out and answer OCSP for it; the
         // encryption keys are archived when the CA has a recovery certificate.

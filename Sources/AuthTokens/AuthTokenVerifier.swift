@@ -83,8 +83,8 @@ public struct AuthTokenVerifier: TokenVerifying {
     }
 
     /// True: a verification is parsing and one or two ECDSA checks against keys in memory. The
-    /// trust it asks for must be as cheap (a ``Reloading`` file is looked at, with `stat`, at most
-    /// once every ``trustFileCheckInterval``, and read only when it changed).
+    /// trust it asks for must be as cheap (a ``Reloading`` value is read under a lock; its file is
+    /// looked at and read again on a thread of its own).
     public var verifiesWithoutWaiting: Bool { true }
 
     private func check(_ token: String, now: Int64) -> Result<TokenVerdict.Identity, TokenVerdict.FailureReason> {

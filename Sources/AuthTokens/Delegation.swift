@@ -145,8 +145,8 @@ extension Delegation.Claims {
         let fields = try JSONFields(
             StrictJSON.parse(json), required: ["v", "iss", "jti", "sub", "app", "ctr", "cnf", "nbf", "exp"],
             what: "the delegation")
-        let confirmation = try JSONFields(fields.value("cnf")!, required: ["jwk"], what: "cnf")
-        let jwk = try JSONFields(confirmation.value("jwk")!, required: ["kty", "crv", "x", "y"], what: "cnf.jwk")
+        let confirmation = try JSONFields(fields.member("cnf"), required: ["jwk"], what: "cnf")
+        let jwk = try JSONFields(confirmation.member("jwk"), required: ["kty", "crv", "x", "y"], what: "cnf.jwk")
         guard try jwk.string("kty") == "EC", try jwk.string("crv") == "P-256" else {
             throw FormatError("the token key is not an EC P-256 key")
         }

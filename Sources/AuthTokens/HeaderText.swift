@@ -11,7 +11,7 @@ extension DCError.Code {
     /// client can make tokens again once its provider sends a new one (exit 69).
     public static let delegationNotValid = Self(
         "delegationNotValid", .unavailable,
-        hint: "the provider sends a new one when the authorized client announces availability (dcclient unlock)")
+        remedy: .awaitNewDelegation)
 }
 
 /// The rules for values that the verification service returns in HTTP headers.

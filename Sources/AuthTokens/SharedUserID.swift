@@ -71,7 +71,7 @@ public enum SharedUserID {
         var filled = 0
         while filled < buffer.count {
             let count = buffer.withUnsafeMutableBytes {
-                read(descriptor, $0.baseAddress! + filled, $0.count - filled)
+                read(descriptor, $0.baseAddress?.advanced(by: filled), $0.count - filled)
             }
             if count < 0 {
                 if errno == EINTR { continue }

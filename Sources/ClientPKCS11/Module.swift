@@ -98,25 +98,6 @@ final class Module: Sendable {
         var tokenLogin: TokenLogin
     }
 
-    /// A file's identity and last change, from `stat`: a file replaced by renaming has a new inode.
-    struct FileStamp: Equatable {
-        var device: UInt64
-        var inode: UInt64
-        var size: Int64
-        var seconds: Int
-        var nanoseconds: Int
-
-        init?(path: String) {
-            var info = stat()
-            guard stat(path, &info) == 0 else { return nil }
-            device = UInt64(info.st_dev)
-            inode = UInt64(info.st_ino)
-            size = Int64(info.st_size)
-            seconds = info.st_mtim.tv_sec
-            nanoseconds = info.st_mtim.tv_nsec
-        }
-    }
-
     private let state = Mutex(State())
     /// Counts C_Finalize calls, so that a waiting C_WaitForSlotEvent notices one without the lock.
     private let finalizations = Atomic<Int>(0)
@@ -608,7 +589,7 @@ final class Module: Sendable {
             } catch DCError.Code.usage {
                 throw ReturnValue(CKR_DATA_LEN_RANGE)
             }
-            made.withUnsafeBufferPointer { signature.update(from: $0.baseAddress!, count: made.count) }
+            _ = UnsafeMutableBufferPointer(start: signature, count: made.count).update(fromContentsOf: made)
             signatureLength.pointee = CK_ULONG(made.count)
         }
     }
@@ -742,7 +723,7 @@ final class Module: Sendable {
             guard length > 0, let output else { return }
             let random = try Digests.random(Int(length))
             random.withUnsafeBytes {
-                UnsafeMutableRawPointer(output).copyMemory(from: $0.baseAddress!, byteCount: $0.count)
+                UnsafeMutableRawBufferPointer(start: output, count: $0.count).copyMemory(from: $0)
             }
         }
     }

@@ -69,11 +69,11 @@ public enum Tool {
     }
 
     /// What the tool does with an error a command threw: a `DCError` is printed as one line on
-    /// standard error and becomes its category's exit status; any other error is left to
-    /// swift-argument-parser.
+    /// standard error, its remedy worded for the command line (`RemedyWording`), and becomes its
+    /// category's exit status; any other error is left to swift-argument-parser.
     public static func exitError(for error: any Error) -> any Error {
         guard let error = error as? DCError else { return error }
-        Console.error(error.description)
+        Console.error(error.description(wording: RemedyWording.commandLine))
         return ExitCode(error.code.category.exitStatus)
     }
 
@@ -85,8 +85,9 @@ public enum Tool {
         return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// What the process needs before it writes anything: `name` for its messages, no core dump and
-    /// no reader of its memory (`ProcessSecrecy.forbidDumpsAndReaders()`), and output that
+    /// What the process needs before it writes anything: `name` for its messages, the tools' words
+    /// for the remedies errors name (`RemedyWording`, wherever an error is described), no core
+    /// dump and no reader of its memory (`ProcessSecrecy.forbidDumpsAndReaders()`), and output that
     /// cannot hurt it. A closed standard output or error is opened on /dev/null (so a file the
     /// command opens can never become fd 1 or 2 and receive its messages), a reader that goes away
     /// makes writes fail with EPIPE instead of killing the process with SIGPIPE, and a file-size
@@ -96,6 +97,7 @@ public enum Tool {
     /// handler's) with it.
     public static func startUp(name: String) {
         Console.setTool(name)
+        DCError.Remedy.useWording(RemedyWording.commandLine)
         // Every tool may hold a secret (a PIN, a passphrase, a store or signing key): none is
         // dumped to disk or read from its memory or environment by another process of the user.
         ProcessSecrecy.forbidDumpsAndReaders()

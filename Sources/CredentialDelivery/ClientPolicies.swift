@@ -85,7 +85,7 @@ extension CredentialService {
             if let old, old.policy.state == .retired, old.signingKey == signingKey {
                 throw DCError(
                     .notAuthorized, "the client '\(registration.clientId)' was retired",
-                    hint: "a retired client is set up afresh (dcclient init) before it is paired again")
+                    remedy: .setUpRetiredClient)
             }
             return PolicyRecord(
                 clientId: registration.clientId, scheme: registration.scheme, signingKey: signingKey,
@@ -115,18 +115,18 @@ extension CredentialService {
         guard let pairing = try pairing(clientId: registration.clientId) else {
             throw DCError(
                 .refusedMessage, "the client '\(registration.clientId)' is not paired with this provider",
-                hint: "pair it first: dcprovision pair --client-scheme \(registration.scheme)")
+                remedy: .pairFirst(clientScheme: registration.scheme))
         }
         let record = try updatePolicyRecord(registration.clientId) { old in
             guard var record = old, record.signingKey == pairing.signingKey else {
                 throw DCError(
                     .refusedMessage, "the client's pairing changed since its policy was set",
-                    hint: "pair it again: dcprovision pair --client-scheme \(registration.scheme)")
+                    remedy: .pairAgain(clientScheme: registration.scheme))
             }
             guard record.policy.state != .retired else {
                 throw DCError(
                     .notAuthorized, "the client '\(registration.clientId)' was retired",
-                    hint: "a retired client is set up afresh (dcclient init) and paired again")
+                    remedy: .setUpAndPairRetiredClient)
             }
             try change(&record.policy)
             try PolicyText.check(record.policy.message)

@@ -268,7 +268,7 @@ public struct CredentialService: Sendable {
         queueIfUnavailable: Bool = false, answering: String? = nil, progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> Receipt {
         var steps: [String] = [] {
-            didSet { progress(steps.last!) }
+            didSet { progress(steps.last!) }  // cannot fail: steps is only appended to
         }
         let registration = try checkCanSend(
             clientScheme: clientScheme, queueIfUnavailable: queueIfUnavailable, progress: { steps.append($0) })
@@ -331,11 +331,7 @@ public struct CredentialService: Sendable {
         ).signed(with: signingKey, scheme: clientScheme).url(scheme: clientScheme)
         steps.append("signed: delivery \(sequence) to \(registration.clientId), with the provider's key")
         if !available {
-            guard var record = ledger.record(request) else {
-                throw DCError(
-                    .ioError, "the request's ledger record cannot be read back", subject: request,
-                    hint: "check the provider's state directory; nothing was sent")
-            }
+            var record = try ledger.existingRecord(request)
             record.queuedURL = url
             try ledger.write(record, replacing: true)
             steps.append(

@@ -16,12 +16,15 @@ enum PairCoding {
         out += Array("\"".utf8)
     }
 
-    /// The pair from its two base64 fields; `place` names it in errors, `hint` says what to do.
-    static func decode(certificate: String, privateKey: String, place: String, hint: String) throws -> CertifiedKey {
+    /// The pair from its two base64 fields; `place` names it in errors, `hint` or `remedy` says
+    /// what to do.
+    static func decode(
+        certificate: String, privateKey: String, place: String, hint: String? = nil, remedy: DCError.Remedy? = nil
+    ) throws -> CertifiedKey {
         guard let certificateDER = Data(base64Encoded: certificate),
             var keyDER = Data(base64Encoded: privateKey).map(Array.init)
         else {
-            throw DCError(.invalid, "\(place): not base64", hint: hint)
+            throw DCError(.invalid, "\(place): not base64", hint: hint, remedy: remedy)
         }
         defer { keyDER.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
         let reader = CredentialReader()
@@ -62,20 +65,20 @@ public enum KeyHistoryCoding {
             var v: Int
             var keys: [Pair]
         }
-        let hint = "the client's store is damaged: remove it and set the client up again (dcclient init)"
+        let remedy = DCError.Remedy.setUpDamagedStore
         let wire: Wire
         do {
             wire = try bytes.withUnsafeBytes { try JSONDecoder().decode(Wire.self, from: Data($0)) }
         } catch {
-            throw DCError(.invalid, "the key history is not valid", hint: hint)
+            throw DCError(.invalid, "the key history is not valid", remedy: remedy)
         }
         guard wire.v == version, wire.keys.count <= CredentialEntry.maximumKeyHistory else {
-            throw DCError(.invalid, "the key history is not valid", hint: hint)
+            throw DCError(.invalid, "the key history is not valid", remedy: remedy)
         }
         return try wire.keys.enumerated().map {
             try PairCoding.decode(
                 certificate: $0.element.certificate, privateKey: $0.element.privateKey,
-                place: "key history \($0.offset)", hint: hint)
+                place: "key history \($0.offset)", remedy: remedy)
         }
     }
 }

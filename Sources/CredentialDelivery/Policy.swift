@@ -1,3 +1,4 @@
+import CredentialCoding
 import DerivedCredentials
 import Foundation
 
@@ -165,23 +166,15 @@ public enum PolicyText {
 
     /// `text` as unpadded base64url.
     static func encode(_ text: String) -> String {
-        Data(text.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+        Base64URL.encode(text.utf8)
     }
 
-    /// The text an unpadded base64url value holds, if it is one and the text passes ``check(_:)``.
+    /// The text an unpadded base64url value holds, if it is one (in its one canonical spelling,
+    /// as `Base64URL` decodes) and the text passes ``check(_:)``.
     static func decode(_ value: String) -> String? {
-        guard value.utf8.count <= (maximumLength * 4 + 2) / 3,
-            value.unicodeScalars.allSatisfy({
-                ("A"..."Z").contains($0) || ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-"
-                    || $0 == "_"
-            }), value.utf8.count % 4 != 1
-        else { return nil }
-        var base64 = value.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        base64 += String(repeating: "=", count: (4 - base64.utf8.count % 4) % 4)
         // String(validating:as:) keeps every byte (a leading U+FEFF too, which String(data:encoding:) drops).
-        guard let data = Data(base64Encoded: base64), let text = String(validating: Array(data), as: UTF8.self),
-            (try? check(text)) != nil, encode(text) == value
+        guard value.utf8.count <= (maximumLength * 4 + 2) / 3, let bytes = Base64URL.decode(value),
+            let text = String(validating: bytes, as: UTF8.self), (try? check(text)) != nil
         else { return nil }
         return text
     }

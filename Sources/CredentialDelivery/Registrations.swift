@@ -66,7 +66,7 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
         guard let der = Data(base64Encoded: certificate) else {
             throw DCError(
                 .invalid, "the client registration's certificate is not base64",
-                hint: "the client publishes it again with dcclient register")
+                remedy: .republishRegistration)
         }
         return try CredentialReader().certificate(der: Array(der), source: "client registration")
     }
@@ -79,7 +79,7 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
         else {
             throw DCError(
                 .invalid, "the client registration's token key is not a P-256 point",
-                hint: "the client publishes it again with dcclient register")
+                remedy: .republishRegistration)
         }
         return key
     }

@@ -88,7 +88,7 @@ public struct RequestLedger: Sendable {
     static func replayed(_ request: String) -> DCError {
         DCError(
             .refusedMessage, "a replayed request: this request id was used already", subject: request,
-            hint: "a client asks again with a new request id (dcclient request)")
+            remedy: .askWithNewRequest)
     }
 
     /// Marks a reserved request the provider could not answer, so that it is not left pending.
@@ -114,6 +114,24 @@ public struct RequestLedger: Sendable {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         return try? decoder.decode(Record.self, from: data)
+    }
+
+    /// The record of `request`, which was just written: an error, not nil, when it has gone
+    /// (`fileNotFound`), cannot be read (`ioError`) or cannot be decoded (`invalid`).
+    func existingRecord(_ request: String) throws -> Record {
+        let file = path(request)
+        guard let data = FileManager.default.contents(atPath: file) else {
+            guard FileManager.default.fileExists(atPath: file) else {
+                throw DCError(.fileNotFound, "the request's record is gone", subject: file)
+            }
+            throw DCError(.ioError, "cannot read the request's record", subject: file)
+        }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        guard let record = try? decoder.decode(Record.self, from: data) else {
+            throw DCError(.invalid, "the request's record is damaged", subject: file)
+        }
+        return record
     }
 
     /// Accepts a result callback once: the MAC must verify with the request's key, within the
@@ -146,7 +164,7 @@ public struct RequestLedger: Sendable {
         guard now.timeIntervalSince(record.created) <= timeLimit else {
             throw DCError(
                 .refusedMessage, "the result came after the request's time limit", subject: request,
-                hint: "send the credential again (dcprovision send, or the client asks again)")
+                remedy: .sendAgain)
         }
         record.outcome = status
         record.completed = now

@@ -115,7 +115,9 @@ public struct Spool: Sendable {
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
         var filled = 0
         while filled < bytes.count {
-            let count = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + filled, $0.count - filled) }
+            let count = bytes.withUnsafeMutableBytes {
+                Glibc.read(fd, $0.baseAddress?.advanced(by: filled), $0.count - filled)
+            }
             if count < 0 && errno == EINTR { continue }
             guard count >= 0 else { throw DCError(.ioError, "cannot read the spool file", subject: path) }
             if count == 0 { break }

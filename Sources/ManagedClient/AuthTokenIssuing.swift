@@ -118,7 +118,7 @@ extension ManagedClient {
                 .delegationNotValid,
                 "no valid auth-token delegation from the provider"
                     + (renewal.map { ": asking for one failed: \($0)" } ?? ""),
-                hint: "the provider sends one when the authorized client announces availability (dcclient unlock)")
+                remedy: .awaitDelegation)
         }
         // A delegation renewed just now may start a second after `now`: the token is made no
         // earlier than the delegation it names.
@@ -156,7 +156,7 @@ extension ManagedClient {
         guard isUnlocked else {
             throw DCError(
                 .serviceUnavailable, "the client is locked: secure services are not available", subject: base,
-                hint: "unlock it first (dcclient unlock)")
+                remedy: .unlockFirst)
         }
     }
 
@@ -170,7 +170,7 @@ extension ManagedClient {
         else {
             throw DCError(
                 .missingClient, "no provider is registered for \(config.providerScheme):",
-                hint: "register one (dcprovision register --provider-scheme \(config.providerScheme) …)")
+                remedy: .registerProviderScheme(config.providerScheme))
         }
         let outcome = try await SchemeHandlers().open(
             url, scheme: config.providerScheme.text, expectedExecutable: provider.executable)
@@ -185,6 +185,6 @@ extension ManagedClient {
     var notSetUp: DCError {
         DCError(
             .fileNotFound, "the client is not set up", subject: base,
-            hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
+            remedy: .setUpClient)
     }
 }

@@ -56,7 +56,7 @@ extension ManagedClient {
                 .notAuthorized,
                 "the policy record is damaged (edited, replaced or not signed by the pinned provider): the app is not authorized",
                 subject: policyFile,
-                hint: "the provider's next policy replaces it: ask its operator to send one (dcprovision authorize)")
+                remedy: .askForPolicy)
         }
     }
 
@@ -133,7 +133,7 @@ extension ManagedClient {
             throw DCError(.notAuthorized, "the app is \(policy.state)\(why)", subject: base)
         }
         guard isUnlocked else {
-            throw DCError(.serviceUnavailable, "the client is locked", hint: "run dcclient unlock")
+            throw DCError(.serviceUnavailable, "the client is locked", remedy: .unlockClient)
         }
     }
 
@@ -247,7 +247,7 @@ extension ManagedClient {
         guard let pin = try pinned ?? registeredProvider(config), let providerKey = pin.publicKey else {
             throw DCError(
                 .refusedMessage, "no provider is registered for this client, so no message can be authenticated",
-                subject: subject, hint: "nothing was changed; register the provider (dcprovision register)")
+                subject: subject, remedy: .registerProvider)
         }
         guard message.isSigned(by: providerKey, scheme: config.scheme) else {
             throw DCError(

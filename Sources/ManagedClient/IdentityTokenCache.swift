@@ -61,7 +61,7 @@ extension ManagedClient {
         } catch DCError.Code.notReady {
             throw DCError(
                 .notReady, "the provider did not answer the identity request", subject: config.providerScheme.text,
-                hint: "check that the provider is registered and has this client paired (dcprovision status)")
+                remedy: .checkProviderPairing)
         }
         let token = try IdentityToken(parsing: String(decoding: answer, as: UTF8.self))
         guard fits(token) else {

@@ -153,7 +153,7 @@ extension ManagedClient {
     /// need this (``decrypt(_:)``): an expired encryption or escrow key still opens old mail.
     public func usableCredential(now: Date = Date()) throws -> Credential {
         guard let credential = try installed() else {
-            throw DCError(.fileNotFound, "no credential installed", hint: "ask the provider for one: dcclient request")
+            throw DCError(.fileNotFound, "no credential installed", remedy: .requestCredential)
         }
         try CredentialLifetime(credential, now: now, window: 0).requireUsable()
         return credential

@@ -172,6 +172,8 @@ public struct SecureFiles: Sendable {
         var associatedData: [UInt8] = []
         /// Sealed chunks not yet written, then the chunk being formed (its plaintext in place).
         let batch: UnsafeMutableRawBufferPointer
+        /// The first byte of `batch`.
+        let base: UnsafeMutableRawPointer
         /// The bytes of `batch` before the chunk being formed.
         var used = 0
         /// The plaintext bytes in the chunk being formed: chunk 0 holds the name, the others content.
@@ -202,7 +204,8 @@ public struct SecureFiles: Sendable {
             nonce = prefix + [UInt8](repeating: 0, count: 8)
             associatedData.reserveCapacity(1 + 255 + 8 + 1)
             cipher = try AESGCM.Stream(key: SecureFiles.derive(storeKey, SecureFiles.fileContext + salt), sealing: true)
-            batch = .allocate(byteCount: SecureFiles.batchSize, alignment: 64)
+            base = .allocate(byteCount: SecureFiles.batchSize, alignment: 64)
+            batch = UnsafeMutableRawBufferPointer(start: base, count: SecureFiles.batchSize)
             let header = SecureFiles.magic + [SecureFiles.version] + salt + prefix
             batch.copyBytes(from: header)
             used = header.count
@@ -238,7 +241,7 @@ public struct SecureFiles: Sendable {
                 let complete = index == 0 || fill == SecureFiles.chunkSize
                 let start = complete ? used + 4 + fill + 16 + 4 : used + 4 + fill
                 let room = complete ? SecureFiles.chunkSize : SecureFiles.chunkSize - fill
-                let count = Glibc.read(fd, batch.baseAddress! + start, room)
+                let count = Glibc.read(fd, base + start, room)
                 if count < 0 && errno == EINTR { continue }
                 guard count >= 0 else {
                     throw DCError(.ioError, "cannot read the input: \(String(cString: strerror(errno)))")
@@ -295,7 +298,7 @@ public struct SecureFiles: Sendable {
             SecureFiles.associatedData(
                 &associatedData, name: index == 0 ? [] : name, index: index, final: final)
             SecureFiles.setIndex(&nonce, index)
-            let chunk = batch.baseAddress! + used
+            let chunk = base + used
             try cipher.seal(
                 UnsafeMutableRawBufferPointer(start: chunk + 4, count: fill), tag: chunk + 4 + fill, nonce: nonce,
                 associatedData: associatedData)
@@ -310,7 +313,7 @@ public struct SecureFiles: Sendable {
             if batch.count - used < 2 * SecureFiles.sealedChunkSize {
                 let next = used
                 try flush()
-                batch.baseAddress!.copyMemory(from: batch.baseAddress! + next, byteCount: 4 + carrying)
+                base.copyMemory(from: base + next, byteCount: 4 + carrying)
             }
         }
 
@@ -319,7 +322,7 @@ public struct SecureFiles: Sendable {
         private func flush() throws {
             var offset = 0
             while offset < used {
-                let count = Glibc.write(fd, batch.baseAddress! + offset, used - offset)
+                let count = Glibc.write(fd, base + offset, used - offset)
                 if count < 0 && errno == EINTR { continue }
                 guard count >= 0 else { throw Self.failure("cannot write", files.directory) }
                 offset += count
@@ -503,6 +506,7 @@ public struct SecureFiles: Sendable {
 
             func take() throws -> Batch {
                 defer { result = nil }
+                // cannot fail: the read-ahead block sets it before the group's wait returns
                 return try result!.get()
             }
         }
@@ -515,7 +519,9 @@ public struct SecureFiles: Sendable {
             var header = [UInt8](repeating: 0, count: headerSize)
             var done = 0
             while done < headerSize {
-                let got = header.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + done, headerSize - done) }
+                let got = header.withUnsafeMutableBytes {
+                    Glibc.read(fd, $0.baseAddress?.advanced(by: done), headerSize - done)
+                }
                 if got < 0 && errno == EINTR { continue }
                 guard got > 0 else { throw SecureFiles.damaged() }
                 done += got
@@ -541,13 +547,14 @@ public struct SecureFiles: Sendable {
             let buffer = buffers[target]
             let carried = rest.end - rest.start
             if carried > 0 {
-                buffer.baseAddress!.copyMemory(from: buffers[rest.buffer].baseAddress! + rest.start, byteCount: carried)
+                UnsafeMutableRawBufferPointer(rebasing: buffer[..<carried])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: buffers[rest.buffer][rest.start..<rest.end]))
             }
             var start = 0
             var end = carried
             let limit = min(buffer.count, carried + size - (offset + carried))
             while end < limit {
-                let got = Glibc.read(fd, buffer.baseAddress! + end, limit - end)
+                let got = Glibc.read(fd, buffer.baseAddress?.advanced(by: end), limit - end)
                 if got < 0 && errno == EINTR { continue }
                 guard got > 0 else { throw SecureFiles.damaged() }
                 end += got
@@ -574,6 +581,7 @@ public struct SecureFiles: Sendable {
                 do {
                     try cipher.open(
                         UnsafeMutableRawBufferPointer(rebasing: buffer[content]),
+                        // cannot fail: the buffer is allocated with a batch's size
                         tag: buffer.baseAddress! + content.upperBound, nonce: nonce, associatedData: associatedData)
                 } catch let error as DCError where error.code == .invalid {
                     throw SecureFiles.damaged()

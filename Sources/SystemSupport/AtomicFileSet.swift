@@ -134,7 +134,7 @@ public struct AtomicFileSet {
             for file in files where faccessat(dirfd, file.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 {
                 throw DCError(
                     .outputExists, "the output file already exists", subject: path(file.name),
-                    hint: "remove it or pass --force to replace it")
+                    remedy: .replaceOutput)
             }
         }
 

@@ -442,7 +442,7 @@ private final class RunningChild {
     /// Writes what the pipe takes of the remaining input; closes it when all is written or the
     /// child closed its end.
     func feedStdin() {
-        let count = input.withUnsafeBytes { write(stdinFD, $0.baseAddress! + written, $0.count - written) }
+        let count = input.withUnsafeBytes { write(stdinFD, $0.baseAddress?.advanced(by: written), $0.count - written) }
         if count > 0 { written += count }
         if count < 0 && errno != EAGAIN && errno != EINTR || written == input.count { closeStdin() }
     }

@@ -147,9 +147,7 @@ public struct ExpiringSecret: Sendable {
         for index in 0..<8 { payload[index] = UInt8(truncatingIfNeeded: deadline >> (56 - 8 * index)) }
         secret.withUnsafeBytes { bytes in
             payload.withUnsafeMutableBytes { out in
-                if let base = bytes.baseAddress {
-                    (out.baseAddress! + 8).copyMemory(from: base, byteCount: bytes.count)
-                }
+                UnsafeMutableRawBufferPointer(rebasing: out[8...]).copyMemory(from: bytes)
             }
         }
         return payload
@@ -434,7 +432,9 @@ public struct ExpiringSecret: Sendable {
         defer { buffer.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
         var length = 0
         while length < buffer.count {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + length, $0.count - length) }
+            let count = buffer.withUnsafeMutableBytes {
+                Glibc.read(fd, $0.baseAddress?.advanced(by: length), $0.count - length)
+            }
             if count < 0 && errno == EINTR { continue }
             guard count >= 0 else {
                 throw DCError(

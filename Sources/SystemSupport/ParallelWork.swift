@@ -48,6 +48,7 @@ public enum ParallelWork {
                 if pthread_create(
                     &thread, nil,
                     { context in
+                        // cannot fail: pthread_create hands the thread the non-nil context passed below
                         let work = Unmanaged<Work>.fromOpaque(context!).takeRetainedValue()
                         work.run()
                         return nil

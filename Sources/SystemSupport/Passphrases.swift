@@ -155,7 +155,7 @@ public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
         guard isatty(STDIN_FILENO) == 1 else {
             throw DCError(
                 .passphraseRequired, "a passphrase prompt needs a terminal on standard input", subject: subject,
-                hint: "use --passphrase-file or --passphrase-fd instead")
+                remedy: .givePassphraseWithoutTerminal)
         }
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
         guard tty >= 0 else {

@@ -86,21 +86,20 @@ struct OCSPServer {
             return true
         }
         let separator: [UInt8] = [13, 10, 13, 10]
-        var headerEnd: Int?
-        while headerEnd == nil {
-            headerEnd = input.firstRange(of: separator)?.lowerBound
-            if headerEnd == nil {
-                guard input.count <= Self.maximumHeaderLength else { return answer(connection, 431, [], "headers") }
-                guard readMore() else { return }
-            }
+        var found = input.firstRange(of: separator)?.lowerBound
+        while found == nil {
+            guard input.count <= Self.maximumHeaderLength else { return answer(connection, 431, [], "headers") }
+            guard readMore() else { return }
+            found = input.firstRange(of: separator)?.lowerBound
         }
-        let head = String(decoding: input[..<headerEnd!], as: UTF8.self).split(separator: "\r\n").map(String.init)
+        guard let headerEnd = found else { return }
+        let head = String(decoding: input[..<headerEnd], as: UTF8.self).split(separator: "\r\n").map(String.init)
         let requestLine = head.first?.split(separator: " ").map(String.init) ?? []
         guard requestLine.count == 3, requestLine[2].hasPrefix("HTTP/1.") else {
             return answer(connection, 400, [], "request line")
         }
         let (method, target) = (requestLine[0], requestLine[1])
-        var body = Array(input[(headerEnd! + 4)...])
+        var body = Array(input[(headerEnd + 4)...])
         let request: [UInt8]
         switch method {
         case "POST":
@@ -117,7 +116,7 @@ struct OCSPServer {
             guard length <= Self.maximumBodyLength else { return answer(connection, 413, [], "body") }
             while body.count < length {
                 guard readMore() else { return }
-                body = Array(input[(headerEnd! + 4)...])
+                body = Array(input[(headerEnd + 4)...])
             }
             request = Array(body.prefix(length))
         case "GET":

@@ -49,9 +49,9 @@ func applyPolicy(
         Console.say("client \(record.clientId): \(record.policy.state), queued until the client is available")
         return
     }
-    let acknowledged = record.authAcknowledgement.map { $0.sequence == record.policy.sequence } ?? false
+    let acknowledgement = record.authAcknowledgement.flatMap { $0.sequence == record.policy.sequence ? $0 : nil }
     Console.say(
-        "client \(record.clientId): \(record.policy.state) (policy \(record.policy.sequence)); \(acknowledged ? "acknowledged: \(record.authAcknowledgement!.state)" : "not acknowledged yet")"
+        "client \(record.clientId): \(record.policy.state) (policy \(record.policy.sequence)); \(acknowledgement.map { "acknowledged: \($0.state)" } ?? "not acknowledged yet")"
     )
 }
 

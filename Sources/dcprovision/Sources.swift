@@ -135,7 +135,11 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
             if pin.allowFinalPinTry { card["allow-final-pin-try"] = ["true"] }
             guard derive else { return (try registry.provider(id: "pkcs11"), card) }
             // The CA's own options travel as ca-option KEY=VALUE.
-            card["ca"] = [testca != nil ? "testca" : provider!]
+            guard let ca = testca != nil ? "testca" : provider else {
+                throw DCError(
+                    .usage, "--derive needs the CA that certifies the new keys: --testca DIR or --provider ID")
+            }
+            card["ca"] = [ca]
             card["ca-option"] = providerOptions + (testca.map { ["dir=\($0)"] } ?? [])
             if !cardTrustAnchors.isEmpty { card["trust-anchor"] = cardTrustAnchors }
             if let keyAlgorithm { card["key-algorithm"] = [keyAlgorithm] }

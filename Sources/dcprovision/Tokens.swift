@@ -17,7 +17,8 @@ struct Tokens: AsyncParsableCommand, OutputCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let tokens = try PKCS11Discovery.tokens(modules: module.isEmpty ? nil : module)
+        let modules = module.isEmpty ? nil : module
+        let tokens = try await TokenThread.run { try PKCS11Discovery.tokens(modules: modules) }
         if tokens.isEmpty {
             let searched = module.isEmpty ? "the modules registered with p11-kit" : module.joined(separator: ", ")
             Console.error(
@@ -68,8 +69,11 @@ struct Objects: AsyncParsableCommand, OutputCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let objects = try PKCS11Discovery.objects(
-            matching: uri, modules: module.isEmpty ? nil : module, login: login ? try pin.policy() : nil)
+        let (uri, modules, policy) = (uri, module.isEmpty ? nil : module, login ? try pin.policy() : nil)
+        // With --login, C_Login may wait for a person at a PIN pad.
+        let objects = try await TokenThread.run {
+            try PKCS11Discovery.objects(matching: uri, modules: modules, login: policy)
+        }
         if format.json { return try printJSON("objects", objects) }
         if objects.isEmpty {
             throw DCError(.noSuchObject, "no object matches the URI", subject: uri.escapingControlCharacters)

@@ -2,6 +2,7 @@ import AuthTokens
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
@@ -414,6 +415,33 @@ struct VerifierStateTests {
         #expect(code(verifier.verify(world.token.compact, now: t0 + 10)) == 101)
     }
 
+    @Test("A changed file is read on its own thread: the value never waits for the reading, and changes whole")
+    func readingOffTheCaller() async throws {
+        let dir = try TemporaryDirectory("reload-thread")
+        defer { dir.remove() }
+        let path = try dir.write("trust", "first")
+        let gate = DispatchSemaphore(value: 0)
+        let readers = ThreadNames()
+        let file = try Reloading<String>(path: path, checkInterval: .milliseconds(5)) { path in
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            if text == "second" {
+                readers.append(Thread.current.name)
+                gate.wait()  // a slow disk, or a parser that takes its time
+            }
+            return text
+        }
+        _ = try dir.write("trust.new", "second")
+        #expect(rename(dir.file("trust.new"), path) == 0)
+        try await eventually { !readers.all.isEmpty }
+        // The reading is stuck; the caller is not, and sees the last value whole.
+        let start = ContinuousClock.now
+        #expect(file.value == "first")
+        #expect(ContinuousClock.now - start < .milliseconds(100))
+        gate.signal()
+        try await eventually { file.value == "second" }
+        #expect(readers.all == ["trust-file"])
+    }
+
     @Test("A missing or malformed file is refused when the verifier starts")
     func startupErrors() throws {
         let dir = try TemporaryDirectory("reload-start")
@@ -426,6 +454,13 @@ struct VerifierStateTests {
         #expect(broken.code == .invalid)
         #expect(broken.subject == dir.file("keys.json"))
     }
+}
+
+/// The names of the threads a reading ran on.
+final class ThreadNames: Sendable {
+    private let names = Mutex<[String?]>([])
+    func append(_ name: String?) { names.withLock { $0.append(name) } }
+    var all: [String?] { names.withLock { $0 } }
 }
 
 /// Trust that a test changes between calls.

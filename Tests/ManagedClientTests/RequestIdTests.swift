@@ -46,7 +46,7 @@ struct RequestIdTests {
         }
         #expect(replay.code == .refusedMessage)
         #expect(replay.code.category.exitStatus == 77)
-        #expect(replay.hint?.contains("new request id") == true)
+        #expect(replay.remedy == .askWithNewRequest)
         #expect(issued.value == 1)
         #expect(world.deliveries.all.count == 1)
     }

@@ -405,6 +405,30 @@ struct SendPipelineTests {
         #expect(try world.client.installed() == credential)
     }
 
+    @Test("A ledger record that cannot be read back while queueing is an ioError, not a crash")
+    func unreadableLedgerRecord() async throws {
+        let world = try World()
+        defer { world.dir.remove() }
+        try world.client.lock()
+        let ledger = world.service.ledger.directory
+        // Once the delivery is signed, the send reads its record back to queue it: swap the
+        // record for a directory there, which the file system refuses to read (EISDIR), root or not.
+        let code = await thrownCode {
+            _ = try await world.service.send(
+                try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true,
+                progress: { step in
+                    guard step.hasPrefix("signed:") else { return }
+                    for name in (try? FileManager.default.contentsOfDirectory(atPath: ledger)) ?? []
+                    where name.hasSuffix(".json") {
+                        unlink(ledger + "/" + name)
+                        mkdir(ledger + "/" + name, 0o700)
+                    }
+                })
+        }
+        #expect(code == .ioError)
+        #expect(world.deliveries.all.isEmpty)
+    }
+
     @Test(
         "Twenty concurrent sends are each delivered exactly once; the client ends with the highest-numbered one, never rolled back"
     )

@@ -41,6 +41,31 @@ struct PKCS11ProviderTests {
         #expect(provided.entries[1].certificate.derBytes == (try HostileInput.der(of: f.signing.certificate)))
     }
 
+    @Test("A login waiting for a person holds a thread of its own: the concurrency pool stays free meanwhile")
+    func loginOffThePool() async throws {
+        let person = WaitingPerson()
+        let reads = ProcessInfo.processInfo.activeProcessorCount + 2
+        // More reads than the pool has threads, each started on the pool, each asking for the PIN.
+        let tasks = (0..<reads).map { _ in
+            Task.detached {
+                try await PKCS11Provider().provide(
+                    ProviderRequest(
+                        options: [
+                            "uri": ["pkcs11:token=Export%20Card"], "tag": ["authentication=01"], "module": ["softhsm2"],
+                        ],
+                        passphrase: person))
+            }
+        }
+        // One read asks; the others wait for the token's login lock, which it holds meanwhile.
+        #expect(person.asked.wait(timeout: .now() + 30) == .success)
+        let pool = DispatchSemaphore(value: 0)
+        Task.detached { pool.signal() }
+        let poolRan = pool.wait(timeout: .now() + 10) == .success
+        person.answer()
+        for task in tasks { #expect(try await task.value.entries.map(\.tag) == [.authentication]) }
+        #expect(poolRan, "a task on the pool waited for the logins")
+    }
+
     @Test("Concurrent reads of one token all succeed: one call's logout does not end another's login")
     func concurrent() async throws {
         let options = [
@@ -149,5 +174,22 @@ struct PKCS11SelectionTests {
                 #expect(!error.description.contains("123456"))
             }
         }
+    }
+}
+
+/// A PIN source that waits, as a person at a prompt or a PIN pad does, until ``answer()``.
+final class WaitingPerson: PassphraseSource {
+    /// Signalled each time the PIN is asked for.
+    let asked = DispatchSemaphore(value: 0)
+    private let typed = DispatchGroup()
+
+    init() { typed.enter() }
+
+    func answer() { typed.leave() }
+
+    func passphrase(for subject: String) throws -> SecretBytes? {
+        asked.signal()
+        typed.wait()
+        return SecretBytes(Array(SoftHSM.userPIN.utf8))
     }
 }

@@ -16,24 +16,24 @@ struct CheckCommandTests {
 
         init() throws {
             sandbox = try Sandbox("dcclient-check")
-            try run("dcprovision", ["testca", "init", "ca"])
+            try sandbox.runTool("dcprovision", ["testca", "init", "ca"])
             let chain = try readText(sandbox.file("ca/root.pem")) + readText(sandbox.file("ca/issuing.pem"))
             try sandbox.write("chain.pem", chain)
             let passphrase = try sandbox.write("client-passphrase", "client passphrase\n")
-            try run(
+            try sandbox.runTool(
                 "dcclient",
                 [
                     "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
                     "--passphrase-file", passphrase, "--trust-anchor", "chain.pem",
                 ])
-            try run("dcclient", ["register"])
-            try run(
+            try sandbox.runTool("dcclient", ["register"])
+            try sandbox.runTool(
                 "dcprovision",
                 [
                     "register", "--provider-scheme", "org.example.dcprovision", "--brand", "Renewing Provider",
                     "--testca", "ca",
                 ])
-            try run("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+            try sandbox.runTool("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
         }
 
         static let send = [
@@ -41,23 +41,9 @@ struct CheckCommandTests {
             "org.example.dcclient",
         ]
 
-        @discardableResult
-        func run(
-            _ tool: String, _ arguments: [String], expect status: Int32? = 0,
-            _ location: SourceLocation = #_sourceLocation
-        ) throws -> ProcessResult {
-            let result = try sandbox.run(Binaries.directory + "/" + tool, arguments, timeout: 120)
-            if let status {
-                #expect(
-                    result.status == status, "\(tool) \(arguments): \(result.stdoutText)\(result.stderrText)",
-                    sourceLocation: location)
-            }
-            return result
-        }
-
         /// `dcclient check --json`'s payload.
         func check(_ extra: [String] = [], expect status: Int32 = 0) throws -> [String: Any] {
-            let result = try run("dcclient", ["check", "--json"] + extra, expect: status)
+            let result = try sandbox.runTool("dcclient", ["check", "--json"] + extra, expect: status)
             return try #require(try jsonPayload(result.stdout, "check") as? [String: Any])
         }
 
@@ -74,7 +60,7 @@ struct CheckCommandTests {
     func renewsWhenDue() throws {
         let world = try World()
         defer { world.sandbox.remove() }
-        try world.run("dcprovision", World.send + ["--testca", "ca", "--option", "validity-days=3"])
+        try world.sandbox.runTool("dcprovision", World.send + ["--testca", "ca", "--option", "validity-days=3"])
         let before = try world.check()
         // Within the report's default window of 30 days: due, but only --renew-within asks.
         #expect(
@@ -86,12 +72,12 @@ struct CheckCommandTests {
         #expect(before["renewalRequested"] as? Bool == false)
         let notYet = try world.check(["--renew-within", "2"])
         #expect(notYet["renewalDue"] as? Bool == false && notYet["renewalRequested"] as? Bool == false)
-        let serial = try world.run("dcclient", ["list"]).stdoutText
+        let serial = try world.sandbox.runTool("dcclient", ["list"]).stdoutText
 
-        let renewed = try world.run("dcclient", ["check", "--renew-within", "30"])
+        let renewed = try world.sandbox.runTool("dcclient", ["check", "--renew-within", "30"])
         #expect(renewed.stdoutText.contains("renewal due: requesting"), "\(renewed.stdoutText)")
         #expect(renewed.stdoutText.contains("renewed: "), "\(renewed.stdoutText)")
-        #expect(try world.run("dcclient", ["list"]).stdoutText != serial)
+        #expect(try world.sandbox.runTool("dcclient", ["list"]).stdoutText != serial)
         // The new credential is the provider's usual one (365 days): nothing is due any more.
         let after = try world.check(["--renew-within", "30"])
         #expect(after["renewalDue"] as? Bool == false, "\(after)")
@@ -117,7 +103,7 @@ struct CheckCommandTests {
             sources += ["--pem", "\(entry.tag)=\(certificate),\(key)"]
         }
         let started = Date()
-        try world.run("dcprovision", World.send + sources)
+        try world.sandbox.runTool("dcprovision", World.send + sources)
         try world.sandbox.write("note.txt", "for the short-lived credential\n")
         try world.sandbox.write(
             "recipient.pem", String(decoding: PEM.certificate(provided.entries[2].certificate), as: UTF8.self))
@@ -134,14 +120,14 @@ struct CheckCommandTests {
         let expired = try world.check(expect: 80)
         #expect(expired["usable"] as? Bool == false, "\(expired)")
         #expect(world.states(expired).prefix(2) == ["authentication: expired", "signing: expired"], "\(expired)")
-        let refused = try world.run("dcclient", ["show", "authentication", "--pem"], expect: 80)
+        let refused = try world.sandbox.runTool("dcclient", ["show", "authentication", "--pem"], expect: 80)
         #expect(refused.stderrText.contains("the authentication certificate expired"), "\(refused.stderrText)")
         #expect(refused.stdout.isEmpty)
-        try world.run("dcclient", ["show", "authentication"])
-        let opened = try world.run("dcclient", ["decrypt", "note.cms"])
+        try world.sandbox.runTool("dcclient", ["show", "authentication"])
+        let opened = try world.sandbox.runTool("dcclient", ["decrypt", "note.cms"])
         #expect(opened.stdoutText == "for the short-lived credential\n")
 
-        try world.run("dcclient", ["check", "--renew-within", "30"])
+        try world.sandbox.runTool("dcclient", ["check", "--renew-within", "30"])
         #expect(try world.check()["usable"] as? Bool == true)
     }
 
@@ -151,27 +137,28 @@ struct CheckCommandTests {
     func revocation() throws {
         let world = try World()
         defer { world.sandbox.remove() }
-        try world.run("dcprovision", World.send + ["--testca", "ca"])
-        try world.run("dcprovision", ["testca", "crl", "ca", "--out", "before.crl"])
+        try world.sandbox.runTool("dcprovision", World.send + ["--testca", "ca"])
+        try world.sandbox.runTool("dcprovision", ["testca", "crl", "ca", "--out", "before.crl"])
         let good = try world.check(["--crl", "before.crl"])
         let statuses = (good["revocation"] as? [[String: Any]] ?? []).map { $0["status"] as? String }
         #expect(statuses == ["good", "good", "good", "good"], "\(good)")
 
-        let pem = try world.run("dcclient", ["show", "signing", "--pem"]).stdoutText
+        let pem = try world.sandbox.runTool("dcclient", ["show", "signing", "--pem"]).stdoutText
         try world.sandbox.write("signing.pem", pem)
         let serial = try run(
             OpenSSLFixtures.openssl, ["x509", "-in", world.sandbox.file("signing.pem"), "-noout", "-serial"]
         ).stdoutText.split(separator: "=")[1].trimmingCharacters(in: .whitespacesAndNewlines)
-        try world.run("dcprovision", ["testca", "revoke", "ca", "--serial", serial, "--reason", "keyCompromise"])
-        try world.run("dcprovision", ["testca", "crl", "ca", "--out", "after.crl"])
-        let revoked = try world.run("dcclient", ["check", "--crl", "after.crl"], expect: 79)
+        try world.sandbox.runTool(
+            "dcprovision", ["testca", "revoke", "ca", "--serial", serial, "--reason", "keyCompromise"])
+        try world.sandbox.runTool("dcprovision", ["testca", "crl", "ca", "--out", "after.crl"])
+        let revoked = try world.sandbox.runTool("dcclient", ["check", "--crl", "after.crl"], expect: 79)
         #expect(revoked.stderrText.contains("the signing certificate is revoked"), "\(revoked.stderrText)")
 
         let stale = try TestCA(directory: world.sandbox.file("ca")).makeCRL(
             now: Date().addingTimeInterval(-10 * 86400), validity: 86400)
         try Data(stale.pem).write(to: URL(fileURLWithPath: world.sandbox.file("stale.crl")))
-        try world.run("dcclient", ["check", "--crl", "stale.crl"], expect: 75)
-        try world.run("dcclient", ["check", "--crl", "stale.crl", "--allow-unchecked-revocation"])
+        try world.sandbox.runTool("dcclient", ["check", "--crl", "stale.crl"], expect: 75)
+        try world.sandbox.runTool("dcclient", ["check", "--crl", "stale.crl", "--allow-unchecked-revocation"])
     }
 
     @Test(

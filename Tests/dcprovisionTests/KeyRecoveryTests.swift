@@ -23,20 +23,6 @@ struct KeyRecoveryTests {
             ])
         }
 
-        @discardableResult
-        func run(
-            _ tool: String, _ arguments: [String], expect status: Int32? = 0,
-            _ location: SourceLocation = #_sourceLocation
-        ) throws -> ProcessResult {
-            let result = try sandbox.run(Binaries.directory + "/" + tool, arguments, timeout: 120)
-            if let status {
-                #expect(
-                    result.status == status, "\(tool) \(arguments): \(result.stdoutText)\(result.stderrText)",
-                    sourceLocation: location)
-            }
-            return result
-        }
-
         func openssl(_ arguments: [String]) throws -> ProcessResult {
             try sandbox.run(OpenSSLFixtures.openssl, arguments, timeout: 60)
         }
@@ -63,10 +49,10 @@ struct KeyRecoveryTests {
         let world = try World()
         defer { world.sandbox.remove() }
         // The CA refuses to hold the key that opens its own archive.
-        try world.run(
+        try world.sandbox.runTool(
             "dcprovision", ["testca", "init", "refused", "--recovery-cert", "officer/recovery.key"], expect: 64)
-        try world.run("dcprovision", ["testca", "init", "ca", "--recovery-cert", "officer/recovery.pem"])
-        try world.run(
+        try world.sandbox.runTool("dcprovision", ["testca", "init", "ca", "--recovery-cert", "officer/recovery.pem"])
+        try world.sandbox.runTool(
             "dcprovision", ["testca", "issue", "ca", "--out-dir", "issued", "--format", "pem", "--escrow-history", "1"])
         let archived = try FileManager.default.contentsOfDirectory(atPath: world.sandbox.file("ca/archive")).sorted()
         let expected = try ["issued/encryption.pem", "issued/escrow.pem"].map { try world.serial($0) + ".cms" }
@@ -84,7 +70,7 @@ struct KeyRecoveryTests {
         let issuedKey = try world.publicKey("issued/encryption.pem", certificate: true)
         #expect(try world.publicKey("peer.pem", certificate: false) == issuedKey)
 
-        try world.run(
+        try world.sandbox.runTool(
             "dcprovision",
             [
                 "testca", "recover", "ca", "--serial", serial.lowercased(), "--recovery-key", "officer/recovery.key",
@@ -99,12 +85,12 @@ struct KeyRecoveryTests {
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", world.sandbox.file("other.key"), "-out",
             world.sandbox.file("other.pem"), "-subj", "/CN=Someone Else", "-days", "30",
         ])
-        try world.run(
+        try world.sandbox.runTool(
             "dcprovision",
             ["testca", "recover", "ca", "--serial", serial, "--recovery-key", "other.key", "--out", "x.pem"], expect: 65
         )
         #expect(!FileManager.default.fileExists(atPath: world.sandbox.file("x.pem")))
-        try world.run(
+        try world.sandbox.runTool(
             "dcprovision",
             [
                 "testca", "recover", "ca", "--serial", try world.serial("issued/signing.pem"), "--recovery-key",
@@ -119,18 +105,18 @@ struct KeyRecoveryTests {
         let world = try World()
         defer { world.sandbox.remove() }
         let passphrase = try world.sandbox.write("client-passphrase", "client passphrase\n")
-        try world.run("dcprovision", ["testca", "init", "ca", "--recovery-cert", "officer/recovery.pem"])
+        try world.sandbox.runTool("dcprovision", ["testca", "init", "ca", "--recovery-cert", "officer/recovery.pem"])
         func setUpClient() throws {
-            try world.run(
+            try world.sandbox.runTool(
                 "dcclient",
                 [
                     "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
                     "--passphrase-file", passphrase,
                 ])
-            try world.run("dcclient", ["register"])
-            try world.run("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+            try world.sandbox.runTool("dcclient", ["register"])
+            try world.sandbox.runTool("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
         }
-        try world.run(
+        try world.sandbox.runTool(
             "dcprovision",
             [
                 "register", "--provider-scheme", "org.example.dcprovision", "--brand", "Recovering Provider",
@@ -141,27 +127,28 @@ struct KeyRecoveryTests {
             "send", "--testca", "ca", "--brand", "Recovering Provider", "--provider-scheme",
             "org.example.dcprovision", "--client-scheme", "org.example.dcclient",
         ]
-        try world.run("dcprovision", send)
-        let certificate = try world.run("dcclient", ["show", "encryption", "--pem"]).stdoutText
+        try world.sandbox.runTool("dcprovision", send)
+        let certificate = try world.sandbox.runTool("dcclient", ["show", "encryption", "--pem"]).stdoutText
         try world.sandbox.write("lost.pem", certificate)
         try world.sandbox.write("note.txt", "written before the store was lost\n")
         let encrypted = try world.openssl([
             "cms", "-encrypt", "-aes256", "-binary", "-in", "note.txt", "-out", "note.smime", "-recip", "lost.pem",
         ])
         #expect(encrypted.status == 0, "\(encrypted.stderrText)")
-        try world.run("dcclient", ["decrypt", "note.smime"])
+        try world.sandbox.runTool("dcclient", ["decrypt", "note.smime"])
 
         // The store is gone (a new laptop); the client is set up afresh and paired again.
         try FileManager.default.removeItem(atPath: world.sandbox.dataHome + "/dcclient")
         try setUpClient()
-        try world.run("dcprovision", send)
-        try world.run("dcclient", ["decrypt", "note.smime"], expect: 65)
+        try world.sandbox.runTool("dcprovision", send)
+        try world.sandbox.runTool("dcclient", ["decrypt", "note.smime"], expect: 65)
 
-        let recovered = try world.run("dcprovision", send + ["--recover", "--recovery-key", "officer/recovery.key"])
+        let recovered = try world.sandbox.runTool(
+            "dcprovision", send + ["--recover", "--recovery-key", "officer/recovery.key"])
         #expect(recovered.stdoutText.contains("recovered 6 archived encryption key(s)"), "\(recovered.stdoutText)")
-        let opened = try world.run("dcclient", ["decrypt", "note.smime"])
+        let opened = try world.sandbox.runTool("dcclient", ["decrypt", "note.smime"])
         #expect(opened.stdoutText == "written before the store was lost\n", "\(opened.stdoutText)")
         // --recover without the key, or with a source whose CA cannot recover, is a usage error.
-        try world.run("dcprovision", send + ["--recover"], expect: 64)
+        try world.sandbox.runTool("dcprovision", send + ["--recover"], expect: 64)
     }
 }

@@ -18,30 +18,15 @@ struct RevocationTests {
 
         init(_ label: String, ocspURL: String? = nil) throws {
             sandbox = try Sandbox(label)
-            try dcprovision(["testca", "init", "ca"] + (ocspURL.map { ["--ocsp-url", $0] } ?? []))
+            try sandbox.runTool("dcprovision", ["testca", "init", "ca"] + (ocspURL.map { ["--ocsp-url", $0] } ?? []))
             for name in ["a", "b"] {
-                try dcprovision(["testca", "issue", "ca", "--out-dir", name, "--format", "pem"])
+                try sandbox.runTool("dcprovision", ["testca", "issue", "ca", "--out-dir", name, "--format", "pem"])
             }
             let chain = try readText(sandbox.file("ca/root.pem")) + readText(sandbox.file("ca/issuing.pem"))
             try sandbox.write("chain.pem", chain)
         }
 
         func remove() { sandbox.remove() }
-
-        @discardableResult
-        func dcprovision(
-            _ arguments: [String], expect status: Int32? = 0, _ location: SourceLocation = #_sourceLocation
-        )
-            throws -> ProcessResult
-        {
-            let result = try sandbox.run(Binaries.dcprovision, arguments, timeout: 120)
-            if let status {
-                #expect(
-                    result.status == status, "\(arguments): \(result.stdoutText)\(result.stderrText)",
-                    sourceLocation: location)
-            }
-            return result
-        }
 
         func openssl(_ arguments: [String]) throws -> ProcessResult {
             try sandbox.run(OpenSSLFixtures.openssl, arguments, timeout: 60)
@@ -58,7 +43,8 @@ struct RevocationTests {
             for tag in ["authentication", "signing", "encryption", "escrow"] {
                 sources += ["--pem", "\(tag)=\(name)/\(tag).pem"]
             }
-            return try dcprovision(
+            return try sandbox.runTool(
+                "dcprovision",
                 ["inspect"] + sources + ["--trust-anchor", "chain.pem", "--json"] + extra, expect: status)
         }
     }
@@ -79,14 +65,17 @@ struct RevocationTests {
         let world = try World("revocation-crl")
         defer { world.remove() }
         let revoked = try world.serial("a/authentication.pem")
-        let said = try world.dcprovision(["testca", "revoke", "ca", "--serial", revoked, "--reason", "keyCompromise"])
+        let said = try world.sandbox.runTool(
+            "dcprovision", ["testca", "revoke", "ca", "--serial", revoked, "--reason", "keyCompromise"])
         #expect(said.stdoutText.contains("revoked \(revoked) (keyCompromise)"), "\(said.stdoutText)")
         // Again: nothing changes, and it says so.
-        let again = try world.dcprovision(["testca", "revoke", "ca", "--serial", revoked.lowercased()])
+        let again = try world.sandbox.runTool(
+            "dcprovision", ["testca", "revoke", "ca", "--serial", revoked.lowercased()])
         #expect(again.stdoutText.contains("was revoked already"), "\(again.stdoutText)")
-        try world.dcprovision(["testca", "revoke", "ca", "--serial", "0BADC0DE"], expect: 66)
-        try world.dcprovision(["testca", "revoke", "ca", "--serial", revoked, "--reason", "lunch"], expect: 64)
-        try world.dcprovision(["testca", "crl", "ca", "--out", "crl.pem"])
+        try world.sandbox.runTool("dcprovision", ["testca", "revoke", "ca", "--serial", "0BADC0DE"], expect: 66)
+        try world.sandbox.runTool(
+            "dcprovision", ["testca", "revoke", "ca", "--serial", revoked, "--reason", "lunch"], expect: 64)
+        try world.sandbox.runTool("dcprovision", ["testca", "crl", "ca", "--out", "crl.pem"])
 
         let verified = try world.openssl(["crl", "-in", "crl.pem", "-noout", "-verify", "-CAfile", "ca/issuing.pem"])
         #expect(verified.status == 0 && verified.stderrText.contains("verify OK"), "\(verified.stderrText)")
@@ -103,7 +92,7 @@ struct RevocationTests {
             if !good { #expect(result.stderrText.contains("certificate revoked"), "\(result.stderrText)") }
         }
         // DER too, and the number goes up.
-        try world.dcprovision(["testca", "crl", "ca", "--out", "crl.der", "--format", "der"])
+        try world.sandbox.runTool("dcprovision", ["testca", "crl", "ca", "--out", "crl.der", "--format", "der"])
         let der = try world.openssl(["crl", "-inform", "DER", "-in", "crl.der", "-noout", "-crlnumber"])
         #expect(der.stdoutText.contains("crlNumber=0x02"), "\(der.stdoutText)")
     }
@@ -122,13 +111,18 @@ struct RevocationTests {
     func ocspMatchesOpenSSL() throws {
         let world = try World("revocation-ocsp")
         defer { world.remove() }
-        try world.dcprovision([
-            "testca", "revoke", "ca", "--serial", try world.serial("a/authentication.pem"), "--reason", "superseded",
-        ])
-        try world.dcprovision(["testca", "revoke", "ca", "--serial", try world.serial("a/signing.pem")])
+        try world.sandbox.runTool(
+            "dcprovision",
+            [
+                "testca", "revoke", "ca", "--serial", try world.serial("a/authentication.pem"), "--reason",
+                "superseded",
+            ])
+        try world.sandbox.runTool(
+            "dcprovision", ["testca", "revoke", "ca", "--serial", try world.serial("a/signing.pem")])
         // A stranger: a certificate of another CA, asked about as if ours issued it.
-        try world.dcprovision(["testca", "init", "other"])
-        try world.dcprovision(["testca", "issue", "other", "--out-dir", "stranger", "--format", "pem"])
+        try world.sandbox.runTool("dcprovision", ["testca", "init", "other"])
+        try world.sandbox.runTool(
+            "dcprovision", ["testca", "issue", "other", "--out-dir", "stranger", "--format", "pem"])
 
         let ours = try RunningService.start(
             Binaries.dcprovision, ["testca", "ocsp", world.sandbox.file("ca"), "--listen", "127.0.0.1:0"],
@@ -209,8 +203,9 @@ struct RevocationTests {
         let world = try World("revocation-inspect", ocspURL: "http://127.0.0.1:\(port)/ocsp")
         defer { world.remove() }
         let revoked = try world.serial("a/signing.pem")
-        try world.dcprovision(["testca", "revoke", "ca", "--serial", revoked, "--reason", "keyCompromise"])
-        try world.dcprovision(["testca", "crl", "ca", "--out", "crl.pem"])
+        try world.sandbox.runTool(
+            "dcprovision", ["testca", "revoke", "ca", "--serial", revoked, "--reason", "keyCompromise"])
+        try world.sandbox.runTool("dcprovision", ["testca", "crl", "ca", "--out", "crl.pem"])
 
         let refused = try world.inspect("a", ["--crl", "crl.pem"], expect: 79)
         #expect(refused.stderrText.contains("[signing] revoked: revoked"), "\(refused.stderrText)")
@@ -243,11 +238,11 @@ struct RevocationTests {
         try world.sandbox.write("garbage.pem", "-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n")
         try world.inspect("b", ["--crl", "garbage.pem"], expect: 65)
         // Another CA's CRL says nothing about ours.
-        try world.dcprovision(["testca", "init", "foreign", "--organization", "Someone Else"])
-        try world.dcprovision(["testca", "crl", "foreign", "--out", "foreign.pem"])
+        try world.sandbox.runTool("dcprovision", ["testca", "init", "foreign", "--organization", "Someone Else"])
+        try world.sandbox.runTool("dcprovision", ["testca", "crl", "foreign", "--out", "foreign.pem"])
         // A CA with the very same names but other keys: its CRL names our issuer and is forged.
-        try world.dcprovision(["testca", "init", "twin"])
-        try world.dcprovision(["testca", "crl", "twin", "--out", "forged.pem"])
+        try world.sandbox.runTool("dcprovision", ["testca", "init", "twin"])
+        try world.sandbox.runTool("dcprovision", ["testca", "crl", "twin", "--out", "forged.pem"])
         // A CRL of ours whose nextUpdate has passed.
         let stale = try TestCA(directory: world.sandbox.file("ca")).makeCRL(
             now: Date().addingTimeInterval(-10 * 86400), validity: 86400)
@@ -269,8 +264,9 @@ struct RevocationTests {
             try world.inspect("b", ["--crl", file, "--allow-unchecked-revocation", "--strict"], expect: 65)
         }
         // Revoked in a good CRL wins over a bad one.
-        try world.dcprovision(["testca", "revoke", "ca", "--serial", try world.serial("b/escrow.pem")])
-        try world.dcprovision(["testca", "crl", "ca", "--out", "good.pem"])
+        try world.sandbox.runTool(
+            "dcprovision", ["testca", "revoke", "ca", "--serial", try world.serial("b/escrow.pem")])
+        try world.sandbox.runTool("dcprovision", ["testca", "crl", "ca", "--out", "good.pem"])
         try world.inspect("b", ["--crl", "forged.pem", "--crl", "good.pem"], expect: 79)
     }
 
@@ -293,7 +289,7 @@ struct RevocationTests {
         #expect(status("http://127.0.0.1:\(closed)/").description.contains("not checked"))
 
         // The twin CA (same names, other keys) answers for our certificate: refused.
-        try world.dcprovision(["testca", "init", "twin"])
+        try world.sandbox.runTool("dcprovision", ["testca", "init", "twin"])
         let twin = try RunningService.start(
             Binaries.dcprovision, ["testca", "ocsp", world.sandbox.file("twin"), "--listen", "127.0.0.1:0"],
             in: world.sandbox, name: "twin")

@@ -258,6 +258,11 @@ struct JSONFields {
 
     func value(_ name: String) -> JSONValue? { members[name] }
 
+    func member(_ name: String) throws(FormatError) -> JSONValue {
+        guard let value = members[name] else { throw FormatError("the member \"\(name)\" is missing") }
+        return value
+    }
+
     func string(_ name: String) throws(FormatError) -> String {
         guard case .string(let text) = members[name] else { throw FormatError("\"\(name)\" is not a string") }
         return text

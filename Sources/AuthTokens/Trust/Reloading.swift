@@ -1,39 +1,40 @@
 import DerivedCredentials
 import Foundation
+import Synchronization
+import SystemSupport
 
 /// How often a ``Reloading`` file is looked at (one `stat`) unless told otherwise: a replaced
 /// revocation list or issuer set takes effect within this time, without a restart. A look costs
-/// one `stat` (about a microsecond), so even under load it is at most 100 system calls a second
+/// one `stat` (about a microsecond) on the file's own thread, so it is 100 system calls a second
 /// per file, and a revocation is in force before a person could use the token again.
 public let trustFileCheckInterval: Duration = .milliseconds(10)
 
 /// A value read from a file and read again when the file changes, without a restart: how the
 /// verifier holds its ``RevocationList`` and ``TrustedIssuers``.
 ///
-/// ``value`` looks at the file (`stat`: device, inode, size, modification and change times) at
-/// most once per check interval, and reads it again when any of those changed, as happens when
-/// the provider replaces it atomically. The new value replaces the old one at once for every
-/// thread. A file that cannot be read or is malformed leaves the last good value in force and is
-/// reported in ``lastError`` (a broken update must not empty the revocation list); the next
-/// change is tried again. ``reload()`` reads the file now, whatever its times say (for SIGHUP).
-public final class Reloading<Value: Sendable>: @unchecked Sendable {
-    // Every mutable property is only touched under `lock`; `load` and `path` never change.
-
+/// A thread of its own looks at the file (`stat`: device, inode, size, modification and change
+/// times) once per check interval, and reads and parses it again when any of those changed, as
+/// happens when the provider replaces it atomically. ``value`` does no I/O and never waits for a
+/// reading: it is safe on an event loop. A new value is published whole, in one swap under a
+/// lock, so a caller sees the old value or the new one, never part of a reload. A file that
+/// cannot be read or is malformed leaves the last good value in force and is reported in
+/// ``lastError`` (a broken update must not empty the revocation list); the next change is tried
+/// again. ``reload()`` reads the file now, whatever its times say (for SIGHUP). The thread ends
+/// within a check interval of the last reference going.
+public final class Reloading<Value: Sendable>: Sendable {
     /// The file's path.
     public let path: String
     private let load: @Sendable (String) throws -> Value
-    private let interval: Duration
-    private let lock = NSLock()
-    private var current: Value
-    private var stamp: FileStamp?
-    private var lastCheck: ContinuousClock.Instant
-    private var failure: DCError?
-    private var checking = false
     private let report: @Sendable (Result<Value, DCError>) -> Void
+    /// What callers see: the value in force and why the last reading failed, replaced together.
+    private let published: Mutex<(value: Value, failure: DCError?)>
+    /// Held for a whole reading, so that the watcher's and ``reload()``'s never interleave (an
+    /// older file never replaces a newer one's value); holds the look of the file last read.
+    private let reading: Mutex<FileStamp?>
 
-    /// Reads the file at `path` with `load` now (its error is thrown), then at most once every
-    /// `checkInterval` when it has changed. `report` hears the outcome of every later reading:
-    /// the new value, or why the last good one stays (for a service's log).
+    /// Reads the file at `path` with `load` now (its error is thrown), then, on a thread of its
+    /// own, whenever a look once every `checkInterval` finds it changed. `report` hears the outcome
+    /// of every later reading: the new value, or why the last good one stays (for a service's log).
     public init(
         path: String, checkInterval: Duration = trustFileCheckInterval,
         report: @escaping @Sendable (Result<Value, DCError>) -> Void = { _ in },
@@ -42,69 +43,69 @@ public final class Reloading<Value: Sendable>: @unchecked Sendable {
         self.path = path
         self.load = load
         self.report = report
-        self.interval = checkInterval
-        self.stamp = FileStamp(path)
-        self.current = try load(path)
-        self.lastCheck = .now
+        reading = Mutex(FileStamp(path: path))
+        published = Mutex((try load(path), nil))
+        Self.watch(self, every: checkInterval)
     }
 
-    /// The current value, read again first when the file changed and the last look is at least
-    /// the check interval old. Never throws and never waits for another thread's reading.
-    public var value: Value {
-        let now = ContinuousClock.now
-        let (snapshot, due) = lock.withLock { () -> (Value, Bool) in
-            guard !checking, now - lastCheck >= interval else { return (current, false) }
-            checking = true
-            lastCheck = now
-            return (current, true)
+    /// Starts the thread that looks at the file every `interval` for as long as `reloading` lives.
+    /// A thread rather than a task: a reading blocks on the disk, which must not take a thread of
+    /// the concurrency pool or an event loop.
+    private static func watch(_ reloading: Reloading, every interval: Duration) {
+        let (seconds, attoseconds) = interval.components
+        let pause = Double(seconds) + Double(attoseconds) / 1e18
+        let thread = Thread { [weak reloading] in
+            // Named for `top -H` and the tests; a new thread would keep its creator's name.
+            if let comm = fopen("/proc/thread-self/comm", "w") {
+                fputs("trust-file", comm)
+                fclose(comm)
+            }
+            while true {
+                Thread.sleep(forTimeInterval: pause)
+                guard let reloading else { return }
+                try? reloading.read(force: false)
+            }
         }
-        guard due else { return snapshot }
-        refresh()
-        return lock.withLock { current }
+        thread.start()
     }
+
+    /// The value in force. Does no I/O and never waits for a reading.
+    public var value: Value { published.withLock { $0.value } }
 
     /// Reads the file now and, when it is good, makes it the value. Throws (and keeps the old
     /// value) when it cannot be read or is malformed.
     public func reload() throws {
-        try read(FileStamp(path))
+        try read(force: true)
     }
 
     /// Why the last reading failed, while the value from an earlier one is still in force; nil
     /// once a reading succeeds.
-    public var lastError: DCError? { lock.withLock { failure } }
+    public var lastError: DCError? { published.withLock { $0.failure } }
 
-    /// Replaces the value directly (the file is looked at again only when it changes).
+    /// Replaces the value directly (the file is read again only when it changes).
     public func replace(with value: Value) {
-        lock.withLock { current = value }
+        published.withLock { $0.value = value }
     }
 
-    private func refresh() {
-        defer { lock.withLock { checking = false } }
-        let stamp = FileStamp(path)
-        guard lock.withLock({ stamp != self.stamp }) else { return }
-        try? read(stamp)
-    }
-
-    /// Reads the file, whose look is `stamp`, and makes it the value. When it cannot be read or is
-    /// malformed, keeps the last good value, remembers `stamp` (so that the same broken file is
-    /// not read again at every check) and why, and throws that.
-    private func read(_ stamp: FileStamp?) throws {
-        do {
-            let value = try load(path)
-            lock.withLock {
-                current = value
-                self.stamp = stamp
-                failure = nil
+    /// Reads the file when its look changed since the last reading (or always, with `force`) and
+    /// publishes the value. When it cannot be read or is malformed, keeps the last good value,
+    /// remembers the look (so that the same broken file is not read again at every check) and
+    /// why, and throws that.
+    private func read(force: Bool) throws {
+        try reading.withLock { (seen: inout FileStamp?) throws -> Void in
+            let stamp = FileStamp(path: path)
+            guard force || stamp != seen else { return }
+            seen = stamp
+            do {
+                let value = try load(path)
+                published.withLock { $0 = (value, nil) }
+                report(.success(value))
+            } catch {
+                let reported = error as? DCError ?? DCError(.invalid, "\(error)", subject: path)
+                published.withLock { $0.failure = reported }
+                report(.failure(reported))
+                throw reported
             }
-            report(.success(value))
-        } catch {
-            let reported = error as? DCError ?? DCError(.invalid, "\(error)", subject: path)
-            lock.withLock {
-                self.stamp = stamp
-                failure = reported
-            }
-            report(.failure(reported))
-            throw reported
         }
     }
 }
@@ -136,30 +137,5 @@ extension Reloading where Value == TrustedIssuers {
     /// The trusted issuing keys at `path`, reloaded when they change (see ``TrustedIssuers/load(from:)``).
     public convenience init(issuersAt path: String, checkInterval: Duration = trustFileCheckInterval) throws {
         try self.init(path: path, checkInterval: checkInterval, load: TrustedIssuers.load(from:))
-    }
-}
-
-/// What `stat` says of a file that changes when it is replaced or rewritten.
-struct FileStamp: Equatable {
-    var device: UInt64
-    var inode: UInt64
-    var size: Int64
-    var modified: timespec
-    var changed: timespec
-
-    init?(_ path: String) {
-        var info = stat()
-        guard stat(path, &info) == 0 else { return nil }
-        device = UInt64(info.st_dev)
-        inode = UInt64(info.st_ino)
-        size = Int64(info.st_size)
-        modified = info.st_mtim
-        changed = info.st_ctim
-    }
-
-    static func == (lhs: FileStamp, rhs: FileStamp) -> Bool {
-        lhs.device == rhs.device && lhs.inode == rhs.inode && lhs.size == rhs.size
-            && lhs.modified.tv_sec == rhs.modified.tv_sec && lhs.modified.tv_nsec == rhs.modified.tv_nsec
-            && lhs.changed.tv_sec == rhs.changed.tv_sec && lhs.changed.tv_nsec == rhs.changed.tv_nsec
     }
 }

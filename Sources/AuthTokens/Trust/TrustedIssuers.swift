@@ -84,7 +84,7 @@ public struct TrustedIssuers: Sendable, Equatable {
 
     /// The keys as a JWKS, sorted by key id: what the provider writes and the service publishes.
     public func jwks() -> [UInt8] {
-        let members = keys.keys.sorted().map { TrustedIssuers.jwk(keys[$0]!) }
+        let members = keys.sorted { $0.key < $1.key }.map { TrustedIssuers.jwk($0.value) }
         return Array((JSONText.object([("keys", JSONText.array(members))]) + "\n").utf8)
     }
 

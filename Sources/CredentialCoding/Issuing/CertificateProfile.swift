@@ -55,8 +55,8 @@ public struct DistinguishedName: Sendable, Hashable, Codable, CustomStringConver
 
     /// `O=Example,CN=Alice` for attributes, or the size only for a name held as DER.
     public var description: String {
-        der != nil
-            ? "<DER name, \(der!.count) bytes>" : attributes.map { "\($0.type)=\($0.value)" }.joined(separator: ",")
+        der.map { "<DER name, \($0.count) bytes>" }
+            ?? attributes.map { "\($0.type)=\($0.value)" }.joined(separator: ",")
     }
 }
 

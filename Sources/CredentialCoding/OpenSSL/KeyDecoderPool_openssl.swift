@@ -51,10 +51,11 @@ final class KeyDecoderPool: @unchecked Sendable {
         let strings: [UnsafeMutablePointer<CChar>]
 
         init?(_ kind: Kind) {
-            let inputType = strdup("DER")!
-            let structure = strdup(kind.structure)!
-            let keyType = kind.keyType.map { strdup($0)! }
-            strings = [inputType, structure] + (keyType.map { [$0] } ?? [])
+            guard let strings = try? OpenSSL.cStrings(["DER", kind.structure] + (kind.keyType.map { [$0] } ?? []))
+            else { return nil }
+            self.strings = strings
+            let (inputType, structure) = (strings[0], strings[1])
+            let keyType = kind.keyType == nil ? nil : strings[2]
             output = .allocate(capacity: 1)
             output.initialize(to: nil)
             guard

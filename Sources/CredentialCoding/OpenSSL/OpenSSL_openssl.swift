@@ -48,6 +48,20 @@ enum OpenSSL {
         DCError(.cryptoFailure, "\(what) failed", underlying: OpenSSLError.drain(), fileID: fileID, line: line)
     }
 
+    /// C copies of `texts`, for OpenSSL calls that keep the pointers they are given; the caller
+    /// frees each. Throws `cryptoFailure` when memory runs out, having freed the copies made.
+    static func cStrings(_ texts: [String]) throws -> [UnsafeMutablePointer<CChar>] {
+        var copies: [UnsafeMutablePointer<CChar>] = []
+        for text in texts {
+            guard let copy = strdup(text) else {
+                copies.forEach { free($0) }
+                throw failure("strdup")
+            }
+            copies.append(copy)
+        }
+        return copies
+    }
+
     /// Runs `body` with a fresh memory BIO and returns what was written to it.
     static func withMemoryBIO(_ body: (OpaquePointer) throws -> Void) throws -> [UInt8] {
         guard let bio = BIO_new(BIO_s_mem()) else { throw failure("BIO_new") }

@@ -153,7 +153,9 @@ public struct CredentialReader: Sendable {
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size) + 1)
         var filled = 0
         while filled < bytes.count {
-            let count = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + filled, $0.count - filled) }
+            let count = bytes.withUnsafeMutableBytes {
+                Glibc.read(fd, $0.baseAddress?.advanced(by: filled), $0.count - filled)
+            }
             if count < 0 {
                 if errno == EINTR { continue }
                 throw DCError(.ioError, "cannot read: \(String(cString: strerror(errno)))", subject: path)
@@ -230,7 +232,7 @@ private final class PassphraseOnce {
         guard let value = try getOptional() else {
             throw DCError(
                 .passphraseRequired, "the input is encrypted and no passphrase was given",
-                hint: "pass --passphrase-file FILE or --passphrase-fd N")
+                remedy: .givePassphraseFile)
         }
         return value
     }

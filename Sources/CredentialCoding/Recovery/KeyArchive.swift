@@ -26,7 +26,7 @@ public enum KeyArchive {
         } catch let error as DCError where error.code != .inputTooLarge {
             throw DCError(
                 .noMatchingKey, "the archived pair does not open with this recovery key",
-                hint: "give the recovery key whose certificate the CA archived to (testca init --recovery-cert)")
+                remedy: .giveArchivingRecoveryKey)
         }
         var text = opened.withUnsafeBytes { Array($0) }
         defer { text.withUnsafeMutableBytes { SecretBytes.wipe($0) } }

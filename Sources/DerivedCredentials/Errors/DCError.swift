@@ -1,7 +1,9 @@
 /// The one error type of the toolkit.
 ///
 /// Errors are compared by ``code``; the message, the subject (which file, tag or URI) and the hint
-/// (what to do) are for people and may change. An error never carries a secret: messages are built
+/// or remedy (what to do) are for people and may change. A next step that a front end spells in
+/// its own terms, such as a command to run or a flag to add, is a ``Remedy``, never hint text:
+/// the core does not know the tools' command lines. An error never carries a secret: messages are built
 /// from file names, tags, sizes and OpenSSL's reason strings only.
 public struct DCError: Error, Sendable, CustomStringConvertible {
     /// What failed; two errors are the same failure when their codes are equal.
@@ -10,14 +12,19 @@ public struct DCError: Error, Sendable, CustomStringConvertible {
     public var message: String
     /// Where: a file path, a tag, a URI. Printed with control characters escaped.
     public var subject: String?
-    /// What the user can do about it; without one, the code's ``Code/defaultHint`` is shown.
+    /// What the user can do about it, in words that hold for every front end; without a hint or
+    /// a ``remedy``, the code's ``Code/defaultHint`` or ``Code/defaultRemedy`` is shown.
     public var hint: String?
+    /// The next step, named, for a front end to word (a command-line tool names its command);
+    /// shown when there is no ``hint``.
+    public var remedy: Remedy?
     /// The lower-level cause, such as OpenSSL's drained error queue.
     public var underlying: (any Error & Sendable)?
     /// Where in our source the error was raised, for bug reports.
     public var location: SourceLocation
 
-    /// An error of `code` saying `message`, about `subject`, suggesting `hint`, caused by `underlying`.
+    /// An error of `code` saying `message`, about `subject`, suggesting `hint` or `remedy`, caused
+    /// by `underlying`.
     ///
     /// `fileID` and `line` default to the caller's position and become ``location``.
     public init(
@@ -25,6 +32,7 @@ public struct DCError: Error, Sendable, CustomStringConvertible {
         _ message: String,
         subject: String? = nil,
         hint: String? = nil,
+        remedy: Remedy? = nil,
         underlying: (any Error & Sendable)? = nil,
         fileID: String = #fileID,
         line: Int = #line
@@ -33,18 +41,33 @@ public struct DCError: Error, Sendable, CustomStringConvertible {
         self.message = message
         self.subject = subject
         self.hint = hint
+        self.remedy = remedy
         self.underlying = underlying
         self.location = SourceLocation(fileID: fileID, line: line)
     }
 
-    /// One line: `subject: message (cause); what to do` — the hint, or the code's default one.
-    public var description: String {
+    /// One line: `subject: message (cause); what to do` — the hint or remedy, or the code's
+    /// default one; a remedy in the words of this process's front end
+    /// (``Remedy/useWording(_:)``), else in its own ``Remedy/text``.
+    public var description: String { description(wording: Remedy.processWords(for:)) }
+
+    /// One line as ``description`` writes it, with each remedy worded by `wording` (a front end's
+    /// own words for it, such as the command to run), or by its ``Remedy/text`` where `wording`
+    /// has none.
+    public func description(wording: (Remedy) -> String?) -> String {
         var line = ""
         if let subject { line += subject.escapingControlCharacters + ": " }
         line += message
         if let underlying { line += " (\(String(describing: underlying).escapingControlCharacters))" }
-        if let next = hint ?? code.defaultHint { line += "; " + next }
+        if let next = nextStep(wording: wording) { line += "; " + next }
         return line
+    }
+
+    /// What to do, as the one line ends with: the hint, else the remedy, else the code's default
+    /// hint, else its default remedy.
+    public func nextStep(wording: (Remedy) -> String? = { _ in nil }) -> String? {
+        func worded(_ remedy: Remedy) -> String { wording(remedy) ?? remedy.text }
+        return hint ?? remedy.map(worded) ?? code.defaultHint ?? code.defaultRemedy.map(worded)
     }
 
     /// A position in the toolkit's source, printed as `fileID:line`.
@@ -118,18 +141,25 @@ extension DCError {
         public let category: Category
         /// The AppConnect `ACDerivedCredentialError` value this failure reports as when it ends a send.
         public let appConnectValue: Int
-        /// What to do next when an error of this code carries no ``DCError/hint`` of its own.
+        /// What to do next when an error of this code carries no ``DCError/hint`` or
+        /// ``DCError/remedy`` of its own.
         public let defaultHint: String?
+        /// The next step, named for a front end to word, when an error of this code carries no
+        /// hint or remedy of its own and the code has no ``defaultHint``.
+        public let defaultRemedy: Remedy?
 
         /// A code named `name` (stable, compared), failing as `category`, reported to AppConnect
-        /// callers as `appConnect`, with `hint` as the next step its errors suggest by default.
+        /// callers as `appConnect`, with `hint` or `remedy` as the next step its errors suggest by
+        /// default.
         public init(
-            _ name: String, _ category: Category, appConnect: AppConnectSendError = .invalid, hint: String? = nil
+            _ name: String, _ category: Category, appConnect: AppConnectSendError = .invalid, hint: String? = nil,
+            remedy: Remedy? = nil
         ) {
             self.name = name
             self.category = category
             self.appConnectValue = appConnect.rawValue
             self.defaultHint = hint
+            self.defaultRemedy = remedy
         }
 
         /// The code's ``name``.
@@ -153,11 +183,11 @@ extension DCError.Code {
     /// The managed client is locked and cannot take a credential now (AppConnect `serviceUnavailable`).
     public static let serviceUnavailable = Self(
         "serviceUnavailable", .unavailable, appConnect: .serviceUnavailable,
-        hint: "unlock the client (dcclient unlock) and try again, or send with --queue")
+        remedy: .unlockOrQueue)
     /// No managed client, or no handler for its scheme, is registered (AppConnect `missingClient`).
     public static let missingClient = Self(
         "missingClient", .unavailable, appConnect: .missingClient,
-        hint: "register the client (dcclient register, after dcclient init), then try again")
+        remedy: .registerClient)
     /// The managed client speaks an older delivery protocol than the provider (AppConnect `oldClient`).
     public static let oldClient = Self(
         "oldClient", .unavailable, appConnect: .oldClient,
@@ -181,25 +211,25 @@ extension DCError.Code {
     /// the provider sends it nothing (exit 77).
     public static let notAuthorized = Self(
         "notAuthorized", .refused,
-        hint: "the provider decides; ask its operator (dcprovision authorize), then unlock again")
+        remedy: .askForAuthorization)
     /// The client has no policy from its provider yet, so it cannot tell whether it is authorized.
     public static let policyNotReady = Self(
         "policyNotReady", .unavailable,
-        hint: "the provider sends its policy when it pairs with the client (dcprovision pair)")
+        remedy: .awaitPairing)
 
     // MARK: Building a credential (all report as AppConnect `invalid`).
     /// The credential name is empty or only whitespace.
     public static let emptyName = Self(
         "emptyName", .dataError,
-        hint: "give the credential a name (send --name), or use a provider that suggests one")
+        remedy: .nameCredential)
     /// The credential serial number is empty or only whitespace.
     public static let emptySerialNumber = Self(
         "emptySerialNumber", .dataError,
-        hint: "give a serial number (send --serial), or use a provider that suggests one")
+        remedy: .giveSerialNumber)
     /// The credential has no expiration date.
     public static let missingExpirationDate = Self(
         "missingExpirationDate", .dataError,
-        hint: "give an expiration date (send --expires), or use a provider that suggests one")
+        remedy: .giveExpirationDate)
     /// The credential has no tagged entry.
     public static let noEntries = Self(
         "noEntries", .dataError,
@@ -219,7 +249,7 @@ extension DCError.Code {
     /// Validation found at least one error-severity finding in a credential.
     public static let validationFailed = Self(
         "validationFailed", .dataError,
-        hint: "see the findings above (inspect --json lists them); fix the credential or its source")
+        remedy: .fixFindings)
 
     // MARK: Reading and converting files.
     /// The bytes are not what they claim to be (broken PEM, bad base64, truncated DER, NUL bytes).
@@ -269,11 +299,11 @@ extension DCError.Code {
     /// No certificate or key where one is needed.
     public static let missingMaterial = Self(
         "missingMaterial", .dataError,
-        hint: "give the certificate and its private key (TAG=CERT,KEY, or both in one file)")
+        remedy: .giveCertificateAndKey)
     /// Encrypted input and no passphrase source was given.
     public static let passphraseRequired = Self(
         "passphraseRequired", .refused,
-        hint: "give --passphrase-file FILE, --passphrase-fd N or --passphrase-prompt")
+        remedy: .givePassphrase)
     /// The passphrase did not open the input.
     public static let wrongPassphrase = Self(
         "wrongPassphrase", .refused,
@@ -283,7 +313,7 @@ extension DCError.Code {
     /// A provider plug-in reported an error, exited non-zero or crashed.
     public static let providerFailed = Self(
         "providerFailed", .unavailable,
-        hint: "see the provider's messages above; dcprovision providers shows whether it answers")
+        remedy: .checkProvider)
     /// A provider plug-in did not answer in time and was killed.
     public static let providerTimedOut = Self(
         "providerTimedOut", .unavailable,
@@ -293,9 +323,7 @@ extension DCError.Code {
     /// up: it was not started.
     public static let sandboxUnavailable = Self(
         "sandboxUnavailable", .unavailable,
-        hint:
-            "run on a kernel with Landlock (Linux 5.13 or later, enabled), or leave out --require-sandbox to run the plug-in unconfined"
-    )
+        remedy: .allowUnconfined)
     /// A provider plug-in broke the protocol: invalid or truncated JSON, an unknown version,
     /// output over the cap, malformed entries.
     public static let providerProtocol = Self(
@@ -310,7 +338,7 @@ extension DCError.Code {
     /// A PKCS#11 URI matched no token or object.
     public static let noSuchObject = Self(
         "noSuchObject", .inputMissing,
-        hint: "see what is there: dcprovision tokens, then dcprovision objects URI")
+        remedy: .listTokens)
     /// A PKCS#11 URI matched more than one object where one is needed.
     public static let multipleObjects = Self(
         "multipleObjects", .usage,
@@ -318,7 +346,7 @@ extension DCError.Code {
     /// The private key cannot leave the token (CKA_EXTRACTABLE false): derive new keys instead.
     public static let keyNotExtractable = Self(
         "keyNotExtractable", .dataError,
-        hint: "derive new keys instead: --derive with --testca DIR or --provider CA")
+        remedy: .deriveWithCA)
     /// The token refused the PIN (never retried automatically).
     public static let wrongPIN = Self(
         "wrongPIN", .refused,
@@ -330,7 +358,7 @@ extension DCError.Code {
     /// One more wrong PIN would lock the token, and the user did not allow the final try.
     public static let pinFinalTry = Self(
         "pinFinalTry", .refused,
-        hint: "make sure of the PIN, then add --allow-final-pin-try")
+        remedy: .allowFinalPINTry)
     /// A possession proof failed: the card's signature over the challenge does not verify.
     public static let possessionNotProven = Self(
         "possessionNotProven", .refused,
@@ -346,7 +374,7 @@ extension DCError.Code {
     /// expired or is not valid yet (exit 80). Decrypting what was encrypted to it still works.
     public static let credentialExpired = Self(
         "credentialExpired", .expired,
-        hint: "renew it: dcclient request (or dcclient check --renew-within DAYS, which asks when it is due)")
+        remedy: .renewCredential)
 
     // MARK: Revocation.
     /// A certificate that is to be used or delivered is revoked (exit 79).
@@ -358,15 +386,13 @@ extension DCError.Code {
     /// Exit 75: it may work later, with a fresh CRL or a reachable responder.
     public static let revocationUnchecked = Self(
         "revocationUnchecked", .temporaryFailure,
-        hint:
-            "give a current CRL (--crl FILE) or a reachable OCSP responder (--ocsp URL), or go on knowingly with --allow-unchecked-revocation"
-    )
+        remedy: .giveRevocationSource)
 
     // MARK: Files and the command line.
     /// The command line is wrong: a missing or conflicting option, a bad value (exit 64).
     public static let usage = Self(
         "usage", .usage,
-        hint: "see the command's --help")
+        remedy: .seeUsage)
     /// A path or one of its directories does not exist (exit 66).
     public static let fileNotFound = Self(
         "fileNotFound", .inputMissing,

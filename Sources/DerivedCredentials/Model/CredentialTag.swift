@@ -22,6 +22,16 @@ public enum CredentialTag: String, CaseIterable, Codable, Sendable, Comparable, 
 
     /// Orders tags as they are declared: authentication, signing, encryption, escrow.
     public static func < (lhs: CredentialTag, rhs: CredentialTag) -> Bool {
-        allCases.firstIndex(of: lhs)! < allCases.firstIndex(of: rhs)!
+        lhs.order < rhs.order
+    }
+
+    /// The position in the declaration.
+    private var order: Int {
+        switch self {
+        case .authentication: 0
+        case .signing: 1
+        case .encryption: 2
+        case .escrow: 3
+        }
     }
 }

@@ -91,9 +91,18 @@ public struct ProviderRequest: Sendable {
         guard values.count == 1 else {
             throw DCError(
                 .usage, "option '\(name)' was given \(values.count) times; it takes one value",
-                hint: "give --option \(name)=VALUE once")
+                remedy: .giveOptionOnce(name))
         }
         return values[0]
+    }
+
+    /// The single value of the required option `name`: an error when it is missing or was given
+    /// more than once (`DCError/Code/usage`).
+    public func requiredValue(_ name: String) throws -> String {
+        guard let value = try value(name) else {
+            throw DCError(.usage, "the option '\(name)' is missing", hint: "give --option \(name)=VALUE")
+        }
+        return value
     }
 
     /// Every value given for `name`, in order; empty when it was not given.
@@ -121,12 +130,12 @@ public struct ProviderRequest: Sendable {
             if option.required && given.isEmpty {
                 throw DCError(
                     .usage, "provider '\(descriptor.id)' needs the option '\(option.name)'",
-                    hint: "add --option \(option.name)=VALUE (\(option.summary))")
+                    remedy: .addOption(option.name, summary: option.summary))
             }
             if !option.repeatable && given.count > 1 {
                 throw DCError(
                     .usage, "option '\(option.name)' of provider '\(descriptor.id)' takes one value",
-                    hint: "give --option \(option.name)=VALUE once")
+                    remedy: .giveOptionOnce(option.name))
             }
         }
     }

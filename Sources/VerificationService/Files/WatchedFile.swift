@@ -6,9 +6,9 @@ import Logging
 /// A small file served as it is on disk, re-read when it changes: the JWKS document.
 ///
 /// A thin layer over `Reloading` (AuthTokens), which holds the verifier's trust files the same
-/// way: at most once per check interval a request looks at the file's identity (device, inode,
-/// size, modification and change times) and reads it again when that changed; ``reload()`` reads
-/// it at once (SIGHUP). A file that has become unreadable, is not a regular file or fails
+/// way: once per check interval a thread of its own looks at the file's identity (device, inode,
+/// size, modification and change times) and reads it again when that changed, so a request on
+/// the event loop never does file I/O; ``reload()`` reads it at once (SIGHUP). A file that has become unreadable, is not a regular file or fails
 /// validation leaves the last good contents in service, with a warning in the log: an operator's
 /// half-written edit never takes a running service down. Writers should still replace the file
 /// atomically (write a temporary file, then rename it).
@@ -48,8 +48,7 @@ public final class WatchedFile: Sendable {
         }
     }
 
-    /// The current contents, re-read first if the file changed and the last look is older than
-    /// the check interval.
+    /// The current contents: no I/O, never waiting for a reading.
     public var contents: [UInt8] { file.value }
 
     /// Reads the file now. Keeps the previous contents (and logs a warning) if it cannot.

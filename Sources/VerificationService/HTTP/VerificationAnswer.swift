@@ -44,13 +44,9 @@ struct VerificationAnswer {
         headers.append(HTTPField(name: .gdResponseCode, value: verdict.responseCode))
         switch verdict.outcome {
         case .success(let identity):
-            headers.append(HTTPField(name: .gdChallenge, value: identity.challenge))
-            headers.append(HTTPField(name: .gdServer, value: identity.serverName))
-            headers.append(HTTPField(name: .gdUserID, value: identity.userID))
-            headers.append(HTTPField(name: .gdAppID, value: identity.appID))
-            headers.append(HTTPField(name: .gdContainerID, value: identity.containerID))
-            headers.append(HTTPField(name: .gdTokenVersion, value: String(identity.version)))
-            headers.append(HTTPField(name: .gdCreationTime, value: String(identity.creationTime)))
+            for header in VerificationHeaders.identityFields {
+                headers.append(HTTPField(name: header.field, value: header.value(identity)))
+            }
             log.record(
                 .verdict(100), "verified",
                 metadata: [

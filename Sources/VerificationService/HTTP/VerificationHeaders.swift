@@ -1,3 +1,4 @@
+import AuthTokens
 import HTTPTypes
 
 /// The header names of the verification protocol, exactly as application servers already parse
@@ -23,18 +24,47 @@ public enum VerificationHeaders {
     public static let creationTime = "X-Good-GD-AuthTokenCreationTime"
 
     /// The identity headers, sent only with `100 OK`, in the order they are written.
-    public static let identity = [challenge, server, userID, appID, containerID, tokenVersion, creationTime]
+    public static let identity = identityFields.map(\.name)
+
+    /// Each identity header with what it says of a genuine token's identity, in the order they
+    /// are written: the one list that both ``identity`` and the answer (`VerificationAnswer`) read,
+    /// so that a header is added in one place.
+    static let identityFields: [IdentityField] = [
+        IdentityField(challenge) { $0.challenge },
+        IdentityField(server) { $0.serverName },
+        IdentityField(userID) { $0.userID },
+        IdentityField(appID) { $0.appID },
+        IdentityField(containerID) { $0.containerID },
+        IdentityField(tokenVersion) { String($0.version) },
+        IdentityField(creationTime) { String($0.creationTime) },
+    ]
+
+    /// One identity header: its name, made once as an `HTTPField.Name`, and its value for a
+    /// genuine token's identity.
+    struct IdentityField: Sendable {
+        /// The header name, as ``VerificationHeaders`` spells it.
+        let name: String
+        /// The same name for HTTPTypes, which keeps the case it was made with (NIO's HTTP/1
+        /// encoder writes it so).
+        let field: HTTPField.Name
+        /// The header's value for `identity`.
+        let value: @Sendable (TokenVerdict.Identity) -> String
+
+        init(_ name: String, _ value: @escaping @Sendable (TokenVerdict.Identity) -> String) {
+            self.name = name
+            self.field = .constant(name)
+            self.value = value
+        }
+    }
 }
 
 extension HTTPField.Name {
     // HTTPTypes keeps the case a name was made with, and NIO's HTTP/1 encoder writes it so.
-    static let gdAuthToken = Self(VerificationHeaders.authToken)!
-    static let gdResponseCode = Self(VerificationHeaders.responseCode)!
-    static let gdChallenge = Self(VerificationHeaders.challenge)!
-    static let gdServer = Self(VerificationHeaders.server)!
-    static let gdUserID = Self(VerificationHeaders.userID)!
-    static let gdAppID = Self(VerificationHeaders.appID)!
-    static let gdContainerID = Self(VerificationHeaders.containerID)!
-    static let gdTokenVersion = Self(VerificationHeaders.tokenVersion)!
-    static let gdCreationTime = Self(VerificationHeaders.creationTime)!
+    static let gdAuthToken = constant(VerificationHeaders.authToken)
+    static let gdResponseCode = constant(VerificationHeaders.responseCode)
+
+    /// The field name of one of the constants above or of an identity header.
+    static func constant(_ name: String) -> Self {
+        Self(name)!  // cannot fail: the constants above are ASCII header tokens (every verify test sends them)
+    }
 }

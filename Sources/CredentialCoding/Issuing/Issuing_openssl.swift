@@ -239,7 +239,7 @@ enum CertificateBuilding {
         }
         // X509_PUBKEY_set0_param takes ownership of the key bytes, which must come from OpenSSL's allocator.
         guard let owned = CRYPTO_malloc(bits.count, #fileID, #line) else { throw OpenSSL.failure("CRYPTO_malloc") }
-        bits.withUnsafeBytes { owned.copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+        bits.withUnsafeBytes { UnsafeMutableRawBufferPointer(start: owned, count: $0.count).copyMemory(from: $0) }
         guard
             X509_PUBKEY_set0_param(
                 publicKey, OBJ_nid2obj(algorithm), parameterType, parameter,

@@ -25,10 +25,9 @@ public enum KeyImport {
             defer { BN_clear_free(scalarNumber) }
             // OpenSSL keeps the name pointers until OSSL_PARAM_BLD_to_param: owned C strings.
             let keyNames: [String] = ["group", "priv", "pub"]  // OSSL_PKEY_PARAM_GROUP_NAME, _PRIV_KEY, _PUB_KEY
-            let names = keyNames.map { strdup($0)! }
-            defer { names.forEach { free($0) } }
-            let group = strdup(curve)!
-            defer { free(group) }
+            let strings = try OpenSSL.cStrings(keyNames + [curve])
+            defer { strings.forEach { free($0) } }
+            let (names, group) = (strings[..<3], strings[3])
             guard OSSL_PARAM_BLD_push_utf8_string(builder, names[0], group, 0) == 1,
                 OSSL_PARAM_BLD_push_BN(builder, names[1], scalarNumber) == 1,
                 OSSL_PARAM_BLD_push_octet_string(builder, names[2], point, point.count) == 1,
@@ -74,7 +73,7 @@ public enum KeyImport {
             ("rsa-factor2", prime2), ("rsa-exponent1", exponent1), ("rsa-exponent2", exponent2),
             ("rsa-coefficient1", coefficient),
         ]
-        let names = parts.map { strdup($0.0)! }
+        let names = try OpenSSL.cStrings(parts.map(\.0))
         defer { names.forEach { free($0) } }
         var numbers: [OpaquePointer] = []
         defer { numbers.forEach { BN_clear_free($0) } }
@@ -113,18 +112,18 @@ public enum KeyImport {
         guard ok else {
             throw DCError(
                 .invalid, "the wrapped key does not unwrap",
-                hint: "the token gave a damaged key: try again, or derive new keys (--derive)",
+                remedy: .deriveAfterDamagedKey,
                 underlying: OpenSSLError.drain())
         }
         total = length
         guard
             output.withUnsafeMutableBufferPointer({
-                EVP_DecryptFinal_ex(context, $0.baseAddress! + Int(total), &length)
+                EVP_DecryptFinal_ex(context, $0.baseAddress?.advanced(by: Int(total)), &length)
             }) == 1
         else {
             throw DCError(
                 .invalid, "the wrapped key does not unwrap",
-                hint: "the token gave a damaged key: try again, or derive new keys (--derive)",
+                remedy: .deriveAfterDamagedKey,
                 underlying: OpenSSLError.drain())
         }
         total += length
@@ -133,7 +132,7 @@ public enum KeyImport {
         guard plain.count >= 2, plain[0] == 0x30 else {
             throw DCError(
                 .invalid, "the unwrapped key is not DER",
-                hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
+                remedy: .deriveAfterDamagedKey)
         }
         var derLength = Int(plain[1])
         var header = 2
@@ -142,7 +141,7 @@ public enum KeyImport {
             guard count <= 4, plain.count >= 2 + count else {
                 throw DCError(
                     .invalid, "the unwrapped key is not DER",
-                    hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
+                    remedy: .deriveAfterDamagedKey)
             }
             derLength = plain[2..<(2 + count)].reduce(0) { $0 << 8 | Int($1) }
             header = 2 + count
@@ -150,7 +149,7 @@ public enum KeyImport {
         guard header + derLength <= plain.count, plain[(header + derLength)...].allSatisfy({ $0 == 0 }) else {
             throw DCError(
                 .invalid, "the unwrapped key has unexpected trailing bytes",
-                hint: "the token gave a damaged key: try again, or derive new keys (--derive)")
+                remedy: .deriveAfterDamagedKey)
         }
         var exact = Array(plain.prefix(header + derLength))
         return SecretBytes(consuming: &exact)

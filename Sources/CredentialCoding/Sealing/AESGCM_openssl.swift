@@ -28,7 +28,9 @@ public enum AESGCM {
         guard ok else { throw OpenSSL.failure("AES-GCM encryption") }
         var total = Int(length)
         guard
-            output.withUnsafeMutableBufferPointer({ EVP_EncryptFinal_ex(cipher, $0.baseAddress! + total, &length) })
+            output.withUnsafeMutableBufferPointer({
+                EVP_EncryptFinal_ex(cipher, $0.baseAddress?.advanced(by: total), &length)
+            })
                 == 1
         else {
             throw OpenSSL.failure("AES-GCM encryption")
@@ -67,7 +69,9 @@ public enum AESGCM {
         guard started else { throw OpenSSL.failure("AES-GCM decryption") }
         let total = Int(length)
         guard EVP_CIPHER_CTX_ctrl(cipher, EVP_CTRL_GCM_SET_TAG, 16, &tag) == 1,
-            output.withUnsafeMutableBufferPointer({ EVP_DecryptFinal_ex(cipher, $0.baseAddress! + total, &length) })
+            output.withUnsafeMutableBufferPointer({
+                EVP_DecryptFinal_ex(cipher, $0.baseAddress?.advanced(by: total), &length)
+            })
                 == 1
         else {
             OpenSSLError.clear()

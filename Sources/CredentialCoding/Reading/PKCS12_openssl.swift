@@ -56,7 +56,7 @@ enum PKCS12Reading {
             OpenSSLError.clear()
             throw DCError(
                 .passphraseRequired, "the PKCS#12 file is protected by a passphrase and none was given",
-                hint: "pass --passphrase-file FILE or --passphrase-fd N")
+                remedy: .givePassphraseFile)
         }
 
         guard let safes = PKCS12_unpack_authsafes(p12) else {

@@ -168,7 +168,7 @@ public struct RevocationPolicy: Sendable {
         defaultToCertificateURLs: Bool
     ) throws {
         let lists = try crlFiles.map { path in
-            let full = path.hasPrefix("/") || directory == nil ? path : directory! + "/" + path
+            let full = path.hasPrefix("/") ? path : directory.map { $0 + "/" + path } ?? path
             guard let bytes = FileManager.default.contents(atPath: full) else {
                 throw DCError(.fileNotFound, "cannot read the CRL", subject: full)
             }

@@ -25,7 +25,7 @@ public enum AtRest {
         guard sealed.count >= magic.count + 12 + 16, Array(sealed.prefix(magic.count)) == magic else {
             throw DCError(
                 .invalid, "not an encrypted store file",
-                hint: "the client's store is damaged or was altered: set the client up again (dcclient init)")
+                remedy: .setUpAlteredStore)
         }
         let nonce = Array(sealed[magic.count..<(magic.count + 12)])
         do {
@@ -35,7 +35,7 @@ public enum AtRest {
         } catch let error as DCError where error.code == .invalid {
             throw DCError(
                 .invalid, "the encrypted store file cannot be opened with this key, or it was altered",
-                hint: "the client's store is damaged or was altered: set the client up again (dcclient init)")
+                remedy: .setUpAlteredStore)
         }
     }
 
@@ -50,7 +50,7 @@ public enum AtRest {
         guard (1...maximumIterations).contains(iterations) else {
             throw DCError(
                 .invalid, "the key-derivation iteration count \(iterations) is outside 1…\(maximumIterations)",
-                hint: "the client's store is damaged or was altered: set the client up again (dcclient init)")
+                remedy: .setUpAlteredStore)
         }
         var key = [UInt8](repeating: 0, count: 32)
         let ok = passphrase.withUnsafeBytes { pass in

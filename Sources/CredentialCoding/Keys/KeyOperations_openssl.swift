@@ -266,7 +266,9 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
             if !label.isEmpty {
                 // OpenSSL takes ownership of the label it is given.
                 guard let copy = CRYPTO_malloc(label.count, #fileID, #line) else { throw OpenSSL.failure("OAEP label") }
-                label.withUnsafeBytes { copy.copyMemory(from: $0.baseAddress!, byteCount: label.count) }
+                label.withUnsafeBytes {
+                    UnsafeMutableRawBufferPointer(start: copy, count: $0.count).copyMemory(from: $0)
+                }
                 guard EVP_PKEY_CTX_set0_rsa_oaep_label(context, copy, Int32(label.count)) == 1 else {
                     CRYPTO_free(copy, #fileID, #line)
                     throw OpenSSL.failure("EVP_PKEY_CTX_set0_rsa_oaep_label")
@@ -421,7 +423,7 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
         let half = Int32(length / 2)
         let done = raw.withUnsafeMutableBufferPointer { buffer in
             BN_bn2binpad(ECDSA_SIG_get0_r(signature), buffer.baseAddress, half) == half
-                && BN_bn2binpad(ECDSA_SIG_get0_s(signature), buffer.baseAddress! + Int(half), half) == half
+                && BN_bn2binpad(ECDSA_SIG_get0_s(signature), buffer.baseAddress?.advanced(by: Int(half)), half) == half
         }
         guard done else { throw OpenSSL.failure("BN_bn2binpad") }
         return raw

@@ -281,7 +281,7 @@ private final class ES256Verifier: @unchecked Sendable {
             let der = UnsafeMutableBufferPointer(rebasing: buffer[32...])
             var digestLength: UInt32 = 0
             let hashed = EVP_Digest(
-                message.baseAddress ?? UnsafeRawPointer(digest.baseAddress!), message.count, digest.baseAddress,
+                message.baseAddress ?? UnsafeRawPointer(digest.baseAddress), message.count, digest.baseAddress,
                 &digestLength, Digests.sha256Algorithm.pointer ?? EVP_sha256(), nil)
             guard hashed == 1, digestLength == 32 else {
                 OpenSSLError.clear()
@@ -397,7 +397,7 @@ public enum ES256Signature {
         var raw = [UInt8](repeating: 0, count: 64)
         guard let r = ECDSA_SIG_get0_r(signature), let s = ECDSA_SIG_get0_s(signature),
             raw.withUnsafeMutableBufferPointer({
-                BN_bn2binpad(r, $0.baseAddress, 32) == 32 && BN_bn2binpad(s, $0.baseAddress! + 32, 32) == 32
+                BN_bn2binpad(r, $0.baseAddress, 32) == 32 && BN_bn2binpad(s, $0.baseAddress?.advanced(by: 32), 32) == 32
             })
         else { return nil }
         return raw

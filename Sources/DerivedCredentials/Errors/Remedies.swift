@@ -1,0 +1,259 @@
+import Synchronization
+
+extension DCError {
+    /// A next step an error points to, named rather than worded for one front end: "unlock the
+    /// client", "give a passphrase", "pair the client again". The core and the libraries say which
+    /// step applies; a front end words it in its own terms (a command-line tool names the command
+    /// to run or the flag to add), and anything else shows ``text``.
+    ///
+    /// A struct with a stable ``name`` rather than an enum, so that later releases can add
+    /// remedies; two remedies are the same step when their names and arguments are equal.
+    public struct Remedy: Sendable, Hashable, CustomStringConvertible {
+        /// The stable identifier, such as `unlockOrQueue`, by which a front end finds its words.
+        public let name: String
+        /// What the step is about, in order, such as a client's scheme; a front end's words may
+        /// quote them.
+        public let arguments: [String]
+        /// The step in words that hold for every front end: no command or flag.
+        public let text: String
+
+        /// The step `name`, about `arguments`, worded `text` for any front end.
+        public init(_ name: String, arguments: [String] = [], _ text: String) {
+            self.name = name
+            self.arguments = arguments
+            self.text = text
+        }
+
+        /// The ``text``.
+        public var description: String { text }
+
+        /// Makes `wording` the words of every ``DCError/description`` in this process, where it
+        /// has words for a remedy: a front end calls it once as it starts (the command-line tools
+        /// do), so that an error described anywhere, in a progress line as much as in the last
+        /// line, names the step in its own terms.
+        public static func useWording(_ wording: @escaping @Sendable (Remedy) -> String?) {
+            processWording.withLock { $0 = wording }
+        }
+
+        /// The process's front end's words for `remedy`, if it set any (``useWording(_:)``).
+        static func processWords(for remedy: Remedy) -> String? {
+            processWording.withLock { $0 }?(remedy)
+        }
+
+        /// What ``useWording(_:)`` set; nil until a front end sets it.
+        private static let processWording = Mutex<(@Sendable (Remedy) -> String?)?>(nil)
+
+        /// Remedies are equal when their names and arguments are; the text is not compared.
+        public static func == (lhs: Remedy, rhs: Remedy) -> Bool {
+            lhs.name == rhs.name && lhs.arguments == rhs.arguments
+        }
+        /// Hashes the ``name`` and ``arguments``, matching `==`.
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(name)
+            hasher.combine(arguments)
+        }
+    }
+}
+
+extension DCError.Remedy {
+    // Every remedy the toolkit's errors name, in one place. Each is worded here for any front end;
+    // the command-line tools word each one in their own terms (`RemedyWording` in
+    // CommandLineSupport), so that no library names a command or a flag.
+
+    /// The client is locked: unlock it, or queue the delivery for later.
+    public static let unlockOrQueue = Self(
+        "unlockOrQueue", "unlock the client and try again, or queue the delivery for later")
+
+    /// No client is registered for the scheme: set one up and register it.
+    public static let registerClient = Self(
+        "registerClient", "register the client (after setting it up), then try again")
+
+    /// Only the provider's operator can authorize the client.
+    public static let askForAuthorization = Self(
+        "askForAuthorization", "the provider decides; ask its operator to authorize the client, then unlock again")
+
+    /// The provider's policy comes with pairing.
+    public static let awaitPairing = Self("awaitPairing", "the provider sends its policy when it pairs with the client")
+
+    /// Give the credential a name.
+    public static let nameCredential = Self(
+        "nameCredential", "give the credential a name, or use a provider that suggests one")
+
+    /// Give the credential a serial number.
+    public static let giveSerialNumber = Self(
+        "giveSerialNumber", "give a serial number, or use a provider that suggests one")
+
+    /// Give the credential an expiration date.
+    public static let giveExpirationDate = Self(
+        "giveExpirationDate", "give an expiration date, or use a provider that suggests one")
+
+    /// Validation found errors: read the findings, fix the credential.
+    public static let fixFindings = Self(
+        "fixFindings", "see the findings (the validation report lists them); fix the credential or its source")
+
+    /// Give a certificate together with its private key.
+    public static let giveCertificateAndKey = Self(
+        "giveCertificateAndKey", "give the certificate and its private key, as two files or both in one")
+
+    /// Give a passphrase source: a file, a descriptor or the terminal.
+    public static let givePassphrase = Self(
+        "givePassphrase", "give the passphrase from a file, a descriptor or the terminal")
+
+    /// Give the passphrase from a file or a descriptor.
+    public static let givePassphraseFile = Self("givePassphraseFile", "give the passphrase from a file or a descriptor")
+
+    /// There is no terminal to prompt on: give the passphrase from a file or a descriptor.
+    public static let givePassphraseWithoutTerminal = Self(
+        "givePassphraseWithoutTerminal", "give the passphrase from a file or a descriptor instead")
+
+    /// A provider failed: read its messages and check that it answers.
+    public static let checkProvider = Self(
+        "checkProvider", "see the provider's messages above, and check that it answers")
+
+    /// Confinement is unavailable: use a kernel with Landlock, or let the plug-in run unconfined.
+    public static let allowUnconfined = Self(
+        "allowUnconfined",
+        "run on a kernel with Landlock (Linux 5.13 or later, enabled), or allow the plug-in to run unconfined")
+
+    /// Nothing on the tokens matches: list the tokens and their objects.
+    public static let listTokens = Self("listTokens", "see what is there: list the tokens, then the objects of one")
+
+    /// No token matches: list the tokens.
+    public static let listTokensOnly = Self("listTokensOnly", "list the tokens to see what is there")
+
+    /// A key that cannot leave its token: derive new keys, certified by a CA.
+    public static let deriveWithCA = Self("deriveWithCA", "derive new keys instead, certified by a CA")
+
+    /// A PIV card's keys never leave it: derive new keys (SP 800-157).
+    public static let deriveNormally = Self(
+        "deriveNormally", "this is normal for PIV cards: derive new keys instead (SP 800-157)")
+
+    /// The key cannot leave the card: derive new keys (SP 800-157).
+    public static let deriveKeys = Self("deriveKeys", "derive new keys instead (SP 800-157)")
+
+    /// The token gave a damaged key: try again, or derive new keys.
+    public static let deriveAfterDamagedKey = Self(
+        "deriveAfterDamagedKey", "the token gave a damaged key: try again, or derive new keys")
+
+    /// One more wrong PIN locks the token: try only when sure, and say so.
+    public static let allowFinalPINTry = Self(
+        "allowFinalPINTry", "make sure of the PIN, then allow the final try explicitly")
+
+    /// A PIN never goes in a URI: give it from a file, a descriptor, a variable or the prompt.
+    public static let givePINSafely = Self(
+        "givePINSafely", "give the PIN from a file, a descriptor, a variable or the prompt")
+
+    /// The credential expired: ask the provider for a new one.
+    public static let renewCredential = Self(
+        "renewCredential", "renew it: ask the provider for a new credential (or check regularly, asking when it is due)"
+    )
+
+    /// The revocation status is unknown: give a source of it, or accept the risk by name.
+    public static let giveRevocationSource = Self(
+        "giveRevocationSource",
+        "give a current CRL or a reachable OCSP responder, or go on knowingly, allowing unchecked revocation")
+
+    /// The command line is wrong: see the command's usage.
+    public static let seeUsage = Self("seeUsage", "see the command's usage")
+
+    /// The delegation is not valid now: a new one comes when the client announces availability.
+    public static let awaitNewDelegation = Self(
+        "awaitNewDelegation", "the provider sends a new one when the authorized client announces availability")
+
+    /// There is no delegation: one comes when the client announces availability.
+    public static let awaitDelegation = Self(
+        "awaitDelegation", "the provider sends one when the authorized client announces availability")
+
+    /// A provider option was given more than once.
+    public static func giveOptionOnce(_ name: String) -> Self {
+        Self("giveOptionOnce", arguments: [name], "give the option '\(name)' one value")
+    }
+
+    /// A provider needs an option.
+    public static func addOption(_ name: String, summary: String) -> Self {
+        Self("addOption", arguments: [name, summary], "add the option '\(name)' (\(summary))")
+    }
+
+    /// The recovery key does not open the archive: give the one the CA archived to.
+    public static let giveArchivingRecoveryKey = Self(
+        "giveArchivingRecoveryKey", "give the recovery key whose certificate the CA archived to")
+
+    /// The client's store is damaged or altered: set the client up again.
+    public static let setUpAlteredStore = Self(
+        "setUpAlteredStore", "the client's store is damaged or was altered: set the client up again")
+
+    /// The client's store is damaged: remove it and set the client up again.
+    public static let setUpDamagedStore = Self(
+        "setUpDamagedStore", "the client's store is damaged: remove it and set the client up again")
+
+    /// The output exists: remove it, or ask for it to be replaced.
+    public static let replaceOutput = Self("replaceOutput", "remove it, or ask for it to be replaced")
+
+    /// A retired client is set up afresh before it is paired again.
+    public static let setUpRetiredClient = Self(
+        "setUpRetiredClient", "a retired client is set up afresh before it is paired again")
+
+    /// A retired client is set up afresh and paired again.
+    public static let setUpAndPairRetiredClient = Self(
+        "setUpAndPairRetiredClient", "a retired client is set up afresh and paired again")
+
+    /// The client is not paired with this provider: pair it.
+    public static func pairFirst(clientScheme: String) -> Self {
+        Self("pairFirst", arguments: [clientScheme], "pair it first (client scheme \(clientScheme))")
+    }
+
+    /// The client's pairing changed: pair it again.
+    public static func pairAgain(clientScheme: String) -> Self {
+        Self("pairAgain", arguments: [clientScheme], "pair it again (client scheme \(clientScheme))")
+    }
+
+    /// A request id is used once: the client asks again with a new one.
+    public static let askWithNewRequest = Self("askWithNewRequest", "a client asks again with a new request id")
+
+    /// The result came too late: the credential is sent again.
+    public static let sendAgain = Self("sendAgain", "send the credential again (or the client asks again)")
+
+    /// A client's registration is damaged: the client publishes it again.
+    public static let republishRegistration = Self(
+        "republishRegistration", "the client publishes it again when it registers")
+
+    /// The provider did not answer: check that it is registered and has the client paired.
+    public static let checkProviderPairing = Self(
+        "checkProviderPairing", "check that the provider is registered and has this client paired")
+
+    /// The policy record is damaged: the provider's next policy replaces it.
+    public static let askForPolicy = Self(
+        "askForPolicy", "the provider's next policy replaces it: ask its operator to send one")
+
+    /// The client is locked: unlock it.
+    public static let unlockClient = Self("unlockClient", "unlock the client")
+
+    /// The client is locked: unlock it first.
+    public static let unlockFirst = Self("unlockFirst", "unlock it first")
+
+    /// No provider is registered for the client: register one; nothing was changed.
+    public static let registerProvider = Self("registerProvider", "nothing was changed; register the provider")
+
+    /// No provider is registered for a scheme: register one.
+    public static func registerProviderScheme(_ providerScheme: String) -> Self {
+        Self(
+            "registerProviderScheme", arguments: [providerScheme],
+            "register a provider for the scheme \(providerScheme)")
+    }
+
+    /// The client is not set up: set it up with its schemes and a store passphrase.
+    public static let setUpClient = Self(
+        "setUpClient", "set the client up: its scheme, its provider's scheme and a store passphrase")
+
+    /// No credential is installed: ask the provider for one.
+    public static let requestCredential = Self("requestCredential", "ask the provider for one")
+
+    /// There is no test CA in the directory: create one.
+    public static func createTestCA(in directory: String) -> Self {
+        Self("createTestCA", arguments: [directory], "create a test CA in \(directory)")
+    }
+
+    /// The test CA does not archive keys: one made with a recovery certificate does.
+    public static let archiveKeys = Self(
+        "archiveKeys", "this CA does not archive keys (a CA made with a recovery certificate does)")
+}

@@ -170,7 +170,7 @@ extension ManagedClient {
         else {
             throw DCError(
                 .missingClient, "no provider is registered for \(config.providerScheme):",
-                remedy: .registerProviderScheme(config.providerScheme))
+                remedy: .registerProviderScheme(config.providerScheme.text))
         }
         let outcome = try await SchemeHandlers().open(
             url, scheme: config.providerScheme.text, expectedExecutable: provider.executable)

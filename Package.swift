@@ -257,6 +257,15 @@ let package = Package(
             ],
             path: "Benchmarks/dcbench"
         ),
+        // One-off: ours against jwt-kit's ES256 JWS (renovation item 5); leaves with jwt-kit.
+        .executableTarget(
+            name: "jwsbench",
+            dependencies: [
+                "AuthTokens", "CredentialCoding", "DerivedCredentials", "IdentityTokens",
+                .product(name: "JWTKit", package: "jwt-kit"),
+            ],
+            path: "Benchmarks/jwsbench"
+        ),
 
         .testTarget(
             name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials", "SystemSupport", "TestSupport"]),

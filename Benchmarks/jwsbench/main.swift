@@ -145,3 +145,11 @@ for (name, token) in probes {
     let kitAud = (try? await keys.verify(token, as: IdentityClaims.self))?.audience.value.joined(separator: ",") ?? "-"
     print("probe \(name): ours \(oursVerify(token) ? "ACCEPTS" : "refuses"), jwt-kit \(kit ? "ACCEPTS (aud \(kitAud))" : "refuses")")
 }
+
+// A test vector: an identity JWT as IdentityToken.sign wrote it through jwt-kit, with the public key.
+let vector = try await IdentityToken.sign(
+    issuer: "org.example.provider", userID: "alice@example.com", audience: "mail-web",
+    scope: "openid https://mail.example/read", key: key, now: Date(timeIntervalSince1970: 1_795_000_000))
+print("vector token: \(vector.compact)")
+print("vector jwk: x \(key.publicKey.jwkX) y \(key.publicKey.jwkY)")
+print("vector payload: \(String(decoding: Base64URL.decode(vector.compact.split(separator: ".").map(String.init)[1])!, as: UTF8.self))")

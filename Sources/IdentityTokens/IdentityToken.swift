@@ -103,7 +103,8 @@ public struct IdentityToken: Sendable, Equatable, CustomStringConvertible, Custo
             issuer: issuer, subject: userID, audience: audience, scope: scope, issuedAt: issuedAt,
             expires: issuedAt + lifetime)
         let jws = try CompactJWS.sign(
-            payload: claims.jsonText, type: type, keyID: key.publicKey.thumbprint, key: key, maximumLength: maximumLength)
+            payload: claims.jsonText, type: type, keyID: key.publicKey.thumbprint, key: key,
+            maximumLength: maximumLength)
         return IdentityToken(jws: jws, claims: claims)
     }
 

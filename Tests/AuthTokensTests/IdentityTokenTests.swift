@@ -52,7 +52,9 @@ struct IdentityTokenTests {
         "eyJhbGciOiJFUzI1NiIsImtpZCI6IjloNFluZ2dhbmFFa2d4cTZKdFZqY1NVNWlYTk9JTnVUTUJfWE13UWtSVFEiLCJ0eXAiOiJKV1QifQ"
         + ".eyJhdWQiOiJtYWlsLXdlYiIsImV4cCI6MTc5NTAwMzYwMCwiaWF0IjoxNzk1MDAwMDAwLCJpc3MiOiJvcmcuZXhhbXBsZS5wcm92aWRlciIsInNjb3BlIjoib3BlbmlkIGh0dHBzOlwvXC9tYWlsLmV4YW1wbGVcL3JlYWQiLCJzdWIiOiJhbGljZUBleGFtcGxlLmNvbSJ9"
         + ".O4FrksV-ZibllcvYFSvO37onzfaJU02PnZo92oGtu3s0ihZhlPv2bTMXPgWjKuPzSmiOgGI-ApANRA1J616yjA"
-    static let jwtKitKey = (x: "HULlWTwJIhUBX3mHcE51EWY89mOBpmAPGF55bryvrfc", y: "kaefsj5KT9N3mwAvu03yKHnoEnQbbQ5sabJCNikVHvg")
+    static let jwtKitKey = (
+        x: "HULlWTwJIhUBX3mHcE51EWY89mOBpmAPGF55bryvrfc", y: "kaefsj5KT9N3mwAvu03yKHnoEnQbbQ5sabJCNikVHvg"
+    )
 
     @Test("An identity JWT jwt-kit signed for the provider before still reads and verifies")
     func jwtKitMade() throws {
@@ -122,12 +124,15 @@ struct IdentityTokenTests {
         "a padded base64url signature", "an unknown claim", "no sub claim", "exp not an integer",
     ]
 
-    @Test("Refused although signed: duplicate members, alg other than ES256, high-S, extra header members", arguments: refusals)
+    @Test(
+        "Refused although signed: duplicate members, alg other than ES256, high-S, extra header members",
+        arguments: refusals)
     func refused(_ rule: String) throws {
         let key = try TokenSigningKey.generate()
         let kid = key.publicKey.thumbprint
         let header = #"{"alg":"ES256","kid":"\#(kid)","typ":"JWT"}"#
-        let claims = #"{"aud":"mail-web","exp":1795003600,"iat":1795000000,"iss":"org.example.provider","scope":"openid","sub":"alice@example.com"}"#
+        let claims =
+            #"{"aud":"mail-web","exp":1795003600,"iat":1795000000,"iss":"org.example.provider","scope":"openid","sub":"alice@example.com"}"#
         func b64(_ text: String) -> String { Base64URL.encode(Array(text.utf8)) }
         func signed(_ header: String, _ claims: String) throws -> String {
             let input = b64(header) + "." + b64(claims)
@@ -143,24 +148,31 @@ struct IdentityTokenTests {
             token = try signed(header, claimsWith(#"{"aud":"#, #"{"aud":"evil","aud":"#))
         case "a header member twice (alg none, then ES256)":
             token = try signed(#"{"alg":"none","alg":"ES256","kid":"\#(kid)","typ":"JWT"}"#, claims)
-        case "alg none and no signature": token = b64(#"{"alg":"none","kid":"\#(kid)","typ":"JWT"}"#) + "." + b64(claims) + "."
+        case "alg none and no signature":
+            token = b64(#"{"alg":"none","kid":"\#(kid)","typ":"JWT"}"#) + "." + b64(claims) + "."
         case "alg HS256 keyed with the public key's bytes":
             let input = b64(#"{"alg":"HS256","kid":"\#(kid)","typ":"JWT"}"#) + "." + b64(claims)
             let mac = Digests.hmacSHA256(key: SecretBytes(key.publicKey.uncompressedPoint), message: Array(input.utf8))
             token = input + "." + Base64URL.encode(mac)
-        case "alg ES384 over an ES256 signature": token = try signed(#"{"alg":"ES384","kid":"\#(kid)","typ":"JWT"}"#, claims)
+        case "alg ES384 over an ES256 signature":
+            token = try signed(#"{"alg":"ES384","kid":"\#(kid)","typ":"JWT"}"#, claims)
         case "the high-S twin (r, n − s) of a genuine token":
             // The oracle shows first that PyJWT and pyca/cryptography take the twin as a valid ES256 signature.
-            let answer = try oracle("twin", ["jws": genuine, "jwk": ["x": key.publicKey.jwkX, "y": key.publicKey.jwkY]])
+            let answer = try oracle(
+                "twin", ["jws": genuine, "jwk": ["x": key.publicKey.jwkX, "y": key.publicKey.jwkY]])
             #expect(answer["differs"] as? Bool == true && answer["highS"] as? Bool == true)
             token = try #require(answer["twin"] as? String)
-        case "a crit header member": token = try signed(#"{"alg":"ES256","crit":["exp"],"kid":"\#(kid)","typ":"JWT"}"#, claims)
+        case "a crit header member":
+            token = try signed(#"{"alg":"ES256","crit":["exp"],"kid":"\#(kid)","typ":"JWT"}"#, claims)
         case "a jku header member":
-            token = try signed(#"{"alg":"ES256","jku":"https://evil.example/jwks","kid":"\#(kid)","typ":"JWT"}"#, claims)
-        case "an unknown header member": token = try signed(#"{"alg":"ES256","kid":"\#(kid)","typ":"JWT","x":1}"#, claims)
+            token = try signed(
+                #"{"alg":"ES256","jku":"https://evil.example/jwks","kid":"\#(kid)","typ":"JWT"}"#, claims)
+        case "an unknown header member":
+            token = try signed(#"{"alg":"ES256","kid":"\#(kid)","typ":"JWT","x":1}"#, claims)
         case "no kid": token = try signed(#"{"alg":"ES256","typ":"JWT"}"#, claims)
         case "another kid": token = try signed(#"{"alg":"ES256","kid":"another-key","typ":"JWT"}"#, claims)
-        case "another typ (dc-auth+jwt)": token = try signed(#"{"alg":"ES256","kid":"\#(kid)","typ":"dc-auth+jwt"}"#, claims)
+        case "another typ (dc-auth+jwt)":
+            token = try signed(#"{"alg":"ES256","kid":"\#(kid)","typ":"dc-auth+jwt"}"#, claims)
         case "a padded base64url signature": token = genuine + "=="
         case "an unknown claim": token = try signed(header, claimsWith(#""sub":"#, #""nonce":"n","sub":"#))
         case "no sub claim": token = try signed(header, claimsWith(#","sub":"alice@example.com""#, ""))

@@ -245,7 +245,9 @@ package struct JSONFields {
 
     /// The members of `value`, which must be an object with every name in `required`, any of
     /// `optional`, and no other.
-    package init(_ value: JSONValue, required: Set<String>, optional: Set<String> = [], what: String) throws(FormatError) {
+    package init(_ value: JSONValue, required: Set<String>, optional: Set<String> = [], what: String)
+        throws(FormatError)
+    {
         guard case .object(let members) = value else { throw FormatError("\(what) is not a JSON object") }
         for name in members.keys where !required.contains(name) && !optional.contains(name) {
             throw FormatError("\(what) has an unknown member")

@@ -35,7 +35,7 @@ let package = Package(
             description: """
                 dcprovision depends on the dcclient and dcverify executables, so that `swift run dcprovision demo` \
                 on a fresh clone builds them next to it. A dependency on an executable links its modules (for \
-                dcverify, the HTTP server; for dcclient, jwt-kit) into dcprovision, which costs every dcprovision \
+                dcverify, the HTTP server) into dcprovision, which costs every dcprovision \
                 process about a millisecond at start. scripts/install and the benchmarks build the three products \
                 one by one with --disable-default-traits instead.
                 """),
@@ -52,8 +52,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
-        // Identity JWTs (ES256), signed by the provider.
-        .package(url: "https://github.com/vapor/jwt-kit", from: "5.8.0"),
     ],
     targets: [
         // C engines, as system libraries. Nothing outside CredentialCoding (and later the
@@ -144,12 +142,9 @@ let package = Package(
         // revocation list, and the stateless verifier. OpenSSL does the cryptography.
         .target(
             name: "AuthTokens", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
-        // Identity JWTs through jwt-kit: signed by the provider, cached by the client.
-        .target(
-            name: "IdentityTokens",
-            dependencies: [
-                "AuthTokens", "DerivedCredentials", "CredentialCoding", .product(name: "JWTKit", package: "jwt-kit"),
-            ]),
+        // Identity JWTs: signed by the provider, cached by the client; the same ES256 JWS as auth
+        // tokens (AuthTokens' CompactJWS over OpenSSL).
+        .target(name: "IdentityTokens", dependencies: ["AuthTokens", "DerivedCredentials", "CredentialCoding"]),
 
         // The verification service app servers call: HTTP(S) on Hummingbird, limits, reloads, logs.
         .target(
@@ -279,7 +274,7 @@ let package = Package(
         ),
         .testTarget(
             name: "AuthTokensTests",
-            dependencies: ["AuthTokens", "CredentialCoding", "DerivedCredentials", "TestSupport"],
+            dependencies: ["AuthTokens", "IdentityTokens", "CredentialCoding", "DerivedCredentials", "TestSupport"],
             // Run by the tests with /usr/bin/python3: PyJWT as an independent peer.
             exclude: ["jws_oracle.py"]),
         // Tests only: the verification service with a table verifier whose verification can take

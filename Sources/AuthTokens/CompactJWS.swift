@@ -42,12 +42,26 @@ public struct CompactJWS: Sendable, Equatable {
     /// Signs `payload` (JSON text) with `key`: the header is `{"alg":"ES256","kid":…,"typ":…}`, its
     /// members in that order and `kid` left out when `keyID` is nil.
     public static func sign(payload: String, type: String, keyID: String?, key: TokenSigningKey) throws -> CompactJWS {
+        try sign(payload: payload, type: type, keyID: keyID, key: key, maximumLength: maximumLength)
+    }
+
+    /// Signs as ``sign(payload:type:keyID:key:)`` does, for a format whose cap on the whole JWS is
+    /// `maximumLength` bytes rather than ``maximumLength`` (identity JWTs).
+    package static func sign(
+        payload: String, type: String, keyID: String?, key: TokenSigningKey, maximumLength: Int
+    ) throws -> CompactJWS {
         var header: [(String, String)] = [("alg", JSONText.string("ES256"))]
         if let keyID { header.append(("kid", JSONText.string(keyID))) }
         header.append(("typ", JSONText.string(type)))
         let input = Base64URL.encode(Array(JSONText.object(header).utf8)) + "." + Base64URL.encode(Array(payload.utf8))
         let signature = try key.sign(Array(input.utf8))
-        return try CompactJWS(parsing: input + "." + Base64URL.encode(signature), type: type, keyed: keyID != nil)
+        do throws(FormatError) {
+            return try CompactJWS(
+                bytes: Array((input + "." + Base64URL.encode(signature)).utf8)[...], type: type, keyed: keyID != nil,
+                maximumLength: maximumLength)
+        } catch {
+            throw DCError(.invalid, "not a valid \(type) JWS: \(error.description)")
+        }
     }
 
     /// Whether ``signature`` is `key`'s ES256 signature of ``signingInput``, in its low-S form
@@ -56,11 +70,12 @@ public struct CompactJWS: Sendable, Equatable {
         key.isValidSignature(signature, for: signingInput)
     }
 
-    /// Parses the compact JWS in `bytes` (see ``init(parsing:type:keyed:)``).
-    init(bytes: ArraySlice<UInt8>, type expectedType: String, keyed: Bool) throws(FormatError) {
-        guard bytes.count <= CompactJWS.maximumLength else {
-            throw FormatError("longer than \(CompactJWS.maximumLength) bytes")
-        }
+    /// Parses the compact JWS in `bytes` (see ``init(parsing:type:keyed:)``), at most
+    /// `maximumLength` bytes long.
+    package init(
+        bytes: ArraySlice<UInt8>, type expectedType: String, keyed: Bool, maximumLength: Int = CompactJWS.maximumLength
+    ) throws(FormatError) {
+        guard bytes.count <= maximumLength else { throw FormatError("longer than \(maximumLength) bytes") }
         guard let firstDot = bytes.firstIndex(of: UInt8(ascii: ".")) else { throw FormatError("not three parts") }
         let rest = bytes[(firstDot + 1)...]
         guard let secondDot = rest.firstIndex(of: UInt8(ascii: ".")),

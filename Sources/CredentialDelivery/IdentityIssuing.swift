@@ -42,7 +42,7 @@ extension CredentialService {
                 .refusedMessage, "a replayed identity request (its request id was answered before)", subject: clientId,
                 hint: "nothing was issued")
         }
-        let token = try await IdentityToken.sign(
+        let token = try IdentityToken.sign(
             issuer: callbackScheme.text, userID: pairing.userID ?? ClientPairing.defaultUserID, audience: audience,
             scope: scope, key: try identityKey(), now: now)
         _ = try Spool(directory: registration.spool).write(

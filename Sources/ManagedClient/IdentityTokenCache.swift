@@ -34,7 +34,7 @@ extension ManagedClient {
         let cacheFile = identityTokenDirectory + "/" + cacheName
         /// Whether `token` is what was asked for and still good for a minute.
         func fits(_ token: IdentityToken) -> Bool {
-            token.claims.audience.value == [clientID] && token.claims.scope == scope
+            token.claims.audience == clientID && token.claims.scope == scope
                 && token.isValid(at: now, margin: Self.identityTokenMargin)
         }
         if !refresh, let sealed = try? bytes(cacheFile),

@@ -108,10 +108,10 @@ extension DCClient {
             try printJSON(
                 "identityToken",
                 View(
-                    token: token.compact, issuer: token.claims.issuer.value, subject: token.claims.subject.value,
-                    audience: token.claims.audience.value.first ?? "", scope: token.claims.scope,
-                    issuedAt: Int64(token.claims.issuedAt.value.timeIntervalSince1970),
-                    expires: Int64(token.claims.expires.value.timeIntervalSince1970), keyID: token.keyID))
+                    token: token.compact, issuer: token.claims.issuer, subject: token.claims.subject,
+                    audience: token.claims.audience, scope: token.claims.scope,
+                    issuedAt: Int64(token.claims.issuedAt.timeIntervalSince1970),
+                    expires: Int64(token.claims.expires.timeIntervalSince1970), keyID: token.keyID))
         }
     }
 }

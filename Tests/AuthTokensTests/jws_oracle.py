@@ -16,6 +16,15 @@ writes one on stdout.
              and PyJWT decodes it under the key.
   hmac       {"secret": "<hex>", "machineID": "...", "userID": "..."}
              The shared user id: base64url(HMAC-SHA-256(secret, machineID + userID)).
+  identity-verify
+             {"token": "<identity JWT>", "jwk": {"x": ..., "y": ...}, "audience": ..., "issuer": ...}
+             Verifies an identity JWT as a relying party would: PyJWT, ES256 only, under the key,
+             with aud and iss checked and exp, iat, iss, sub and aud required; the kid must be the
+             key's RFC 7638 thumbprint.
+  identity-make
+             {"claims": {...}}
+             Makes a key and an identity JWT with PyJWT (header kid = the key's thumbprint, typ
+             JWT), low-S as our rule asks; answers the token and the key's x and y.
 """
 
 import base64
@@ -124,7 +133,27 @@ def shared_user_id(request):
     return {"sharedUserID": b64url(hmac.new(bytes.fromhex(request["secret"]), message, hashlib.sha256).digest())}
 
 
+def identity_verify(request):
+    x, y = (int.from_bytes(b64url_decode(request["jwk"][name]), "big") for name in ("x", "y"))
+    public_key = ec.EllipticCurvePublicNumbers(x, y, ec.SECP256R1()).public_key()
+    header = jwt.get_unverified_header(request["token"])
+    if header.get("kid") != thumbprint(dict(request["jwk"], kty="EC", crv="P-256")):
+        raise SystemExit("the kid is not the key's thumbprint")
+    claims = jwt.decode(
+        request["token"], public_key, algorithms=["ES256"], audience=request["audience"], issuer=request["issuer"],
+        options={"require": ["exp", "iat", "iss", "sub", "aud"]})
+    return {"header": header, "claims": claims}
+
+
+def identity_make(request):
+    key = ec.generate_private_key(ec.SECP256R1())
+    jwk = public_jwk(key)
+    token = low_s(jwt.encode(request["claims"], key, algorithm="ES256", headers={"kid": thumbprint(jwk), "typ": "JWT"}))
+    return {"token": token, "x": jwk["x"], "y": jwk["y"]}
+
+
 command = sys.argv[1]
 request = json.load(sys.stdin)
-result = {"verify": verify, "make": make, "twin": twin, "hmac": shared_user_id}[command](request)
+result = {"verify": verify, "make": make, "twin": twin, "hmac": shared_user_id, "identity-verify": identity_verify,
+          "identity-make": identity_make}[command](request)
 json.dump(result, sys.stdout)

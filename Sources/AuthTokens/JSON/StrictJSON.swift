@@ -1,5 +1,6 @@
-/// A JSON value read by ``StrictJSON``: only what the token and file formats use.
-enum JSONValue: Equatable {
+/// A JSON value read by ``StrictJSON``: only what the token and file formats use. Shared with the
+/// package's other token module (IdentityTokens), not public.
+package enum JSONValue: Equatable {
     case object([String: JSONValue])
     case array([JSONValue])
     case string(String)
@@ -10,9 +11,9 @@ enum JSONValue: Equatable {
 
 /// Why a token, a JWS or a file is not accepted; the message names the rule, never the input
 /// (a token is a bearer credential and must not reach a log).
-struct FormatError: Error, Equatable, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+package struct FormatError: Error, Equatable, CustomStringConvertible {
+    package var description: String
+    package init(_ description: String) { self.description = description }
 }
 
 /// A strict RFC 8259 reader for small documents.
@@ -22,11 +23,12 @@ struct FormatError: Error, Equatable, CustomStringConvertible {
 /// classic JWT confusion), numbers must be integers that fit in 64 bits (no fraction, exponent or
 /// leading zero), strings must be valid UTF-8 without raw control characters or lone surrogate
 /// escapes, and nesting is limited.
-enum StrictJSON {
+package enum StrictJSON {
     /// Deepest nesting of arrays and objects accepted.
     static let maximumDepth = 8
 
-    static func parse(_ bytes: [UInt8]) throws(FormatError) -> JSONValue {
+    /// The one JSON value in `bytes`, with nothing but white space around it.
+    package static func parse(_ bytes: [UInt8]) throws(FormatError) -> JSONValue {
         try bytes.withUnsafeBufferPointer { buffer throws(FormatError) -> JSONValue in
             var reader = Reader(bytes: buffer)
             reader.skipSpace()
@@ -238,12 +240,14 @@ enum StrictJSON {
 }
 
 /// Reads the members of a JSON object by name, for formats whose members are fixed.
-struct JSONFields {
+package struct JSONFields {
     private let members: [String: JSONValue]
 
     /// The members of `value`, which must be an object with every name in `required`, any of
     /// `optional`, and no other.
-    init(_ value: JSONValue, required: Set<String>, optional: Set<String> = [], what: String) throws(FormatError) {
+    package init(_ value: JSONValue, required: Set<String>, optional: Set<String> = [], what: String)
+        throws(FormatError)
+    {
         guard case .object(let members) = value else { throw FormatError("\(what) is not a JSON object") }
         for name in members.keys where !required.contains(name) && !optional.contains(name) {
             throw FormatError("\(what) has an unknown member")
@@ -254,36 +258,36 @@ struct JSONFields {
         self.members = members
     }
 
-    func has(_ name: String) -> Bool { members[name] != nil }
+    package func has(_ name: String) -> Bool { members[name] != nil }
 
-    func value(_ name: String) -> JSONValue? { members[name] }
+    package func value(_ name: String) -> JSONValue? { members[name] }
 
-    func member(_ name: String) throws(FormatError) -> JSONValue {
+    package func member(_ name: String) throws(FormatError) -> JSONValue {
         guard let value = members[name] else { throw FormatError("the member \"\(name)\" is missing") }
         return value
     }
 
-    func string(_ name: String) throws(FormatError) -> String {
+    package func string(_ name: String) throws(FormatError) -> String {
         guard case .string(let text) = members[name] else { throw FormatError("\"\(name)\" is not a string") }
         return text
     }
 
-    func integer(_ name: String) throws(FormatError) -> Int64 {
+    package func integer(_ name: String) throws(FormatError) -> Int64 {
         guard case .integer(let number) = members[name] else { throw FormatError("\"\(name)\" is not an integer") }
         return number
     }
 
-    func array(_ name: String) throws(FormatError) -> [JSONValue] {
+    package func array(_ name: String) throws(FormatError) -> [JSONValue] {
         guard case .array(let elements) = members[name] else { throw FormatError("\"\(name)\" is not an array") }
         return elements
     }
 }
 
 /// Writes JSON text: members in the order given, no white space, strings escaped minimally.
-enum JSONText {
+package enum JSONText {
     /// `text` as a JSON string literal: `"` and `\` escaped, control characters as `\u00XX`, every
     /// other character as itself (UTF-8).
-    static func string(_ text: String) -> String {
+    package static func string(_ text: String) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
@@ -302,10 +306,10 @@ enum JSONText {
     }
 
     /// An object from already written member values, in the order given.
-    static func object(_ members: [(String, String)]) -> String {
+    package static func object(_ members: [(String, String)]) -> String {
         "{" + members.map { string($0.0) + ":" + $0.1 }.joined(separator: ",") + "}"
     }
 
     /// An array from already written values.
-    static func array(_ values: [String]) -> String { "[" + values.joined(separator: ",") + "]" }
+    package static func array(_ values: [String]) -> String { "[" + values.joined(separator: ",") + "]" }
 }

@@ -25,7 +25,10 @@ extension ManagedClient {
     @discardableResult
     public func handleDelegation(_ url: String, now: Date = Date()) throws -> Delegation {
         let config = try config()
-        let message = try DelegationNotice.parse(url, scheme: config.scheme)
+        return try handleDelegation(try DelegationNotice.parse(url, scheme: config.scheme), config: config, now: now)
+    }
+
+    func handleDelegation(_ message: DelegationNotice, config: Config, now: Date) throws -> Delegation {
         let (id, digest) = (message.id.text, message.digest.text)
         try checkAddressee(message.client, of: "delegation", config: config)
         try verifyProviderSignature(message, config: config, subject: id)
@@ -173,7 +176,7 @@ extension ManagedClient {
                 remedy: .registerProviderScheme(config.providerScheme.text))
         }
         let outcome = try await SchemeHandlers().open(
-            url, scheme: config.providerScheme.text, expectedExecutable: provider.executable)
+            url, scheme: config.providerScheme, expectedExecutable: provider.executable)
         guard outcome.termination == .exited(0) else {
             let said = String(decoding: outcome.stderr, as: UTF8.self).split(separator: "\n").last.map(String.init)
             throw DCError(

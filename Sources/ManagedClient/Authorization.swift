@@ -171,7 +171,12 @@ extension ManagedClient {
     /// `retired` erases everything.
     public func handlePolicy(_ url: String, now: Date = Date()) throws -> PolicyUpdate {
         let config = try config()
-        let message = try PolicyNotice.parse(url, scheme: config.scheme)
+        return try handlePolicy(try PolicyNotice.parse(url, scheme: config.scheme), url: url, config: config, now: now)
+    }
+
+    /// ``handlePolicy(_:now:)`` for a parsed `message`; `url` is kept as it came (it is what the
+    /// kept policy is verified from).
+    func handlePolicy(_ message: PolicyNotice, url: String, config: Config, now: Date) throws -> PolicyUpdate {
         let (policy, time) = (message.policy, message.time)
         try checkAddressee(message.client, of: "policy", config: config)
         try verifyProviderSignature(message, config: config, subject: "policy \(policy.sequence)")

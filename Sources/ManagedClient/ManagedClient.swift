@@ -1,3 +1,4 @@
+import AuthTokens
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
@@ -432,7 +433,14 @@ public struct ManagedClient: Sendable {
         now: Date = Date()
     ) throws -> Handled {
         let config = try config()
-        let message = try DeliveryNotice.parse(url, scheme: config.scheme)
+        return try handleDelivery(
+            try DeliveryNotice.parse(url, scheme: config.scheme), config: config, validator: validator,
+            allowOlder: allowOlder, now: now)
+    }
+
+    func handleDelivery(
+        _ message: DeliveryNotice, config: Config, validator: CredentialValidator?, allowOlder: Bool, now: Date
+    ) throws -> Handled {
         let (request, digest, sequence) = (message.request.text, message.digest.text, message.sequence)
         try checkAddressee(message.client, of: "delivery", config: config)
         // The provider's key is the pinned one; if no command pinned it yet, the one its registration
@@ -709,4 +717,38 @@ public struct UnlockWatcher: Sendable {
 
     /// Whether the store key is there and its auto-lock lifetime has not ended.
     public mutating func isUnlocked() -> Bool { key.expiry(rememberingKernelKey: &kernelKey) != nil }
+}
+
+extension ManagedClient {
+    /// What the client did with a URL that came to its scheme (``handle(url:allowOlder:now:)``).
+    public enum HandledURL: Sendable {
+        /// A delivery was handled: installed, rejected or recognised as a replay.
+        case delivery(Handled)
+        /// A policy was applied (the app acknowledges it next).
+        case policy(PolicyUpdate)
+        /// An auth-token delegation was kept.
+        case delegation(Delegation)
+    }
+
+    /// The client's scheme handler: parses `url` once, strictly, and does what it says — installs
+    /// a delivery (``handleDelivery(_:validator:allowOlder:now:)``), applies a policy
+    /// (``handlePolicy(_:now:)``) or keeps a delegation (``handleDelegation(_:now:)``). A message
+    /// meant for the provider is refused.
+    public func handle(url: String, allowOlder: Bool = false, now: Date = Date()) throws -> HandledURL {
+        let config = try config()
+        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
+        switch message {
+        case .deliver(let notice):
+            return .delivery(
+                try handleDelivery(notice, config: config, validator: nil, allowOlder: allowOlder, now: now))
+        case .policy(let notice):
+            return .policy(try handlePolicy(notice, url: url, config: config, now: now))
+        case .delegation(let notice):
+            return .delegation(try handleDelegation(notice, config: config, now: now))
+        case .new, .available, .result, .acknowledgement, .identityRequest:
+            throw DCError(
+                .invalid, "a \(message.path) URL sent to the client",
+                hint: "requests and results go to the provider's scheme: check which scheme each program registered")
+        }
+    }
 }

@@ -14,16 +14,6 @@ public struct SchemeHandlers: Sendable {
         self.directories = directories
     }
 
-    /// `scheme` lowercased when it is a `URLScheme` (the one rule); a usage error otherwise:
-    /// schemes come from the command line and go into desktop entries and `mimeapps.list`.
-    public static func normalize(scheme: String) throws -> String {
-        guard let valid = URLScheme(validating: scheme) else {
-            throw DCError(
-                .usage, "'\(scheme.escapingControlCharacters)' is not a valid \(URLScheme.kind)", hint: URLScheme.rule)
-        }
-        return valid.text
-    }
-
     /// Checks a display name (a brand) for a desktop entry's `Name`, a Desktop Entry spec
     /// `localestring`: one line of UTF-8 text, so no control character (C0, DEL, C1), no line or
     /// paragraph separator, not empty, and no space at either end (readers trim it). A usage error
@@ -47,13 +37,13 @@ public struct SchemeHandlers: Sendable {
         }
     }
 
-    static func mimeType(_ scheme: String) -> String { "x-scheme-handler/\(scheme)" }
+    static func mimeType(_ scheme: URLScheme) -> String { "x-scheme-handler/\(scheme)" }
     /// The desktop file ID this toolkit installs for `scheme`: `dc-<scheme>.desktop`.
-    public static func desktopID(_ scheme: String) -> String { "dc-\(scheme).desktop" }
+    public static func desktopID(_ scheme: URLScheme) -> String { "dc-\(scheme).desktop" }
 
     /// The launcher ``register(scheme:executable:name:)`` installs for `scheme`: a symbolic link to
     /// the handler under `XDG_DATA_HOME`, named by the scheme, which `Exec` runs.
-    public func launcherPath(scheme: String) -> String { directories.dataHome + "/dc-handlers/" + scheme }
+    public func launcherPath(scheme: URLScheme) -> String { directories.dataHome + "/dc-handlers/" + scheme.text }
 
     /// Characters an `Exec` program may have unquoted: none that the Desktop Entry spec reserves
     /// (space, quotes, `\\`, `$`, `%`, …), and none that xdg-open's word splitting and `which` trip on.
@@ -68,7 +58,7 @@ public struct SchemeHandlers: Sendable {
 
     /// Installs a desktop entry for `scheme` in the user's applications folder and makes it the
     /// explicit default in the user's mimeapps.list (both written atomically). Every value is
-    /// checked before anything is written: the scheme (RFC 3986), `name` (one line of text; a
+    /// checked before anything is written (the scheme was, where it was read): `name` (one line of text; a
     /// backslash is escaped), `executable` (an absolute path without control characters).
     ///
     /// `Exec` runs a launcher (``launcherPath(scheme:)``), a symbolic link to `executable`, unquoted:
@@ -76,8 +66,7 @@ public struct SchemeHandlers: Sendable {
     /// cannot run a quoted one, and `executable` may have a space. `gio open` reads either. Only when
     /// `XDG_DATA_HOME` itself has a character the spec reserves is the launcher quoted (which
     /// xdg-open 1.1.3 then cannot start); a `%` there is refused.
-    public func register(scheme: String, executable: String, name: String) throws {
-        let scheme = try Self.normalize(scheme: scheme)
+    public func register(scheme: URLScheme, executable: String, name: String) throws {
         try Self.validateDisplayName(name, what: "the handler's name")
         guard executable.hasPrefix("/"),
             !executable.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
@@ -133,8 +122,7 @@ public struct SchemeHandlers: Sendable {
     }
 
     /// Removes what ``register(scheme:executable:name:)`` installed.
-    public func unregister(scheme: String) throws {
-        let scheme = try Self.normalize(scheme: scheme)
+    public func unregister(scheme: URLScheme) throws {
         unlink(directories.dataHome + "/applications/" + Self.desktopID(scheme))
         unlink(launcherPath(scheme: scheme))
         try updateDefaults { defaults in
@@ -203,8 +191,8 @@ public struct SchemeHandlers: Sendable {
     }
 
     /// The handler for `scheme`, in the MIME-apps spec's order, or nil.
-    public func resolve(scheme: String) throws -> Resolved? {
-        let type = Self.mimeType(try Self.normalize(scheme: scheme))
+    public func resolve(scheme: URLScheme) throws -> Resolved? {
+        let type = Self.mimeType(scheme)
         var removed = Set<String>()
         var added: [String] = []
         for list in directories.mimeappsLists {
@@ -271,7 +259,7 @@ public struct SchemeHandlers: Sendable {
     /// fallback that sorts first — is refused, and nothing is sent to it. The handler is started
     /// with an argv array and waited for.
     public func open(
-        _ url: String, scheme: String, expectedExecutable: String,
+        _ url: String, scheme: URLScheme, expectedExecutable: String,
         limits: ChildProcess.Limits = .init(timeout: .seconds(60)),
         environment: [String: String]? = nil
     ) async throws -> ChildProcess.Outcome {
@@ -284,18 +272,17 @@ public struct SchemeHandlers: Sendable {
     /// Checks that `scheme` resolves to `expectedExecutable` as the explicit default, without
     /// launching anything: a sender runs it before it seals, so that a hijacked scheme gets
     /// nothing. Throws what ``open(_:scheme:expectedExecutable:limits:environment:)`` would.
-    public func verifyHandler(scheme: String, expectedExecutable: String) throws {
-        _ = try checkedArguments(
-            try Self.normalize(scheme: scheme) + ":/", scheme: scheme, expectedExecutable: expectedExecutable)
+    public func verifyHandler(scheme: URLScheme, expectedExecutable: String) throws {
+        _ = try checkedArguments(scheme.text + ":/", scheme: scheme, expectedExecutable: expectedExecutable)
     }
 
-    private func checkedArguments(_ url: String, scheme: String, expectedExecutable: String) throws -> [String] {
+    private func checkedArguments(_ url: String, scheme: URLScheme, expectedExecutable: String) throws -> [String] {
         guard let resolved = try resolve(scheme: scheme) else {
             throw DCError(.missingClient, "no handler is registered for \(scheme):", hint: "register it first")
         }
         let arguments = try resolved.entry.arguments(for: url)
         // Our own entry runs our launcher, which must still point at the expected executable.
-        let launcher = launcherPath(scheme: try Self.normalize(scheme: scheme))
+        let launcher = launcherPath(scheme: scheme)
         let runs =
             arguments[0] == launcher
             ? (try? FileManager.default.destinationOfSymbolicLink(atPath: launcher)) ?? launcher : arguments[0]
@@ -313,7 +300,7 @@ public struct SchemeHandlers: Sendable {
     /// `passingStandardOutput`, as a quiet command wants; its errors always), and an error if it
     /// failed.
     public func openForwardingOutput(
-        _ url: String, scheme: String, expectedExecutable: String, passingStandardOutput: Bool = true
+        _ url: String, scheme: URLScheme, expectedExecutable: String, passingStandardOutput: Bool = true
     ) async throws {
         fflush(nil)
         let outcome = try await open(url, scheme: scheme, expectedExecutable: expectedExecutable)

@@ -60,7 +60,7 @@ extension ManagedClient {
     /// forwarding its output unless `--quiet`.
     func open(_ url: String, providerScheme scheme: URLScheme, _ provider: ProviderRegistration) async throws {
         try await SchemeHandlers().openForwardingOutput(
-            url, scheme: scheme.text, expectedExecutable: provider.executable, passingStandardOutput: !Console.isQuiet)
+            url, scheme: scheme, expectedExecutable: provider.executable, passingStandardOutput: !Console.isQuiet)
     }
 }
 
@@ -119,7 +119,7 @@ extension DCClient {
             if repinProvider { try client.forgetProvider() }
             try client.publishRegistration(executable: Tool.executablePath)
             try SchemeHandlers().register(
-                scheme: scheme.text, executable: Tool.executablePath, name: "dcclient (managed client)")
+                scheme: scheme, executable: Tool.executablePath, name: "dcclient (managed client)")
             Console.say("registered as the handler of \(scheme):")
         }
     }
@@ -133,7 +133,7 @@ extension DCClient {
         func run() async throws {
             let client = ManagedClient()
             let scheme = try client.setUpScheme()
-            try SchemeHandlers().unregister(scheme: scheme.text)
+            try SchemeHandlers().unregister(scheme: scheme)
             try client.withdrawRegistration()
             Console.say("unregistered \(scheme): (registration withdrawn; dcclient register brings it back)")
         }
@@ -174,16 +174,16 @@ extension DCClient {
 
         static func handle(_ url: String, allowOlder: Bool) async throws {
             let client = ManagedClient()
-            switch try DeliveryMessage.parse(url, scheme: try client.setUpScheme()) {
-            case .policy: return try await DCClient.handlePolicy(url, client: client)
-            case .delegation:
-                let delegation = try client.handleDelegation(url)
+            _ = try client.setUpScheme()
+            let handled: ManagedClient.Handled
+            switch try client.handle(url: url, allowOlder: allowOlder) {
+            case .policy(let update): return try await DCClient.acknowledge(update, client: client)
+            case .delegation(let delegation):
                 return Console.say(
                     "dcclient: auth-token delegation \(delegation.claims.id) kept, valid until \(Date(timeIntervalSince1970: TimeInterval(delegation.claims.expires)).formatted(.iso8601))"
                 )
-            default: break
+            case .delivery(let delivery): handled = delivery
             }
-            let handled = try client.handleDelivery(url, allowOlder: allowOlder)
             if handled.replay {
                 Console.say(
                     "dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again"

@@ -6,11 +6,10 @@ import Foundation
 import ManagedClient
 
 extension DCClient {
-    /// What `handle-url` does with `<scheme>:/policy…`: applies the policy, and acknowledges it
+    /// What `handle-url` does once a policy (`<scheme>:/policy…`) was applied: acknowledges it
     /// as the reference app (it supports secure file I/O and applies every state); a retired
     /// client is erased once the acknowledgement went out.
-    static func handlePolicy(_ url: String, client: ManagedClient) async throws {
-        let update = try client.handlePolicy(url)
+    static func acknowledge(_ update: ManagedClient.PolicyUpdate, client: ManagedClient) async throws {
         let policy = update.policy
         let why = policy.message.isEmpty ? "" : ": \(policy.message.escapingControlCharacters)"
         Console.say(

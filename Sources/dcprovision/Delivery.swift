@@ -53,10 +53,12 @@ struct ProviderConfig: Codable {
 func service(brand: String, scheme: URLScheme) throws -> CredentialService {
     try CredentialService(
         brand: brand, callbackScheme: scheme,
-        checkHandler: { try SchemeHandlers().verifyHandler(scheme: $0.scheme, expectedExecutable: $0.executable) },
+        checkHandler: {
+            try SchemeHandlers().verifyHandler(scheme: try URLScheme($0.scheme), expectedExecutable: $0.executable)
+        },
         open: { url, registration in
             try await SchemeHandlers().openForwardingOutput(
-                url, scheme: registration.scheme, expectedExecutable: registration.executable,
+                url, scheme: try URLScheme(registration.scheme), expectedExecutable: registration.executable,
                 passingStandardOutput: !Console.isQuiet)
         })
 }
@@ -99,7 +101,7 @@ struct Register: AsyncParsableCommand, OutputCommand {
         // before the provider is announced, so that dcverify can start before the first
         // auth-token delegation.
         _ = try service.issuingKey()
-        try SchemeHandlers().register(scheme: scheme.text, executable: Tool.executablePath, name: "dcprovision (\(brand))")
+        try SchemeHandlers().register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
         try Registrations.publish(
             try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme.text))
         Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
@@ -147,7 +149,7 @@ struct Unregister: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         let locations = XDGDirectories()
         let config = try ProviderConfig.load(locations)
-        try SchemeHandlers().unregister(scheme: config.scheme.text)
+        try SchemeHandlers().unregister(scheme: config.scheme)
         Registrations.remove(at: locations.providerRegistration(config.scheme.text))
         Console.say("unregistered \(config.scheme):")
     }

@@ -142,11 +142,11 @@ struct SchemeHandlersOracleTests {
         }
         let handlers = SchemeHandlers(directories: XDGDirectories(environment: sandbox.environment))
         if handlerCase.register {
-            try handlers.register(scheme: "org.example.dc", executable: handler, name: "Ours")
+            try handlers.register(scheme: try URLScheme("org.example.dc"), executable: handler, name: "Ours")
         }
-        if handlerCase.unregister { try handlers.unregister(scheme: "org.example.dc") }
+        if handlerCase.unregister { try handlers.unregister(scheme: try URLScheme("org.example.dc")) }
 
-        let ours = try handlers.resolve(scheme: "org.example.dc")?.entry.id
+        let ours = try handlers.resolve(scheme: try URLScheme("org.example.dc"))?.entry.id
         #expect(ours == handlerCase.expected)
 
         let xdgMime = try sandbox.run("xdg-mime", ["query", "default", HandlerCase.type])
@@ -196,7 +196,7 @@ struct SchemeHandlersLaunchOracleTests {
             "with space/handler", "#!/bin/sh\nprintf '%s\\n' \"$@\" > '\(argv).tmp' && mv '\(argv).tmp' '\(argv)'\n")
         chmod(handler, 0o755)
         try SchemeHandlers(directories: XDGDirectories(environment: sandbox.environment)).register(
-            scheme: "org.example.dc", executable: handler, name: "Ours")
+            scheme: try URLScheme("org.example.dc"), executable: handler, name: "Ours")
         let marker = sandbox.file("pwned")
         let url = Self.hostileURL(marker)
         let result = try sandbox.run(launcher[0], Array(launcher.dropFirst()) + [url])

@@ -67,10 +67,10 @@ struct SchemeHandlersTests {
 
     @Test("Schemes are validated and lowercased (RFC 3986)")
     func schemes() throws {
-        #expect(try SchemeHandlers.normalize(scheme: "Org.Example.DC") == "org.example.dc")
-        #expect(try SchemeHandlers.normalize(scheme: "a+b-c.d9") == "a+b-c.d9")
+        #expect(try URLScheme("Org.Example.DC").text == "org.example.dc")
+        #expect(try URLScheme("a+b-c.d9").text == "a+b-c.d9")
         for bad in ["", "9abc", "a b", "a_b", "a:b", "ä"] {
-            #expect(throws: DCError.self) { try SchemeHandlers.normalize(scheme: bad) }
+            #expect(throws: DCError.self) { try URLScheme(bad) }
         }
     }
 
@@ -86,21 +86,21 @@ struct SchemeHandlersTests {
             configHome + "/mimeapps.list",
             "[Default Applications]\ntext/html=firefox.desktop\n\n[Added Associations]\nimage/png=gimp.desktop;\n")
         let handler = try sandbox.recorder("handler")
-        try sandbox.handlers.register(scheme: "Org.Example.DC", executable: handler, name: "Test")
-        let resolved = try #require(try sandbox.handlers.resolve(scheme: "org.example.dc"))
+        try sandbox.handlers.register(scheme: try URLScheme("Org.Example.DC"), executable: handler, name: "Test")
+        let resolved = try #require(try sandbox.handlers.resolve(scheme: try URLScheme("org.example.dc")))
         #expect(resolved.choice == .explicitDefault)
         #expect(resolved.entry.id == "dc-org.example.dc.desktop")
         // Exec runs the launcher, a link to the handler at a path of plain characters (xdg-open 1.1.3
         // cannot run a quoted program).
-        let launcher = sandbox.handlers.launcherPath(scheme: "org.example.dc")
+        let launcher = sandbox.handlers.launcherPath(scheme: try URLScheme("org.example.dc"))
         #expect(try resolved.entry.arguments(for: "u:") == [launcher, "handle-url", "u:"])
         #expect(try FileManager.default.destinationOfSymbolicLink(atPath: launcher) == handler)
         let list = try String(contentsOfFile: configHome + "/mimeapps.list", encoding: .utf8)
         #expect(list.contains("text/html=firefox.desktop"))
         #expect(list.contains("x-scheme-handler/org.example.dc=dc-org.example.dc.desktop"))
         #expect(list.contains("[Added Associations]\nimage/png=gimp.desktop;"))
-        try sandbox.handlers.unregister(scheme: "org.example.dc")
-        #expect(try sandbox.handlers.resolve(scheme: "org.example.dc") == nil)
+        try sandbox.handlers.unregister(scheme: try URLScheme("org.example.dc"))
+        #expect(try sandbox.handlers.resolve(scheme: try URLScheme("org.example.dc")) == nil)
         #expect(!FileManager.default.fileExists(atPath: launcher))
         #expect(
             try String(contentsOfFile: configHome + "/mimeapps.list", encoding: .utf8).contains(
@@ -112,10 +112,10 @@ struct SchemeHandlersTests {
         let sandbox = try HandlerSandbox()
         defer { sandbox.dir.remove() }
         let handler = try sandbox.recorder("handler")
-        try sandbox.handlers.register(scheme: "org.example.dc", executable: handler, name: "Test")
+        try sandbox.handlers.register(scheme: try URLScheme("org.example.dc"), executable: handler, name: "Test")
         let marker = sandbox.dir.file("pwned")
         let url = "org.example.dc:/new?v=1&client=$(touch \(marker))&x=`touch \(marker)`;touch \(marker)"
-        let outcome = try await sandbox.handlers.open(url, scheme: "org.example.dc", expectedExecutable: handler)
+        let outcome = try await sandbox.handlers.open(url, scheme: try URLScheme("org.example.dc"), expectedExecutable: handler)
         #expect(outcome.termination == .exited(0))
         #expect(try readText(sandbox.dir.file("handler.argv")) == "handle-url\n\(url)\n")
         #expect(!FileManager.default.fileExists(atPath: marker))
@@ -132,17 +132,17 @@ struct SchemeHandlersTests {
         try sandbox.desktopFile(applications, "aaa-evil.desktop", exec: "\(evil) %u", scheme: "org.example.dc")
         await #expect(throws: DCError.self) {
             _ = try await sandbox.handlers.open(
-                "org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours)
+                "org.example.dc:/x?v=1", scheme: try URLScheme("org.example.dc"), expectedExecutable: ours)
         }
         // Our registration makes ours the explicit default: accepted.
-        try sandbox.handlers.register(scheme: "org.example.dc", executable: ours, name: "Ours")
-        _ = try await sandbox.handlers.open("org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours)
+        try sandbox.handlers.register(scheme: try URLScheme("org.example.dc"), executable: ours, name: "Ours")
+        _ = try await sandbox.handlers.open("org.example.dc:/x?v=1", scheme: try URLScheme("org.example.dc"), expectedExecutable: ours)
         // A desktop-specific mimeapps.list that outranks ours names the evil one: refused, evil never runs.
         let desktopSandbox = try HandlerSandbox(desktop: "GNOME")
         defer { desktopSandbox.dir.remove() }
         let ours2 = try desktopSandbox.recorder("ours")
         let evil2 = try desktopSandbox.recorder("evil")
-        try desktopSandbox.handlers.register(scheme: "org.example.dc", executable: ours2, name: "Ours")
+        try desktopSandbox.handlers.register(scheme: try URLScheme("org.example.dc"), executable: ours2, name: "Ours")
         let apps2 = desktopSandbox.handlers.directories.dataHome + "/applications"
         try desktopSandbox.desktopFile(apps2, "evil.desktop", exec: "\(evil2) %u", scheme: "org.example.dc")
         _ = try TemporaryDirectory.write(
@@ -150,7 +150,7 @@ struct SchemeHandlersTests {
             "[Default Applications]\nx-scheme-handler/org.example.dc=evil.desktop\n")
         do {
             _ = try await desktopSandbox.handlers.open(
-                "org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: ours2)
+                "org.example.dc:/x?v=1", scheme: try URLScheme("org.example.dc"), expectedExecutable: ours2)
             Issue.record("sent to a hijacking handler")
         } catch let error as DCError {
             #expect(error.description.contains("another handler claims org.example.dc:"))
@@ -164,16 +164,16 @@ struct SchemeHandlersTests {
         defer { sandbox.dir.remove() }
         let system = sandbox.dir.file("system-share/applications")
         try sandbox.desktopFile(system, "vendor.desktop", exec: "/bin/true %u", scheme: "org.example.dc")
-        #expect(try sandbox.handlers.resolve(scheme: "org.example.dc")?.choice == .fallback)
+        #expect(try sandbox.handlers.resolve(scheme: try URLScheme("org.example.dc"))?.choice == .fallback)
         try FileManager.default.createDirectory(
             atPath: sandbox.handlers.directories.configHome, withIntermediateDirectories: true)
         _ = try TemporaryDirectory.write(
             sandbox.handlers.directories.configHome + "/mimeapps.list",
             "[Removed Associations]\nx-scheme-handler/org.example.dc=vendor.desktop;\n")
-        #expect(try sandbox.handlers.resolve(scheme: "org.example.dc") == nil)
+        #expect(try sandbox.handlers.resolve(scheme: try URLScheme("org.example.dc")) == nil)
         do {
             _ = try await sandbox.handlers.open(
-                "org.example.dc:/x?v=1", scheme: "org.example.dc", expectedExecutable: "/bin/true")
+                "org.example.dc:/x?v=1", scheme: try URLScheme("org.example.dc"), expectedExecutable: "/bin/true")
             Issue.record("opened without a handler")
         } catch let error as DCError {
             #expect(error.code == .missingClient)
@@ -190,12 +190,12 @@ struct SchemeHandlersTests {
         let sandbox = try HandlerSandbox()
         defer { sandbox.dir.remove() }
         do {
-            try sandbox.handlers.register(scheme: "org.example.dc", executable: executable, name: name)
+            try sandbox.handlers.register(scheme: try URLScheme("org.example.dc"), executable: executable, name: name)
             Issue.record("registered")
         } catch let error as DCError {
             #expect(error.code == .usage)
         }
         #expect(!FileManager.default.fileExists(atPath: sandbox.handlers.directories.dataHome + "/applications"))
-        #expect(!FileManager.default.fileExists(atPath: sandbox.handlers.launcherPath(scheme: "org.example.dc")))
+        #expect(!FileManager.default.fileExists(atPath: sandbox.handlers.launcherPath(scheme: try URLScheme("org.example.dc"))))
     }
 }

@@ -6,7 +6,7 @@ import DerivedCredentials
 /// A message is a struct whose stored properties are its parameters: in the order they are
 /// declared, under the names its `CodingKeys` give, each from a type that carries its rule
 /// (``URLParameterValue``). Printing, strict parsing and the signed text are all derived from that
-/// declaration by ``URLMessageCoder``, so adding a field is one property (and its wire name) in
+/// declaration by `URLMessageCoder`, so adding a field is one property (and its wire name) in
 /// the message's struct.
 public protocol URLMessage: Codable, Sendable, Equatable {
     /// The URL path without its slash, such as `deliver`.
@@ -72,7 +72,7 @@ extension SignedURLMessage {
 }
 
 /// A value one URL parameter carries: read strictly from its one spelling and written back in it.
-/// The rule is the type's: a ``ClientID`` is a client id wherever it travels.
+/// The rule is the type's: a `ClientID` is a client id wherever it travels.
 public protocol URLParameterValue {
     /// The value `text` spells, or nil when `text` breaks the type's rule.
     init?(parameter text: String)

@@ -200,23 +200,20 @@ extension TestCACommand {
             guard (1...1440).contains(validityMinutes) else {
                 throw DCError(.usage, "--validity-minutes must be 1 to 1440")
             }
-            let ca = try TestCA(directory: directory)
-            let responder = try ca.ocspResponder(validity: TimeInterval(validityMinutes) * 60)
-            let (socket, bound) = try OCSPServer.listen(host: host, port: port)
+            let log: (@Sendable (String) -> Void)? =
+                Console.isQuiet ? nil : { @Sendable (line: String) in Console.say("ocsp: " + line) }
+            let server = try TestCA(directory: directory).ocspServer(
+                validity: TimeInterval(validityMinutes) * 60, log: log)
+            let listener = try OCSPServer.listen(host: host, port: port)
             if let portFile {
                 let path = portFile as NSString
                 var files = AtomicFileSet(
                     directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
-                try files.add(path.lastPathComponent, .bytes(Array("\(bound)\n".utf8)), mode: 0o644)
+                try files.add(path.lastPathComponent, .bytes(Array("\(listener.port)\n".utf8)), mode: 0o644)
                 try files.commit(replacingExisting: true)
             }
-            Console.say("answering OCSP for \(directory.escapingControlCharacters) on http://\(host):\(bound)/")
-            let answer: @Sendable (String) -> OCSPResponder.Answer = { serial in
-                (try? ca.ocspAnswer(serial: serial)) ?? .unknown
-            }
-            let log: (@Sendable (String) -> Void)? =
-                Console.isQuiet ? nil : { @Sendable (line: String) in Console.say("ocsp: " + line) }
-            OCSPServer(respond: { request in responder.respond(to: request, answer: answer) }, log: log).serve(socket)
+            Console.say("answering OCSP for \(directory.escapingControlCharacters) on http://\(host):\(listener.port)/")
+            server.serve(listener)
         }
     }
 }

@@ -91,6 +91,13 @@ struct OCSPServerTests {
         #expect(after.stdoutText.contains("authentication.pem: good"), "\(after.stdoutText)")
         #expect(after.stdoutText.contains("signing.pem: revoked"), "\(after.stdoutText)")
         #expect(after.stdoutText.contains("Reason: keyCompromise"), "\(after.stdoutText)")
+        // The server logs each request after sending its answer: allow it a moment to.
+        let logged = ContinuousClock.now + .seconds(5)
+        while world.log.lines.withLock({ $0.filter { $0.hasPrefix("POST 200 ") }.count }) < 2,
+            ContinuousClock.now < logged
+        {
+            usleep(5000)
+        }
         #expect(world.log.lines.withLock { $0.filter { $0.hasPrefix("POST 200 ") }.count } == 2)
     }
 

@@ -4,7 +4,6 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
-import Synchronization
 import SystemSupport
 
 /// The embedded default: the whole round trip in a throw-away sandbox, through real processes.
@@ -49,88 +48,72 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         let runtime = Self.runtimeDirectoryInMemory() ?? sandbox + "/run"
         // Removed even with --keep: it holds only the unlocked key, which must not outlive the demo.
         defer { if !runtime.hasPrefix(sandbox + "/") { try? FileManager.default.removeItem(atPath: runtime) } }
-        // Every XDG base directory inside the sandbox, so no step can reach the user's own.
-        let environment = [
-            "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config",
-            "XDG_DATA_HOME": sandbox + "/home/.local/share",
-            "XDG_STATE_HOME": sandbox + "/home/.local/state", "XDG_CACHE_HOME": sandbox + "/home/.cache",
-            "XDG_RUNTIME_DIR": runtime, "XDG_CONFIG_DIRS": sandbox + "/etc/xdg",
-            "XDG_DATA_DIRS": sandbox + "/usr/share",
-            "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
-        ]
-        guard runtime != sandbox + "/run" || mkdir(runtime, 0o700) == 0 else {
-            throw DCError(.cannotCreateOutput, "cannot create the sandbox's runtime directory")
-        }
-        let dcprovision = Tool.executablePath
-        let dcclient = (dcprovision as NSString).deletingLastPathComponent + "/dcclient"
-        let dcverify = (dcprovision as NSString).deletingLastPathComponent + "/dcverify"
-        for tool in [dcclient, dcverify] where !FileManager.default.isExecutableFile(atPath: tool) {
-            throw DCError(
-                .fileNotFound, "\((tool as NSString).lastPathComponent) is not next to dcprovision", subject: tool,
-                hint: "build them all (swift build), or run the demo with swift run dcprovision demo")
-        }
-        let passphrase = sandbox + "/client-passphrase"
-        try Data((UUID().uuidString + "\n").utf8).write(to: URL(fileURLWithPath: passphrase))
-        chmod(passphrase, 0o600)
-
+        let session = DemoSession(try DemoSandbox(path: sandbox, runtime: runtime))
         Console.say("Derived-credential round trip in a sandbox (\(sandbox))\n")
-        var step = 0
-        /// Runs one step's command in the sandbox.
-        @Sendable func launch(_ command: DemoStep) async throws -> ChildProcess.Outcome {
-            try await ChildProcess.run(
-                command.executable, arguments: command.arguments, environment: environment,
-                limits: .init(timeout: .seconds(60)))
-        }
-        /// Prints a step that ran: its number and title, its command line, its output, and whether
-        /// it ended as it should.
-        func report(_ command: DemoStep, _ outcome: ChildProcess.Outcome) throws {
-            step += 1
-            Console.say("\(step). \(command.title)")
-            let shown = command.arguments.map { argument -> String in
-                let text = argument.replacingOccurrences(of: sandbox, with: "$SANDBOX")
-                return text.contains(" ") ? "'\(text)'" : text
-            }
-            Console.say("   $ \((command.executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
-            for line in String(decoding: outcome.stdout + outcome.stderr, as: UTF8.self).split(separator: "\n") {
-                Console.say("   " + line.replacingOccurrences(of: sandbox, with: "$SANDBOX"))
-            }
-            guard outcome.termination == .exited(command.expectFailure ?? 0) else {
-                throw DCError(.unknown, "demo step \(step) failed (\(outcome.termination))")
-            }
-            if let expectFailure = command.expectFailure {
-                Console.say("   (exit status \(expectFailure), as expected)")
-            }
-            Console.say("")
-        }
-        func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil)
-            async throws
-        {
-            let command = DemoStep(title, executable, arguments, expectFailure: expectFailure)
-            try report(command, try await launch(command))
-        }
-        /// Runs steps that change nothing another of them reads (each reads only, or writes only its
-        /// own files) at the same time, and prints them in order.
-        func runTogether(_ commands: [DemoStep]) async throws -> [ChildProcess.Outcome] {
-            let outcomes = try await withThrowingTaskGroup(of: (Int, ChildProcess.Outcome).self) { group in
-                for (index, command) in commands.enumerated() { group.addTask { (index, try await launch(command)) } }
-                var outcomes = [ChildProcess.Outcome?](repeating: nil, count: commands.count)
-                for try await (index, outcome) in group { outcomes[index] = outcome }
-                return outcomes.compactMap { $0 }
-            }
-            return outcomes
-        }
+        try await session.run()
+        let elapsed = ContinuousClock.now - started
+        let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+        Console.say(
+            "Done in \(milliseconds) ms.\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"
+        )
+    }
+}
 
-        // The provider's CA and the client's store are made in different directories.
-        let setUp = [
+/// The demo's steps, in the order they run and print: one method each. The session numbers the
+/// steps as they print; a step that ends otherwise than it should ends the demo.
+final class DemoSession {
+    let box: DemoSandbox
+    private var step = 0
+    private let scheme = ["--client-scheme", "org.example.dcclient"]
+    private var dcprovision: String { box.dcprovision }
+    private var dcclient: String { box.dcclient }
+    private var sandbox: String { box.path }
+
+    init(_ box: DemoSandbox) { self.box = box }
+
+    /// Every step, in order. The verification service runs in the background from the step after
+    /// the pairing on, and no failure leaves it running.
+    func run() async throws {
+        try await setUp()
+        let server = try startVerificationService()
+        do {
+            try await deliver()
+            try await readInstalled()
+            try await keepSecureFile()
+            try await withdrawAuthorization()
+            try await queueRenewal()
+            try await readRenewed()
+            let port = try await server.waitForPort(sandbox: sandbox)
+            let token = try await askForAuthToken()
+            let check = DemoTokenCheck(port: port, token: token, serverStep: server.step)
+            try await verify(
+                check, "The application server asks dcverify whether the token is genuine; the answer's headers")
+            try await retire()
+            // dcverify notices the new revocation list within trustFileCheckInterval (no restart).
+            try await verify(
+                check, "The same token now: dcverify re-read the revocation list without a restart, and says Revoked",
+                until: "Revoked")
+        } catch {
+            await server.stop()
+            throw error
+        }
+        await server.stop()
+    }
+
+    // MARK: The steps
+
+    /// The provider's test CA and the client's store (in different directories, made at once),
+    /// both scheme registrations, and the pairing.
+    private func setUp() async throws {
+        try await runTogetherAndReport([
             DemoStep("A test CA for the provider", dcprovision, ["testca", "init", sandbox + "/ca"]),
             DemoStep(
                 "The managed client sets up its encrypted store and publishes its registration", dcclient,
                 [
                     "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
-                    "--passphrase-file", passphrase,
+                    "--passphrase-file", box.passphrase,
                 ]),
-        ]
-        for (command, outcome) in zip(setUp, try await runTogether(setUp)) { try report(command, outcome) }
+        ])
         try await run("The client registers as the handler of org.example.dcclient:", dcclient, ["register"])
         try await run(
             "The provider registers as the handler of org.example.dcprovision:", dcprovision,
@@ -143,215 +126,225 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         try await run(
             "The provider's operator pairs with the client: its signed requests are answered from now on",
             dcprovision, ["pair", "--client-scheme", "org.example.dcclient", "--user-id", "demo.user@example.com"])
+    }
 
-        // Auth tokens: the app proves who it is to its application server, which asks dcverify.
-        // The provider made the files it reads when it registered; the service starts now and
-        // comes up while the next steps run.
+    /// Auth tokens: the app proves who it is to its application server, which asks dcverify. The
+    /// provider made the files it reads when it registered; the service starts now and comes up
+    /// while the next steps run.
+    private func startVerificationService() throws -> DemoBackgroundService {
         step += 1
-        let serverStep = step
         Console.say(
             "\(step). The verification service application servers call starts in the background, reading the provider's files"
         )
         // The files the sandbox's provider keeps for verification services.
         let provider = try CredentialService(
             brand: "Example Provider", callbackScheme: try URLScheme("org.example.dcprovision"),
-            locations: XDGDirectories(environment: environment), open: { _, _ in })
+            locations: XDGDirectories(environment: box.environment), open: { _, _ in })
         let portFile = sandbox + "/dcverify.port"
-        let serveArguments = [
+        let arguments = [
             "serve", "--listen", "127.0.0.1:0", "--port-file", portFile, "--issuers", provider.issuersPath,
             "--revocations", provider.revocationsPath, "--log-level", "warning",
         ]
-        Console.say(
-            "   $ dcverify \(serveArguments.map { $0.replacingOccurrences(of: sandbox, with: "$SANDBOX") }.joined(separator: " ")) &\n"
-        )
-        let ended = ServerEnd()
-        let server = Task {
-            let result: Result<ChildProcess.Outcome, any Error>
-            do {
-                result = .success(
-                    try await ChildProcess.run(
-                        dcverify, arguments: serveArguments, environment: environment,
-                        limits: .init(timeout: .seconds(120))))
-            } catch {
-                result = .failure(error)
-            }
-            ended.result.withLock { $0 = result }
-            return try result.get()
-        }
-        // Cancelling the task kills dcverify; waiting for it means no server outlives the demo.
-        func stopServer() async {
-            server.cancel()
-            _ = try? await server.value
-        }
-        do {
-            try await run(
-                "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
-                dcclient, ["request"])
-            // Three reads of what was installed.
-            let installed = [
-                DemoStep("What the client holds (no key material is ever printed)", dcclient, ["list"]),
-                DemoStep(
-                    "A correspondent encrypts a note to the client's encryption certificate (CMS, as in S/MIME mail)",
-                    dcclient, ["show", "encryption", "--pem"]),
-                DemoStep(
-                    "The app is managed: the provider's policy (sent when it paired) made it ready and authorized",
-                    dcclient, ["status"]),
-            ]
-            let read = try await runTogether(installed)
-            try report(installed[0], read[0])
-            // The correspondent keeps the certificate and encrypts to it; the renewal below must
-            // keep the note readable.
-            step += 1
-            Console.say("\(step). \(installed[1].title)")
-            Console.say("   $ dcclient show encryption --pem > $SANDBOX/encryption.pem")
-            guard read[1].termination == .exited(0) else {
-                throw DCError(.unknown, "demo step \(step) failed (\(read[1].termination))")
-            }
-            try Data(read[1].stdout).write(to: URL(fileURLWithPath: sandbox + "/encryption.pem"))
-            let recipient = try CredentialReader().read(file: sandbox + "/encryption.pem").certificates[0]
-            let note = "Meet at the usual place at noon."
-            try Data(try Sealing.seal(SecretBytes(Array(note.utf8)), to: recipient))
-                .write(to: URL(fileURLWithPath: sandbox + "/note.p7m"))
-            Console.say("   (sealed \"\(note)\" to it: $SANDBOX/note.p7m)\n")
-            try report(installed[2], read[2])
-
-            // The managed app's life after the delivery: secure files, authorization, a renewal
-            // queued while the app is locked, retire.
-            let scheme = ["--client-scheme", "org.example.dcclient"]
-            let reportFile = sandbox + "/report.txt"
-            try Data("Quarterly report: confidential\n".utf8).write(to: URL(fileURLWithPath: reportFile))
-            try await run(
-                "The app keeps a file in secure storage (encrypted under the store key)", dcclient,
-                ["files", "put", "report.txt", reportFile])
-            try await run("and reads it back", dcclient, ["files", "get", "report.txt"])
-            try await run(
-                "The provider withdraws the app's authorization, with a message for the user; the app acknowledges and locks",
-                dcprovision, ["unauthorize"] + scheme + ["--message", "Your device is out of compliance"])
-            try await run(
-                "Reads are refused now (notAuthorized), and the user sees why", dcclient,
-                ["files", "get", "report.txt"], expectFailure: 77)
-            try await run(
-                "The provider authorizes the app again: queued, since the app is locked", dcprovision,
-                ["authorize"] + scheme)
-            let send = [
-                "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--provider-scheme",
-                "org.example.dcprovision", "--client-scheme", "org.example.dcclient",
-            ]
-            try await run(
-                "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
-                dcprovision, send, expectFailure: 69)
-            try await run(
-                "The same send with --queue: sealed and spooled now, queued until the client is available",
-                dcprovision,
-                send + ["--queue", "--option", "common-name=Demo User", "--name", "Demo credential, renewed"])
-            try await run(
-                "The user unlocks and the client announces availability: the newest policy arrives first, then the queued credential replaces the old one atomically",
-                dcclient, ["unlock", "--passphrase-file", passphrase])
-            // Four reads of the unlocked, renewed client and of the provider's record.
-            let renewed = [
-                DemoStep("What the client holds now", dcclient, ["list"]),
-                DemoStep(
-                    "The renewal kept the old encryption key in the key history: the note still opens", dcclient,
-                    ["decrypt", sandbox + "/note.p7m"]),
-                DemoStep("The file reads again", dcclient, ["files", "get", "report.txt"]),
-                DemoStep(
-                    "The provider's record: each client's policy and acknowledgements, and its sends", dcprovision,
-                    ["status"]),
-            ]
-            for (command, outcome) in zip(renewed, try await runTogether(renewed)) { try report(command, outcome) }
-
-            var port: Int?
-            let listening = ContinuousClock.now + .seconds(30)
-            while port == nil, ContinuousClock.now < listening {
-                port = (try? String(contentsOfFile: portFile, encoding: .utf8)).flatMap {
-                    Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
-                }
-                if port != nil { break }
-                switch ended.result.withLock({ $0 }) {
-                case .success(let outcome):
-                    let message = String(decoding: outcome.stderr, as: UTF8.self)
-                        .replacingOccurrences(of: sandbox, with: "$SANDBOX")
-                        .trimmingCharacters(in: .whitespacesAndNewlines)
-                    throw DCError(
-                        .notReady, "demo step \(serverStep): dcverify ended (\(outcome.termination)): \(message)")
-                case .failure(let error):
-                    throw DCError(.notReady, "demo step \(serverStep): dcverify did not start: \(error)")
-                case nil: break
-                }
-                try await Task.sleep(for: .milliseconds(2))
-            }
-            guard let port else {
-                throw DCError(.notReady, "demo step \(serverStep): dcverify did not start listening")
-            }
-
-            let challenge = try Digests.random(12).withUnsafeBytes { Digests.hex(Array($0)) }
-            step += 1
-            Console.say(
-                "\(step). The app asks its client for an auth token bound to the application server's challenge")
-            Console.say("   $ dcclient token --challenge \(challenge) --server app.example.com")
-            let asked = try await ChildProcess.run(
-                dcclient, arguments: ["token", "--challenge", challenge, "--server", "app.example.com"],
-                environment: environment, limits: .init(timeout: .seconds(60)))
-            let token = String(decoding: asked.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard asked.termination == .exited(0), !token.isEmpty else {
-                throw DCError(.unknown, "demo step \(step) failed (\(asked.termination))")
-            }
-            Console.say(
-                "   \(token.prefix(24))… (\(token.utf8.count) characters: a delegation signed by the provider, then the token signed by the client)\n"
-            )
-            func verify(_ title: String, until expected: String? = nil) async throws {
-                step += 1
-                Console.say("\(step). \(title)")
-                Console.say(
-                    "   GET http://127.0.0.1:\(port)/verifyGDAuthToken with X-Good-GD-AuthToken: <the token> (dcverify, started at step \(serverStep))"
-                )
-                func ask() throws -> (status: Int, fields: [(name: String, value: String)]) {
-                    try DemoHTTP.get(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
-                }
-                var answer = try ask()
-                // dcverify looks at its files every trustFileCheckInterval: ask again, for a second
-                // at most, until the answer is the expected one.
-                let deadline = ContinuousClock.now + .seconds(1)
-                while let expected, !answer.fields.contains(where: { $0.value.contains(expected) }),
-                    ContinuousClock.now < deadline
-                {
-                    try await Task.sleep(for: .milliseconds(5))
-                    answer = try ask()
-                }
-                Console.say("   HTTP \(answer.status)")
-                for field in answer.fields where field.name.hasPrefix("X-Good-GD-") {
-                    Console.say("   \(field.name): \(field.value.escapingControlCharacters)")
-                }
-                Console.say("")
-            }
-            try await verify("The application server asks dcverify whether the token is genuine; the answer's headers")
-            try await run(
-                "The provider retires the app: it acknowledges, then erases its keys, credential, files and pasteboard",
-                dcprovision, ["retire"] + scheme + ["--message", "This device was retired"])
-            try await run(
-                "Nothing is left to read; a retired app is set up afresh before it is used again", dcclient,
-                ["files", "get", "report.txt"], expectFailure: 77)
-            // dcverify notices the new revocation list within trustFileCheckInterval (no restart).
-            try await verify(
-                "The same token now: dcverify re-read the revocation list without a restart, and says Revoked",
-                until: "Revoked")
-        } catch {
-            await stopServer()
-            throw error
-        }
-        await stopServer()
-        let elapsed = ContinuousClock.now - started
-        let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
-        Console.say(
-            "Done in \(milliseconds) ms.\(keep ? " Sandbox kept: \(sandbox)" : " Sandbox removed.")"
-        )
+        Console.say("   $ dcverify \(arguments.map(box.shown).joined(separator: " ")) &\n")
+        return DemoBackgroundService.start(box.dcverify, arguments, in: box, step: step, portFile: portFile)
     }
-}
 
-/// How the demo's background dcverify ended, if it did: set by the task that waits for it, read
-/// while the demo waits for it to listen, so that a server that failed to start says why at once.
-private final class ServerEnd: Sendable {
-    let result = Mutex<Result<ChildProcess.Outcome, any Error>?>(nil)
+    private func deliver() async throws {
+        try await run(
+            "The client asks for a credential; the provider issues, checks, seals and sends it; the client installs it and calls back",
+            dcclient, ["request"])
+    }
+
+    /// Three reads of what was installed, at once; a correspondent seals a note to the
+    /// encryption certificate read.
+    private func readInstalled() async throws {
+        let installed = [
+            DemoStep("What the client holds (no key material is ever printed)", dcclient, ["list"]),
+            DemoStep(
+                "A correspondent encrypts a note to the client's encryption certificate (CMS, as in S/MIME mail)",
+                dcclient, ["show", "encryption", "--pem"]),
+            DemoStep(
+                "The app is managed: the provider's policy (sent when it paired) made it ready and authorized",
+                dcclient, ["status"]),
+        ]
+        let read = try await runTogether(installed)
+        try report(installed[0], read[0])
+        try sealNote(installed[1], read[1])
+        try report(installed[2], read[2])
+    }
+
+    /// The correspondent keeps the certificate and encrypts to it; the renewal below must keep
+    /// the note readable.
+    private func sealNote(_ command: DemoStep, _ outcome: ChildProcess.Outcome) throws {
+        step += 1
+        Console.say("\(step). \(command.title)")
+        Console.say("   $ dcclient show encryption --pem > $SANDBOX/encryption.pem")
+        guard outcome.termination == .exited(0) else {
+            throw DCError(.unknown, "demo step \(step) failed (\(outcome.termination))")
+        }
+        try Data(outcome.stdout).write(to: URL(fileURLWithPath: sandbox + "/encryption.pem"))
+        let recipient = try CredentialReader().read(file: sandbox + "/encryption.pem").certificates[0]
+        let note = "Meet at the usual place at noon."
+        try Data(try Sealing.seal(SecretBytes(Array(note.utf8)), to: recipient))
+            .write(to: URL(fileURLWithPath: sandbox + "/note.p7m"))
+        Console.say("   (sealed \"\(note)\" to it: $SANDBOX/note.p7m)\n")
+    }
+
+    /// The managed app's life after the delivery begins: a file in secure storage.
+    private func keepSecureFile() async throws {
+        let reportFile = sandbox + "/report.txt"
+        try Data("Quarterly report: confidential\n".utf8).write(to: URL(fileURLWithPath: reportFile))
+        try await run(
+            "The app keeps a file in secure storage (encrypted under the store key)", dcclient,
+            ["files", "put", "report.txt", reportFile])
+        try await run("and reads it back", dcclient, ["files", "get", "report.txt"])
+    }
+
+    /// The provider withdraws the authorization, reads fail, and it authorizes again (queued).
+    private func withdrawAuthorization() async throws {
+        try await run(
+            "The provider withdraws the app's authorization, with a message for the user; the app acknowledges and locks",
+            dcprovision, ["unauthorize"] + scheme + ["--message", "Your device is out of compliance"])
+        try await run(
+            "Reads are refused now (notAuthorized), and the user sees why", dcclient,
+            ["files", "get", "report.txt"], expectFailure: 77)
+        try await run(
+            "The provider authorizes the app again: queued, since the app is locked", dcprovision,
+            ["authorize"] + scheme)
+    }
+
+    /// A renewal sent while the app is locked: refused, then queued, then delivered at unlock.
+    private func queueRenewal() async throws {
+        let send = [
+            "send", "--testca", sandbox + "/ca", "--brand", "Example Provider", "--provider-scheme",
+            "org.example.dcprovision", "--client-scheme", "org.example.dcclient",
+        ]
+        try await run(
+            "A send to a locked client is refused before anything is sealed: serviceUnavailable (AppConnect -1002)",
+            dcprovision, send, expectFailure: 69)
+        try await run(
+            "The same send with --queue: sealed and spooled now, queued until the client is available",
+            dcprovision,
+            send + ["--queue", "--option", "common-name=Demo User", "--name", "Demo credential, renewed"])
+        try await run(
+            "The user unlocks and the client announces availability: the newest policy arrives first, then the queued credential replaces the old one atomically",
+            dcclient, ["unlock", "--passphrase-file", box.passphrase])
+    }
+
+    /// Four reads of the unlocked, renewed client and of the provider's record, at once.
+    private func readRenewed() async throws {
+        try await runTogetherAndReport([
+            DemoStep("What the client holds now", dcclient, ["list"]),
+            DemoStep(
+                "The renewal kept the old encryption key in the key history: the note still opens", dcclient,
+                ["decrypt", sandbox + "/note.p7m"]),
+            DemoStep("The file reads again", dcclient, ["files", "get", "report.txt"]),
+            DemoStep(
+                "The provider's record: each client's policy and acknowledgements, and its sends", dcprovision,
+                ["status"]),
+        ])
+    }
+
+    /// The app's auth token for the application server's challenge (only its start is shown).
+    private func askForAuthToken() async throws -> String {
+        let challenge = try Digests.random(12).withUnsafeBytes { Digests.hex(Array($0)) }
+        step += 1
+        Console.say("\(step). The app asks its client for an auth token bound to the application server's challenge")
+        Console.say("   $ dcclient token --challenge \(challenge) --server app.example.com")
+        let asked = try await box.launch(
+            DemoStep("", dcclient, ["token", "--challenge", challenge, "--server", "app.example.com"]))
+        let token = String(decoding: asked.stdout, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard asked.termination == .exited(0), !token.isEmpty else {
+            throw DCError(.unknown, "demo step \(step) failed (\(asked.termination))")
+        }
+        Console.say(
+            "   \(token.prefix(24))… (\(token.utf8.count) characters: a delegation signed by the provider, then the token signed by the client)\n"
+        )
+        return token
+    }
+
+    /// The application server asks dcverify about the token; with `expected`, asks again for a
+    /// second at most until a header says it (dcverify looks at its files every
+    /// trustFileCheckInterval).
+    private func verify(_ check: DemoTokenCheck, _ title: String, until expected: String? = nil) async throws {
+        step += 1
+        Console.say("\(step). \(title)")
+        Console.say(
+            "   GET http://127.0.0.1:\(check.port)/verifyGDAuthToken with X-Good-GD-AuthToken: <the token> (dcverify, started at step \(check.serverStep))"
+        )
+        var answer = try check.ask()
+        let deadline = ContinuousClock.now + .seconds(1)
+        while let expected, !answer.fields.contains(where: { $0.value.contains(expected) }),
+            ContinuousClock.now < deadline
+        {
+            try await Task.sleep(for: .milliseconds(5))
+            answer = try check.ask()
+        }
+        Console.say("   HTTP \(answer.status)")
+        for field in answer.fields where field.name.hasPrefix("X-Good-GD-") {
+            Console.say("   \(field.name): \(field.value.escapingControlCharacters)")
+        }
+        Console.say("")
+    }
+
+    /// The provider retires the app, and nothing is left to read.
+    private func retire() async throws {
+        try await run(
+            "The provider retires the app: it acknowledges, then erases its keys, credential, files and pasteboard",
+            dcprovision, ["retire"] + scheme + ["--message", "This device was retired"])
+        try await run(
+            "Nothing is left to read; a retired app is set up afresh before it is used again", dcclient,
+            ["files", "get", "report.txt"], expectFailure: 77)
+    }
+
+    // MARK: Running and printing a step
+
+    /// Runs one step and prints it.
+    private func run(_ title: String, _ executable: String, _ arguments: [String], expectFailure: Int32? = nil)
+        async throws
+    {
+        let command = DemoStep(title, executable, arguments, expectFailure: expectFailure)
+        try report(command, try await box.launch(command))
+    }
+
+    /// Prints a step that ran: its number and title, its command line, its output, and whether
+    /// it ended as it should.
+    private func report(_ command: DemoStep, _ outcome: ChildProcess.Outcome) throws {
+        step += 1
+        Console.say("\(step). \(command.title)")
+        let shown = command.arguments.map { argument -> String in
+            let text = box.shown(argument)
+            return text.contains(" ") ? "'\(text)'" : text
+        }
+        Console.say("   $ \((command.executable as NSString).lastPathComponent) \(shown.joined(separator: " "))")
+        for line in String(decoding: outcome.stdout + outcome.stderr, as: UTF8.self).split(separator: "\n") {
+            Console.say("   " + box.shown(String(line)))
+        }
+        guard outcome.termination == .exited(command.expectFailure ?? 0) else {
+            throw DCError(.unknown, "demo step \(step) failed (\(outcome.termination))")
+        }
+        if let expectFailure = command.expectFailure {
+            Console.say("   (exit status \(expectFailure), as expected)")
+        }
+        Console.say("")
+    }
+
+    /// Runs steps that change nothing another of them reads (each reads only, or writes only its
+    /// own files) at the same time; returns their outcomes in the steps' order.
+    private func runTogether(_ commands: [DemoStep]) async throws -> [ChildProcess.Outcome] {
+        let box = self.box
+        return try await withThrowingTaskGroup(of: (Int, ChildProcess.Outcome).self) { group in
+            for (index, command) in commands.enumerated() { group.addTask { (index, try await box.launch(command)) } }
+            var outcomes = [ChildProcess.Outcome?](repeating: nil, count: commands.count)
+            for try await (index, outcome) in group { outcomes[index] = outcome }
+            return outcomes.compactMap { $0 }
+        }
+    }
+
+    /// Runs steps at the same time (see ``runTogether(_:)``) and prints them in order.
+    private func runTogetherAndReport(_ commands: [DemoStep]) async throws {
+        for (command, outcome) in zip(commands, try await runTogether(commands)) { try report(command, outcome) }
+    }
 }
 
 /// One step of the demo: what it shows, and the command that shows it.

@@ -92,8 +92,8 @@ struct Policy: AsyncParsableCommand, OutputCommand {
             "Set a paired client's auto-lock (how long its store stays unlocked) and how programs log in to its PKCS#11 token."
     )
     @OptionGroup var target: PolicyTarget
-    @Option(help: ArgumentHelp("90s, 15m, 2h or a number of seconds (1 s to 7 days).", valueName: "duration"))
-    var autoLock: String?
+    @Option(help: ArgumentHelp("A duration, 1 s to 7 days; a bare number is seconds.", valueName: "duration"))
+    var autoLock: DurationArgument<BareSeconds>?
     @Option(
         help: ArgumentHelp(
             "passphrase: programs log in to the PKCS#11 token with the store passphrase (the default); secure-services: its keys are usable whenever the client is authorized and unlocked, without a login.",
@@ -123,16 +123,11 @@ struct Policy: AsyncParsableCommand, OutputCommand {
         }
     }
 
-    /// `90`, `90s`, `15m`, `2h` or `1d` in seconds, within the policy's range.
-    static func seconds(_ text: String) throws -> Int {
-        let units: [Character: Int] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
-        let unit = text.last.flatMap { units[$0] }
-        let digits = unit == nil ? Substring(text) : text.dropLast()
-        guard !digits.isEmpty, digits.count <= 7, digits.allSatisfy(\.isASCII), let value = Int(digits),
-            case let seconds = value * (unit ?? 1), ClientPolicy.autoLockRange.contains(seconds)
-        else {
+    /// The auto-lock time in whole seconds, within the policy's range.
+    static func seconds(_ duration: DurationArgument<BareSeconds>) throws -> Int {
+        guard let seconds = duration.whole(.seconds), ClientPolicy.autoLockRange.contains(seconds) else {
             throw DCError(
-                .usage, "'\(text.escapingControlCharacters)' is not an auto-lock time",
+                .usage, "'\(duration.text.escapingControlCharacters)' is not an auto-lock time",
                 hint: "write 90s, 15m, 2h or 1d (1 s to 7 days)")
         }
         return seconds

@@ -75,7 +75,8 @@ struct TestCACommand: AsyncParsableCommand {
                 valueName: "algorithm"))
         var keyAlgorithm: String?
         @Option(help: "Retired escrow pairs to issue (0-20).") var escrowHistory: Int = 0
-        @Option(help: "Certificate lifetime in days.") var validityDays: Int = 365
+        @Option(help: ArgumentHelp("Certificate lifetime, whole days; a bare number is days.", valueName: "duration"))
+        var validityDays: DurationArgument<BareDays> = DurationArgument(365, .days)
         @Option(help: "An e-mail address for the subjectAltName.") var email: String?
         @Option(help: "A deliberately broken profile: expired, wrong-key-usage, mismatched-key, ca-certificate.")
         var negative: String?
@@ -83,13 +84,22 @@ struct TestCACommand: AsyncParsableCommand {
 
         @OptionGroup var output: OutputOptions
 
+        /// `--validity-days` in whole days, as the provider's `validity-days` option takes it.
+        static func days(_ duration: DurationArgument<BareDays>) throws -> Int {
+            guard let days = duration.whole(.days) else {
+                throw DCError(
+                    .usage, "--validity-days \(duration.text.escapingControlCharacters) is not a whole number of days")
+            }
+            return days
+        }
+
         func run() async throws {
             guard let format = ConversionOutputs.Format(rawValue: format) else {
                 throw DCError(.usage, "unknown format '\(format)'", hint: "use --format der or --format pem")
             }
             var options: [String: [String]] = [
                 "dir": [directory], "common-name": [commonName], "escrow-history": [String(escrowHistory)],
-                "validity-days": [String(validityDays)],
+                "validity-days": [String(try Self.days(validityDays))],
             ]
             if let keyAlgorithm { options["key-algorithm"] = [keyAlgorithm] }
             if let email { options["email"] = [email] }
@@ -147,7 +157,10 @@ extension TestCACommand {
         @Argument(help: "The test CA directory.") var directory: String
         @Option(help: ArgumentHelp("Where to write the CRL.", valueName: "file")) var out: String
         @Option(help: "pem or der.") var format: String = "pem"
-        @Option(help: "Days until the CRL's nextUpdate (1-365).") var days: Int = 7
+        @Option(
+            help: ArgumentHelp(
+                "Time until the CRL's nextUpdate (1d-365d); a bare number is days.", valueName: "duration"))
+        var days: DurationArgument<BareDays> = DurationArgument(7, .days)
         @Flag(help: "Replace the file if it exists.") var force = false
 
         @OptionGroup var output: OutputOptions
@@ -156,8 +169,10 @@ extension TestCACommand {
             guard format == "pem" || format == "der" else {
                 throw DCError(.usage, "unknown format '\(format)'", hint: "use --format pem or --format der")
             }
-            guard (1...365).contains(days) else { throw DCError(.usage, "--days must be 1 to 365") }
-            let crl = try TestCA(directory: directory).makeCRL(validity: TimeInterval(days) * 86400)
+            guard (86400...365 * 86400).contains(days.seconds) else {
+                throw DCError(.usage, "--days must be 1 to 365")
+            }
+            let crl = try TestCA(directory: directory).makeCRL(validity: days.seconds)
             let path = out as NSString
             var files = AtomicFileSet(
                 directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
@@ -185,7 +200,10 @@ extension TestCACommand {
                 valueName: "host:port"))
         var listen: String = "127.0.0.1:8090"
         @Option(help: ArgumentHelp("Write the port listened on to this file.", valueName: "file")) var portFile: String?
-        @Option(help: "Minutes until an answer's nextUpdate (1-1440).") var validityMinutes: Int = 60
+        @Option(
+            help: ArgumentHelp(
+                "Time until an answer's nextUpdate (1m-1d); a bare number is minutes.", valueName: "duration"))
+        var validityMinutes: DurationArgument<BareMinutes> = DurationArgument(60, .minutes)
 
         @OptionGroup var output: OutputOptions
 
@@ -197,26 +215,23 @@ extension TestCACommand {
                     hint: "write 127.0.0.1:8090, or :8090 for every IPv4 address")
             }
             let host = parts[0].isEmpty ? "0.0.0.0" : String(parts[0])
-            guard (1...1440).contains(validityMinutes) else {
+            guard (60...86400).contains(validityMinutes.seconds) else {
                 throw DCError(.usage, "--validity-minutes must be 1 to 1440")
             }
-            let ca = try TestCA(directory: directory)
-            let responder = try ca.ocspResponder(validity: TimeInterval(validityMinutes) * 60)
-            let (socket, bound) = try OCSPServer.listen(host: host, port: port)
+            let log: (@Sendable (String) -> Void)? =
+                Console.isQuiet ? nil : { @Sendable (line: String) in Console.say("ocsp: " + line) }
+            let server = try TestCA(directory: directory).ocspServer(
+                validity: validityMinutes.seconds, log: log)
+            let listener = try OCSPServer.listen(host: host, port: port)
             if let portFile {
                 let path = portFile as NSString
                 var files = AtomicFileSet(
                     directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
-                try files.add(path.lastPathComponent, .bytes(Array("\(bound)\n".utf8)), mode: 0o644)
+                try files.add(path.lastPathComponent, .bytes(Array("\(listener.port)\n".utf8)), mode: 0o644)
                 try files.commit(replacingExisting: true)
             }
-            Console.say("answering OCSP for \(directory.escapingControlCharacters) on http://\(host):\(bound)/")
-            let answer: @Sendable (String) -> OCSPResponder.Answer = { serial in
-                (try? ca.ocspAnswer(serial: serial)) ?? .unknown
-            }
-            let log: (@Sendable (String) -> Void)? =
-                Console.isQuiet ? nil : { @Sendable (line: String) in Console.say("ocsp: " + line) }
-            OCSPServer(respond: { request in responder.respond(to: request, answer: answer) }, log: log).serve(socket)
+            Console.say("answering OCSP for \(directory.escapingControlCharacters) on http://\(host):\(listener.port)/")
+            server.serve(listener)
         }
     }
 }

@@ -77,18 +77,20 @@ struct Serve: AsyncParsableCommand {
     @Option(
         help: ArgumentHelp(
             """
-            Seconds a connection has to deliver a whole request, from connecting (TLS included) or its last \
-            answer, and from the request's head to its end; slower clients are disconnected (default 10).
-            """, valueName: "seconds"))
-    var requestTimeout: Double?
+            The time a connection has to deliver a whole request, from connecting (TLS included) or its last \
+            answer, and from the request's head to its end; slower clients are disconnected (default 10s; a bare \
+            number is seconds).
+            """, valueName: "duration"))
+    var requestTimeout: DurationArgument<BareSeconds>?
 
     @Option(
         help: ArgumentHelp(
             """
-            Seconds a connection has to deliver a whole request head, from connecting (TLS included) or from \
-            its first byte after an answer; slower clients are disconnected (default 2).
-            """, valueName: "seconds"))
-    var headTimeout: Double?
+            The time a connection has to deliver a whole request head, from connecting (TLS included) or from \
+            its first byte after an answer; slower clients are disconnected (default 2s; a bare number is \
+            seconds).
+            """, valueName: "duration"))
+    var headTimeout: DurationArgument<BareSeconds>?
 
     @Option(help: ArgumentHelp("Connections served at once (default 1024).", valueName: "n"))
     var maxConnections: Int?
@@ -128,13 +130,13 @@ struct Serve: AsyncParsableCommand {
         configuration.jwksFile = jwks ?? file.jwks
         configuration.portFile = portFile ?? file.portFile
         if let threads = threads ?? file.threads { configuration.threads = threads }
-        if let seconds = requestTimeout ?? file.requestTimeout {
+        if let seconds = requestTimeout?.seconds ?? file.requestTimeout {
             guard seconds.isFinite, seconds > 0, seconds <= 3600 else {
                 throw DCError(.usage, "the request timeout must be between 0.1 and 3600 seconds")
             }
             configuration.requestTimeout = .milliseconds(Int64((seconds * 1000).rounded()))
         }
-        if let seconds = headTimeout ?? file.headTimeout {
+        if let seconds = headTimeout?.seconds ?? file.headTimeout {
             guard seconds.isFinite, seconds > 0, seconds <= 3600 else {
                 throw DCError(.usage, "the head timeout must be between 0.1 and 3600 seconds")
             }

@@ -1,6 +1,7 @@
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import Synchronization
 
 /// The test CA's OCSP responder on HTTP (RFC 6960 appendix A): `POST /` with an
 /// `application/ocsp-request` body, or `GET /<url-encoded base64 of the request>`.
@@ -10,19 +11,32 @@ import Foundation
 /// one thread per connection and at most ``maximumConnections`` at once (more are closed at
 /// once), headers of at most 8 KiB and a body of at most 64 KiB, one request per connection, and
 /// ``connectionDeadline`` for the whole exchange, so a slow client cannot hold it.
-struct OCSPServer {
+///
+/// ``TestCA/ocspServer(validity:log:)`` makes one that answers for a test CA; `dcprovision testca
+/// ocsp` listens with it.
+public struct OCSPServer: Sendable {
     /// Answers a DER request with a DER response.
-    let respond: @Sendable ([UInt8]) -> [UInt8]
+    public let respond: @Sendable ([UInt8]) -> [UInt8]
     /// Called with one line per request (method, status, size), or nil for silence.
-    let log: (@Sendable (String) -> Void)?
+    public let log: (@Sendable (String) -> Void)?
 
-    static let maximumConnections = 32
-    static let maximumHeaderLength = 8 * 1024
-    static let maximumBodyLength = 64 * 1024
-    static let connectionDeadline: TimeInterval = 10
+    /// Connections served at once; more are closed as they come.
+    public static let maximumConnections = 32
+    /// The most bytes of a request's line and header fields; more is answered 431.
+    public static let maximumHeaderLength = 8 * 1024
+    /// The most bytes of a POST body; more is answered 413.
+    public static let maximumBodyLength = 64 * 1024
+    /// Seconds one connection may take from its start to the answer.
+    public static let connectionDeadline: TimeInterval = 10
 
-    /// A listening TCP socket on `host:port` (port 0 picks one); returns it and the port it got.
-    static func listen(host: String, port: Int) throws -> (socket: Int32, port: Int) {
+    /// A server that answers each request with `respond`, and tells `log` about it.
+    public init(respond: @escaping @Sendable ([UInt8]) -> [UInt8], log: (@Sendable (String) -> Void)? = nil) {
+        self.respond = respond
+        self.log = log
+    }
+
+    /// A listening TCP socket on `host` (an IPv4 address) and `port` (0 picks one).
+    public static func listen(host: String, port: Int) throws -> Listener {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard socket >= 0 else { throw DCError(.ioError, "cannot open a socket") }
         var yes: Int32 = 1
@@ -46,15 +60,19 @@ struct OCSPServer {
             close(socket)
             throw DCError(.ioError, "cannot listen on \(host):\(port): \(reason)")
         }
-        return (socket, Int(UInt16(bigEndian: address.sin_port)))
+        return Listener(descriptor: socket, port: Int(UInt16(bigEndian: address.sin_port)))
     }
 
-    /// Accepts connections on `socket` until the process ends.
-    func serve(_ socket: Int32) -> Never {
+    /// Accepts connections on `listener` until it is closed (``Listener/close()``); answers each
+    /// on a thread of its own.
+    public func serve(_ listener: Listener) {
         let slots = DispatchSemaphore(value: Self.maximumConnections)
         while true {
-            let connection = accept(socket, nil, nil)
-            guard connection >= 0 else { continue }
+            let connection = accept(listener.descriptor, nil, nil)
+            guard connection >= 0 else {
+                if listener.isClosed { return }
+                continue
+            }
             _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
             guard slots.wait(timeout: .now()) == .success else {
                 close(connection)
@@ -150,5 +168,50 @@ struct OCSPServer {
             sent += count
         }
         log?("\(what.escapingControlCharacters) \(status) \(body.count) bytes")
+    }
+}
+
+extension OCSPServer {
+    /// A listening socket: it owns the descriptor and closes it when it goes.
+    public final class Listener: Sendable {
+        /// The listening descriptor (close-on-exec).
+        let descriptor: Int32
+        /// The port it listens on: the one asked for, or the one the system picked for 0.
+        public let port: Int
+        private let closed = Atomic<Bool>(false)
+
+        init(descriptor: Int32, port: Int) {
+            self.descriptor = descriptor
+            self.port = port
+        }
+
+        /// Whether ``close()`` was called.
+        public var isClosed: Bool { closed.load(ordering: .acquiring) }
+
+        /// Stops listening: ``OCSPServer/serve(_:)`` returns once its `accept` wakes. Requests
+        /// already accepted are still answered.
+        public func close() {
+            closed.store(true, ordering: .releasing)
+            // shutdown, not close: it wakes a thread blocked in accept, and the descriptor's
+            // number cannot be reused while serve may still use it (deinit closes it).
+            _ = Glibc.shutdown(descriptor, Int32(SHUT_RDWR))
+        }
+
+        deinit { Glibc.close(descriptor) }
+    }
+}
+
+extension TestCA {
+    /// An OCSP server that answers for this CA: good, revoked or unknown from `index.txt`, read
+    /// afresh for every request (see ``ocspAnswer(serial:)``), signed by the issuing CA, each
+    /// answer valid for `validity` seconds.
+    public func ocspServer(validity: TimeInterval = 3600, log: (@Sendable (String) -> Void)? = nil) throws
+        -> OCSPServer
+    {
+        let responder = try ocspResponder(validity: validity)
+        let answer: @Sendable (String) -> OCSPResponder.Answer = { serial in
+            (try? self.ocspAnswer(serial: serial)) ?? .unknown
+        }
+        return OCSPServer(respond: { request in responder.respond(to: request, answer: answer) }, log: log)
     }
 }

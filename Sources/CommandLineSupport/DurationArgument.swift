@@ -41,7 +41,7 @@ public protocol BareNumberUnit: Sendable {
 
 /// A bare number is seconds (`--auto-lock 90`, `--request-timeout 0.5`).
 public enum BareSeconds: BareNumberUnit {
-    /// ``TimeUnit/seconds``.
+    /// `TimeUnit.seconds`.
     public static let unit = TimeUnit.seconds
 }
 

@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "PKCS11Provider", targets: ["PKCS11Provider"]),
         .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
         .library(name: "CredentialDelivery", targets: ["CredentialDelivery"]),
+        .library(name: "ProviderService", targets: ["ProviderService"]),
         .library(name: "SchemeHandlers", targets: ["SchemeHandlers"]),
         .library(name: "ManagedClient", targets: ["ManagedClient"]),
         .executable(name: "dcclient", targets: ["dcclient"]),
@@ -90,10 +91,18 @@ let package = Package(
             ]
         ),
 
-        // Delivery: the URL messages, the sealed canonical payload, the spool.
+        // Delivery, the wire protocol both sides speak: the URL messages, the sealed canonical
+        // payload, the spool, registrations, pairing, the provider's ledger. No token code.
+        .target(name: "CredentialDelivery", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
+
+        // The provider's runtime over that protocol: the send pipeline, client policies, auth-token
+        // delegations, identity JWTs and the files a verification service trusts.
         .target(
-            name: "CredentialDelivery",
-            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "AuthTokens", "IdentityTokens"]),
+            name: "ProviderService",
+            dependencies: [
+                "CredentialDelivery", "DerivedCredentials", "SystemSupport", "CredentialCoding", "AuthTokens",
+                "IdentityTokens",
+            ]),
 
         // freedesktop x-scheme-handler registration, resolution and launch.
         .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials", "SystemSupport"]),
@@ -226,6 +235,7 @@ let package = Package(
                 "TestCAProvider",
                 "ExecProvider",
                 "CredentialDelivery",
+                "ProviderService",
                 "SchemeHandlers",
                 "PKCS11Provider",
                 "CommandLineSupport",
@@ -266,8 +276,8 @@ let package = Package(
         .testTarget(
             name: "ManagedClientTests",
             dependencies: [
-                "ManagedClient", "CredentialDelivery", "CredentialCoding", "SystemSupport", "TestCAProvider",
-                "TestSupport", "AuthTokens", "PKCS11Probe",
+                "ManagedClient", "CredentialDelivery", "ProviderService", "CredentialCoding", "SystemSupport",
+                "TestCAProvider", "TestSupport", "AuthTokens", "PKCS11Probe",
             ],
             // Run by the tests with python3 from the source tree: the secure-file format's oracle.
             exclude: ["secure_file_oracle.py"]
@@ -307,7 +317,7 @@ let package = Package(
             name: "dcprovisionTests",
             dependencies: [
                 "dcprovision", "dcclient", "dcverify", "TestSupport", "DerivedCredentials", "CredentialCoding",
-                "CredentialDelivery", "CommandLineSupport", "SystemSupport",
+                "CredentialDelivery", "ProviderService", "CommandLineSupport", "SystemSupport",
                 "ManagedClient", "TestCAProvider",
             ]
         ),

@@ -125,7 +125,7 @@ public enum PinnedKeys {
     /// The private key in `path` (PKCS#8 DER, 0600, written atomically), made on first use; two
     /// processes making it at once agree on one (the loser of the race reads the winner's).
     /// `refusal` when the file is not a private regular file of this user.
-    static func storedKey<Key: StoredPrivateKey>(at path: String, refusal: DCError) throws -> Key {
+    package static func storedKey<Key: StoredPrivateKey>(at path: String, refusal: DCError) throws -> Key {
         func read() throws -> Key? {
             guard var bytes = try privateFile(path, limit: 1 << 12, else: refusal).map(Array.init) else { return nil }
             return try Key(pkcs8DER: SecretBytes(consuming: &bytes))
@@ -188,7 +188,8 @@ public struct DeliverySequence: Sendable {
 }
 
 /// A private key a party keeps in a file of its own: made fresh, stored and read back as PKCS#8.
-protocol StoredPrivateKey {
+/// `package`: the provider's runtime (`ProviderService`) keeps its token keys the same way.
+package protocol StoredPrivateKey {
     /// A fresh key.
     static func generate() throws -> Self
     /// The key in a PKCS#8 DER encoding.

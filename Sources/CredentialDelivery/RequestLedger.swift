@@ -98,7 +98,7 @@ public struct RequestLedger: Sendable {
         try? write(record, replacing: true)
     }
 
-    func write(_ record: Record, replacing: Bool) throws {
+    package func write(_ record: Record, replacing: Bool) throws {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         encoder.outputFormatting = [.sortedKeys]
@@ -118,7 +118,7 @@ public struct RequestLedger: Sendable {
 
     /// The record of `request`, which was just written: an error, not nil, when it has gone
     /// (`fileNotFound`), cannot be read (`ioError`) or cannot be decoded (`invalid`).
-    func existingRecord(_ request: String) throws -> Record {
+    package func existingRecord(_ request: String) throws -> Record {
         let file = path(request)
         guard let data = FileManager.default.contents(atPath: file) else {
             guard FileManager.default.fileExists(atPath: file) else {
@@ -197,7 +197,7 @@ public struct RequestLedger: Sendable {
 
     /// ``prune(now:)`` over `records`, newest first, as ``recent(limit:)`` read them.
     @discardableResult
-    func prune(_ records: [Record], now: Date) -> [String] {
+    package func prune(_ records: [Record], now: Date) -> [String] {
         var removed: [String] = []
         for (index, record) in records.enumerated() where record.outcome != nil {
             let age = now.timeIntervalSince(record.created)

@@ -4,6 +4,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import ProviderService
 import SchemeHandlers
 import SystemSupport
 

@@ -4,6 +4,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import ProviderService
 import SystemSupport
 
 /// The embedded default: the whole round trip in a throw-away sandbox, through real processes.

@@ -3,6 +3,7 @@ import CommandLineSupport
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import ProviderService
 import SchemeHandlers
 import SystemSupport
 

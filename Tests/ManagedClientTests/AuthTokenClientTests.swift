@@ -5,6 +5,7 @@ import DerivedCredentials
 import Foundation
 import IdentityTokens
 import ManagedClient
+import ProviderService
 import SystemSupport
 import TestSupport
 import Testing

@@ -3,6 +3,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import ProviderService
 import SystemSupport
 import TestSupport
 import Testing

@@ -2,6 +2,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import ProviderService
 import SystemSupport
 import TestCAProvider
 import TestSupport

@@ -3,6 +3,7 @@ import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import ManagedClient
+import ProviderService
 import TestSupport
 import Testing
 

@@ -3,6 +3,7 @@ import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import ManagedClient
+import ProviderService
 import TestCAProvider
 import TestSupport
 import Testing

@@ -1,6 +1,7 @@
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import ProviderService
 import SystemSupport
 import TestSupport
 import Testing

@@ -1,8 +1,9 @@
 import AuthTokens
-import IdentityTokens
 import CredentialCoding
+import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import IdentityTokens
 import SystemSupport
 
 /// The provider's side of the AppConnect derived-credential API, on Linux: a service made from a
@@ -73,10 +74,10 @@ public struct CredentialService: Sendable {
     /// only one the provider will certify for it; and records whether it may make the provider use
     /// a card unattended. Pairing again replaces the pin (after a client was
     /// set up afresh). This is the operator's decision; no URL can make it. A paired client is
-    /// managed: its policy (``ClientPolicy``) starts `authorized` and goes out with the next message.
+    /// managed: its policy (`ClientPolicy`) starts `authorized` and goes out with the next message.
     ///
     /// `userID` is the user the client's auth tokens name; nil names the user running the provider
-    /// (``ClientPairing/defaultUserID``). It must be printable ASCII (it travels in an HTTP header).
+    /// (`ClientPairing.defaultUserID`). It must be printable ASCII (it travels in an HTTP header).
     public func pair(
         clientScheme: String, allowCardRequests: Bool = false, cardRequestsPerHour: Int = 4, userID: String? = nil
     ) throws -> ClientPairing {
@@ -367,7 +368,7 @@ public struct CredentialService: Sendable {
     /// operator's policy for unattended card use (`fromCard`: the source logs in to a card), records
     /// its request id (a replay is refused and nothing is issued), has `issue` make the credential,
     /// and sends it answering that id. If issuing or sending fails before anything was sealed, the
-    /// request is marked ``RequestLedger/notSent``.
+    /// request is marked `RequestLedger.notSent`.
     public func answer(
         _ message: CredentialRequest, fromCard: Bool = false, queueIfUnavailable: Bool = false, now: Date = Date(),
         progress: @Sendable (String) -> Void = { _ in },
@@ -511,7 +512,7 @@ public struct CredentialService: Sendable {
 
     /// Keeps the ledger and the spool bounded: requests past their time limit with no answer are
     /// closed as ``expired`` (a queued one's sealed spool file is removed), then old finished
-    /// records are removed (``RequestLedger/prune(now:)``). Every handled URL and every send runs it.
+    /// records are removed (`RequestLedger.prune(now:)`). Every handled URL and every send runs it.
     public func prune(now: Date = Date()) {
         // One read of the ledger for both steps: every handled URL and every send runs this.
         var records = ledger.recent(limit: Int.max)

@@ -1,4 +1,5 @@
 import CredentialCoding
+import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import SystemSupport

@@ -1,5 +1,6 @@
 import AuthTokens
 import CredentialCoding
+import CredentialDelivery
 import DerivedCredentials
 import Foundation
 import IdentityTokens

@@ -33,7 +33,7 @@ public enum Tool {
             var command: any ParsableCommand
             do {
                 command = try root.parseAsRoot(formerNames.rewrite(arguments))
-            } catch where root.exitCode(for: error) == .validationFailure {
+            } catch  where root.exitCode(for: error) == .validationFailure {
                 // A value that breaks its option's rule (a scheme, a client id): one line, like
                 // every other refusal, not swift-argument-parser's usage screen.
                 Console.error("\(root.message(for: error)); see '\(name) --help'")

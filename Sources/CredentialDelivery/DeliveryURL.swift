@@ -78,4 +78,3 @@ public enum DeliveryMessage: Sendable, Equatable {
         return try kind(url, scheme)
     }
 }
-

@@ -256,7 +256,8 @@ extension ManagedClient {
         }
         guard message.isSigned(by: providerKey, scheme: config.scheme) else {
             throw DCError(
-                .refusedMessage, "the \(type(of: message).path) message is not signed by the pinned provider (forged or altered)",
+                .refusedMessage,
+                "the \(type(of: message).path) message is not signed by the pinned provider (forged or altered)",
                 subject: subject, hint: "nothing was changed")
         }
         if pinned == nil { try PinnedKeys.write(pin, to: providerPinFile) }

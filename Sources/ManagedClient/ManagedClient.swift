@@ -152,7 +152,8 @@ public struct ManagedClient: Sendable {
         }
         try Registrations.publish(
             ClientRegistration(
-                clientId: config.clientId.text, scheme: config.scheme.text, executable: executable, certificate: certificate,
+                clientId: config.clientId.text, scheme: config.scheme.text, executable: executable,
+                certificate: certificate,
                 signingKey: signingKey,
                 tokenKey: try config.tokenKey.flatMap { Data(base64Encoded: $0) }.map {
                     try TokenPublicKey(uncompressedPoint: Array($0))

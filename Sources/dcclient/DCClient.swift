@@ -94,7 +94,8 @@ extension DCClient {
                     hint: "choose a longer one")
             }
             try ManagedClient().initialize(
-                clientId: clientId, scheme: clientScheme, providerScheme: providerScheme, executable: Tool.executablePath,
+                clientId: clientId, scheme: clientScheme, providerScheme: providerScheme,
+                executable: Tool.executablePath,
                 passphrase: secret,
                 trustAnchors: trustAnchor.flatMap { try CredentialReader().read(file: $0).certificates })
             Console.say("client \(clientId) set up; registration published; unlocked")

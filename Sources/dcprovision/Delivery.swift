@@ -197,7 +197,9 @@ struct HandleURL: URLHandlingCommand, OutputCommand {
             Console.say(
                 "dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
         case .acknowledged(let acknowledgement, let record):
-            let (client, sequence, subject) = (acknowledgement.client, acknowledgement.sequence, acknowledgement.subject)
+            let (client, sequence, subject) = (
+                acknowledgement.client, acknowledgement.sequence, acknowledgement.subject
+            )
             let text = acknowledgement.message
             let why = text.isEmpty ? "" : " (\(text.escapingControlCharacters))"
             Console.say(

@@ -43,7 +43,9 @@ struct DocumentedLimitsTests {
         #expect(Self.parses(longest, scheme: scheme))
         let longer = Self.newURL(scheme: scheme + "a")
         #expect(longer.utf8.count == 1025)
-        let refused = try #require(throws: DCError.self) { try DeliveryMessage.parse(longer, scheme: try URLScheme(scheme + "a")) }
+        let refused = try #require(throws: DCError.self) {
+            try DeliveryMessage.parse(longer, scheme: try URLScheme(scheme + "a"))
+        }
         #expect(refused.message.contains("longer than 1024 bytes"))
     }
 

@@ -122,7 +122,8 @@ struct ProtocolVectorTests {
             ackURL
                 == "org.example.provider:/ack?v=2&client=dcclient&seq=3&of=auth&policy=applied&message=&time=1795000060&sig="
                 + (ack.signature?.text ?? ""))
-        #expect(try DeliveryMessage.parse(ackURL, scheme: try URLScheme("org.example.provider")) == .acknowledgement(ack))
+        #expect(
+            try DeliveryMessage.parse(ackURL, scheme: try URLScheme("org.example.provider")) == .acknowledgement(ack))
         let publicKey = try #require(
             Self.bytes(hex: "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"))
         #expect(policy.isSigned(by: publicKey, scheme: try URLScheme("org.example.dcclient")))
@@ -155,7 +156,9 @@ struct ProtocolVectorTests {
             url.replacingOccurrences(of: "&time=", with: "&when="), url.replacingOccurrences(of: "id=00", with: "id="),
             url + "&extra=1", url.replacingOccurrences(of: "v=2&client=dcclient&", with: "client=dcclient&v=2&"),
         ] {
-            #expect(throws: DCError.self) { try DeliveryMessage.parse(broken, scheme: try URLScheme("org.example.dcclient")) }
+            #expect(throws: DCError.self) {
+                try DeliveryMessage.parse(broken, scheme: try URLScheme("org.example.dcclient"))
+            }
         }
     }
 

@@ -123,7 +123,8 @@ struct World {
 
     /// The client's signed availability notice, parsed, made at `now`.
     func available(now: Date = Date()) throws -> AvailabilityNotice {
-        try AvailabilityNotice.parse(try client.availabilityURL(now: now)!, scheme: try URLScheme("org.example.provider"))
+        try AvailabilityNotice.parse(
+            try client.availabilityURL(now: now)!, scheme: try URLScheme("org.example.provider"))
     }
 
     /// The client's signed `new`, parsed, with request id `request` (a fresh one by default).
@@ -300,8 +301,10 @@ struct SendPipelineTests {
         }
         let urls = world.deliveries.all
         try #require(urls.count == 2)
-        let first = try #require(try DeliveryMessage.parse(urls[0], scheme: try URLScheme("org.example.dcclient")).deliverParts)
-        let second = try #require(try DeliveryMessage.parse(urls[1], scheme: try URLScheme("org.example.dcclient")).deliverParts)
+        let first = try #require(
+            try DeliveryMessage.parse(urls[0], scheme: try URLScheme("org.example.dcclient")).deliverParts)
+        let second = try #require(
+            try DeliveryMessage.parse(urls[1], scheme: try URLScheme("org.example.dcclient")).deliverParts)
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
         let processed = world.locations.dataHome + "/dcclient/store/processed"
 

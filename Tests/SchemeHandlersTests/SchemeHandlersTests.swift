@@ -115,7 +115,8 @@ struct SchemeHandlersTests {
         try sandbox.handlers.register(scheme: try URLScheme("org.example.dc"), executable: handler, name: "Test")
         let marker = sandbox.dir.file("pwned")
         let url = "org.example.dc:/new?v=1&client=$(touch \(marker))&x=`touch \(marker)`;touch \(marker)"
-        let outcome = try await sandbox.handlers.open(url, scheme: try URLScheme("org.example.dc"), expectedExecutable: handler)
+        let outcome = try await sandbox.handlers.open(
+            url, scheme: try URLScheme("org.example.dc"), expectedExecutable: handler)
         #expect(outcome.termination == .exited(0))
         #expect(try readText(sandbox.dir.file("handler.argv")) == "handle-url\n\(url)\n")
         #expect(!FileManager.default.fileExists(atPath: marker))
@@ -136,7 +137,8 @@ struct SchemeHandlersTests {
         }
         // Our registration makes ours the explicit default: accepted.
         try sandbox.handlers.register(scheme: try URLScheme("org.example.dc"), executable: ours, name: "Ours")
-        _ = try await sandbox.handlers.open("org.example.dc:/x?v=1", scheme: try URLScheme("org.example.dc"), expectedExecutable: ours)
+        _ = try await sandbox.handlers.open(
+            "org.example.dc:/x?v=1", scheme: try URLScheme("org.example.dc"), expectedExecutable: ours)
         // A desktop-specific mimeapps.list that outranks ours names the evil one: refused, evil never runs.
         let desktopSandbox = try HandlerSandbox(desktop: "GNOME")
         defer { desktopSandbox.dir.remove() }
@@ -196,6 +198,8 @@ struct SchemeHandlersTests {
             #expect(error.code == .usage)
         }
         #expect(!FileManager.default.fileExists(atPath: sandbox.handlers.directories.dataHome + "/applications"))
-        #expect(!FileManager.default.fileExists(atPath: sandbox.handlers.launcherPath(scheme: try URLScheme("org.example.dc"))))
+        #expect(
+            !FileManager.default.fileExists(
+                atPath: sandbox.handlers.launcherPath(scheme: try URLScheme("org.example.dc"))))
     }
 }

@@ -51,8 +51,9 @@ private struct Sandbox {
             environment: environment)
         guard result.status == 0 else { throw ProcessFailure(command: ["register"], result: result) }
         let urls = urls
-        service = try CredentialService(brand: "Test", callbackScheme: try URLScheme("org.example.dcprovision"), locations: locations)
-        { url, _ in
+        service = try CredentialService(
+            brand: "Test", callbackScheme: try URLScheme("org.example.dcprovision"), locations: locations
+        ) { url, _ in
             urls.append(url)
         }
         ca = try TestCA.initialize(at: dir.file("ca"))

@@ -100,7 +100,8 @@ struct SecretSourceTests {
         defer { tools.sandbox.remove() }
         try ManagedClient(locations: XDGDirectories(environment: tools.sandbox.environment)).initialize(
             clientId: try ClientID("dcclient"), scheme: try URLScheme("org.example.dcclient"),
-            providerScheme: try URLScheme("org.example.provider"), executable: Binaries.directory + "/dcclient", passphrase: SecretBytes(Array("short".utf8)))
+            providerScheme: try URLScheme("org.example.provider"), executable: Binaries.directory + "/dcclient",
+            passphrase: SecretBytes(Array("short".utf8)))
         try tools.sandbox.write("pass.txt", "short\n")
         try tools.check("dcclient", ["lock"])
         try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])

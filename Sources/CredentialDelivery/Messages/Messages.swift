@@ -21,7 +21,10 @@ public struct CredentialRequest: SignedURLMessage {
     /// The client's signature.
     public var signature: SignatureHex?
 
-    enum CodingKeys: String, CodingKey { case client, request, time, signature = "sig" }
+    enum CodingKeys: String, CodingKey {
+        case client, request, time
+        case signature = "sig"
+    }
 
     /// An unsigned request; ``SignedURLMessage/signed(with:scheme:)`` signs it.
     public init(client: ClientID, request: RequestID, time: Int64, signature: SignatureHex? = nil) {
@@ -41,7 +44,10 @@ public struct AvailabilityNotice: SignedURLMessage {
     /// The client's signature.
     public var signature: SignatureHex?
 
-    enum CodingKeys: String, CodingKey { case client, time, signature = "sig" }
+    enum CodingKeys: String, CodingKey {
+        case client, time
+        case signature = "sig"
+    }
 
     /// An unsigned notice.
     public init(client: ClientID, time: Int64, signature: SignatureHex? = nil) {
@@ -66,7 +72,11 @@ public struct DeliveryNotice: SignedURLMessage {
     /// The provider's signature.
     public var signature: SignatureHex?
 
-    enum CodingKeys: String, CodingKey { case client, request, digest, sequence = "seq", signature = "sig" }
+    enum CodingKeys: String, CodingKey {
+        case client, request, digest
+        case sequence = "seq"
+        case signature = "sig"
+    }
 
     /// An unsigned notice.
     public init(
@@ -120,7 +130,13 @@ public struct PolicyNotice: SignedURLMessage {
     public var signature: SignatureHex?
 
     enum CodingKeys: String, CodingKey {
-        case client, sequence = "seq", state, autoLock = "autolock", message, tokenLogin = "tokenlogin", time
+        case client
+        case sequence = "seq"
+        case state
+        case autoLock = "autolock"
+        case message
+        case tokenLogin = "tokenlogin"
+        case time
         case signature = "sig"
     }
 
@@ -169,7 +185,12 @@ public struct Acknowledgement: SignedURLMessage {
     public var signature: SignatureHex?
 
     enum CodingKeys: String, CodingKey {
-        case client, sequence = "seq", subject = "of", state = "policy", message, time, signature = "sig"
+        case client
+        case sequence = "seq"
+        case subject = "of"
+        case state = "policy"
+        case message, time
+        case signature = "sig"
     }
 
     /// An unsigned acknowledgement.
@@ -200,7 +221,10 @@ public struct DelegationNotice: SignedURLMessage {
     /// The provider's signature.
     public var signature: SignatureHex?
 
-    enum CodingKeys: String, CodingKey { case client, id, digest, time, signature = "sig" }
+    enum CodingKeys: String, CodingKey {
+        case client, id, digest, time
+        case signature = "sig"
+    }
 
     /// An unsigned notice.
     public init(client: ClientID, id: RequestID, digest: SHA256Hex, time: Int64, signature: SignatureHex? = nil) {
@@ -227,7 +251,10 @@ public struct IdentityRequest: SignedURLMessage {
     /// The client's signature.
     public var signature: SignatureHex?
 
-    enum CodingKeys: String, CodingKey { case client, request, audience, scope, time, signature = "sig" }
+    enum CodingKeys: String, CodingKey {
+        case client, request, audience, scope, time
+        case signature = "sig"
+    }
 
     /// An unsigned request.
     public init(

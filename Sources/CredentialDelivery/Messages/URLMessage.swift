@@ -120,36 +120,21 @@ public struct SignatureHex: Identifier, URLParameterValue {
     }
 }
 
-/// A time (seconds since 1970) or a sequence number: decimal digits, 1–18 of them, no leading zero.
-extension Int64: URLParameterValue {
+/// A time (seconds since 1970), a sequence number or a lifetime: decimal digits, 1–18 of them, no
+/// leading zero, in one spelling.
+extension URLParameterValue where Self: FixedWidthInteger {
     /// The number `text` spells in its one spelling.
     public init?(parameter text: String) {
-        guard URLMessageCoder.isNumber(text), let value = Int64(text) else { return nil }
+        guard URLMessageCoder.isNumber(text), let value = Self(text, radix: 10) else { return nil }
         self = value
     }
     /// The decimal digits.
     public var parameter: String { String(self) }
 }
 
-extension UInt64: URLParameterValue {
-    /// The number `text` spells in its one spelling (1–18 digits, no leading zero).
-    public init?(parameter text: String) {
-        guard URLMessageCoder.isNumber(text), let value = UInt64(text) else { return nil }
-        self = value
-    }
-    /// The decimal digits.
-    public var parameter: String { String(self) }
-}
-
-extension Int: URLParameterValue {
-    /// The number `text` spells in its one spelling (1–18 digits, no leading zero).
-    public init?(parameter text: String) {
-        guard URLMessageCoder.isNumber(text), let value = Int(text) else { return nil }
-        self = value
-    }
-    /// The decimal digits.
-    public var parameter: String { String(self) }
-}
+extension Int64: URLParameterValue {}
+extension UInt64: URLParameterValue {}
+extension Int: URLParameterValue {}
 
 /// Text for people — a policy's message, an acknowledgement's reason — as unpadded base64url of
 /// text ``PolicyText/check(_:)`` allows.

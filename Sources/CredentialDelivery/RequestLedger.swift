@@ -98,6 +98,8 @@ public struct RequestLedger: Sendable {
         try? write(record, replacing: true)
     }
 
+    /// Writes `record` to its file, all or nothing; `replacing` lets it overwrite the record of
+    /// the same request.
     package func write(_ record: Record, replacing: Bool) throws {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601

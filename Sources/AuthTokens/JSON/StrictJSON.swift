@@ -12,7 +12,9 @@ package enum JSONValue: Equatable {
 /// Why a token, a JWS or a file is not accepted; the message names the rule, never the input
 /// (a token is a bearer credential and must not reach a log).
 package struct FormatError: Error, Equatable, CustomStringConvertible {
+    /// The rule broken, in one line.
     package var description: String
+    /// The error that says `description`.
     package init(_ description: String) { self.description = description }
 }
 
@@ -258,25 +260,31 @@ package struct JSONFields {
         self.members = members
     }
 
+    /// Whether the object has the member `name`.
     package func has(_ name: String) -> Bool { members[name] != nil }
 
+    /// The member `name`, or nil when it is absent.
     package func value(_ name: String) -> JSONValue? { members[name] }
 
+    /// The member `name`; an error naming it when it is absent.
     package func member(_ name: String) throws(FormatError) -> JSONValue {
         guard let value = members[name] else { throw FormatError("the member \"\(name)\" is missing") }
         return value
     }
 
+    /// The member `name` as a string; an error when it is absent or not a string.
     package func string(_ name: String) throws(FormatError) -> String {
         guard case .string(let text) = members[name] else { throw FormatError("\"\(name)\" is not a string") }
         return text
     }
 
+    /// The member `name` as an integer; an error when it is absent or not an integer.
     package func integer(_ name: String) throws(FormatError) -> Int64 {
         guard case .integer(let number) = members[name] else { throw FormatError("\"\(name)\" is not an integer") }
         return number
     }
 
+    /// The member `name` as an array; an error when it is absent or not an array.
     package func array(_ name: String) throws(FormatError) -> [JSONValue] {
         guard case .array(let elements) = members[name] else { throw FormatError("\"\(name)\" is not an array") }
         return elements

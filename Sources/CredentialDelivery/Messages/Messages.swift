@@ -329,7 +329,11 @@ public protocol ClientSignedMessage: SignedURLMessage {
     var time: Int64 { get }
 }
 
+/// Signed by the asking client.
 extension CredentialRequest: ClientSignedMessage {}
+/// Signed by the client whose services became available.
 extension AvailabilityNotice: ClientSignedMessage {}
+/// Signed by the acknowledging client.
 extension Acknowledgement: ClientSignedMessage {}
+/// Signed by the client asking for an identity JWT.
 extension IdentityRequest: ClientSignedMessage {}

@@ -87,7 +87,9 @@ extension URLParameterValue where Self: Identifier {
     public var parameter: String { text }
 }
 
+/// A client id travels in URLs as its text (`client=`).
 extension ClientID: URLParameterValue {}
+/// A request id travels in URLs as its 32 hex digits (`request=`, `id=`).
 extension RequestID: URLParameterValue {}
 
 /// A SHA-256 digest or HMAC-SHA-256 in 64 lowercase hex digits.
@@ -132,8 +134,11 @@ extension URLParameterValue where Self: FixedWidthInteger {
     public var parameter: String { String(self) }
 }
 
+/// A time (`time=`).
 extension Int64: URLParameterValue {}
+/// A sequence number (`seq=`).
 extension UInt64: URLParameterValue {}
+/// A lifetime in seconds (`autolock=`).
 extension Int: URLParameterValue {}
 
 /// Text for people — a policy's message, an acknowledgement's reason — as unpadded base64url of

@@ -40,6 +40,15 @@ let package = Package(
                 process about a millisecond at start. scripts/install and the benchmarks build the three products \
                 one by one with --disable-default-traits instead.
                 """),
+        .trait(
+            name: "TLS",
+            description: """
+                dcverify can serve HTTPS itself (--tls-certificate), through swift-nio-ssl. That package compiles \
+                its own copy of BoringSSL, which is more than half of the CPU time of a fresh clone's first \
+                `swift run dcprovision demo`, so it is off by default: without it dcverify serves HTTP (behind a \
+                proxy that terminates TLS, such as nginx) and refuses --tls-certificate with one line (exit 69). \
+                scripts/install and scripts/test build with it.
+                """),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -47,7 +56,8 @@ let package = Package(
         // Documentation only: `swift package generate-documentation` (scripts/test builds the DocC catalogs).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
         // The verification service (dcverify): HTTP, TLS and graceful shutdown.
-        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // FullFoundation only: the default traits would add swift-configuration, which we do not use.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: ["FullFoundation"]),
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
@@ -162,11 +172,11 @@ let package = Package(
                 "AuthTokens", "DerivedCredentials", "SystemSupport", "CredentialCoding",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
-                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird", condition: .when(traits: ["TLS"])),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: .when(traits: ["TLS"])),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -216,7 +226,9 @@ let package = Package(
                     .writeToPackageDirectory(reason: "writes the test credential into the folder given by --out-dir")
                 ]
             ),
-            dependencies: ["dcprovision"],
+            // No `dependencies: ["dcprovision"]`: SwiftPM builds a plug-in's tools for the host, a
+            // second copy of dcprovision and everything it links, on every `swift build`. The
+            // plug-in asks for the product itself (`packageManager.build`) when it runs.
             path: "Plugins/DCTestCredentials"
         ),
 
@@ -253,15 +265,8 @@ let package = Package(
             name: "TestSupport",
             dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystemShims"],
             path: "Tests/TestSupport"),
-        // Benchmark runner for in-process work (Benchmarks/run-*.sh build it in release).
-        .executableTarget(
-            name: "dcbench",
-            dependencies: [
-                "DerivedCredentials", "CredentialCoding", "TestCAProvider", "ManagedClient", "AuthTokens", "CP11Kit",
-                "SystemSupport",
-            ],
-            path: "Benchmarks/dcbench"
-        ),
+        // The benchmark runner (dcbench) is a package of its own, Benchmarks/Package.swift, so that it
+        // builds only when a benchmark asks for it.
 
         .testTarget(name: "DerivedCredentialsTests", dependencies: ["DerivedCredentials", "TestSupport"]),
         .testTarget(name: "SystemSupportTests", dependencies: ["SystemSupport", "DerivedCredentials", "TestSupport"]),

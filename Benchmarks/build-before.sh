@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds an earlier commit's products the way scripts/install built them at that commit (release,
-# --static-swift-stdlib, and --disable-default-traits from the commit that added the
-# DemoCompanions trait on) and prints the directory that holds them:
+# --static-swift-stdlib; --disable-default-traits from the commit that added the DemoCompanions
+# trait on, --traits TLS from the one that added the TLS trait) and prints the directory that holds
+# them, dcbench among them (built in Benchmarks/ where it is a package of its own, and linked in):
 #
 #   BEFORE=$(bash Benchmarks/build-before.sh COMMIT [DIR]) bash Benchmarks/run-conversion.sh
 #
@@ -21,10 +22,23 @@ fi
 [ -e "$tree/Package.resolved" ] || [ ! -e Package.resolved ] || cp Package.resolved "$tree/"
 cd "$tree"
 flags=(-c release --static-swift-stdlib)
-grep -q DemoCompanions Package.swift && flags+=(--disable-default-traits)
+if grep -q '"TLS"' Package.swift; then
+  traits=(--traits TLS)
+elif grep -q DemoCompanions Package.swift; then
+  traits=(--disable-default-traits)
+else
+  traits=()
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for product in dcprovision dcclient dcverify dcbench; do
-  swift build "${flags[@]}" --product "$product" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+products=(dcprovision dcclient dcverify)
+[ -e Benchmarks/Package.swift ] || products+=(dcbench)
+for product in "${products[@]}"; do
+  swift build "${flags[@]}" "${traits[@]}" --product "$product" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
 done
-swift build "${flags[@]}" --show-bin-path
+bin=$(swift build "${flags[@]}" "${traits[@]}" --show-bin-path)
+if [ -e Benchmarks/Package.swift ]; then
+  swift build --package-path Benchmarks "${flags[@]}" --product dcbench >"$log" 2>&1 || { cat "$log" >&2; exit 1; }
+  ln -sf "$(swift build --package-path Benchmarks "${flags[@]}" --show-bin-path)/dcbench" "$bin/dcbench"
+fi
+echo "$bin"

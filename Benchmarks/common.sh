@@ -1,7 +1,7 @@
 # Sourced by every Benchmarks/run-*.sh. Two modes:
 #
 #   default  the products built as scripts/install builds them (-c release --static-swift-stdlib
-#            --disable-default-traits),
+#            --traits TLS: the TLS trait only, not the default DemoCompanions),
 #            full sizes, several rounds; each runner ends with its ratio against the peer and the
 #            goal, "met" or "NOT met".
 #   SMOKE=1  for CI (scripts/test): the debug build the tests already use (no release build paid
@@ -22,7 +22,11 @@ if [ -z "${DC_BENCH_SESSION_KEYRING:-}" ] && command -v keyctl >/dev/null; then
 fi
 cd "$(dirname "${BASH_SOURCE[1]}")/.."
 smoke=${SMOKE:-0}
-if [ "$smoke" = 1 ]; then build_flags=(); else build_flags=(-c release --static-swift-stdlib --disable-default-traits); fi
+# The smoke build is the tests' own (scripts/test builds with these traits), so nothing recompiles.
+if [ "$smoke" = 1 ]; then build_flags=(--traits DemoCompanions,TLS); else build_flags=(-c release --static-swift-stdlib --traits TLS); fi
+# dcbench lives in a package of its own (Benchmarks/Package.swift), built only when a runner asks;
+# it takes no traits.
+if [ "$smoke" = 1 ]; then bench_flags=(); else bench_flags=(-c release --static-swift-stdlib); fi
 before=$([ "$smoke" = 1 ] || echo "${BEFORE:-}")
 if [ -n "$before" ] && [ ! -x "$before/dcprovision" ]; then echo "BEFORE=$before holds no dcprovision" >&2; exit 1; fi
 
@@ -30,12 +34,19 @@ if [ -n "$before" ] && [ ! -x "$before/dcprovision" ]; then echo "BEFORE=$before
 # toolchain brings.
 cc=$(command -v cc || command -v clang || echo cc)
 
-# build_products PRODUCT...: builds them for this mode and sets $bin to their directory.
+# build_products PRODUCT...: builds them for this mode and sets $bin to their directory; dcbench,
+# built in its own package, is then $dcbench.
 build_products() {
   local product log
   log=$(mktemp)
   for product in "$@"; do
-    swift build "${build_flags[@]}" --product "$product" >"$log" 2>&1 || { cat "$log" >&2; rm -f "$log"; exit 1; }
+    if [ "$product" = dcbench ]; then
+      swift build --package-path Benchmarks "${bench_flags[@]}" --product dcbench >"$log" 2>&1 \
+        || { cat "$log" >&2; rm -f "$log"; exit 1; }
+      dcbench=$(swift build --package-path Benchmarks "${bench_flags[@]}" --show-bin-path)/dcbench
+    else
+      swift build "${build_flags[@]}" --product "$product" >"$log" 2>&1 || { cat "$log" >&2; rm -f "$log"; exit 1; }
+    fi
   done
   rm -f "$log"
   bin=$(swift build "${build_flags[@]}" --show-bin-path)

@@ -56,7 +56,7 @@ echo "profile identical to the openssl CLI's (4 certificates, keys, serials, dat
 cores=$(nproc)
 # With BEFORE (see common.sh), the earlier build's dcbench issues in the same rounds, as it can
 # (its own arguments: CA and count; one thread before issue 17).
-python3 - "$bin/dcbench" "$work" "$count" "$rounds" "$cli_count" "$cores" "$before" <<'PY'
+python3 - "$dcbench" "$work" "$count" "$rounds" "$cli_count" "$cores" "$before" <<'PY'
 import re, statistics, subprocess, sys, time
 dcbench, work, count, rounds, cli_count, cores, before = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
 def rate(width, tool=dcbench):

@@ -35,7 +35,7 @@ machine
 build_products dcbench dcprovision dcclient
 # A shared library: built as scripts/install builds it, without --static-swift-stdlib (in smoke
 # mode, the debug build).
-if [ "$smoke" = 1 ]; then module_build=(); else module_build=(-c release --disable-default-traits); fi
+if [ "$smoke" = 1 ]; then module_build=(--traits DemoCompanions,TLS); else module_build=(-c release --traits TLS); fi
 swift build "${module_build[@]}" --product dcclient-pkcs11 >/dev/null 2>&1 || {
   swift build "${module_build[@]}" --product dcclient-pkcs11 >&2
   exit 1
@@ -107,8 +107,8 @@ echo "== $ROUNDS rounds, in-process, ${DURATION}s each, core 1"
 for round in $(seq "$ROUNDS"); do
   speed=$(taskset -c 1 openssl speed -seconds "$SPEED_SECONDS" ecdsap256 2>/dev/null | awk "/256 bits ecdsa/ {print \$(NF-1)}")
   echo "  round$round  openssl speed ecdsap256: $speed sign/s"
-  echo "  round$round  dcclient module: $(taskset -c 1 "$bin/dcbench" pkcs11-sign "$module" "dcclient bench" 02 "$work/pass" "$DURATION")"
-  echo "  round$round  softhsm2:        $(taskset -c 1 "$bin/dcbench" pkcs11-sign "$softhsm" Bench 02 "$work/softhsm.pin" "$DURATION")"
+  echo "  round$round  dcclient module: $(taskset -c 1 "$dcbench" pkcs11-sign "$module" "dcclient bench" 02 "$work/pass" "$DURATION")"
+  echo "  round$round  softhsm2:        $(taskset -c 1 "$dcbench" pkcs11-sign "$softhsm" Bench 02 "$work/softhsm.pin" "$DURATION")"
 done
 echo "== per process: pkcs11-tool --login --sign, $COUNT times each, core 1"
 per_process() {

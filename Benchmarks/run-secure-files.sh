@@ -42,12 +42,12 @@ sandbox "$work"
 head -c "${SIZE_MIB}M" /dev/urandom > "$work/input"
 key=$(openssl rand -hex 32) iv=$(openssl rand -hex 16)
 openssl enc -aes-256-ctr -K "$key" -iv "$iv" -in "$work/input" -out "$work/input.enc"
-"$bin/dcbench" secure-files write bench < "$work/input"
+"$dcbench" secure-files write bench < "$work/input"
 
 t() { echo "/usr/bin/time -v -a -o $work/rss-$1"; }
 python3 Benchmarks/interleave.py "$ROUNDS" "sync; rm -f $work/out" \
-  "ours-write=$(t ours-write) $bin/dcbench secure-files write bench < $work/input" \
-  "ours-read=$(t ours-read) $bin/dcbench secure-files read bench > $work/out" \
+  "ours-write=$(t ours-write) $dcbench secure-files write bench < $work/input" \
+  "ours-read=$(t ours-read) $dcbench secure-files read bench > $work/out" \
   "cat=$(t cat) cat $work/input > $work/out" \
   "dd-fsync=$(t dd-fsync) dd if=$work/input of=$work/out bs=64K conv=fsync status=none" \
   "openssl-enc=$(t openssl-enc) openssl enc -aes-256-ctr -K $key -iv $iv -in $work/input -out $work/out" \
@@ -56,7 +56,7 @@ python3 Benchmarks/interleave.py "$ROUNDS" "sync; rm -f $work/out" \
 
 # The last command of the rounds was openssl-dec: the peer's round trip must give the input back too.
 cmp -s "$work/input" "$work/out" || { echo "openssl enc -d's output differs from the input" >&2; exit 1; }
-"$bin/dcbench" secure-files read bench > "$work/out"
+"$dcbench" secure-files read bench > "$work/out"
 cmp -s "$work/input" "$work/out" || { echo "the secure file read back differs from the input" >&2; exit 1; }
 echo "read output is byte-identical to the input (as openssl enc -d's is)"
 stored=$(find "$HOME" -path '*/store/files/*' -type f -printf '%s')

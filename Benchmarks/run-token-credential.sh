@@ -19,8 +19,8 @@
 source "$(dirname "$0")/common.sh"
 if [ "$smoke" = 1 ]; then rounds=${ROUNDS:-1}; else rounds=${ROUNDS:-10}; fi
 machine
-swift build --product DCFaultPKCS11 >/dev/null 2>&1
-wrapper=$(swift build --show-bin-path)/libDCFaultPKCS11.so
+swift build --traits DemoCompanions,TLS --product DCFaultPKCS11 >/dev/null 2>&1
+wrapper=$(swift build --traits DemoCompanions,TLS --show-bin-path)/libDCFaultPKCS11.so
 build_products dcprovision
 module=/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so
 work=$(mktemp -d)

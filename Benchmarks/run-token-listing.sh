@@ -6,8 +6,8 @@
 source "$(dirname "$0")/common.sh"
 if [ "$smoke" = 1 ]; then certificates=5 rounds=1; else certificates=50 rounds=15; fi
 machine
-swift build --product DCFaultPKCS11 >/dev/null 2>&1
-wrapper=$(swift build --show-bin-path)/libDCFaultPKCS11.so
+swift build --traits DemoCompanions,TLS --product DCFaultPKCS11 >/dev/null 2>&1
+wrapper=$(swift build --traits DemoCompanions,TLS --show-bin-path)/libDCFaultPKCS11.so
 build_products dcprovision
 module=/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so
 work=$(mktemp -d)

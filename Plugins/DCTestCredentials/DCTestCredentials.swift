@@ -30,7 +30,7 @@ struct DCTestCredentials: CommandPlugin {
             throw PluginError("unknown arguments: \(extractor.remainingArguments.joined(separator: " "))")
         }
 
-        let tool = try context.tool(named: "dcprovision").url
+        let tool = try buildDCProvision()
         let packageDirectory = context.package.directoryURL
         let outputURL =
             output.hasPrefix("/") ? URL(fileURLWithPath: output) : packageDirectory.appendingPathComponent(output)
@@ -51,6 +51,22 @@ struct DCTestCredentials: CommandPlugin {
         if let escrowHistory { issueArguments += ["--escrow-history", escrowHistory] }
         try run(tool, issueArguments)
         print("test credential written to \(outputURL.path) (test CA: \(caURL.path))")
+    }
+
+    /// Builds the dcprovision product (debug) and returns its path. The plug-in asks for it here,
+    /// when it runs, rather than declaring it as a tool: a declared tool is built for the host as a
+    /// second copy of dcprovision and all it links, on every `swift build` of the package.
+    func buildDCProvision() throws -> URL {
+        let result = try packageManager.build(
+            .product("dcprovision"), parameters: .init(configuration: .debug, logging: .concise))
+        guard result.succeeded,
+            let artifact = result.builtArtifacts.first(where: {
+                $0.kind == .executable && $0.url.lastPathComponent == "dcprovision"
+            })
+        else {
+            throw PluginError("building dcprovision failed:\n\(result.logText)")
+        }
+        return artifact.url
     }
 
     func run(_ tool: URL, _ arguments: [String]) throws {

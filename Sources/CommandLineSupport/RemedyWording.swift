@@ -16,6 +16,10 @@ enum RemedyWording {
 
     /// Each remedy's words, by its name.
     static let table: [String: @Sendable ([String]) -> String] = [
+        DCError.Remedy.buildWithTLS.name: { _ in
+            "build with the TLS trait (swift build --traits DemoCompanions,TLS; scripts/install does), "
+                + "or serve HTTP behind a TLS-terminating proxy such as nginx"
+        },
         DCError.Remedy.unlockOrQueue.name: { _ in
             "unlock the client (dcclient unlock) and try again, or send with --queue"
         },

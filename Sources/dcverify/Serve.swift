@@ -53,7 +53,7 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Serve HTTPS with this certificate (PEM, DER or PKCS#12; the chain may follow the leaf).",
+            "Serve HTTPS with this certificate (PEM, DER or PKCS#12; the chain may follow the leaf; needs the TLS trait).",
             valueName: "file"))
     var tlsCertificate: String?
 

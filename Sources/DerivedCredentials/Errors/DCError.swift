@@ -413,6 +413,11 @@ extension DCError.Code {
     public static let ioError = Self(
         "ioError", .ioError,
         hint: "check the disk and its free space, then try again")
+    /// The feature asked for was left out of this build (a package trait it needs is off), such as
+    /// HTTPS in a `dcverify` built without the `TLS` trait (exit 69).
+    public static let notInThisBuild = Self(
+        "notInThisBuild", .unavailable,
+        remedy: .buildWithTLS)
     /// An OpenSSL call failed in a way no input should cause.
     public static let cryptoFailure = Self(
         "cryptoFailure", .internalError,

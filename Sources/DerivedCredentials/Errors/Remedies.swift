@@ -60,6 +60,10 @@ extension DCError.Remedy {
     // the command-line tools word each one in their own terms (`RemedyWording` in
     // CommandLineSupport), so that no library names a command or a flag.
 
+    /// HTTPS needs a build with TLS, or a proxy in front that terminates it.
+    public static let buildWithTLS = Self(
+        "buildWithTLS", "use a build with TLS, or serve HTTP behind a proxy that terminates TLS")
+
     /// The client is locked: unlock it, or queue the delivery for later.
     public static let unlockOrQueue = Self(
         "unlockOrQueue", "unlock the client and try again, or queue the delivery for later")

@@ -3,7 +3,6 @@ import DerivedCredentials
 import Foundation
 import Hummingbird
 import HummingbirdCore
-import HummingbirdTLS
 import Logging
 import NIOCore
 import NIOPosix
@@ -30,7 +29,7 @@ public struct VerificationServer: Sendable {
     private let logger: Logger
     private let onReload: @Sendable () -> Void
     private let jwks: WatchedFile?
-    private let tls: TLSConfiguration?
+    private let tls: ServerTLS?
     private let now: @Sendable () -> Date
 
     /// Checks `configuration` and reads what it names now (the TLS certificate and key, the JWKS
@@ -50,7 +49,7 @@ public struct VerificationServer: Sendable {
         self.onReload = onReload
         self.now = now
         jwks = try configuration.jwksFile.map { try WatchedFile.jwks(path: $0, logger: logger) }
-        tls = try configuration.tls.map { try ServerTLS.configuration($0) }
+        tls = try configuration.tls.map { try ServerTLS($0) }
     }
 
     /// Listens, writes the port file, and serves until SIGTERM or SIGINT; then stops accepting,
@@ -91,7 +90,7 @@ public struct VerificationServer: Sendable {
         where Base.Value == HTTP1Channel.Value {
             if let tls {
                 return GuardedChildChannel(
-                    base: try TLSChannel(base, tlsConfiguration: tls), addresses: addresses, headTimeout: headTimeout,
+                    base: try tls.channel(base), addresses: addresses, headTimeout: headTimeout,
                     log: log)
             }
             return GuardedChildChannel(base: base, addresses: addresses, headTimeout: headTimeout, log: log)

@@ -11,7 +11,7 @@
 //                                       C_Sign with CKM_ECDSA over a 32-byte digest, one thread), with
 //                                       the private key whose CKA_ID is the hex ID on the token labelled TOKEN
 import AuthTokens
-import CP11Kit
+import CPKCS11
 import CredentialCoding
 import DerivedCredentials
 import Foundation

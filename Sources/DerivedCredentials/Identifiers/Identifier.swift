@@ -32,15 +32,21 @@ extension Identifier {
     /// Orders values by their text.
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.text < rhs.text }
 
-    /// Reads a JSON string and checks it; a string that breaks the rule is a decoding error.
+    /// Reads a JSON string and checks it; a string that breaks the rule is a decoding error whose
+    /// underlying error is the `DCError` of ``init(_:)``, so that a reader of a stored file can
+    /// say which id in it is not valid.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         let text = try container.decode(String.self)
-        guard let value = Self(validating: text) else {
-            throw DecodingError.dataCorruptedError(
-                in: container, debugDescription: "'\(text.escapingControlCharacters)' is not a valid \(Self.kind)")
+        do {
+            self = try Self(text)
+        } catch {
+            throw DecodingError.dataCorrupted(
+                DecodingError.Context(
+                    codingPath: container.codingPath,
+                    debugDescription: "'\(text.escapingControlCharacters)' is not a valid \(Self.kind)",
+                    underlyingError: error))
         }
-        self = value
     }
 
     /// Writes the value as a JSON string.

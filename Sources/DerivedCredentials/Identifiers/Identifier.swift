@@ -113,9 +113,7 @@ public struct RequestID: Identifier {
 
     /// `text`, when it is 32 lowercase hex digits.
     public init?(validating text: String) {
-        guard text.utf8.count == 32,
-            text.unicodeScalars.allSatisfy({ ("0"..."9").contains($0) || ("a"..."f").contains($0) })
-        else { return nil }
+        guard LowercaseHex.matches(text, count: 32) else { return nil }
         self.text = text
     }
 
@@ -130,4 +128,17 @@ public struct RequestID: Identifier {
     }
 
     private init(unchecked text: String) { self.text = text }
+}
+
+/// The protocol's one hex rule: request ids, digests, signatures and the other values it writes
+/// in hex use the digits `0`–`9` and `a`–`f`, a fixed number of them, and no other spelling.
+public enum LowercaseHex {
+    /// Whether `text` is exactly `count` lowercase hex digits.
+    public static func matches(_ text: String, count: Int) -> Bool {
+        text.utf8.count == count
+            && text.utf8.allSatisfy {
+                (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
+                    || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0)
+            }
+    }
 }

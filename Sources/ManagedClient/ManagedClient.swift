@@ -372,9 +372,10 @@ public struct ManagedClient: Sendable {
         /// kept out as stale.
         public var sequence: UInt64?
 
-        /// For a `stale` delivery, the refusal `dcclient handle-url` reports once it has answered
-        /// the provider (`refusedMessage`, exit 77): the same each time the same URL comes, since
-        /// the numbers are those recorded when it first arrived. Nil for any other status.
+        /// For a `stale` delivery, the refusal ``ManagedClient/handle(url:allowOlder:now:forwardingOutput:send:whenHandled:)``
+        /// throws once it has answered the provider (`refusedMessage`, exit 77): the same each time
+        /// the same URL comes, since the numbers are those recorded when it first arrived. Nil for
+        /// any other status.
         public var staleRefusal: DCError? {
             guard status == ResultStatus.stale.text else { return nil }
             let numbers = sequence.map { " (number \($0))" } ?? ""
@@ -718,38 +719,4 @@ public struct UnlockWatcher: Sendable {
 
     /// Whether the store key is there and its auto-lock lifetime has not ended.
     public mutating func isUnlocked() -> Bool { key.expiry(rememberingKernelKey: &kernelKey) != nil }
-}
-
-extension ManagedClient {
-    /// What the client did with a URL that came to its scheme (``handle(url:allowOlder:now:)``).
-    public enum HandledURL: Sendable {
-        /// A delivery was handled: installed, rejected or recognised as a replay.
-        case delivery(Handled)
-        /// A policy was applied (the app acknowledges it next).
-        case policy(PolicyUpdate)
-        /// An auth-token delegation was kept.
-        case delegation(Delegation)
-    }
-
-    /// The client's scheme handler: parses `url` once, strictly, and does what it says — installs
-    /// a delivery (``handleDelivery(_:validator:allowOlder:now:)``), applies a policy
-    /// (``handlePolicy(_:now:)``) or keeps a delegation (``handleDelegation(_:now:)``). A message
-    /// meant for the provider is refused.
-    public func handle(url: String, allowOlder: Bool = false, now: Date = Date()) throws -> HandledURL {
-        let config = try config()
-        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
-        switch message {
-        case .deliver(let notice):
-            return .delivery(
-                try handleDelivery(notice, config: config, validator: nil, allowOlder: allowOlder, now: now))
-        case .policy(let notice):
-            return .policy(try handlePolicy(notice, url: url, config: config, now: now))
-        case .delegation(let notice):
-            return .delegation(try handleDelegation(notice, config: config, now: now))
-        case .new, .available, .result, .acknowledgement, .identityRequest:
-            throw DCError(
-                .invalid, "a \(message.path) URL sent to the client",
-                hint: "requests and results go to the provider's scheme: check which scheme each program registered")
-        }
-    }
 }

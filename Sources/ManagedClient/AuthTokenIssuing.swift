@@ -152,9 +152,8 @@ extension ManagedClient {
         if let policy = try currentPolicy(), policy.state != .authorized {
             throw DCError(
                 .notAuthorized, "the app is \(policy.state): it gets no tokens", subject: base,
-                hint: policy.state == .retired
-                    ? "a retired client is set up afresh and paired again"
-                    : "ask the provider to authorize it (dcprovision authorize)")
+                hint: policy.state == .retired ? "a retired client is set up afresh and paired again" : nil,
+                remedy: policy.state == .retired ? nil : .askProviderToAuthorize)
         }
         guard isUnlocked else {
             throw DCError(

@@ -94,7 +94,7 @@ public struct ManagedClient: Sendable {
         guard !FileManager.default.fileExists(atPath: configFile) else {
             throw DCError(
                 .outputExists, "the client is already set up", subject: base,
-                hint: "use it as it is (dcclient unlock, dcclient register), or remove the directory to start afresh")
+                remedy: .useExistingClient)
         }
         try AtomicFileSet.ensureDirectory(base)
         chmod(base, 0o700)
@@ -148,7 +148,7 @@ public struct ManagedClient: Sendable {
         guard let signingKey = config.signingKey.flatMap(PinnedKeys.decode) else {
             throw DCError(
                 .oldClient, "this client was set up by an older version and has no message-signing key", subject: base,
-                hint: "set the client up afresh: remove the directory, then dcclient init")
+                remedy: .setUpOldClientAfresh)
         }
         try Registrations.publish(
             ClientRegistration(
@@ -179,7 +179,7 @@ public struct ManagedClient: Sendable {
                 throw DCError(
                     .refusedMessage, "the provider's signing key is not the one this client pinned",
                     subject: locations.providerRegistration(config.providerScheme),
-                    hint: "if the provider was really set up afresh, pin it again: dcclient register --repin-provider")
+                    remedy: .repinProvider)
             }
             return pinned
         }
@@ -220,7 +220,7 @@ public struct ManagedClient: Sendable {
         guard let data = FileManager.default.contents(atPath: configFile) else {
             throw DCError(
                 .fileNotFound, "the client is not set up", subject: base,
-                hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
+                remedy: .setUpClient)
         }
         return try JSONDecoder().decode(Config.self, from: data)
     }
@@ -237,7 +237,7 @@ public struct ManagedClient: Sendable {
             finishRetiring()
             throw DCError(
                 .notAuthorized, "the client was retired: its data is erased", subject: base,
-                hint: "set it up afresh (dcclient init), then ask the provider to pair it again")
+                remedy: .setUpRetiredClientAgain)
         }
         guard let data = FileManager.default.contents(atPath: store + "/wrapped-key.json"),
             let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
@@ -247,7 +247,7 @@ public struct ManagedClient: Sendable {
         else {
             throw DCError(
                 .fileNotFound, "the client is not set up", subject: base,
-                hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
+                remedy: .setUpClient)
         }
         let kek = try AtRest.deriveKey(passphrase: passphrase, salt: Array(salt), iterations: iterations)
         let storeKey: SecretBytes
@@ -256,7 +256,7 @@ public struct ManagedClient: Sendable {
         } catch {
             throw DCError(
                 .wrongPassphrase, "the passphrase does not unlock the client",
-                hint: "give the passphrase dcclient init was given; it is never retried")
+                remedy: .giveSetUpPassphrase)
         }
         try unlock(storeKey: storeKey)
     }
@@ -304,7 +304,7 @@ public struct ManagedClient: Sendable {
     /// process runs) and still sees a lock, or the end of the key's lifetime, at once.
     func storeKey(from key: ExpiringSecret) throws -> SecretBytes {
         guard let secret = try key.read(), secret.count == 32 else {
-            throw DCError(.serviceUnavailable, "the client is locked", hint: "run dcclient unlock")
+            throw DCError(.serviceUnavailable, "the client is locked", remedy: .unlockClient)
         }
         return secret
     }
@@ -372,9 +372,10 @@ public struct ManagedClient: Sendable {
         /// kept out as stale.
         public var sequence: UInt64?
 
-        /// For a `stale` delivery, the refusal `dcclient handle-url` reports once it has answered
-        /// the provider (`refusedMessage`, exit 77): the same each time the same URL comes, since
-        /// the numbers are those recorded when it first arrived. Nil for any other status.
+        /// For a `stale` delivery, the refusal ``ManagedClient/handle(url:allowOlder:now:forwardingOutput:send:whenHandled:)``
+        /// throws once it has answered the provider (`refusedMessage`, exit 77): the same each time
+        /// the same URL comes, since the numbers are those recorded when it first arrived. Nil for
+        /// any other status.
         public var staleRefusal: DCError? {
             guard status == ResultStatus.stale.text else { return nil }
             let numbers = sequence.map { " (number \($0))" } ?? ""
@@ -383,7 +384,7 @@ public struct ManagedClient: Sendable {
                 .refusedMessage,
                 "the delivery\(numbers) is older than the installed credential\(installed); kept the installed one",
                 subject: request.text,
-                hint: "to install it anyway (within a day): dcclient handle-url --allow-older URL")
+                remedy: .installStaleDelivery)
         }
     }
 
@@ -491,7 +492,7 @@ public struct ManagedClient: Sendable {
         guard payload.requestId == request, payload.clientId == config.clientId else {
             throw DCError(
                 .refusedMessage, "the payload is bound to another request or client (a replayed or swapped spool file)",
-                subject: request.text, hint: "nothing was installed; ask the provider again (dcclient request)")
+                subject: request.text, remedy: .requestAgain)
         }
         // Request ids are good for a limited time (as the provider's ledger is). A stale delivery
         // the user chooses was on time when it arrived: its record says so.
@@ -499,7 +500,7 @@ public struct ManagedClient: Sendable {
             spool.remove(request: request)
             throw DCError(
                 .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request.text,
-                hint: "nothing was installed; ask the provider again (dcclient request)")
+                remedy: .requestAgain)
         }
         var status = ResultStatus.ok.text
         let installedSequence = self.installedSequence
@@ -555,7 +556,7 @@ public struct ManagedClient: Sendable {
             throw DCError(
                 .notReady,
                 "the stale delivery is no longer kept (at most \(Self.staleCapacity) are kept, each for \(Int(Self.staleRetention / 3600)) hours)",
-                subject: request.text, hint: "ask the provider to send a credential again (dcclient request)")
+                subject: request.text, remedy: .requestResend)
         }
     }
 
@@ -702,7 +703,7 @@ public struct ManagedClient: Sendable {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw DCError(
                 .fileNotFound, "missing from the client's store", subject: path,
-                hint: "the store is incomplete: remove it and set the client up again (dcclient init)")
+                remedy: .setUpIncompleteStore)
         }
         return Array(data)
     }
@@ -718,38 +719,4 @@ public struct UnlockWatcher: Sendable {
 
     /// Whether the store key is there and its auto-lock lifetime has not ended.
     public mutating func isUnlocked() -> Bool { key.expiry(rememberingKernelKey: &kernelKey) != nil }
-}
-
-extension ManagedClient {
-    /// What the client did with a URL that came to its scheme (``handle(url:allowOlder:now:)``).
-    public enum HandledURL: Sendable {
-        /// A delivery was handled: installed, rejected or recognised as a replay.
-        case delivery(Handled)
-        /// A policy was applied (the app acknowledges it next).
-        case policy(PolicyUpdate)
-        /// An auth-token delegation was kept.
-        case delegation(Delegation)
-    }
-
-    /// The client's scheme handler: parses `url` once, strictly, and does what it says — installs
-    /// a delivery (``handleDelivery(_:validator:allowOlder:now:)``), applies a policy
-    /// (``handlePolicy(_:now:)``) or keeps a delegation (``handleDelegation(_:now:)``). A message
-    /// meant for the provider is refused.
-    public func handle(url: String, allowOlder: Bool = false, now: Date = Date()) throws -> HandledURL {
-        let config = try config()
-        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
-        switch message {
-        case .deliver(let notice):
-            return .delivery(
-                try handleDelivery(notice, config: config, validator: nil, allowOlder: allowOlder, now: now))
-        case .policy(let notice):
-            return .policy(try handlePolicy(notice, url: url, config: config, now: now))
-        case .delegation(let notice):
-            return .delegation(try handleDelegation(notice, config: config, now: now))
-        case .new, .available, .result, .acknowledgement, .identityRequest:
-            throw DCError(
-                .invalid, "a \(message.path) URL sent to the client",
-                hint: "requests and results go to the provider's scheme: check which scheme each program registered")
-        }
-    }
 }

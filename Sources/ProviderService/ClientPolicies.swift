@@ -211,9 +211,8 @@ extension CredentialService {
             throw DCError(
                 .notAuthorized, "the client '\(registration.clientId)' is \(record.policy.state)",
                 subject: registration.scheme.text,
-                hint: record.policy.state == .retired
-                    ? "a retired client is set up afresh and paired again"
-                    : "authorize it first: dcprovision authorize --client-scheme \(registration.scheme)")
+                hint: record.policy.state == .retired ? "a retired client is set up afresh and paired again" : nil,
+                remedy: record.policy.state == .retired ? nil : .authorizeFirst(clientScheme: registration.scheme))
         }
     }
 

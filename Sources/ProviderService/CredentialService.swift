@@ -129,30 +129,27 @@ public struct CredentialService: Sendable {
         let client = message.client.text
         let time = message.time
         let path = type(of: message).path
-        let hint = "nothing was done; the client asks again (dcclient request)"
         guard let pairing = try pairing(clientId: message.client) else {
             throw DCError(
                 .refusedMessage, "the client '\(client)' is not paired with this provider",
-                hint: "if the client is yours, pair it: dcprovision pair --client-scheme SCHEME")
+                remedy: .pairIfYours)
         }
         guard let key = pairing.publicKey, message.isSigned(by: key, scheme: callbackScheme) else {
             throw DCError(
                 .refusedMessage, "the \(path) message is not signed by the paired client (forged or altered)",
-                subject: client, hint: hint)
+                subject: client, remedy: .clientAsksAgain)
         }
         guard abs(now.timeIntervalSince1970 - Double(time)) <= ledger.timeLimit else {
             throw DCError(
                 .refusedMessage,
                 "the \(path) message is older than \(Int(ledger.timeLimit)) s (or from the future)",
-                subject: client, hint: hint)
+                subject: client, remedy: .clientAsksAgain)
         }
         let registration = try registration(pairing.scheme)
         guard registration.clientId == pairing.clientId, registration.signingKey == pairing.signingKey else {
             throw DCError(
                 .refusedMessage, "the client's registration changed since it was paired", subject: client,
-                hint:
-                    "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(pairing.scheme)"
-            )
+                remedy: .pairAfresh(clientScheme: pairing.scheme))
         }
         return (registration, pairing)
     }
@@ -187,7 +184,7 @@ public struct CredentialService: Sendable {
     static func missingClient(_ which: String) -> DCError {
         DCError(
             .missingClient, "no managed client is registered \(which)",
-            hint: "register the client (dcclient register, after dcclient init), then try again")
+            remedy: .registerClient)
     }
 
     /// What a send did, step by step, for people.
@@ -220,17 +217,12 @@ public struct CredentialService: Sendable {
             throw DCError(
                 .refusedMessage, "the client '\(registration.clientId)' is not paired with this provider",
                 subject: registration.scheme.text,
-                hint:
-                    "nothing was issued or sent; if the client is yours, pair it: dcprovision pair --client-scheme \(registration.scheme)"
-            )
+                remedy: .pairBeforeSending(clientScheme: registration.scheme))
         }
         guard pairing.signingKey == registration.signingKey else {
             throw DCError(
-                .refusedMessage, "the client's registration changed since it was paired",
-                subject: registration.scheme.text,
-                hint:
-                    "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(registration.scheme)"
-            )
+                .refusedMessage, "the client's registration changed since it was paired", subject: registration.scheme.text,
+                remedy: .pairAfresh(clientScheme: registration.scheme))
         }
         progress("client paired: its registration shows the key pinned at pairing")
         // Nothing, not even a credential, goes to a client that is not authorized.
@@ -239,7 +231,7 @@ public struct CredentialService: Sendable {
         guard available || queueIfUnavailable else {
             throw DCError(
                 .serviceUnavailable, "the client's secure services are locked",
-                hint: "unlock the client (dcclient unlock) and send again, or send with --queue")
+                remedy: .unlockOrQueueSend)
         }
         progress(
             available
@@ -276,7 +268,7 @@ public struct CredentialService: Sendable {
             throw DCError(
                 .invalid,
                 "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))",
-                hint: "fix the credential's source; dcprovision inspect shows every finding")
+                remedy: .fixSource)
         }
         steps.append("validated: \(credential.entries.count) entries, \(verdict.warnings.count) warning(s)")
         // Before anything is sealed: a scheme another program hijacked gets nothing, not even a
@@ -352,7 +344,7 @@ public struct CredentialService: Sendable {
             }
             throw DCError(
                 .invalid, "the client rejected the credential: \(outcome)", subject: request.text,
-                hint: "see the client's messages above; dcprovision inspect shows what the client would find")
+                remedy: .inspectRejected)
         }
         steps.append("result: the client installed the credential and confirmed (MAC verified)")
         return Receipt(request: request, steps: steps)
@@ -408,9 +400,7 @@ public struct CredentialService: Sendable {
                 throw DCError(
                     .refusedMessage,
                     "the source uses a card, and requests from '\(pairing.clientId)' may not use it unattended",
-                    hint:
-                        "send with an operator present (dcprovision send), or allow it: dcprovision pair --allow-card-requests"
-                )
+                    remedy: .allowCardRequests)
             }
             let recent = ledger.recent(limit: 10_000).filter {
                 $0.clientScheme == registration.scheme && $0.cardRequest == true
@@ -420,7 +410,7 @@ public struct CredentialService: Sendable {
                 throw DCError(
                     .serviceUnavailable,
                     "'\(pairing.clientId)' made \(recent.count) card requests in the last hour (the limit)",
-                    hint: "try again later, or raise the limit: dcprovision pair --card-requests-per-hour N")
+                    remedy: .raiseCardRequestLimit)
             }
         }
     }

@@ -91,7 +91,7 @@ struct RequestIdTests {
             _ = try await world.service.answer(unpaired) { _ in try world.credential() }
         }
         #expect(nobody?.code == .refusedMessage)
-        #expect(nobody?.hint?.contains("dcprovision pair") == true)
+        #expect(nobody?.remedy == .pairIfYours)
         // The registration now shows another key than the one paired (a program replaced it).
         let path = world.locations.clientRegistration(.exampleClient)
         var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))

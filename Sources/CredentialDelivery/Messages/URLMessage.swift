@@ -193,7 +193,7 @@ enum URLMessageCoder {
     }
 
     static func refuse(_ why: String) -> DCError {
-        DCError(.invalid, "refused URL: \(why)", hint: "URLs are produced by dcprovision and dcclient only")
+        DCError(.invalid, "refused URL: \(why)", remedy: .useToolkitURLs)
     }
 
     static func render(scheme: URLScheme, path: String, _ parameters: [(String, String)]) -> String {
@@ -245,7 +245,7 @@ enum URLMessageCoder {
             throw DCError(
                 .refusedMessage,
                 "refused URL: protocol version '\(version.escapingControlCharacters)'; this program speaks version \(DeliveryMessage.version)",
-                hint: "update the program that made the URL (dcprovision and dcclient speak the same version)")
+                remedy: .updateURLMaker)
         }
         return Split(path: path, values: values, rest: whole)
     }

@@ -205,7 +205,7 @@ enum RemedyWording {
         DCError.Remedy.askProviderToAuthorize.name: { _ in
             "ask the provider to authorize it (dcprovision authorize)"
         },
-        DCError.Remedy.authorizeFirst(clientScheme: "").name: {
+        schemeRemedy(DCError.Remedy.authorizeFirst(clientScheme:)): {
             "authorize it first: dcprovision authorize --client-scheme \(argument($0, 0))"
         },
         DCError.Remedy.clientAsksAgain.name: { _ in
@@ -214,14 +214,11 @@ enum RemedyWording {
         DCError.Remedy.pairIfYours.name: { _ in
             "if the client is yours, pair it: dcprovision pair --client-scheme SCHEME"
         },
-        DCError.Remedy.pairAfresh(clientScheme: "").name: {
+        schemeRemedy(DCError.Remedy.pairAfresh(clientScheme:)): {
             "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(argument($0, 0))"
         },
-        DCError.Remedy.pairBeforeSending(clientScheme: "").name: {
+        schemeRemedy(DCError.Remedy.pairBeforeSending(clientScheme:)): {
             "nothing was issued or sent; if the client is yours, pair it: dcprovision pair --client-scheme \(argument($0, 0))"
-        },
-        DCError.Remedy.replaceRegistration.name: { _ in
-            "remove it; the client publishes it again with dcclient register"
         },
         DCError.Remedy.unlockOrQueueSend.name: { _ in
             "unlock the client (dcclient unlock) and send again, or send with --queue"

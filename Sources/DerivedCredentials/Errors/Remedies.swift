@@ -328,9 +328,6 @@ extension DCError.Remedy {
             "nothing was issued or sent; if the client is yours, pair it (client scheme \(clientScheme))")
     }
 
-    /// A client's registration is damaged: remove it; the client publishes it again.
-    public static let replaceRegistration = Self(
-        "replaceRegistration", "remove it; the client publishes it again when it registers")
 
     /// The client is locked: unlock it and send again, or queue the delivery.
     public static let unlockOrQueueSend = Self(

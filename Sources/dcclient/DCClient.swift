@@ -191,7 +191,7 @@ extension DCClient {
                 )
             } else {
                 Console.say(
-                    "dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
+                    "dcclient: received request \(handled.request): \(handled.status == .ok ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
                 )
             }
             if let result = handled.resultURL, let providerScheme = client.providerScheme,

@@ -154,7 +154,7 @@ public struct DeliveryPayload: Sendable {
     }
 
     /// The MAC of a result message: HMAC-SHA-256 over `v1|request|status` with the result key.
-    public static func resultMAC(key: SecretBytes, request: RequestID, status: String) -> String {
+    public static func resultMAC(key: SecretBytes, request: RequestID, status: ResultStatus) -> String {
         Digests.hex(Digests.hmacSHA256(key: key, message: Array("v1|\(request)|\(status)".utf8)))
     }
 }

@@ -21,7 +21,7 @@ public struct RequestLedger: Sendable {
         public var resultKey: String?
         /// nil while pending; then `ok` or the client's error status, or ``notSent`` when the
         /// provider could not issue or send what a client asked for.
-        public var outcome: String?
+        public var outcome: ResultStatus?
         /// When the result was accepted; nil while pending.
         public var completed: Date?
         /// The MAC of the accepted result, to recognise the same result sent again (a retry).
@@ -37,7 +37,7 @@ public struct RequestLedger: Sendable {
 
         /// Where the send stands, as `status` shows it: the outcome once there is one, else
         /// `queued` while its delivery waits for the client, else `pending`.
-        public var state: String { outcome ?? (queuedURL != nil ? "queued" : "pending") }
+        public var state: String { outcome?.text ?? (queuedURL != nil ? "queued" : "pending") }
 
         /// A record of a new request, pending: no outcome, no completion, nothing queued.
         public init(
@@ -64,7 +64,7 @@ public struct RequestLedger: Sendable {
     func path(_ request: RequestID) -> String { directory + "/\(request).json" }
 
     /// The outcome of a client's request the provider could not answer (issuing or sending failed).
-    public static let notSent = "not-sent"
+    public static let notSent = ResultStatus.notSent
 
     /// Records a new request id; refuses one the ledger already has.
     public func create(_ record: Record) throws {
@@ -143,7 +143,7 @@ public struct RequestLedger: Sendable {
     /// Accepts a result callback once: the MAC must verify with the request's key, within the
     /// time limit, for a request that has no outcome yet. The identical result again (a client
     /// retrying after a crash) is acknowledged without any change; any other is refused.
-    public func complete(request: RequestID, status: String, mac: String, now: Date = Date()) throws -> Record {
+    public func complete(request: RequestID, status: ResultStatus, mac: String, now: Date = Date()) throws -> Record {
         let hint = "results come only from the client the credential was sealed to; nothing was changed"
         guard var record = record(request) else {
             throw DCError(.refusedMessage, "a result for an unknown request", subject: request.text, hint: hint)

@@ -357,7 +357,7 @@ public struct ManagedClient: Sendable {
         /// The request id of the delivery.
         public var request: RequestID
         /// `ok` when the credential was installed, `invalid` when it failed validation and was not.
-        public var status: String
+        public var status: ResultStatus
         /// The MAC-authenticated `<provider-scheme>:/result?…` URL to open; for a replay, the one
         /// recorded the first time.
         public var resultURL: String?
@@ -377,7 +377,7 @@ public struct ManagedClient: Sendable {
         /// the same URL comes, since the numbers are those recorded when it first arrived. Nil for
         /// any other status.
         public var staleRefusal: DCError? {
-            guard status == ResultStatus.stale.text else { return nil }
+            guard status == .stale else { return nil }
             let numbers = sequence.map { " (number \($0))" } ?? ""
             let installed = installedSequence.map { " (number \($0))" } ?? ""
             return DCError(
@@ -393,12 +393,12 @@ public struct ManagedClient: Sendable {
     /// that the same URL gets the same answer every time. One line:
     /// `STATUS RESULT-URL [SEQUENCE INSTALLED-SEQUENCE]`.
     private struct HandledRecord {
-        var status: String
+        var status: ResultStatus
         var resultURL: String?
         var sequence: UInt64?
         var installedSequence: UInt64?
 
-        init(status: String, resultURL: String?, sequence: UInt64? = nil, installedSequence: UInt64? = nil) {
+        init(status: ResultStatus, resultURL: String?, sequence: UInt64? = nil, installedSequence: UInt64? = nil) {
             self.status = status
             self.resultURL = resultURL
             self.sequence = sequence
@@ -408,7 +408,7 @@ public struct ManagedClient: Sendable {
         init?(path: String) {
             guard let data = FileManager.default.contents(atPath: path),
                 let parts = String(data: data, encoding: .utf8)?.split(separator: " ").map(String.init),
-                let status = parts.first
+                let status = parts.first.flatMap(ResultStatus.init(validating:))
             else { return nil }
             self.init(
                 status: status, resultURL: parts.count > 1 ? parts[1] : nil,
@@ -417,7 +417,7 @@ public struct ManagedClient: Sendable {
         }
 
         var line: String {
-            var fields = [status] + (resultURL.map { [$0] } ?? [])
+            var fields = [status.text] + (resultURL.map { [$0] } ?? [])
             if resultURL != nil, let sequence, let installedSequence {
                 fields += ["\(sequence)", "\(installedSequence)"]
             }
@@ -475,7 +475,7 @@ public struct ManagedClient: Sendable {
         // A delivery kept out as stale that the user now chooses by hand: its kept spool file.
         var chosenStale: HandledRecord?
         if let recorded = HandledRecord(path: processed) {
-            guard allowOlder, recorded.status == ResultStatus.stale.text else {
+            guard allowOlder, recorded.status == .stale else {
                 return Handled(
                     request: request, status: recorded.status, resultURL: recorded.resultURL, replay: true,
                     installedSequence: recorded.installedSequence, sequence: recorded.sequence)
@@ -502,14 +502,14 @@ public struct ManagedClient: Sendable {
                 .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request.text,
                 remedy: .requestAgain)
         }
-        var status = ResultStatus.ok.text
+        var status = ResultStatus.ok
         let installedSequence = self.installedSequence
         if let installedSequence, sequence == installedSequence, try installation.payload(key: key) == opened {
             // This very delivery was installed before a crash cut the handler short: finish it.
         } else if let installedSequence, sequence <= installedSequence, !allowOlder {
-            status = ResultStatus.stale.text
+            status = .stale
         } else if !(try validator ?? self.validator(now: now)).validate(payload.credential).passes() {
-            status = ResultStatus.invalid.text
+            status = .invalid
         } else {
             // All or nothing: the new credential, its number and the key history replace the old
             // ones together. The old encryption pairs join the history; its other keys are gone.
@@ -523,11 +523,11 @@ public struct ManagedClient: Sendable {
         let result =
             try chosenStale?.resultURL
             ?? DeliveryResult(
-                request: request, status: try ResultStatus(status),
+                request: request, status: status,
                 mac: try SHA256Hex(DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status))
             ).url(scheme: config.providerScheme)
         let record =
-            status == ResultStatus.stale.text
+            status == .stale
             ? HandledRecord(
                 status: status, resultURL: result, sequence: sequence, installedSequence: installedSequence ?? 0)
             : HandledRecord(status: status, resultURL: result)
@@ -535,7 +535,7 @@ public struct ManagedClient: Sendable {
         var files = AtomicFileSet(directory: store + "/processed")
         try files.add(request.text, .bytes(Array(record.line.utf8)), mode: 0o600)
         try files.commit(replacingExisting: true)
-        if status == ResultStatus.stale.text {
+        if status == .stale {
             // Kept, within the bound (``prune(now:)``), so that the user can still choose it by hand.
             try spool.setAside(request: request)
             prune(now: now)

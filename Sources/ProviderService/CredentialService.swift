@@ -336,8 +336,8 @@ public struct CredentialService: Sendable {
                 .notReady, "the client did not confirm the delivery", subject: request.text,
                 hint: "see dcclient's output; the request id stays valid for \(Int(ledger.timeLimit)) s")
         }
-        guard outcome == ResultStatus.ok.text else {
-            if outcome == ResultStatus.stale.text {
+        guard outcome == .ok else {
+            if outcome == .stale {
                 throw DCError(
                     .refusedMessage, "the client holds a newer credential and kept it (stale delivery)",
                     subject: request.text, hint: "nothing was changed on the client; send again to replace it")
@@ -479,8 +479,8 @@ public struct CredentialService: Sendable {
     /// Handles the client's result URL: authenticates it and records the outcome once. A client
     /// that confirmed installing the credential now holds its certificates (``holdings``).
     public func handleResult(_ result: DeliveryResult) throws -> RequestLedger.Record {
-        let record = try ledger.complete(request: result.request, status: result.status.text, mac: result.mac.text)
-        if record.outcome == ResultStatus.ok.text, let serials = record.certificateSerials {
+        let record = try ledger.complete(request: result.request, status: result.status, mac: result.mac.text)
+        if record.outcome == .ok, let serials = record.certificateSerials {
             try holdings.record(
                 clientScheme: record.clientScheme, credentialName: record.credentialName, serials: serials,
                 at: record.completed ?? Date())
@@ -492,7 +492,7 @@ public struct CredentialService: Sendable {
     public var holdings: Holdings { Holdings(directory: stateDirectory + "/holdings") }
 
     /// The outcome of a request that got no answer within its time limit.
-    public static let expired = "expired"
+    public static let expired = ResultStatus.expired
 
     /// Keeps the ledger and the spool bounded: requests past their time limit with no answer are
     /// closed as ``expired`` (a queued one's sealed spool file is removed), then old finished

@@ -195,7 +195,7 @@ extension DCClient {
                     "dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again"
             case .delivery(let handled):
                 return
-                    "dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
+                    "dcclient: received request \(handled.request): \(handled.status == .ok ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
             case .policy(let update):
                 // As the reference app, dcclient supports secure file I/O and applies every state.
                 let policy = update.policy

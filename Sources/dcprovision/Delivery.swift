@@ -195,7 +195,7 @@ struct HandleURL: URLHandlingCommand, OutputCommand {
             if sent.isEmpty { Console.say("dcprovision:   nothing queued") }
         case .result(_, let record):
             Console.say(
-                "dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
+                "dcprovision: result for request \(record.request): \(record.outcome?.text ?? "?") (MAC verified)")
         case .acknowledged(let acknowledgement, let record):
             let (client, sequence, subject) = (
                 acknowledgement.client, acknowledgement.sequence, acknowledgement.subject

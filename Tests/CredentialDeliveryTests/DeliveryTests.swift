@@ -260,10 +260,10 @@ struct DeliveryPayloadTests {
     func resultMAC() throws {
         let key = try Digests.random(32)
         let request = try RequestID(request)
-        let mac = DeliveryPayload.resultMAC(key: key, request: request, status: "ok")
+        let mac = DeliveryPayload.resultMAC(key: key, request: request, status: .ok)
         #expect(mac.count == 64)
-        #expect(DeliveryPayload.resultMAC(key: key, request: request, status: "ok") == mac)
-        #expect(DeliveryPayload.resultMAC(key: key, request: request, status: "invalid") != mac)
-        #expect(DeliveryPayload.resultMAC(key: try Digests.random(32), request: request, status: "ok") != mac)
+        #expect(DeliveryPayload.resultMAC(key: key, request: request, status: .ok) == mac)
+        #expect(DeliveryPayload.resultMAC(key: key, request: request, status: .invalid) != mac)
+        #expect(DeliveryPayload.resultMAC(key: try Digests.random(32), request: request, status: .ok) != mac)
     }
 }

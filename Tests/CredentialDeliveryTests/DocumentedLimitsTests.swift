@@ -100,12 +100,12 @@ struct DocumentedLimitsTests {
                 request: request, clientScheme: .exampleClient, credentialName: "limits", created: created,
                 resultKey: Data((1...32).map { UInt8($0) }).base64EncodedString()))
         let late = try #require(throws: DCError.self) {
-            try ledger.complete(request: request, status: "ok", mac: mac, now: created.addingTimeInterval(601))
+            try ledger.complete(request: request, status: .ok, mac: mac, now: created.addingTimeInterval(601))
         }
         #expect(late.code == .refusedMessage)
         #expect(
-            try ledger.complete(request: request, status: "ok", mac: mac, now: created.addingTimeInterval(600))
-                .outcome == "ok")
+            try ledger.complete(request: request, status: .ok, mac: mac, now: created.addingTimeInterval(600))
+                .outcome == .ok)
     }
 
     @Test(
@@ -145,7 +145,7 @@ struct DocumentedLimitsTests {
             var record = RequestLedger.Record(
                 request: request, clientScheme: .exampleClient, credentialName: "limits",
                 created: now.addingTimeInterval(-TimeInterval(age)), resultKey: nil)
-            record.outcome = "ok"
+            record.outcome = .ok
             try Data(try encoder.encode(record)).write(to: URL(fileURLWithPath: ledger.directory + "/\(request).json"))
             return request
         }

@@ -27,14 +27,14 @@ struct BoundaryTests {
         }
         let urls = world.deliveries.all
         try #require(urls.count == 2)
-        #expect(try world.client.handleDelivery(urls[1]).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(urls[1]).status == .ok)
         let stale = try world.client.handleDelivery(urls[0])
-        #expect(stale.status == ResultStatus.stale.text)
+        #expect(stale.status == .stale)
         #expect(try world.client.installed() == newer)
         // The provider learns of it through the authenticated result.
         let record = try world.service.handleResult(
             try DeliveryResult.parse(try #require(stale.resultURL), scheme: world.service.callbackScheme))
-        #expect(record.outcome == ResultStatus.stale.text)
+        #expect(record.outcome == .stale)
         // The control: the user may choose the older one, by hand.
         let third = try world.credential(TestCAIssueRequest(commonName: "Older still"))
         _ = await thrownCode { _ = try await world.service.send(third, clientScheme: .exampleClient) }
@@ -42,7 +42,7 @@ struct BoundaryTests {
         let replayed = try #require(world.deliveries.all.last)
         let sequence = try DeliveryNotice.parse(replayed, scheme: try URLScheme("org.example.dcclient")).sequence
         #expect(sequence > before)
-        #expect(try world.client.handleDelivery(replayed).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(replayed).status == .ok)
         #expect(try world.client.installed()?.entries.map(\.certifiedKey) == third.entries.map(\.certifiedKey))
     }
 
@@ -66,27 +66,27 @@ struct BoundaryTests {
         let requests = try urls.map {
             try DeliveryNotice.parse($0, scheme: try URLScheme("org.example.dcclient")).request.text
         }
-        #expect(try world.client.handleDelivery(urls[12]).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(urls[12]).status == .ok)
         // Eleven kept out: never more than the documented 10 kept, the most recently kept out.
         for url in urls[1...11] {
-            #expect(try world.client.handleDelivery(url).status == ResultStatus.stale.text)
+            #expect(try world.client.handleDelivery(url).status == .stale)
             #expect(try kept().count <= 10)
         }
         #expect(try kept() == requests[2...11].map { $0 + ".stale" }.sorted())
         // The first stale answer, and the same URL again: stale both times, with the same refusal.
         let first = try world.client.handleDelivery(urls[0])
-        #expect(first.status == ResultStatus.stale.text && !first.replay)
+        #expect(first.status == .stale && !first.replay)
         let refusal = try #require(first.staleRefusal)
         #expect(refusal.code == .refusedMessage && refusal.code.category.exitStatus == 77)
         #expect(refusal.message.contains("(number 1)") && refusal.message.contains("(number 13)"), "\(refusal)")
         let again = try world.client.handleDelivery(urls[0])
-        #expect(again.replay && again.status == ResultStatus.stale.text)
+        #expect(again.replay && again.status == .stale)
         #expect(again.staleRefusal?.message == refusal.message && again.resultURL == first.resultURL)
         #expect(try kept().contains(requests[0] + ".stale") && kept().count == 10)
         // The user chooses it by hand: installed, its kept file gone; the provider, answered once
         // already, is sent nothing new.
         let chosen = try world.client.handleDelivery(urls[0], allowOlder: true)
-        #expect(chosen.status == ResultStatus.ok.text && chosen.resultURL == nil && chosen.sequence == 1)
+        #expect(chosen.status == .ok && chosen.resultURL == nil && chosen.sequence == 1)
         #expect(world.client.installedSequence == 1)
         #expect(try !kept().contains(requests[0] + ".stale"))
         // Past the request time limit they stay, for the documented day: the user may choose one
@@ -228,7 +228,7 @@ struct BoundaryTests {
         #expect(refused.code == .refusedMessage)
         #expect(try world.client.installed() == nil)
         try Registrations.publish(genuine, at: path)
-        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(url).status == .ok)
     }
 
     @Test("The ledger and the spool stay bounded: expired requests close, old records go, none within the time limit")
@@ -362,7 +362,7 @@ struct BoundaryTests {
         let pin = world.locations.dataHome + "/dcclient/store/provider.json"
         #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
         #expect(!FileManager.default.fileExists(atPath: pin))
-        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(url).status == .ok)
         #expect(FileManager.default.fileExists(atPath: pin))
     }
 

@@ -68,7 +68,7 @@ struct CredentialExpirationTests {
         _ = try? await world.service.send(credential, clientScheme: .exampleClient)
         let url = try #require(world.deliveries.all.first)
         let handled = try world.client.handleDelivery(url, now: Date() + 120)
-        #expect(handled.status == "invalid", "\(handled.status)")
+        #expect(handled.status == .invalid, "\(handled.status)")
         #expect(try world.client.installed() == nil, "the client installed a lapsed credential")
     }
 

@@ -36,7 +36,7 @@ struct RequestIdTests {
         let delivery = try #require(world.deliveries.all.first)
         #expect(delivery.hasPrefix("org.example.dcclient:/deliver?v=2&client=dcclient&request=\(request)&digest="))
         #expect(try world.client.installed()?.name == "Asked for (test CA)")
-        #expect(world.service.ledger.record(request)?.outcome == "ok")
+        #expect(world.service.ledger.record(request)?.outcome == .ok)
 
         // Replayed: refused before the issuing step, nothing delivered again.
         let replay = try await #require(throws: DCError.self) {

@@ -243,7 +243,7 @@ struct SendPipelineTests {
                 == [try #require(first[.encryption]).certifiedKey, firstEscrow.certifiedKey] + firstEscrow.keyHistory)
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
-        #expect(world.service.ledger.recent().map(\.outcome) == ["ok", "ok"])
+        #expect(world.service.ledger.recent().map(\.outcome) == [.ok, .ok])
         // Locked: the installed credential cannot be read (the store key is gone).
         try world.client.lock()
         #expect(throws: DCError.self) { try world.client.installed() }
@@ -260,12 +260,12 @@ struct SendPipelineTests {
         let url = try #require(world.deliveries.all.first)
         let again = try world.client.handleDelivery(url)
         #expect(again.replay)
-        #expect(again.status == "ok")
+        #expect(again.status == .ok)
         let result = try #require(again.resultURL)
         // The identical authenticated result (a retry) is acknowledged, and nothing changes.
         let before = try #require(world.service.ledger.recent().first)
         let provider = try URLScheme("org.example.provider")
-        #expect(try world.service.handleResult(try DeliveryResult.parse(result, scheme: provider)).outcome == "ok")
+        #expect(try world.service.handleResult(try DeliveryResult.parse(result, scheme: provider)).outcome == .ok)
         #expect(try #require(world.service.ledger.recent().first).completed == before.completed)
         // Any other result for the completed request is refused.
         var other = try DeliveryResult.parse(result, scheme: provider)
@@ -280,9 +280,9 @@ struct SendPipelineTests {
         // The right MAC after the time limit.
         var late = world.service.ledger
         late.timeLimit = -1
-        let mac = DeliveryPayload.resultMAC(key: pending.resultKey, request: request, status: "ok")
-        #expect(await thrownCode { _ = try late.complete(request: request, status: "ok", mac: mac) } == .refusedMessage)
-        #expect(try world.service.ledger.complete(request: request, status: "ok", mac: mac).outcome == "ok")
+        let mac = DeliveryPayload.resultMAC(key: pending.resultKey, request: request, status: .ok)
+        #expect(await thrownCode { _ = try late.complete(request: request, status: .ok, mac: mac) } == .refusedMessage)
+        #expect(try world.service.ledger.complete(request: request, status: .ok, mac: mac).outcome == .ok)
     }
 
     @Test(
@@ -376,7 +376,7 @@ struct SendPipelineTests {
 
         // The control: the untouched second delivery is accepted, so the refusals above were the
         // checks', not a broken set-up's.
-        #expect(try world.client.handleDelivery(urls[1]).status == "ok")
+        #expect(try world.client.handleDelivery(urls[1]).status == .ok)
         #expect(try world.client.installed() == credentials[1])
     }
 
@@ -398,7 +398,7 @@ struct SendPipelineTests {
         let sent = try await world.service.deliverQueued(try world.available())
         #expect(sent == [receipt.request])
         #expect(try world.client.installed() == credential)
-        #expect(world.service.ledger.recent().first?.outcome == "ok")
+        #expect(world.service.ledger.recent().first?.outcome == .ok)
         // Not sent twice (a newer notice finds the queue empty).
         #expect(try await world.service.deliverQueued(try world.available(now: Date().addingTimeInterval(1))).isEmpty)
         // An entry older than the time limit is dropped, not delivered.
@@ -458,8 +458,8 @@ struct SendPipelineTests {
         }
         let records = world.service.ledger.recent(limit: 100)
         #expect(records.count == 20)
-        #expect(records.allSatisfy { $0.outcome == ResultStatus.ok.text || $0.outcome == ResultStatus.stale.text })
-        #expect(records.contains { $0.outcome == ResultStatus.ok.text })
+        #expect(records.allSatisfy { $0.outcome == .ok || $0.outcome == .stale })
+        #expect(records.contains { $0.outcome == .ok })
         #expect(Set(world.deliveries.all).count == 20)
         let processed = try FileManager.default.contentsOfDirectory(
             atPath: world.locations.dataHome + "/dcclient/store/processed")
@@ -470,7 +470,7 @@ struct SendPipelineTests {
         }
         let highest = try #require(numbered.max { $0.sequence < $1.sequence })
         #expect(world.client.installedSequence == highest.sequence)
-        #expect(world.service.ledger.record(highest.request)?.outcome == ResultStatus.ok.text)
+        #expect(world.service.ledger.record(highest.request)?.outcome == .ok)
         #expect(credentials.contains(try #require(try world.client.installed())))
     }
 }

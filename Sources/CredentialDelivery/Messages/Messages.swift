@@ -295,6 +295,8 @@ public struct ClaimText: Identifier, URLParameterValue {
 }
 
 /// The status a client's ``DeliveryResult`` carries: `ok`, or why the credential was not installed.
+/// The provider's ledger records it as a request's outcome, beside two outcomes of its own
+/// (``notSent``, ``expired``).
 public struct ResultStatus: Identifier, URLParameterValue {
     /// The status word.
     public let text: String
@@ -318,6 +320,12 @@ public struct ResultStatus: Identifier, URLParameterValue {
     /// The delivery was older than the installed credential (its sequence number was not above
     /// the installed one's); the client kept what it had.
     public static let stale = ResultStatus(word: "stale")
+    /// Not a client's answer: the provider's outcome for a client's request it could not answer
+    /// (issuing or sending failed).
+    public static let notSent = ResultStatus(word: "not-sent")
+    /// Not a client's answer: the provider's outcome for a request that got no answer within its
+    /// time limit.
+    public static let expired = ResultStatus(word: "expired")
 }
 
 /// A message a client signs with the key the provider pinned when they paired: what

@@ -45,8 +45,8 @@ let package = Package(
             name: "TLS",
             description: """
                 dcverify can serve HTTPS itself (--tls-certificate), through swift-nio-ssl. That package compiles \
-                its own copy of BoringSSL, which is more than half of the CPU time of a fresh clone's first \
-                `swift run dcprovision demo`, so it is off by default: without it dcverify serves HTTP (behind a \
+                its own copy of BoringSSL, about 340 CPU-seconds, which would add two thirds to a fresh clone's \
+                `swift build`, so it is off by default: without it dcverify serves HTTP (behind a \
                 proxy that terminates TLS, such as nginx) and refuses --tls-certificate with one line (exit 69). \
                 scripts/install and scripts/test build with it.
                 """),

@@ -14,6 +14,11 @@ enum RemedyWording {
         index < arguments.count ? arguments[index] : ""
     }
 
+    /// The name of a remedy about a scheme, which any scheme makes: the table keys by name alone.
+    private static func schemeRemedy(_ make: (URLScheme) -> DCError.Remedy) -> String {
+        URLScheme(validating: "scheme").map { make($0).name } ?? ""
+    }
+
     /// Each remedy's words, by its name.
     static let table: [String: @Sendable ([String]) -> String] = [
         DCError.Remedy.buildWithTLS.name: { _ in
@@ -125,10 +130,10 @@ enum RemedyWording {
         DCError.Remedy.setUpAndPairRetiredClient.name: { _ in
             "a retired client is set up afresh (dcclient init) and paired again"
         },
-        DCError.Remedy.pairFirst(clientScheme: "").name: {
+        schemeRemedy(DCError.Remedy.pairFirst(clientScheme:)): {
             "pair it first: dcprovision pair --client-scheme \(argument($0, 0))"
         },
-        DCError.Remedy.pairAgain(clientScheme: "").name: {
+        schemeRemedy(DCError.Remedy.pairAgain(clientScheme:)): {
             "pair it again: dcprovision pair --client-scheme \(argument($0, 0))"
         },
         DCError.Remedy.askWithNewRequest.name: { _ in
@@ -155,7 +160,7 @@ enum RemedyWording {
         DCError.Remedy.registerProvider.name: { _ in
             "nothing was changed; register the provider (dcprovision register)"
         },
-        DCError.Remedy.registerProviderScheme("").name: {
+        schemeRemedy(DCError.Remedy.registerProviderScheme): {
             "register one (dcprovision register --provider-scheme \(argument($0, 0)) …)"
         },
         DCError.Remedy.setUpClient.name: { _ in

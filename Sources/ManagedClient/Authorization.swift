@@ -342,7 +342,7 @@ extension ManagedClient {
             close(fd)
         }
         unlink(wrapped)
-        Registrations.remove(at: locations.clientRegistration(config.scheme.text))
+        Registrations.remove(at: locations.clientRegistration(config.scheme))
         // The retired policy stays, with its number and the provider key it verifies with (public).
         let keep: Set = ["client.json", "policy.json", "policy.sequence", "provider.json", ".lock"]
         for name in (try? FileManager.default.contentsOfDirectory(atPath: store)) ?? [] where !keep.contains(name) {

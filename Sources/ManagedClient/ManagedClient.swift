@@ -152,13 +152,13 @@ public struct ManagedClient: Sendable {
         }
         try Registrations.publish(
             ClientRegistration(
-                clientId: config.clientId.text, scheme: config.scheme.text, executable: executable,
+                clientId: config.clientId, scheme: config.scheme, executable: executable,
                 certificate: certificate,
                 signingKey: signingKey,
                 tokenKey: try config.tokenKey.flatMap { Data(base64Encoded: $0) }.map {
                     try TokenPublicKey(uncompressedPoint: Array($0))
                 }, spool: spool.directory, status: statusFile),
-            at: locations.clientRegistration(config.scheme.text))
+            at: locations.clientRegistration(config.scheme))
         _ = try pinnedProvider(pinning: true)
     }
 
@@ -178,7 +178,7 @@ public struct ManagedClient: Sendable {
             guard pinned.signingKey == registered.signingKey else {
                 throw DCError(
                     .refusedMessage, "the provider's signing key is not the one this client pinned",
-                    subject: locations.providerRegistration(config.providerScheme.text),
+                    subject: locations.providerRegistration(config.providerScheme),
                     remedy: .repinProvider)
             }
             return pinned
@@ -192,7 +192,7 @@ public struct ManagedClient: Sendable {
     func registeredProvider(_ config: Config) throws -> ProviderPin? {
         guard
             let registration = try Registrations.read(
-                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme.text))
+                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
         else { return nil }
         guard let key = registration.signingKey, PinnedKeys.decode(key) != nil else {
             throw DCError(
@@ -200,7 +200,7 @@ public struct ManagedClient: Sendable {
                 "the provider registered for \(config.providerScheme): has no signing key (an older version)",
                 hint: "update the provider and register it again")
         }
-        return ProviderPin(scheme: config.providerScheme.text, signingKey: key)
+        return ProviderPin(scheme: config.providerScheme, signingKey: key)
     }
 
     /// Forgets the pinned provider key, so that the next `register` or `request` pins the key the
@@ -213,7 +213,7 @@ public struct ManagedClient: Sendable {
     /// Withdraws the registration: providers then see `missingClient` and send nothing. The store
     /// and the installed credential stay; `publishRegistration(executable:)` brings it back.
     public func withdrawRegistration() throws {
-        Registrations.remove(at: locations.clientRegistration(try config().scheme.text))
+        Registrations.remove(at: locations.clientRegistration(try config().scheme))
     }
 
     func config() throws -> Config {
@@ -354,8 +354,8 @@ public struct ManagedClient: Sendable {
 
     /// The outcome of handling a delivery URL, and the result URL to send back (if any).
     public struct Handled: Sendable {
-        /// The request id of the delivery: 32 lowercase hex digits.
-        public var request: String
+        /// The request id of the delivery.
+        public var request: RequestID
         /// `ok` when the credential was installed, `invalid` when it failed validation and was not.
         public var status: String
         /// The MAC-authenticated `<provider-scheme>:/result?…` URL to open; for a replay, the one
@@ -383,7 +383,7 @@ public struct ManagedClient: Sendable {
             return DCError(
                 .refusedMessage,
                 "the delivery\(numbers) is older than the installed credential\(installed); kept the installed one",
-                subject: request,
+                subject: request.text,
                 remedy: .installStaleDelivery)
         }
     }
@@ -443,16 +443,16 @@ public struct ManagedClient: Sendable {
     func handleDelivery(
         _ message: DeliveryNotice, config: Config, validator: CredentialValidator?, allowOlder: Bool, now: Date
     ) throws -> Handled {
-        let (request, digest, sequence) = (message.request.text, message.digest.text, message.sequence)
+        let (request, digest, sequence) = (message.request, message.digest.text, message.sequence)
         try checkAddressee(message.client, of: "delivery", config: config)
         // The provider's key is the pinned one; if no command pinned it yet, the one its registration
         // shows (a file of this user that no one else can write, never the URL), pinned only once a
         // delivery it signed has verified: a forged URL changes nothing.
-        try verifyProviderSignature(message, config: config, subject: request)
+        try verifyProviderSignature(message, config: config, subject: request.text)
         // An app that is not authorized takes nothing (its provider sends nothing either).
         if let policy = try currentPolicy(), policy.state != .authorized {
             throw DCError(
-                .notAuthorized, "the app is \(policy.state); the delivery was not installed", subject: request)
+                .notAuthorized, "the app is \(policy.state); the delivery was not installed", subject: request.text)
         }
         // One handler at a time from here: two deliveries handled at once must not both pass the
         // number check and then install in the wrong order.
@@ -464,7 +464,7 @@ public struct ManagedClient: Sendable {
     }
 
     private func install(
-        request: String, digest: String, sequence: UInt64, config: Config, validator: CredentialValidator?,
+        request: RequestID, digest: String, sequence: UInt64, config: Config, validator: CredentialValidator?,
         allowOlder: Bool, now: Date
     ) throws -> Handled {
         // A crash mid-install leaves at most staging files; they are never read, only removed.
@@ -489,17 +489,17 @@ public struct ManagedClient: Sendable {
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
         let opened = try Sealing.open(sealed, with: clientKey, certificate: certificate)
         let payload = try DeliveryPayload.decode(opened)
-        guard payload.requestId == request, payload.clientId == config.clientId.text else {
+        guard payload.requestId == request, payload.clientId == config.clientId else {
             throw DCError(
                 .refusedMessage, "the payload is bound to another request or client (a replayed or swapped spool file)",
-                subject: request, remedy: .requestAgain)
+                subject: request.text, remedy: .requestAgain)
         }
         // Request ids are good for a limited time (as the provider's ledger is). A stale delivery
         // the user chooses was on time when it arrived: its record says so.
         guard chosenStale != nil || abs(payload.issuedAt.timeIntervalSince(now)) <= Self.requestTimeLimit else {
             spool.remove(request: request)
             throw DCError(
-                .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request,
+                .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request.text,
                 remedy: .requestAgain)
         }
         var status = ResultStatus.ok.text
@@ -523,7 +523,7 @@ public struct ManagedClient: Sendable {
         let result =
             try chosenStale?.resultURL
             ?? DeliveryResult(
-                request: try RequestID(request), status: try ResultStatus(status),
+                request: request, status: try ResultStatus(status),
                 mac: try SHA256Hex(DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status))
             ).url(scheme: config.providerScheme)
         let record =
@@ -533,7 +533,7 @@ public struct ManagedClient: Sendable {
             : HandledRecord(status: status, resultURL: result)
         try AtomicFileSet.ensureDirectory(store + "/processed")
         var files = AtomicFileSet(directory: store + "/processed")
-        try files.add(request, .bytes(Array(record.line.utf8)), mode: 0o600)
+        try files.add(request.text, .bytes(Array(record.line.utf8)), mode: 0o600)
         try files.commit(replacingExisting: true)
         if status == ResultStatus.stale.text {
             // Kept, within the bound (``prune(now:)``), so that the user can still choose it by hand.
@@ -549,14 +549,14 @@ public struct ManagedClient: Sendable {
     }
 
     /// The spool file of a delivery kept out as stale, checked against the URL's digest again.
-    private func keptStale(_ request: String, _ digest: String) throws -> [UInt8] {
+    private func keptStale(_ request: RequestID, _ digest: String) throws -> [UInt8] {
         do {
             return try spool.read(request: request, digest: digest, kind: .staleDelivery)
         } catch let error as DCError where error.code == .notReady {
             throw DCError(
                 .notReady,
                 "the stale delivery is no longer kept (at most \(Self.staleCapacity) are kept, each for \(Int(Self.staleRetention / 3600)) hours)",
-                subject: request, remedy: .requestResend)
+                subject: request.text, remedy: .requestResend)
         }
     }
 

@@ -138,7 +138,7 @@ extension ManagedClient {
     private func providerHandler(forwardingOutput: Bool) throws -> (@Sendable (String) async throws -> Void)? {
         guard let scheme = providerScheme,
             let provider = try Registrations.read(
-                ProviderRegistration.self, at: locations.providerRegistration(scheme.text))
+                ProviderRegistration.self, at: locations.providerRegistration(scheme))
         else { return nil }
         return { url in
             try await SchemeHandlers().openForwardingOutput(

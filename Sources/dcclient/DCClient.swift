@@ -53,7 +53,7 @@ extension ManagedClient {
 
     /// The provider's scheme and its published registration, or nil when none is published.
     func registeredProvider(_ scheme: URLScheme) throws -> ProviderRegistration? {
-        try Registrations.read(ProviderRegistration.self, at: locations.providerRegistration(scheme.text))
+        try Registrations.read(ProviderRegistration.self, at: locations.providerRegistration(scheme))
     }
 
     /// Opens `url` with the handler the provider registered for `scheme` (refusing a hijacker),

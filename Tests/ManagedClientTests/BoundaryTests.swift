@@ -22,7 +22,7 @@ struct BoundaryTests {
         let newer = try world.credential(TestCAIssueRequest(commonName: "Newer"))
         for credential in [older, newer] {
             #expect(
-                await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+                await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }
                     == .notReady)
         }
         let urls = world.deliveries.all
@@ -37,7 +37,7 @@ struct BoundaryTests {
         #expect(record.outcome == ResultStatus.stale.text)
         // The control: the user may choose the older one, by hand.
         let third = try world.credential(TestCAIssueRequest(commonName: "Older still"))
-        _ = await thrownCode { _ = try await world.service.send(third, clientScheme: "org.example.dcclient") }
+        _ = await thrownCode { _ = try await world.service.send(third, clientScheme: .exampleClient) }
         let before = try #require(world.client.installedSequence)
         let replayed = try #require(world.deliveries.all.last)
         let sequence = try DeliveryNotice.parse(replayed, scheme: try URLScheme("org.example.dcclient")).sequence
@@ -59,7 +59,7 @@ struct BoundaryTests {
         // One credential sent 13 times: deliveries number 1 to 13; the newest is installed first.
         let credential = try world.credential()
         for _ in 0..<13 {
-            _ = await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+            _ = await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }
         }
         let urls = world.deliveries.all
         try #require(urls.count == 13)
@@ -107,7 +107,7 @@ struct BoundaryTests {
         let world = try World()
         defer { world.dir.remove() }
         let credential = try world.credential()
-        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(credential, clientScheme: .exampleClient)
         #expect(try world.client.installed() == credential)
         // The unlocked key is in the session keyring (or the runtime directory), outside HOME,
         // and nowhere under HOME.
@@ -170,7 +170,7 @@ struct BoundaryTests {
         try world.client.lock()
         let error = await thrownCode {
             _ = try await world.service.send(
-                try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+                try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         }
         #expect(error == .invalid)
         let spool = world.locations.dataHome + "/dcclient/spool"
@@ -184,7 +184,7 @@ struct BoundaryTests {
         defer { world.dir.remove() }
         try world.client.lock()
         let receipt = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         try world.client.unlock(passphrase: world.passphrase)
         let notice = try world.available()
         let signature = try #require(notice.signature).text
@@ -208,7 +208,7 @@ struct BoundaryTests {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
         _ = await thrownCode {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         }
         let url = try #require(world.deliveries.all.first)
         let clientScheme = try URLScheme("org.example.dcclient")
@@ -219,7 +219,7 @@ struct BoundaryTests {
         ).signed(with: impostor, scheme: clientScheme).url(scheme: clientScheme)
         #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
         // The impostor also replaces the provider's registration: the pin holds.
-        let path = world.locations.providerRegistration("org.example.provider")
+        let path = world.locations.providerRegistration(.exampleProvider)
         var registration = try #require(try Registrations.read(ProviderRegistration.self, at: path))
         let genuine = registration
         registration.signingKey = PinnedKeys.encode(impostor.publicKey)
@@ -237,11 +237,11 @@ struct BoundaryTests {
         defer { world.dir.remove() }
         try world.client.lock()
         let queued = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
         #expect(FileManager.default.fileExists(atPath: spool.path(request: queued.request)))
-        let recent = String(repeating: "c", count: 32)
-        try world.service.ledger.reserve(request: recent, clientScheme: "org.example.dcclient")
+        let recent = try RequestID(String(repeating: "c", count: 32))
+        try world.service.ledger.reserve(request: recent, clientScheme: .exampleClient)
         // Now: nothing past its time limit, nothing removed.
         world.service.prune()
         #expect(world.service.ledger.recent().count == 2)
@@ -263,14 +263,14 @@ struct BoundaryTests {
         try world.client.trust(anchors: stranger)
         #expect(try world.client.trustAnchors() == stranger)
         let refused = await thrownCode {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         }
         #expect(refused == .invalid)
         #expect(try world.client.installed() == nil)
         // The control: the test CA's root and issuing CA as anchors.
         try world.client.trust(anchors: [world.ca.rootCertificate, world.ca.issuingCertificate])
         let credential = try world.credential()
-        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(credential, clientScheme: .exampleClient)
         #expect(try world.client.installed() == credential)
     }
 
@@ -283,7 +283,7 @@ struct BoundaryTests {
                 _ = await thrownCode {
                     _ = try await world.service.send(
                         try world.credential(TestCAIssueRequest(commonName: name, tags: [.authentication])),
-                        clientScheme: "org.example.dcclient")
+                        clientScheme: .exampleClient)
                 }
             }
             let urls = Array(world.deliveries.all.suffix(2))
@@ -307,7 +307,7 @@ struct BoundaryTests {
         let early = try world.available(now: Date().addingTimeInterval(1))
         try world.client.lock()
         let queued = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         // The captured notice again: refused, the delivery still queued.
         #expect(await thrownCode { _ = try await world.service.deliverQueued(first) } == .refusedMessage)
         #expect(world.service.ledger.record(queued.request)?.queuedURL != nil)
@@ -326,16 +326,18 @@ struct BoundaryTests {
         defer { world.dir.remove() }
         let signingKey = world.locations.stateHome + "/dcprovision/signing-key"
         let before = try readBytes(signingKey)
-        let path = world.locations.clientRegistration("org.example.dcclient")
+        let path = world.locations.clientRegistration(.exampleClient)
+        let genuine = try readBytes(path)
         for hostile in ["../signing-key", "../config", "a/b", ""] {
-            var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
-            registration.clientId = hostile
-            try Registrations.publish(registration, at: path)
+            // Written as the file's text: the typed registration cannot hold such an id.
+            var object = try #require(try JSONSerialization.jsonObject(with: Data(genuine)) as? [String: Any])
+            object["clientId"] = hostile
+            try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
             #expect(
                 await thrownCode {
-                    _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+                    _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
                 } == .invalid, "\(hostile)")
-            #expect(throws: DCError.self) { try world.service.pair(clientScheme: "org.example.dcclient") }
+            #expect(throws: DCError.self) { try world.service.pair(clientScheme: .exampleClient) }
         }
         #expect(try readBytes(signingKey) == before)
         #expect(world.deliveries.all.isEmpty)
@@ -346,7 +348,7 @@ struct BoundaryTests {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
         _ = await thrownCode {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         }
         // The policy that went first pinned the provider; forget it again.
         try world.client.forgetProvider()

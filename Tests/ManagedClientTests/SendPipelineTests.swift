@@ -98,27 +98,27 @@ struct World {
         ca = try TestCA.initialize(at: dir.file("ca"))
         try Registrations.publish(
             try service.registration(executable: "/usr/bin/dcprovision"),
-            at: locations.providerRegistration("org.example.provider"))
+            at: locations.providerRegistration(.exampleProvider))
         try client.pinnedProvider(pinning: true)
         if paired {
-            _ = try service.pair(clientScheme: "org.example.dcclient")
+            _ = try service.pair(clientScheme: .exampleClient)
             // The provider's first policy (authorized), as the next message to the client carries
             // it: the client is ready. Not acknowledged yet, so the provider sends it again first.
             _ = try client.handlePolicy(
-                try policyURL(try #require(try service.policyRecord(clientId: "dcclient")).policy))
+                try policyURL(try #require(try service.policyRecord(clientId: .exampleClient)).policy))
         }
     }
 
     /// `policy` as the provider signs it for the client, at `time`.
     func policyURL(_ policy: ClientPolicy, time: Date = Date()) throws -> String {
-        try service.policyURL(policy, clientId: "dcclient", clientScheme: "org.example.dcclient", time: time)
+        try service.policyURL(policy, clientId: .exampleClient, clientScheme: .exampleClient, time: time)
     }
 
     /// Sets the client's policy through the provider (sent at once when the client is unlocked)
     /// and returns the provider's record afterwards.
     @discardableResult
     func setPolicy(_ change: @escaping (inout ClientPolicy) -> Void) async throws -> PolicyRecord {
-        try await service.setPolicy(clientScheme: "org.example.dcclient", change).record
+        try await service.setPolicy(clientScheme: .exampleClient, change).record
     }
 
     /// The client's signed availability notice, parsed, made at `now`.
@@ -128,9 +128,9 @@ struct World {
     }
 
     /// The client's signed `new`, parsed, with request id `request` (a fresh one by default).
-    func new(request: String? = nil, now: Date = Date()) throws -> CredentialRequest {
+    func new(request: RequestID? = nil, now: Date = Date()) throws -> CredentialRequest {
         try CredentialRequest.parse(
-            try client.requestURL(request: try request.map(RequestID.init), now: now).url,
+            try client.requestURL(request: request, now: now).url,
             scheme: try URLScheme("org.example.provider"))
     }
 
@@ -154,20 +154,20 @@ struct SendPipelineTests {
     func supportAndCanSend() throws {
         let world = try World()
         defer { world.dir.remove() }
-        #expect(try world.service.support(clientScheme: "org.example.nobody") == .missingClient)
-        #expect(try world.service.support(clientScheme: "ORG.Example.DCClient") == .present)
-        #expect(try world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try world.service.support(clientScheme: try URLScheme("org.example.nobody")) == .missingClient)
+        #expect(try world.service.support(clientScheme: try URLScheme("ORG.Example.DCClient")) == .present)
+        #expect(try world.service.canSendCredential(clientScheme: .exampleClient))
         try world.client.lock()
-        #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try !world.service.canSendCredential(clientScheme: .exampleClient))
         try world.client.unlock(passphrase: world.passphrase)
-        #expect(try world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try world.service.canSendCredential(clientScheme: .exampleClient))
         // An older client.
-        let path = world.locations.clientRegistration("org.example.dcclient")
+        let path = world.locations.clientRegistration(.exampleClient)
         var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
         registration.protocolVersion = 0
         try Registrations.publish(registration, at: path)
-        #expect(try world.service.support(clientScheme: "org.example.dcclient") == .oldClient)
-        #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try world.service.support(clientScheme: .exampleClient) == .oldClient)
+        #expect(try !world.service.canSendCredential(clientScheme: .exampleClient))
     }
 
     @Test("Service creation fails on an empty brand; a scheme is refused when invalid and lowercased")
@@ -192,11 +192,13 @@ struct SendPipelineTests {
         defer { world.dir.remove() }
         let credential = try world.credential()
         #expect(
-            await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.nobody") }
+            await thrownCode {
+                _ = try await world.service.send(credential, clientScheme: try URLScheme("org.example.nobody"))
+            }
                 == .missingClient)
         try world.client.lock()
         let locked = await thrownCode {
-            _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(credential, clientScheme: .exampleClient)
         }
         #expect(locked == .serviceUnavailable)
         #expect(locked?.appConnectValue == -1002)
@@ -204,16 +206,16 @@ struct SendPipelineTests {
         try world.client.unlock(passphrase: world.passphrase)
         let expired = try world.credential(TestCAIssueRequest(tags: [.authentication], negative: .expired))
         let invalid = await thrownCode {
-            _ = try await world.service.send(expired, clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(expired, clientScheme: .exampleClient)
         }
         #expect(invalid == .invalid)
         #expect(invalid?.appConnectValue == -1001)
-        let path = world.locations.clientRegistration("org.example.dcclient")
+        let path = world.locations.clientRegistration(.exampleClient)
         var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
         registration.protocolVersion = 0
         try Registrations.publish(registration, at: path)
         #expect(
-            await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }?
+            await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }?
                 .appConnectValue == -1004)
     }
 
@@ -225,11 +227,11 @@ struct SendPipelineTests {
         defer { world.dir.remove() }
         let first = try world.credential(TestCAIssueRequest(commonName: "First", escrowHistory: 2))
         let receipt = try await world.service.send(
-            first, clientScheme: "org.example.dcclient", validator: world.validator())
+            first, clientScheme: .exampleClient, validator: world.validator())
         #expect(receipt.steps.last?.contains("confirmed") == true)
         #expect(try world.client.installed() == first)
         let second = try world.credential(TestCAIssueRequest(commonName: "Second"))
-        _ = try await world.service.send(second, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(second, clientScheme: .exampleClient)
         let installed = try #require(try world.client.installed())
         #expect(
             installed.serialNumber == second.serialNumber
@@ -254,7 +256,7 @@ struct SendPipelineTests {
         let world = try World()
         defer { world.dir.remove() }
         _ = try await world.service.send(
-            try world.credential(TestCAIssueRequest(commonName: "Once")), clientScheme: "org.example.dcclient")
+            try world.credential(TestCAIssueRequest(commonName: "Once")), clientScheme: .exampleClient)
         let url = try #require(world.deliveries.all.first)
         let again = try world.client.handleDelivery(url)
         #expect(again.replay)
@@ -273,7 +275,7 @@ struct SendPipelineTests {
         let pending = World.Pending(world)
         let request = try pending.start()
         let forged = DeliveryResult(
-            request: try RequestID(request), status: .ok, mac: try SHA256Hex(String(repeating: "0", count: 64)))
+            request: request, status: .ok, mac: try SHA256Hex(String(repeating: "0", count: 64)))
         #expect(await thrownCode { _ = try world.service.handleResult(forged) } == .refusedMessage)
         // The right MAC after the time limit.
         var late = world.service.ledger
@@ -296,7 +298,7 @@ struct SendPipelineTests {
         for credential in credentials {
             // Nobody delivers: the client never confirms.
             #expect(
-                await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+                await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }
                     == .notReady)
         }
         let urls = world.deliveries.all
@@ -310,14 +312,14 @@ struct SendPipelineTests {
 
         /// Handles `url` and expects the digest check's refusal of `request`'s spool file, with
         /// nothing installed or recorded.
-        func expectRefused(_ url: String, request: String, _ what: String, bySignature: Bool = false) {
+        func expectRefused(_ url: String, request: RequestID, _ what: String, bySignature: Bool = false) {
             do {
                 let handled = try world.client.handleDelivery(url)
                 Issue.record("\(what): accepted (\(handled.status))")
             } catch let error as DCError {
                 #expect(error.code == .refusedMessage, "\(what): \(error)")
                 if bySignature {
-                    #expect(error.subject == request, "\(what): \(error)")
+                    #expect(error.subject == request.text, "\(what): \(error)")
                     #expect(error.description.contains("not signed by the pinned provider"), "\(what): \(error)")
                 } else {
                     #expect(error.subject == spool.path(request: request), "\(what): \(error)")
@@ -327,7 +329,7 @@ struct SendPipelineTests {
                 Issue.record("\(what): \(error)")
             }
             #expect((try? world.client.installed()) == .some(nil), "\(what): something was installed")
-            #expect(!FileManager.default.fileExists(atPath: processed + "/" + request), "\(what): recorded as handled")
+            #expect(!FileManager.default.fileExists(atPath: processed + "/\(request)"), "\(what): recorded as handled")
         }
 
         // One byte of the first spool file flipped in place (same file, owner and mode); the URL and
@@ -354,7 +356,7 @@ struct SendPipelineTests {
         let clientScheme = try URLScheme("org.example.dcclient")
         let resigned = try DeliveryNotice.parse(tamperedURL, scheme: clientScheme)
         let resignedURL = try DeliveryNotice(
-            client: try ClientID(second.client), request: try RequestID(second.request),
+            client: try ClientID(second.client), request: second.request,
             digest: try SHA256Hex(wrongDigest), sequence: second.sequence
         ).signed(with: try world.service.signingKey(), scheme: clientScheme).url(scheme: clientScheme)
         #expect(resigned.signature != nil)
@@ -366,7 +368,7 @@ struct SendPipelineTests {
         unlink(firstPath)
         _ = try spool.write(secondBytes, request: first.request)
         let swappedURL = try DeliveryNotice(
-            client: try ClientID("dcclient"), request: try RequestID(first.request),
+            client: .exampleClient, request: first.request,
             digest: try SHA256Hex(Digests.hex(Digests.sha256(secondBytes))), sequence: 1000
         ).signed(with: try world.service.signingKey(), scheme: clientScheme).url(scheme: clientScheme)
         #expect(throws: DCError.self) { try world.client.handleDelivery(swappedURL) }
@@ -385,7 +387,7 @@ struct SendPipelineTests {
         try world.client.lock()
         let credential = try world.credential(TestCAIssueRequest(commonName: "Queued"))
         let receipt = try await world.service.send(
-            credential, clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            credential, clientScheme: .exampleClient, queueIfUnavailable: true)
         #expect(receipt.steps.last?.hasPrefix("queued:") == true)
         #expect(world.deliveries.all.isEmpty)
         #expect(world.service.ledger.recent().first?.queuedURL != nil)
@@ -402,7 +404,7 @@ struct SendPipelineTests {
         // An entry older than the time limit is dropped, not delivered.
         try world.client.lock()
         _ = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         try world.client.unlock(passphrase: world.passphrase)
         let later = Date().addingTimeInterval(world.service.ledger.timeLimit + 60)
         #expect(try await world.service.deliverQueued(try world.available(now: later), now: later).isEmpty)
@@ -419,7 +421,7 @@ struct SendPipelineTests {
         // record for a directory there, which the file system refuses to read (EISDIR), root or not.
         let code = await thrownCode {
             _ = try await world.service.send(
-                try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true,
+                try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true,
                 progress: { step in
                     guard step.hasPrefix("signed:") else { return }
                     for name in (try? FileManager.default.contentsOfDirectory(atPath: ledger)) ?? []
@@ -446,7 +448,7 @@ struct SendPipelineTests {
             for credential in credentials {
                 group.addTask {
                     do {
-                        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+                        _ = try await world.service.send(credential, clientScheme: .exampleClient)
                     } catch let error as DCError where error.code == .refusedMessage {
                         // Arrived after a higher-numbered delivery: kept out, answered `stale`.
                     }
@@ -482,11 +484,11 @@ extension World {
             self.world = world
             resultKey = try! Digests.random(32)
         }
-        func start() throws -> String {
-            let request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
+        func start() throws -> RequestID {
+            let request = RequestID.random()
             try world.service.ledger.create(
                 RequestLedger.Record(
-                    request: request, clientScheme: "org.example.dcclient", credentialName: "pending", created: Date(),
+                    request: request, clientScheme: .exampleClient, credentialName: "pending", created: Date(),
                     resultKey: resultKey.withUnsafeBytes { Data($0).base64EncodedString() }))
             return request
         }
@@ -494,10 +496,11 @@ extension World {
 }
 
 extension DeliveryMessage {
-    /// The parts of a `deliver` message, as text, or nil for another message (for `#require`).
-    var deliverParts: (client: String, request: String, digest: String, sequence: UInt64)? {
+    /// The parts of a `deliver` message (the client and digest as text), or nil for another
+    /// message (for `#require`).
+    var deliverParts: (client: String, request: RequestID, digest: String, sequence: UInt64)? {
         if case .deliver(let notice) = self {
-            return (notice.client.text, notice.request.text, notice.digest.text, notice.sequence)
+            return (notice.client.text, notice.request, notice.digest.text, notice.sequence)
         }
         return nil
     }

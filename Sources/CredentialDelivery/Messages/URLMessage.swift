@@ -126,7 +126,7 @@ public struct SHA256Hex: Identifier, URLParameterValue {
     public static let rule = "use 64 lowercase hex digits"
     /// `text`, when it is 64 lowercase hex digits.
     public init?(validating text: String) {
-        guard URLMessageCoder.isHex(text, 64) else { return nil }
+        guard LowercaseHex.matches(text, count: 64) else { return nil }
         self.text = text
     }
 }
@@ -141,7 +141,7 @@ public struct SignatureHex: Identifier, URLParameterValue {
     public static let rule = "use 128 lowercase hex digits"
     /// `text`, when it is 128 lowercase hex digits.
     public init?(validating text: String) {
-        guard URLMessageCoder.isHex(text, 128) else { return nil }
+        guard LowercaseHex.matches(text, count: 128) else { return nil }
         self.text = text
     }
 }
@@ -301,11 +301,6 @@ enum URLMessageCoder {
     static func isNumber(_ value: String) -> Bool {
         (1...18).contains(value.utf8.count) && !(value.hasPrefix("0") && value.utf8.count > 1)
             && value.unicodeScalars.allSatisfy { ("0"..."9").contains($0) }
-    }
-
-    static func isHex(_ value: String, _ count: Int) -> Bool {
-        value.utf8.count == count
-            && value.unicodeScalars.allSatisfy { ("0"..."9").contains($0) || ("a"..."f").contains($0) }
     }
 
     // MARK: - Writing

@@ -202,13 +202,13 @@ extension DCError.Remedy {
         "setUpAndPairRetiredClient", "a retired client is set up afresh and paired again")
 
     /// The client is not paired with this provider: pair it.
-    public static func pairFirst(clientScheme: String) -> Self {
-        Self("pairFirst", arguments: [clientScheme], "pair it first (client scheme \(clientScheme))")
+    public static func pairFirst(clientScheme: URLScheme) -> Self {
+        Self("pairFirst", arguments: [clientScheme.text], "pair it first (client scheme \(clientScheme))")
     }
 
     /// The client's pairing changed: pair it again.
-    public static func pairAgain(clientScheme: String) -> Self {
-        Self("pairAgain", arguments: [clientScheme], "pair it again (client scheme \(clientScheme))")
+    public static func pairAgain(clientScheme: URLScheme) -> Self {
+        Self("pairAgain", arguments: [clientScheme.text], "pair it again (client scheme \(clientScheme))")
     }
 
     /// A request id is used once: the client asks again with a new one.
@@ -239,9 +239,9 @@ extension DCError.Remedy {
     public static let registerProvider = Self("registerProvider", "nothing was changed; register the provider")
 
     /// No provider is registered for a scheme: register one.
-    public static func registerProviderScheme(_ providerScheme: String) -> Self {
+    public static func registerProviderScheme(_ providerScheme: URLScheme) -> Self {
         Self(
-            "registerProviderScheme", arguments: [providerScheme],
+            "registerProviderScheme", arguments: [providerScheme.text],
             "register a provider for the scheme \(providerScheme)")
     }
 

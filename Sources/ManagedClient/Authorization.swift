@@ -73,7 +73,7 @@ extension ManagedClient {
         guard let stored = try? JSONDecoder().decode(StoredPolicy.self, from: data),
             let message = try? PolicyNotice.parse(stored.url, scheme: config.scheme), message.client == config.clientId,
             let pin = try? PinnedKeys.read(ProviderPin.self, at: providerPinFile), let key = pin.publicKey,
-            message.isSigned(by: key, scheme: config.scheme), message.sequence >= highest ?? 0
+            message.isSigned(by: key, scheme: config.scheme), message.policy.sequence >= highest ?? 0
         else { return .damaged }
         return .applied(
             AppliedPolicy(

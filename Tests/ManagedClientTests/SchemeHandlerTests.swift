@@ -16,7 +16,7 @@ struct SchemeHandlerTests {
         let service = world.service
         return { url in
             sent.append(url)
-            let scheme = try URLScheme("org.example.provider")
+            let scheme = URLScheme.exampleProvider
             if url.contains(":/ack?") {
                 _ = try service.handleAcknowledgement(try Acknowledgement.parse(url, scheme: scheme))
             } else {
@@ -32,8 +32,8 @@ struct SchemeHandlerTests {
         let world = try World(paired: false, handlesPolicies: false)
         defer { world.dir.remove() }
         let client = world.client
-        _ = try world.service.pair(clientScheme: try URLScheme("org.example.dcclient"))
-        var policy = try #require(try world.service.policyRecord(clientId: try ClientID("dcclient"))).policy
+        _ = try world.service.pair(clientScheme: .exampleClient)
+        var policy = try #require(try world.service.policyRecord(clientId: .exampleClient)).policy
         let sent = Box()
         var reported: [ManagedClient.HandledURL] = []
         let first = try await client.handle(
@@ -43,7 +43,7 @@ struct SchemeHandlerTests {
         #expect(update.becameReady && update.policy == policy)
         #expect(first.answer == .sent && !first.erased)
         #expect(sent.all.map { $0.contains("&of=fileio&") } == [true, false])
-        let record = try #require(try world.service.policyRecord(clientId: try ClientID("dcclient")))
+        let record = try #require(try world.service.policyRecord(clientId: .exampleClient))
         #expect(record.authAcknowledgement?.state == .applied && record.fileIOAcknowledgement?.state == .applied)
         #expect(!record.isPending)
 
@@ -71,7 +71,7 @@ struct SchemeHandlerTests {
         let world = try World()
         defer { world.dir.remove() }
         var policy = try #require(try world.client.currentPolicy())
-        Registrations.remove(at: world.locations.providerRegistration(try URLScheme("org.example.provider")))
+        Registrations.remove(at: world.locations.providerRegistration(.exampleProvider))
         policy.sequence += 1
         policy.state = .retired
         let outcome = try await world.client.handle(url: try world.policyURL(policy))
@@ -87,9 +87,7 @@ struct SchemeHandlerTests {
         defer { world.dir.remove() }
         let credential = try world.credential()
         for _ in 0..<2 {
-            _ = await thrownCode {
-                _ = try await world.service.send(credential, clientScheme: try URLScheme("org.example.dcclient"))
-            }
+            _ = await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }
         }
         let urls = world.deliveries.all
         try #require(urls.count == 2)

@@ -149,7 +149,7 @@ public struct CredentialService: Sendable {
         guard registration.clientId == pairing.clientId, registration.signingKey == pairing.signingKey else {
             throw DCError(
                 .refusedMessage, "the client's registration changed since it was paired", subject: client,
-                remedy: .pairAfresh(clientScheme: pairing.scheme.text))
+                remedy: .pairAfresh(clientScheme: pairing.scheme))
         }
         return (registration, pairing)
     }

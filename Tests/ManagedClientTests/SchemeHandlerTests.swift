@@ -94,7 +94,7 @@ struct SchemeHandlerTests {
         let sent = Box()
         let newer = try await world.client.handle(url: urls[1], send: Self.answering(world, sent))
         let installed = try #require(newer.handled.delivery)
-        #expect(installed.status == ResultStatus.ok.text && newer.answer == .sent)
+        #expect(installed.status == .ok && newer.answer == .sent)
         #expect(sent.all == [installed.resultURL].compactMap { $0 })
 
         var reported: [ManagedClient.HandledURL] = []
@@ -105,7 +105,7 @@ struct SchemeHandlerTests {
         #expect(refusal?.code == .refusedMessage && refusal?.remedy == .installStaleDelivery)
         #expect(sent.all.count == 2 && sent.all[1].contains("status=stale"))
         // Reported before the refusal, as handled.
-        #expect(reported.count == 1 && reported.first?.delivery?.status == ResultStatus.stale.text)
+        #expect(reported.count == 1 && reported.first?.delivery?.status == .stale)
 
         let chosen = try await world.client.handle(url: urls[0], allowOlder: true, send: Self.answering(world, sent))
         #expect(chosen.answer == .notDue && sent.all.count == 2)

@@ -103,7 +103,7 @@ public enum TokenLogin: String, Sendable, Codable, CaseIterable, CustomStringCon
 /// Declared once, here, for every place a policy travels or is kept: the provider's records and
 /// its `status --json` (JSON, under the names of `CodingKeys`), and the signed policy URL
 /// (`PolicyNotice`, which carries these fields as its own parameters, in the order they are
-/// declared, under the names ``parameterNames`` gives). Adding a field is adding it here: its
+/// declared, under the names `parameterNames` gives). Adding a field is adding it here: its
 /// property, its coding key and URL name, its line in `init(from:)` and its `init` argument.
 public struct ClientPolicy: Sendable, Codable, Equatable {
     /// The provider's number for this policy; grows with every change.

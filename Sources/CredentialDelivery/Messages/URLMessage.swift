@@ -95,7 +95,7 @@ extension URLParameterValue {
 /// Fields a URL message carries as parameters of its own, in place, declared with a type of their
 /// own because they live elsewhere too (a policy is kept as JSON): its stored properties are the
 /// parameters, in the order they are declared, each a ``URLParameterValue``. Its `CodingKeys` name
-/// the fields elsewhere; ``parameterNames`` gives the URL's name where it differs.
+/// the fields elsewhere; `parameterNames` gives the URL's name where it differs.
 protocol URLParameterGroup: Codable {
     /// The URL name of each field whose URL name is not its coding key, by coding key.
     static var parameterNames: [String: String] { get }
@@ -309,7 +309,7 @@ enum URLMessageCoder {
 
     struct Writer: Encoder {
         var box = Pairs()
-        /// The URL names of a group's fields (``URLParameterGroup/parameterNames``); none for a message.
+        /// The URL names of a group's fields (`URLParameterGroup.parameterNames`); none for a message.
         var names: [String: String] = [:]
         var codingPath: [any CodingKey] { [] }
         var userInfo: [CodingUserInfoKey: Any] { [:] }
@@ -361,14 +361,14 @@ enum URLMessageCoder {
 
     final class Values {
         var values: [String: String]
-        /// What the groups read so far said of themselves (``URLParameterGroup/violation``).
+        /// What the groups read so far said of themselves (`URLParameterGroup.violation`).
         var violations: [String] = []
         init(_ values: [String: String]) { self.values = values }
     }
 
     struct Reader: Decoder {
         let box: Values
-        /// The URL names of a group's fields (``URLParameterGroup/parameterNames``); none for a message.
+        /// The URL names of a group's fields (`URLParameterGroup.parameterNames`); none for a message.
         var names: [String: String] = [:]
         init(values: [String: String]) { box = Values(values) }
         init(box: Values, names: [String: String]) { (self.box, self.names) = (box, names) }

@@ -279,14 +279,30 @@ let package = Package(
             name: "CredentialDeliveryTests",
             dependencies: ["CredentialDelivery", "CredentialCoding", "TestCAProvider", "TestSupport"]
         ),
+        // Test helpers: a sandboxed provider and managed client, in-process (`World`).
+        .target(
+            name: "ClientWorld",
+            dependencies: [
+                "ManagedClient", "ProviderService", "CredentialDelivery", "CredentialCoding", "DerivedCredentials",
+                "SystemSupport", "TestCAProvider", "TestSupport",
+            ],
+            path: "Tests/ClientWorld"),
         .testTarget(
             name: "ManagedClientTests",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "ProviderService", "CredentialCoding", "SystemSupport",
-                "TestCAProvider", "TestSupport", "AuthTokens", "PKCS11Probe",
+                "TestCAProvider", "TestSupport", "AuthTokens", "ClientWorld",
             ],
             // Run by the tests with python3 from the source tree: the secure-file format's oracle.
             exclude: ["secure_file_oracle.py"]
+        ),
+        // The dcclient-pkcs11 module as programs load it (built with --product dcclient-pkcs11).
+        .testTarget(
+            name: "ClientPKCS11Tests",
+            dependencies: [
+                "ManagedClient", "CredentialDelivery", "CredentialCoding", "DerivedCredentials", "TestCAProvider",
+                "TestSupport", "ClientWorld", "PKCS11Probe",
+            ]
         ),
         .testTarget(
             name: "AuthTokensTests",
@@ -304,12 +320,17 @@ let package = Package(
         // A PKCS#11 consumer that loads a module with dlopen and runs steps in one process, for the
         // tests of the dcclient-pkcs11 module (state changes between two calls of one session).
         .executableTarget(name: "PKCS11Probe", dependencies: ["CP11Kit"], path: "Tests/PKCS11Probe"),
+        // Test helpers: raw HTTP requests, real auth tokens and the files dcverify trusts them with.
+        .target(
+            name: "ServiceHarness", dependencies: ["AuthTokens", "CredentialCoding", "TestSupport"],
+            path: "Tests/ServiceHarness"),
         .testTarget(
             name: "VerificationServiceTests",
             dependencies: [
-                "VerificationService", "AuthTokens", "CredentialCoding", "TestSupport", "dcverify",
+                "VerificationService", "AuthTokens", "CredentialCoding", "TestSupport", "ServiceHarness", "dcverify",
                 "VerificationServiceFixture",
             ]),
+        .testTarget(name: "dcverifyTests", dependencies: ["dcverify", "AuthTokens", "TestSupport", "ServiceHarness"]),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(
@@ -317,6 +338,14 @@ let package = Package(
             dependencies: [
                 "PEMFileProvider", "TestCAProvider", "ExecProvider", "PKCS11Provider", "DerivedCredentialsTesting",
                 "CredentialCoding", "SystemSupport", "TestSupport",
+            ]
+        ),
+        .testTarget(
+            name: "CommandLineSupportTests",
+            dependencies: [
+                "CommandLineSupport", "dcprovision", "dcclient", "dcverify", "TestSupport", "DerivedCredentials",
+                "CredentialCoding", "SystemSupport",
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(

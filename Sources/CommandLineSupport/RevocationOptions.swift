@@ -15,7 +15,7 @@ public struct RevocationOptions: ParsableArguments {
     /// `--crl FILE`: CRL files (PEM or DER), as given.
     @Option(name: .customLong("crl"), help: crlHelp) public var crls: [String] = []
     /// `--ocsp URL|aia`: OCSP responder URLs, and `aia` for the ones the certificates name.
-    @Option(name: .customLong("ocsp"), help: ocspHelp) public var ocsp: [String] = []
+    @Option(name: .customLong("ocsp"), help: ocspHelp) public var ocsp: [OCSPSourceArgument] = []
 
     /// Whether a certificate whose status cannot be had may still be used, with a warning.
     @Flag(help: "Go on (with a warning) when a certificate's revocation status cannot be checked.")
@@ -27,19 +27,12 @@ public struct RevocationOptions: ParsableArguments {
     /// Whether any source was named.
     public var hasSources: Bool { !crls.isEmpty || !ocsp.isEmpty }
 
-    /// Checks the URLs (before anything else runs).
-    public func validate() throws {
-        for url in ocsp where url != "aia" && !RevocationSources.isAcceptable(url: url) {
-            throw ValidationError("--ocsp \(url.escapingControlCharacters) is not an http:// URL (or aia)")
-        }
-    }
-
     /// The options as provider options (`crl`, `ocsp`, `allow-unchecked-revocation`), for a
     /// source that checks a card's certificate itself; CRL paths are passed as given.
     public var providerOptions: [String: [String]] {
         var options: [String: [String]] = [:]
         if !crls.isEmpty { options["crl"] = crls }
-        if !ocsp.isEmpty { options["ocsp"] = ocsp }
+        if !ocsp.isEmpty { options["ocsp"] = ocsp.map(\.text) }
         if allowUncheckedRevocation { options["allow-unchecked-revocation"] = ["true"] }
         return options
     }
@@ -49,7 +42,7 @@ public struct RevocationOptions: ParsableArguments {
     public func policy(resolvingAgainst directory: String? = nil) throws -> RevocationPolicy? {
         guard hasSources else { return nil }
         return try RevocationPolicy(
-            crlFiles: crls, ocsp: ocsp, allowsUnchecked: allowUncheckedRevocation, directory: directory,
+            crlFiles: crls, ocsp: ocsp.map(\.text), allowsUnchecked: allowUncheckedRevocation, directory: directory,
             defaultToCertificateURLs: false)
     }
 }

@@ -36,7 +36,10 @@ public enum Tool {
             } catch  where root.exitCode(for: error) == .validationFailure {
                 // A value that breaks its option's rule (a scheme, a client id): one line, like
                 // every other refusal, not swift-argument-parser's usage screen.
-                Console.error("\(root.message(for: error)); see '\(name) --help'")
+                let message = root.message(for: error)
+                // The parser's message quotes the value: never one that carries a PIN.
+                if carriesPIN(message) { throw pinOnCommandLine }
+                Console.error("\(oneLine(message)); see '\(name) --help'")
                 root.exit(withError: ExitCode.validationFailure)
             }
             if let output = (command as? any OutputCommand)?.output { Console.setQuiet(output.quiet) }
@@ -59,6 +62,30 @@ public enum Tool {
             !arguments[1].hasPrefix("-")
         else { return nil }
         return arguments[1]
+    }
+
+    /// swift-argument-parser's `message` as one line that `; see 'NAME --help'` can follow: the
+    /// allowed values it lists one a line when there are six or more (`…one of the following:`,
+    /// then `  - value` lines) joined with commas, and no full stop at the end.
+    static func oneLine(_ message: String) -> String {
+        let lines = message.split(separator: "\n").map { $0.drop { $0 == " " } }
+        let values = lines.dropFirst().map { $0.hasPrefix("- ") ? $0.dropFirst(2) : $0 }
+        let line = (lines.first.map(String.init) ?? "") + (values.isEmpty ? "" : " " + values.joined(separator: ", "))
+        return line.hasSuffix(".") ? String(line.dropLast()) : line
+    }
+
+    /// Whether `text` holds a PKCS#11 URI's PIN attribute (`pin-value`, `pin-source`).
+    static func carriesPIN(_ text: String) -> Bool {
+        let lowercased = text.lowercased()
+        return lowercased.contains("pin-value") || lowercased.contains("pin-source")
+    }
+
+    /// The refusal of a command line whose rejected value carries a PIN: it is not repeated.
+    static var pinOnCommandLine: DCError {
+        DCError(
+            .usage,
+            "a value on the command line carries a PIN (pin-value / pin-source); command lines are visible to every user",
+            remedy: .givePINSafely)
     }
 
     /// The commands in `root`'s tree (itself included) whose configuration leaves `commandName` to

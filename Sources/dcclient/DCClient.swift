@@ -280,18 +280,13 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             commandName: "show",
             abstract: "Show one entry's certificate details (never key material).")
-        @Argument(help: "authentication, signing, encryption or escrow.") var tag: String
+        @Argument(help: "authentication, signing, encryption or escrow.") var tag: CredentialTag
         @Flag(help: "Print the certificate as PEM instead (to give to correspondents; never the key).")
         var pem = false
         @OptionGroup var format: JSONOutputOptions
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            guard let tag = CredentialTag(wireName: tag) else {
-                throw DCError(
-                    .usage, "unknown tag '\(tag.escapingControlCharacters)'",
-                    hint: "use authentication, signing, encryption or escrow")
-            }
             let client = ManagedClient()
             guard let entry = try client.installed()?[tag] else {
                 throw DCError(

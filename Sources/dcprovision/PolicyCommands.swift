@@ -99,7 +99,7 @@ struct Policy: AsyncParsableCommand, OutputCommand {
         help: ArgumentHelp(
             "passphrase: programs log in to the PKCS#11 token with the store passphrase (the default); secure-services: its keys are usable whenever the client is authorized and unlocked, without a login.",
             valueName: "login"))
-    var tokenLogin: String?
+    var tokenLogin: TokenLogin?
     @OptionGroup var output: OutputOptions
 
     func validate() throws {
@@ -110,17 +110,9 @@ struct Policy: AsyncParsableCommand, OutputCommand {
 
     func run() async throws {
         let seconds = try autoLock.map(Self.seconds)
-        let login = try tokenLogin.map { text in
-            guard let login = TokenLogin(rawValue: text) else {
-                throw DCError(
-                    .usage, "'\(text.escapingControlCharacters)' is not a token login",
-                    hint: "write passphrase or secure-services")
-            }
-            return login
-        }
         try await target.apply(keepingMessage: true) { policy in
             if let seconds { policy.autoLock = seconds }
-            if let login { policy.tokenLogin = login }
+            if let tokenLogin { policy.tokenLogin = tokenLogin }
         }
     }
 

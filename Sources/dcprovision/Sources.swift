@@ -27,7 +27,7 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
         name: .customLong("tag"),
         help: ArgumentHelp(
             "The tag of each --pkcs12 FILE, in order; with --pkcs11, TAG=ID or TAG=pkcs11:URI.", valueName: "tag"))
-    var tags: [String] = []
+    var tags: [TagArgument] = []
 
     @Option(help: ArgumentHelp("A JSON manifest of tagged files.", valueName: "file"))
     var manifest: String?
@@ -39,13 +39,13 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     var testca: String?
 
     @Option(help: ArgumentHelp("A PKCS#11 token (smart card), as an RFC 7512 URI.", valueName: "uri"))
-    var pkcs11: String?
+    var pkcs11: PKCS11URIArgument?
 
     @Option(
         help: ArgumentHelp(
             "With --pkcs11: piv (ids 01 authentication, 02 signing, 03 encryption, 05-18 escrow).", valueName: "layout")
     )
-    var layout: String?
+    var layout: CardLayout?
 
     @Flag(help: "With --pkcs11: derive new keys (SP 800-157), certified by --testca DIR or --provider CA.")
     var derive = false
@@ -60,7 +60,7 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
         name: .customLong("key-algorithm"),
         help: ArgumentHelp(
             "With --derive: p256, p384, rsa2048, rsa3072 (default: as the card's).", valueName: "algorithm"))
-    var keyAlgorithm: String?
+    var keyAlgorithm: KeyAlgorithm?
 
     @Option(
         name: .customLong("module"),
@@ -116,8 +116,8 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
             throw ValidationError("--option goes with --provider or --testca")
         }
         if pkcs11 != nil {
-            if let bare = tags.first(where: { !$0.contains("=") }) {
-                throw ValidationError("with --pkcs11, --tag is TAG=ID or TAG=pkcs11:URI, not '\(bare)'")
+            if let bare = tags.first(where: { $0.object == nil }) {
+                throw ValidationError("with --pkcs11, --tag is TAG=ID or TAG=pkcs11:URI, not '\(bare.text)'")
             }
         } else if pkcs12.filter({ !$0.contains("=") }).count != tags.count {
             throw ValidationError("give one --tag for each --pkcs12 FILE (or write --pkcs12 TAG=FILE)")
@@ -128,9 +128,9 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     func resolve(_ registry: ProviderRegistry) throws -> (any CredentialProvider, [String: [String]]) {
         var options = try ProviderRequest.options(parsing: providerOptions)
         if let pkcs11 {
-            var card: [String: [String]] = ["uri": [pkcs11]]
-            if let layout { card["layout"] = [layout] }
-            if !tags.isEmpty { card["tag"] = tags }
+            var card: [String: [String]] = ["uri": [pkcs11.text]]
+            if let layout { card["layout"] = [layout.rawValue] }
+            if !tags.isEmpty { card["tag"] = tags.map(\.text) }
             if !pkcs11Modules.isEmpty { card["module"] = pkcs11Modules }
             if pin.allowFinalPinTry { card["allow-final-pin-try"] = ["true"] }
             guard derive else { return (try registry.provider(id: "pkcs11"), card) }
@@ -142,7 +142,7 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
             card["ca"] = [ca]
             card["ca-option"] = providerOptions + (testca.map { ["dir=\($0)"] } ?? [])
             if !cardTrustAnchors.isEmpty { card["trust-anchor"] = cardTrustAnchors }
-            if let keyAlgorithm { card["key-algorithm"] = [keyAlgorithm] }
+            if let keyAlgorithm { card["key-algorithm"] = [keyAlgorithm.rawValue] }
             card.merge(revocation.providerOptions) { $1 }
             return (try registry.provider(id: "derive"), card.filter { !$0.value.isEmpty })
         }
@@ -157,7 +157,7 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
             )
         }
         var remainingTags = tags[...]
-        options["pem"] = pem + pkcs12.map { $0.contains("=") ? $0 : "\(remainingTags.removeFirst())=\($0)" }
+        options["pem"] = pem + pkcs12.map { $0.contains("=") ? $0 : "\(remainingTags.removeFirst().text)=\($0)" }
         if let manifest { options["manifest"] = [manifest] }
         if !classify.isEmpty { options["classify"] = classify }
         options = options.filter { !$0.value.isEmpty }

@@ -18,15 +18,15 @@ struct TestCACommand: AsyncParsableCommand {
 
         @Argument(help: "The directory to create.") var directory: String
         @Option(help: ArgumentHelp("The CA keys' algorithm: p256, p384, rsa2048, rsa3072.", valueName: "algorithm"))
-        var keyAlgorithm: String = "p256"
+        var keyAlgorithm: KeyAlgorithm = .p256
         @Option(help: "The organization in the CA names.") var organization: String = "Derived Credentials Test"
         @Option(
             help: ArgumentHelp(
                 "An OCSP responder URL (http://) for the certificates' authorityInfoAccess.", valueName: "url"))
-        var ocspURL: String?
+        var ocspURL: HTTPURLArgument?
         @Option(
             help: ArgumentHelp("A CRL URL (http://) for the certificates' cRLDistributionPoints.", valueName: "url"))
-        var crlURL: String?
+        var crlURL: HTTPURLArgument?
         @Option(
             help: ArgumentHelp(
                 "Archive the encryption keys it issues, sealed to this certificate (its key stays elsewhere).",
@@ -36,10 +36,6 @@ struct TestCACommand: AsyncParsableCommand {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            guard let algorithm = KeyAlgorithm(rawValue: keyAlgorithm) else {
-                throw DCError(
-                    .usage, "unknown key algorithm '\(keyAlgorithm)'", hint: "use p256, p384, rsa2048 or rsa3072")
-            }
             var recovery: Certificate?
             if let recoveryCert {
                 let material = try CredentialReader().read(file: recoveryCert)
@@ -52,9 +48,10 @@ struct TestCACommand: AsyncParsableCommand {
                 recovery = material.certificates[0]
             }
             let ca = try TestCA.initialize(
-                at: directory, algorithm: algorithm, organization: organization, ocspURL: ocspURL, crlURL: crlURL,
+                at: directory, algorithm: keyAlgorithm, organization: organization, ocspURL: ocspURL?.text,
+                crlURL: crlURL?.text,
                 recoveryCertificate: recovery)
-            Console.say("test CA created in \(ca.directory.escapingControlCharacters) (\(algorithm))")
+            Console.say("test CA created in \(ca.directory.escapingControlCharacters) (\(keyAlgorithm))")
         }
     }
 
@@ -67,19 +64,20 @@ struct TestCACommand: AsyncParsableCommand {
         @Argument(help: "The test CA directory.") var directory: String
         @Option(help: ArgumentHelp("Where to write the credential (created 0700 if missing).", valueName: "dir"))
         var outDir: String
-        @Option(help: "der (cert.der + key.der) or pem (one file per entry).") var format: String = "der"
+        @Option(help: "der (cert.der + key.der) or pem (one file per entry).")
+        var format: ConversionOutputs.Format = .der
         @Option(help: "The subject's common name.") var commonName: String = "Test User"
         @Option(
             help: ArgumentHelp(
                 "The new keys' algorithm: p256, p384, rsa2048, rsa3072 (default: the CA's).",
                 valueName: "algorithm"))
-        var keyAlgorithm: String?
+        var keyAlgorithm: KeyAlgorithm?
         @Option(help: "Retired escrow pairs to issue (0-20).") var escrowHistory: Int = 0
         @Option(help: ArgumentHelp("Certificate lifetime, whole days; a bare number is days.", valueName: "duration"))
         var validityDays: DurationArgument<BareDays> = DurationArgument(365, .days)
         @Option(help: "An e-mail address for the subjectAltName.") var email: String?
         @Option(help: "A deliberately broken profile: expired, wrong-key-usage, mismatched-key, ca-certificate.")
-        var negative: String?
+        var negative: NegativeProfile?
         @Flag(help: "Replace files that already exist.") var force = false
 
         @OptionGroup var output: OutputOptions
@@ -94,16 +92,13 @@ struct TestCACommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            guard let format = ConversionOutputs.Format(rawValue: format) else {
-                throw DCError(.usage, "unknown format '\(format)'", hint: "use --format der or --format pem")
-            }
             var options: [String: [String]] = [
                 "dir": [directory], "common-name": [commonName], "escrow-history": [String(escrowHistory)],
                 "validity-days": [String(try Self.days(validityDays))],
             ]
-            if let keyAlgorithm { options["key-algorithm"] = [keyAlgorithm] }
+            if let keyAlgorithm { options["key-algorithm"] = [keyAlgorithm.rawValue] }
             if let email { options["email"] = [email] }
-            if let negative { options["negative"] = [negative] }
+            if let negative { options["negative"] = [negative.rawValue] }
             let provided = try await TestCAProvider().provide(ProviderRequest(options: options))
             var files = AtomicFileSet(directory: outDir)
             try ConversionOutputs.add(provided, format: format, to: &files)
@@ -126,24 +121,16 @@ extension TestCACommand {
         @Option(
             help: ArgumentHelp(
                 "Why: \(RevocationReason.allCases.map(\.rawValue).joined(separator: ", ")).", valueName: "reason"))
-        var reason: String?
+        var reason: RevocationReason?
 
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let why = try reason.map { name in
-                guard let reason = RevocationReason(rawValue: name) else {
-                    throw DCError(
-                        .usage, "unknown revocation reason '\(name.escapingControlCharacters)'",
-                        hint: "use \(RevocationReason.allCases.map(\.rawValue).joined(separator: ", "))")
-                }
-                return reason
-            }
-            let (entry, changed) = try TestCA(directory: directory).revoke(serial: serial, reason: why)
+            let (entry, changed) = try TestCA(directory: directory).revoke(serial: serial, reason: reason)
             let when = (entry.revoked ?? Date()).formatted(.iso8601)
             Console.say(
                 changed
-                    ? "revoked \(entry.serial)\(why.map { " (\($0))" } ?? "") at \(when)"
+                    ? "revoked \(entry.serial)\(reason.map { " (\($0))" } ?? "") at \(when)"
                     : "\(entry.serial) was revoked already, at \(when); nothing changed")
         }
     }
@@ -156,7 +143,7 @@ extension TestCACommand {
 
         @Argument(help: "The test CA directory.") var directory: String
         @Option(help: ArgumentHelp("Where to write the CRL.", valueName: "file")) var out: String
-        @Option(help: "pem or der.") var format: String = "pem"
+        @Option(help: "pem or der.") var format: Encoding = .pem
         @Option(
             help: ArgumentHelp(
                 "Time until the CRL's nextUpdate (1d-365d); a bare number is days.", valueName: "duration"))
@@ -165,10 +152,12 @@ extension TestCACommand {
 
         @OptionGroup var output: OutputOptions
 
+        /// How the CRL is written.
+        enum Encoding: String, CaseIterable, ExpressibleByArgument {
+            case pem, der
+        }
+
         func run() async throws {
-            guard format == "pem" || format == "der" else {
-                throw DCError(.usage, "unknown format '\(format)'", hint: "use --format pem or --format der")
-            }
             guard (86400...365 * 86400).contains(days.seconds) else {
                 throw DCError(.usage, "--days must be 1 to 365")
             }
@@ -176,7 +165,7 @@ extension TestCACommand {
             let path = out as NSString
             var files = AtomicFileSet(
                 directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
-            try files.add(path.lastPathComponent, .bytes(format == "pem" ? crl.pem : crl.derBytes), mode: 0o644)
+            try files.add(path.lastPathComponent, .bytes(format == .pem ? crl.pem : crl.derBytes), mode: 0o644)
             try files.commit(replacingExisting: force)
             Console.say(
                 "CRL number \(crl.number ?? 0) with \(crl.entries.count) revoked certificate(s) written to \(out)")
@@ -198,7 +187,7 @@ extension TestCACommand {
             help: ArgumentHelp(
                 "Where to listen: an IPv4 address and a port (0: any free port; see --port-file).",
                 valueName: "host:port"))
-        var listen: String = "127.0.0.1:8090"
+        var listen = ListenAddress(host: "127.0.0.1", port: 8090)
         @Option(help: ArgumentHelp("Write the port listened on to this file.", valueName: "file")) var portFile: String?
         @Option(
             help: ArgumentHelp(
@@ -208,13 +197,6 @@ extension TestCACommand {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let parts = listen.split(separator: ":", omittingEmptySubsequences: false)
-            guard parts.count == 2, let port = Int(parts[1]), (0...65535).contains(port) else {
-                throw DCError(
-                    .usage, "--listen \(listen.escapingControlCharacters) is not HOST:PORT",
-                    hint: "write 127.0.0.1:8090, or :8090 for every IPv4 address")
-            }
-            let host = parts[0].isEmpty ? "0.0.0.0" : String(parts[0])
             guard (60...86400).contains(validityMinutes.seconds) else {
                 throw DCError(.usage, "--validity-minutes must be 1 to 1440")
             }
@@ -222,7 +204,7 @@ extension TestCACommand {
                 Console.isQuiet ? nil : { @Sendable (line: String) in Console.say("ocsp: " + line) }
             let server = try TestCA(directory: directory).ocspServer(
                 validity: validityMinutes.seconds, log: log)
-            let listener = try OCSPServer.listen(host: host, port: port)
+            let listener = try OCSPServer.listen(host: listen.host, port: listen.port)
             if let portFile {
                 let path = portFile as NSString
                 var files = AtomicFileSet(
@@ -230,7 +212,8 @@ extension TestCACommand {
                 try files.add(path.lastPathComponent, .bytes(Array("\(listener.port)\n".utf8)), mode: 0o644)
                 try files.commit(replacingExisting: true)
             }
-            Console.say("answering OCSP for \(directory.escapingControlCharacters) on http://\(host):\(listener.port)/")
+            Console.say(
+                "answering OCSP for \(directory.escapingControlCharacters) on http://\(listen.host):\(listener.port)/")
             server.serve(listener)
         }
     }

@@ -59,7 +59,8 @@ struct Objects: AsyncParsableCommand, OutputCommand {
     static let configuration = CommandConfiguration(
         commandName: "objects",
         abstract: "List the objects a PKCS#11 URI matches (public objects: certificates and public keys).")
-    @Argument(help: "An RFC 7512 URI, e.g. 'pkcs11:token=Card' or 'pkcs11:token=Card;id=%01'.") var uri: String
+    @Argument(help: "An RFC 7512 URI, e.g. 'pkcs11:token=Card' or 'pkcs11:token=Card;id=%01'.")
+    var uri: PKCS11URIArgument
     @Option(help: ArgumentHelp("A module by p11-kit name or absolute path (repeatable).", valueName: "module"))
     var module: [String] = []
     @OptionGroup var format: JSONOutputOptions
@@ -69,7 +70,7 @@ struct Objects: AsyncParsableCommand, OutputCommand {
     @OptionGroup var output: OutputOptions
 
     func run() async throws {
-        let (uri, modules, policy) = (uri, module.isEmpty ? nil : module, login ? try pin.policy() : nil)
+        let (uri, modules, policy) = (uri.text, module.isEmpty ? nil : module, login ? try pin.policy() : nil)
         // With --login, C_Login may wait for a person at a PIN pad.
         let objects = try await TokenThread.run {
             try PKCS11Discovery.objects(matching: uri, modules: modules, login: policy)

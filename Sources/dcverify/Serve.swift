@@ -49,7 +49,7 @@ struct Serve: AsyncParsableCommand {
         help: ArgumentHelp(
             "Where to listen, HOST:PORT or [IPv6]:PORT (default 127.0.0.1:8080); port 0 picks a free port.",
             valueName: "host:port"))
-    var listen: String?
+    var listen: ListenAddress?
 
     @Option(
         help: ArgumentHelp(
@@ -109,15 +109,15 @@ struct Serve: AsyncParsableCommand {
             trace, debug (a line per request), info (default: at most 10 request lines a second and a summary \
             line), notice, warning, error or critical.
             """, valueName: "level"))
-    var logLevel: String?
+    var logLevel: LogLevelArgument?
 
     func run() async throws {
         let file = try config.map { try ConfigurationFile.read($0) } ?? ConfigurationFile()
-        let level = try Self.logLevel(logLevel ?? file.logLevel ?? "info")
+        let level = try logLevel?.level ?? Self.logLevel(file.logLevel ?? "info")
         LoggingSystem.bootstrap { LogLineHandler(label: $0, level: level) }
         let logger = Logger(label: "dcverify")
         var configuration = ServiceConfiguration(threads: ServiceConfiguration.availableCores)
-        if let listen = listen ?? file.listen { configuration.listen = try ListenAddress(parsing: listen) }
+        if let listen = try listen ?? file.listen.map(ListenAddress.init(parsing:)) { configuration.listen = listen }
         switch (tlsCertificate ?? file.tlsCertificate, tlsKey ?? file.tlsKey) {
         case (nil, nil):
             guard passphrase.passphraseFile == nil, passphrase.passphraseFd == nil else {

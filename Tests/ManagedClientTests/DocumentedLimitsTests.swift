@@ -1,4 +1,5 @@
 import AuthTokens
+import ClientWorld
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials

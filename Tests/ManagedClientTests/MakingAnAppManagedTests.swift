@@ -1,4 +1,5 @@
 import AuthTokens
+import ClientWorld
 import CredentialDelivery
 import DerivedCredentials
 import Foundation

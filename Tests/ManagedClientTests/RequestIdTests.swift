@@ -1,3 +1,4 @@
+import ClientWorld
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials

@@ -55,6 +55,6 @@ struct QuietTests {
         // Errors still print, with their status.
         let refused = try tools.run("dcclient", ["show", "nonsense", "--quiet"])
         #expect(refused.status == 64)
-        #expect(refused.stderrText.contains("unknown tag"))
+        #expect(refused.stderrText.contains("The value 'nonsense' is invalid for '<tag>'"), "\(refused.stderrText)")
     }
 }

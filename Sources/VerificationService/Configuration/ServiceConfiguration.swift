@@ -1,4 +1,5 @@
 import DerivedCredentials
+import SystemSupport
 
 /// Everything about how the verification service listens and defends itself; what it verifies
 /// with is given separately (a `TokenVerifying` value from AuthTokens), so one configuration fits every
@@ -131,44 +132,9 @@ public struct ServiceConfiguration: Sendable, Equatable {
     }
 }
 
-/// A host and port to listen on, written `HOST:PORT` (`[v6]:PORT` for an IPv6 literal).
-public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
-    /// A host name or an IP address literal (without brackets).
-    public var host: String
-    /// The TCP port; 0 asks for a free one.
-    public var port: Int
-
-    /// An address from its parts.
-    public init(host: String, port: Int) {
-        self.host = host
-        self.port = port
-    }
-
-    /// Parses `HOST:PORT`, `[IPv6]:PORT` or `:PORT` (all addresses, `0.0.0.0`).
-    public init(parsing text: String) throws {
-        guard let colon = text.lastIndex(of: ":") else {
-            throw DCError(.usage, "expected HOST:PORT, such as 127.0.0.1:8080", subject: text)
-        }
-        var host = String(text[..<colon])
-        let portText = text[text.index(after: colon)...]
-        guard let port = Int(portText), (0...65535).contains(port), portText.allSatisfy(\.isASCII) else {
-            throw DCError(.usage, "the port must be a number from 0 to 65535", subject: text)
-        }
-        if host.hasPrefix("[") && host.hasSuffix("]") {
-            host = String(host.dropFirst().dropLast())
-        } else if host.contains(":") {
-            throw DCError(.usage, "write an IPv6 address in brackets: [::1]:8080", subject: text)
-        }
-        if host.isEmpty { host = "0.0.0.0" }
-        guard host.utf8.allSatisfy({ $0 > 32 && $0 < 127 }) else {
-            throw DCError(.usage, "the host must be a name or an address", subject: text)
-        }
-        self.init(host: host, port: port)
-    }
-
-    /// `HOST:PORT`, with brackets around an IPv6 literal.
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-}
+/// A host and port to listen on: SystemSupport's `ListenAddress`, the one `HOST:PORT` rule that
+/// every listening tool's `--listen` and `dcverify`'s configuration file follow.
+public typealias ListenAddress = SystemSupport.ListenAddress
 
 /// The files HTTPS is served with. Both are read by `CredentialCoding`'s reader, so either may
 /// be PEM, DER or (unencrypted) PKCS#12, and one file may hold both; the certificate file may

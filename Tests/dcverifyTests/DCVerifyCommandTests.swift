@@ -1,5 +1,6 @@
 import AuthTokens
 import Foundation
+import ServiceHarness
 import TestSupport
 import Testing
 

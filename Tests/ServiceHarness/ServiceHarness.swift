@@ -6,26 +6,29 @@ import Testing
 
 /// An HTTP/1.1 response as the bytes came: the status code, and the header fields with their
 /// names in the case they had on the wire.
-struct RawResponse {
-    var status: Int
-    var fields: [(name: String, value: String)]
-    var body: [UInt8]
+public struct RawResponse: Sendable {
+    /// The status code.
+    public var status: Int
+    /// The header fields, names as they came.
+    public var fields: [(name: String, value: String)]
+    /// The body.
+    public var body: [UInt8]
 
     /// The values of the fields named exactly `name` (case-sensitive, as app servers compare).
-    func values(_ name: String) -> [String] { fields.filter { $0.name == name }.map(\.value) }
+    public func values(_ name: String) -> [String] { fields.filter { $0.name == name }.map(\.value) }
 
     /// The values of the fields named `name` in any case.
-    func valuesIgnoringCase(_ name: String) -> [String] {
+    public func valuesIgnoringCase(_ name: String) -> [String] {
         fields.filter { $0.name.lowercased() == name.lowercased() }.map(\.value)
     }
 
     /// The names of the fields that start with `X-Good-GD-`, in any case, as they came.
-    var goodFields: [String] {
+    public var goodFields: [String] {
         fields.map(\.name).filter { $0.lowercased().hasPrefix("x-good-gd-") }
     }
 
     /// Every whole response in `bytes`, in order (each announces its body's `Content-Length`).
-    static func all(in bytes: [UInt8]) -> [RawResponse] {
+    public static func all(in bytes: [UInt8]) -> [RawResponse] {
         var responses: [RawResponse] = []
         var rest = bytes[...]
         while let end = rest.firstRange(of: Array("\r\n\r\n".utf8)), let response = RawResponse(Array(rest)),
@@ -41,7 +44,7 @@ struct RawResponse {
     }
 
     /// Parses the first response in `bytes`; nil if there is none.
-    init?(_ bytes: [UInt8]) {
+    public init?(_ bytes: [UInt8]) {
         guard let end = bytes.firstRange(of: Array("\r\n\r\n".utf8)) else { return nil }
         let head = String(decoding: bytes[..<end.lowerBound], as: UTF8.self)
         var lines = head.components(separatedBy: "\r\n")
@@ -62,10 +65,12 @@ struct RawResponse {
 
 /// A TCP connection to 127.0.0.1 that writes exactly the bytes given: for what curl would not send
 /// (a header twice, a request dribbled a byte at a time) and to see header names as they are.
-final class RawConnection {
-    let fd: Int32
+public final class RawConnection {
+    /// The connected socket.
+    public let fd: Int32
 
-    init(port: Int) throws {
+    /// Connects to 127.0.0.1:`port`.
+    public init(port: Int) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw POSIXError(.EIO) }
         var address = sockaddr_in()
@@ -87,7 +92,7 @@ final class RawConnection {
 
     /// Writes all of `bytes`; false when the peer has closed the connection.
     @discardableResult
-    func send(_ bytes: [UInt8]) -> Bool {
+    public func send(_ bytes: [UInt8]) -> Bool {
         var offset = 0
         while offset < bytes.count {
             let count = bytes.withUnsafeBytes {
@@ -102,10 +107,10 @@ final class RawConnection {
 
     /// Writes `text` as UTF-8.
     @discardableResult
-    func send(_ text: String) -> Bool { send(Array(text.utf8)) }
+    public func send(_ text: String) -> Bool { send(Array(text.utf8)) }
 
     /// Reads until the peer closes or `timeout` passes; returns what came and whether it closed.
-    func readUntilClosed(timeout: Duration) -> (bytes: [UInt8], closed: Bool) {
+    public func readUntilClosed(timeout: Duration) -> (bytes: [UInt8], closed: Bool) {
         let deadline = ContinuousClock.now + timeout
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -124,7 +129,7 @@ final class RawConnection {
 
     /// Reads until a whole response has come (its head and the `Content-Length` body bytes that
     /// the service's answers announce), the peer closes, or `timeout` passes.
-    func readResponse(timeout: Duration = .seconds(30)) -> RawResponse? {
+    public func readResponse(timeout: Duration = .seconds(30)) -> RawResponse? {
         let deadline = ContinuousClock.now + timeout
         var received: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -146,7 +151,7 @@ final class RawConnection {
 }
 
 /// One request on a fresh connection: `METHOD path` with `headers` (name, value) exactly as given.
-func rawRequest(
+public func rawRequest(
     port: Int, _ path: String, headers: [(String, String)] = [], method: String = "GET"
 ) throws -> RawResponse? {
     let connection = try RawConnection(port: port)
@@ -157,25 +162,26 @@ func rawRequest(
 }
 
 /// curl, bounded (`--max-time 20`), with the response head in its output (`-i`).
-func curl(_ arguments: [String], sandbox: Sandbox) throws -> ProcessResult {
+public func curl(_ arguments: [String], sandbox: Sandbox) throws -> ProcessResult {
     try sandbox.run(try which("curl"), ["-sS", "-i", "--max-time", "20"] + arguments, timeout: 40)
 }
 
 /// Real tokens, made once per test process with the AuthTokens issuing API (a provider's issuing
 /// key signs a delegation for a client's token key, which signs the token), and the files that
 /// make `dcverify` trust that issuing key and revoke one delegation.
-enum Tokens {
-    static let challenge = "challenge 7f3a: one use"
+public enum Tokens {
+    /// The challenge the valid token is bound to.
+    public static let challenge = "challenge 7f3a: one use"
     /// 100 OK: issued now, valid for the tokens' ten minutes.
-    static var valid: String { made.valid }
+    public static var valid: String { made.valid }
     /// 102 Expired Token: made two hours ago under a delegation that ended an hour ago.
-    static var expired: String { made.expired }
+    public static var expired: String { made.expired }
     /// 103 Revoked: its delegation's id is in the revocation list.
-    static var revoked: String { made.revoked }
+    public static var revoked: String { made.revoked }
     /// The valid token's creation time, as X-Good-GD-AuthTokenCreationTime says it.
-    static var created: String { String(made.created) }
+    public static var created: String { String(made.created) }
     /// A token the test-only fixture takes two seconds to verify (see `startSlowFixture`).
-    static let slow = "tok-slow"
+    public static let slow = "tok-slow"
 
     private struct Made: Sendable {
         let issuers: [UInt8]
@@ -218,14 +224,14 @@ enum Tokens {
     }()
 
     /// Writes the issuing keys and the revocation list into `sandbox`: the arguments that name them.
-    static func files(in sandbox: Sandbox) throws -> [String] {
+    public static func files(in sandbox: Sandbox) throws -> [String] {
         let issuers = try sandbox.write("issuers.jwks", String(decoding: made.issuers, as: UTF8.self))
         let revocations = try sandbox.write("revocations.json", String(decoding: made.revocations, as: UTF8.self))
         return ["--issuers", issuers, "--revocations", revocations]
     }
 
     /// Starts `dcverify serve` on a free port in `sandbox`, trusting the tokens' issuing key.
-    static func startService(
+    public static func startService(
         in sandbox: Sandbox, name: String = "dcverify", _ extra: [String] = []
     ) throws -> RunningService {
         try RunningService.start(
@@ -236,7 +242,7 @@ enum Tokens {
     /// Starts the test-only fixture: the same service library with a table verifier that takes two
     /// seconds over ``slow``. A fake, because a real verification takes a tenth of a millisecond
     /// and a test of shutdown needs a request that is still in flight when SIGTERM comes.
-    static func startSlowFixture(in sandbox: Sandbox) throws -> RunningService {
+    public static func startSlowFixture(in sandbox: Sandbox) throws -> RunningService {
         let table = try sandbox.write(
             "table.json",
             """
@@ -248,4 +254,4 @@ enum Tokens {
 }
 
 /// The files dcverify needs: the tokens' issuing key and revocation list.
-func verifierFiles(in sandbox: Sandbox) throws -> [String] { try Tokens.files(in: sandbox) }
+public func verifierFiles(in sandbox: Sandbox) throws -> [String] { try Tokens.files(in: sandbox) }

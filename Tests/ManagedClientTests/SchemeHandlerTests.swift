@@ -1,3 +1,4 @@
+import ClientWorld
 import CredentialDelivery
 import DerivedCredentials
 import Foundation

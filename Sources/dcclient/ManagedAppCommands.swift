@@ -16,14 +16,11 @@ extension DCClient {
             update.repeated
                 ? "dcclient: policy \(policy.sequence) again (\(policy.state)); acknowledging it again"
                 : "dcclient: policy \(policy.sequence): \(policy.state)\(why)")
-        guard let providerScheme = client.providerScheme, let provider = try client.registeredProvider(providerScheme)
-        else {
+        guard let provider = try client.registeredProvider() else {
             if policy.state == .retired { try client.eraseEverything() }
             return
         }
-        let send: (String) async throws -> Void = {
-            try await client.open($0, providerScheme: providerScheme, provider)
-        }
+        let send: (String) async throws -> Void = { try await client.open($0, at: provider) }
         do {
             if policy.state != .retired, update.becameReady || update.repeated {
                 try await client.secureFileIOPolicyApplied(.applied, send: send)

@@ -221,7 +221,8 @@ public struct CredentialService: Sendable {
         }
         guard pairing.signingKey == registration.signingKey else {
             throw DCError(
-                .refusedMessage, "the client's registration changed since it was paired", subject: registration.scheme.text,
+                .refusedMessage, "the client's registration changed since it was paired",
+                subject: registration.scheme.text,
                 remedy: .pairAfresh(clientScheme: registration.scheme))
         }
         progress("client paired: its registration shows the key pinned at pairing")

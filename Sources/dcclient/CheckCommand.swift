@@ -65,13 +65,13 @@ extension DCClient {
             var current = credential
             if renewalDue && renewWithin != nil {
                 let (url, providerScheme) = try client.requestURL()
-                guard let provider = try client.registeredProvider(providerScheme) else {
+                guard let provider = try client.registeredProvider() else {
                     throw DCError(
                         .missingClient, "a renewal is due and no provider is registered for \(providerScheme):",
                         hint: "register one (dcprovision register --provider-scheme \(providerScheme) …)")
                 }
                 Console.say("renewal due: requesting \(url)")
-                try await client.open(url, providerScheme: providerScheme, provider)
+                try await client.open(url, at: provider)
                 requested = true
                 // A provider that answers at once has installed the new credential by now: report that one.
                 if let renewed = try client.installed(),

@@ -51,17 +51,29 @@ extension ManagedClient {
         return scheme
     }
 
-    /// The provider's scheme and its published registration, or nil when none is published.
-    func registeredProvider(_ scheme: URLScheme) throws -> ProviderRegistration? {
-        try Registrations.read(ProviderRegistration.self, at: locations.providerRegistration(scheme))
+    /// The provider the client is set up with and the registration it published; nil when the
+    /// client has no provider or the provider published none.
+    func registeredProvider() throws -> RegisteredProvider? {
+        guard let scheme = providerScheme,
+            let registration = try Registrations.read(
+                ProviderRegistration.self, at: locations.providerRegistration(scheme))
+        else { return nil }
+        return RegisteredProvider(scheme: scheme, registration: registration)
     }
 
-    /// Opens `url` with the handler the provider registered for `scheme` (refusing a hijacker),
+    /// Opens `url` with the handler `provider` registered for its scheme (refusing a hijacker),
     /// forwarding its output unless `--quiet`.
-    func open(_ url: String, providerScheme scheme: URLScheme, _ provider: ProviderRegistration) async throws {
+    func open(_ url: String, at provider: RegisteredProvider) async throws {
         try await SchemeHandlers().openForwardingOutput(
-            url, scheme: scheme, expectedExecutable: provider.executable, passingStandardOutput: !Console.isQuiet)
+            url, scheme: provider.scheme, expectedExecutable: provider.registration.executable,
+            passingStandardOutput: !Console.isQuiet)
     }
+}
+
+/// A provider's scheme and the registration it published: where the client's messages go.
+struct RegisteredProvider {
+    let scheme: URLScheme
+    let registration: ProviderRegistration
 }
 
 extension DCClient {
@@ -149,14 +161,14 @@ extension DCClient {
         func run() async throws {
             let client = ManagedClient()
             let (url, providerScheme) = try client.requestURL()
-            guard let provider = try client.registeredProvider(providerScheme) else {
+            guard let provider = try client.registeredProvider() else {
                 throw DCError(
                     .missingClient, "no provider is registered for \(providerScheme):",
                     hint:
                         "register one (dcprovision register --provider-scheme \(providerScheme) …), then ask again")
             }
             Console.say("requesting: \(url)")
-            try await client.open(url, providerScheme: providerScheme, provider)
+            try await client.open(url, at: provider)
         }
     }
 
@@ -331,11 +343,11 @@ extension DCClient {
             try client.unlock(passphrase: try passphrase.read(orThrow: passphraseRequired()))
             Console.say("unlocked")
             // The availability notification: queued deliveries may come now.
-            guard let providerScheme = client.providerScheme, let url = try client.availabilityURL(),
-                let provider = try client.registeredProvider(providerScheme)
+            guard client.providerScheme != nil, let url = try client.availabilityURL(),
+                let provider = try client.registeredProvider()
             else { return }
             Console.say("announcing: \(url)")
-            try await client.open(url, providerScheme: providerScheme, provider)
+            try await client.open(url, at: provider)
         }
     }
 }

@@ -42,15 +42,14 @@ extension DCClient {
 
         func run() async throws {
             let token = try await ManagedClient().authToken(challenge: challenge, serverName: server)
-            guard format.json else { return StandardStream.output.write(token.compact + "\n") }
             let identity = token.delegation.claims
-            try printJSON(
-                "authToken",
+            try format.printToken(token.compact, as: "authToken") {
                 View(
                     token: token.compact, challenge: token.claims.challenge, serverName: token.claims.serverName,
                     userID: identity.userID, appID: identity.appID, containerID: identity.containerID,
                     version: token.claims.version, creationTime: token.claims.issuedAt,
-                    expires: token.claims.expires))
+                    expires: token.claims.expires)
+            }
         }
     }
 
@@ -104,14 +103,22 @@ extension DCClient {
 
         func run() async throws {
             let token = try await ManagedClient().identityToken(clientID: clientId, scope: scope, refresh: refresh)
-            guard format.json else { return StandardStream.output.write(token.compact + "\n") }
-            try printJSON(
-                "identityToken",
+            try format.printToken(token.compact, as: "identityToken") {
                 View(
                     token: token.compact, issuer: token.claims.issuer, subject: token.claims.subject,
                     audience: token.claims.audience, scope: token.claims.scope,
                     issuedAt: Int64(token.claims.issuedAt.timeIntervalSince1970),
-                    expires: Int64(token.claims.expires.timeIntervalSince1970), keyID: token.keyID))
+                    expires: Int64(token.claims.expires.timeIntervalSince1970), keyID: token.keyID)
+            }
         }
+    }
+}
+
+extension JSONOutputOptions {
+    /// Prints a token: its compact form alone on a line, or, with `--json`, the document `name`
+    /// that `view` makes of it.
+    func printToken(_ compact: String, as name: String, _ view: () -> some Encodable) throws {
+        guard json else { return StandardStream.output.write(compact + "\n") }
+        try printJSON(name, view())
     }
 }

@@ -13,9 +13,10 @@ struct DCProvision: AsyncParsableCommand {
         discussion: Toolkit.exitStatuses,
         version: Toolkit.version,
         subcommands: [
-            Demo.self, Send.self, HandleURL.self, Register.self, Pair.self, Unregister.self, Authorize.self,
-            Unauthorize.self, Retire.self, Terminate.self, Policy.self, Status.self, Convert.self, Inspect.self,
-            Providers.self, TestCACommand.self, Tokens.self, Objects.self,
+            Demo.self, Send.self, HandleURL.self, Register.self, Pair.self, Unregister.self,
+            SetClientState<Authorize>.self, SetClientState<Unauthorize>.self, SetClientState<Retire>.self,
+            Terminate.self, Policy.self, Status.self, Convert.self, Inspect.self, Providers.self, TestCACommand.self,
+            Tokens.self, Objects.self,
         ]
     )
 

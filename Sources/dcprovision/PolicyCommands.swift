@@ -56,34 +56,41 @@ func applyPolicy(
     )
 }
 
-struct Authorize: AsyncParsableCommand, OutputCommand {
+/// `authorize`, `unauthorize` and `retire`: each sets a paired client's authorization state to
+/// `Change.state`, with the message for its user, and does nothing else.
+struct SetClientState<Change: ClientStateChange>: AsyncParsableCommand, OutputCommand {
+    static var configuration: CommandConfiguration { Change.configuration }
+    @OptionGroup var target: PolicyTarget
+    @OptionGroup var output: OutputOptions
+
+    func run() async throws { try await target.apply { $0.state = Change.state } }
+}
+
+/// The state one of those commands sets, and the command's name and abstract.
+protocol ClientStateChange {
+    static var configuration: CommandConfiguration { get }
+    static var state: AuthState { get }
+}
+
+enum Authorize: ClientStateChange {
     static let configuration = CommandConfiguration(
         commandName: "authorize",
         abstract: "Authorize a paired client's app: its credential and secure files can be used.")
-    @OptionGroup var target: PolicyTarget
-    @OptionGroup var output: OutputOptions
-
-    func run() async throws { try await target.apply { $0.state = .authorized } }
+    static let state = AuthState.authorized
 }
 
-struct Unauthorize: AsyncParsableCommand, OutputCommand {
+enum Unauthorize: ClientStateChange {
     static let configuration = CommandConfiguration(
         commandName: "unauthorize",
         abstract: "Withdraw a paired client's authorization: it reads nothing sensitive and is sent nothing.")
-    @OptionGroup var target: PolicyTarget
-    @OptionGroup var output: OutputOptions
-
-    func run() async throws { try await target.apply { $0.state = .unauthorized } }
+    static let state = AuthState.unauthorized
 }
 
-struct Retire: AsyncParsableCommand, OutputCommand {
+enum Retire: ClientStateChange {
     static let configuration = CommandConfiguration(
         commandName: "retire",
         abstract: "Retire a paired client: it erases its keys, credential and files; it must be set up afresh.")
-    @OptionGroup var target: PolicyTarget
-    @OptionGroup var output: OutputOptions
-
-    func run() async throws { try await target.apply { $0.state = .retired } }
+    static let state = AuthState.retired
 }
 
 struct Policy: AsyncParsableCommand, OutputCommand {

@@ -61,7 +61,7 @@ struct TestCACommand: AsyncParsableCommand {
             abstract: "Issue a four-tag derived credential from the test CA in DIR into --out-dir.",
             discussion: "Writes one file set per entry (see --format), chain.pem and manifest.json.")
 
-        @Argument(help: "The test CA directory.") var directory: String
+        @OptionGroup var ca: TestCADirectory
         @Option(help: ArgumentHelp("Where to write the credential (created 0700 if missing).", valueName: "dir"))
         var outDir: String
         @Option(help: "der (cert.der + key.der) or pem (one file per entry).")
@@ -93,7 +93,7 @@ struct TestCACommand: AsyncParsableCommand {
 
         func run() async throws {
             var options: [String: [String]] = [
-                "dir": [directory], "common-name": [commonName], "escrow-history": [String(escrowHistory)],
+                "dir": [ca.directory], "common-name": [commonName], "escrow-history": [String(escrowHistory)],
                 "validity-days": [String(try Self.days(validityDays))],
             ]
             if let keyAlgorithm { options["key-algorithm"] = [keyAlgorithm.rawValue] }
@@ -110,13 +110,32 @@ struct TestCACommand: AsyncParsableCommand {
     }
 }
 
+/// The test CA directory every `testca` command but `init` works on: its one argument.
+struct TestCADirectory: ParsableArguments {
+    @Argument(help: "The test CA directory.") var directory: String
+
+    /// The test CA in ``directory``.
+    func open() throws -> TestCA { try TestCA(directory: directory) }
+}
+
+extension TestCACommand {
+    /// Writes `contents` to the file `path` all or nothing (`AtomicFileSet`), with `mode`;
+    /// refused when the file exists unless `replacing`.
+    static func write(_ contents: AtomicFileSet.Contents, to path: String, mode: mode_t, replacing: Bool) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        var files = AtomicFileSet(directory: directory.isEmpty ? "." : directory)
+        try files.add((path as NSString).lastPathComponent, contents, mode: mode)
+        try files.commit(replacingExisting: replacing)
+    }
+}
+
 extension TestCACommand {
     struct Revoke: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             commandName: "revoke",
             abstract: "Revoke a certificate the test CA in DIR issued; CRLs and OCSP answers show it from now on.")
 
-        @Argument(help: "The test CA directory.") var directory: String
+        @OptionGroup var ca: TestCADirectory
         @Option(help: "The certificate's serial number in hex (openssl x509 -serial shows it).") var serial: String
         @Option(
             help: ArgumentHelp(
@@ -126,7 +145,7 @@ extension TestCACommand {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let (entry, changed) = try TestCA(directory: directory).revoke(serial: serial, reason: reason)
+            let (entry, changed) = try ca.open().revoke(serial: serial, reason: reason)
             let when = (entry.revoked ?? Date()).formatted(.iso8601)
             Console.say(
                 changed
@@ -141,7 +160,7 @@ extension TestCACommand {
             abstract: "Write a new CRL of the test CA in DIR, signed by its issuing CA.",
             discussion: "openssl crl -verify -CAfile DIR/issuing.pem and openssl verify -crl_check accept it.")
 
-        @Argument(help: "The test CA directory.") var directory: String
+        @OptionGroup var ca: TestCADirectory
         @Option(help: ArgumentHelp("Where to write the CRL.", valueName: "file")) var out: String
         @Option(help: "pem or der.") var format: Encoding = .pem
         @Option(
@@ -161,12 +180,9 @@ extension TestCACommand {
             guard (86400...365 * 86400).contains(days.seconds) else {
                 throw DCError(.usage, "--days must be 1 to 365")
             }
-            let crl = try TestCA(directory: directory).makeCRL(validity: days.seconds)
-            let path = out as NSString
-            var files = AtomicFileSet(
-                directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
-            try files.add(path.lastPathComponent, .bytes(format == .pem ? crl.pem : crl.derBytes), mode: 0o644)
-            try files.commit(replacingExisting: force)
+            let crl = try ca.open().makeCRL(validity: days.seconds)
+            try TestCACommand.write(
+                .bytes(format == .pem ? crl.pem : crl.derBytes), to: out, mode: 0o644, replacing: force)
             Console.say(
                 "CRL number \(crl.number ?? 0) with \(crl.entries.count) revoked certificate(s) written to \(out)")
         }
@@ -182,7 +198,7 @@ extension TestCACommand {
                 DIR/issuing.pem -rkey DIR/issuing.key.
                 """)
 
-        @Argument(help: "The test CA directory.") var directory: String
+        @OptionGroup var ca: TestCADirectory
         @Option(
             help: ArgumentHelp(
                 "Where to listen: an IPv4 address and a port (0: any free port; see --port-file).",
@@ -202,18 +218,15 @@ extension TestCACommand {
             }
             let log: (@Sendable (String) -> Void)? =
                 Console.isQuiet ? nil : { @Sendable (line: String) in Console.say("ocsp: " + line) }
-            let server = try TestCA(directory: directory).ocspServer(
-                validity: validityMinutes.seconds, log: log)
+            let server = try ca.open().ocspServer(validity: validityMinutes.seconds, log: log)
             let listener = try OCSPServer.listen(host: listen.host, port: listen.port)
             if let portFile {
-                let path = portFile as NSString
-                var files = AtomicFileSet(
-                    directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
-                try files.add(path.lastPathComponent, .bytes(Array("\(listener.port)\n".utf8)), mode: 0o644)
-                try files.commit(replacingExisting: true)
+                try TestCACommand.write(
+                    .bytes(Array("\(listener.port)\n".utf8)), to: portFile, mode: 0o644, replacing: true)
             }
             Console.say(
-                "answering OCSP for \(directory.escapingControlCharacters) on http://\(listen.host):\(listener.port)/")
+                "answering OCSP for \(ca.directory.escapingControlCharacters) on http://\(listen.host):\(listener.port)/"
+            )
             server.serve(listener)
         }
     }
@@ -230,7 +243,7 @@ extension TestCACommand {
                 openssl cms -decrypt -inform DER -in DIR/archive/SERIAL.cms -recip CERT -inkey KEY opens it too.
                 """)
 
-        @Argument(help: "The test CA directory.") var directory: String
+        @OptionGroup var ca: TestCADirectory
         @Option(help: "The certificate's serial number in hex (openssl x509 -serial shows it).") var serial: String
         @Option(help: ArgumentHelp("The recovery private key (PEM or DER).", valueName: "file")) var recoveryKey: String
         @Option(help: ArgumentHelp("Where to write the pair (PEM, 0600).", valueName: "file")) var out: String
@@ -240,20 +253,16 @@ extension TestCACommand {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let ca = try TestCA(directory: directory)
+            let ca = try self.ca.open()
             guard
                 let key = try CredentialReader(passphrase: try passphrase.source()).read(file: recoveryKey).privateKey
             else {
                 throw DCError(.missingMaterial, "no private key", subject: recoveryKey)
             }
             let pair = try ca.recover(serial: serial, with: key)
-            let path = out as NSString
-            var files = AtomicFileSet(
-                directory: path.deletingLastPathComponent.isEmpty ? "." : path.deletingLastPathComponent)
             var text = PEM.certificate(pair.certificate)
             PEM.privateKey(pair.privateKey).withUnsafeBytes { text += $0 }
-            try files.add(path.lastPathComponent, .secret(SecretBytes(consuming: &text)), mode: 0o600)
-            try files.commit(replacingExisting: force)
+            try TestCACommand.write(.secret(SecretBytes(consuming: &text)), to: out, mode: 0o600, replacing: force)
             Console.say("recovered the pair of \(try CertificateDetails(pair.certificate).serialNumber) into \(out)")
         }
     }

@@ -13,8 +13,7 @@ struct Serve: AsyncParsableCommand {
         discussion: """
             Paths: GET /verifyGDAuthToken (the token in X-Good-GD-AuthToken, exactly once, at most 4096 \
             bytes, else 400; otherwise 200 with X-Good-GD-AuthResponseCode: 100 OK and the identity headers \
-            X-Good-GD-AuthChallenge, -Server, -UserID, -AppID, -ContainerID, -AuthTokenVersion and \
-            -AuthTokenCreationTime, or 101 Invalid Token, 102 Expired Token or 103 Revoked and no identity), \
+            \(identityHeaders), or 101 Invalid Token, 102 Expired Token or 103 Revoked and no identity), \
             GET /health (200), GET /.well-known/jwks.json (the --jwks file). Other paths 404, other methods 405. \
             SIGHUP re-reads the revocation list and the JWKS file (both are also re-read when they change, \
             checked at most every 10 ms). SIGTERM or SIGINT stops accepting, lets the requests in flight \
@@ -29,6 +28,15 @@ struct Serve: AsyncParsableCommand {
             "log-level": "info"}; flags win over the file, relative paths are relative to the file, an unknown key is an error.
             """
     )
+
+    /// The identity headers as help lists them, from the protocol's one list: `X-Good-GD-AuthChallenge,
+    /// -Server, … and -AuthTokenCreationTime`.
+    static var identityHeaders: String {
+        let prefix = "X-Good-GD"
+        let names = VerificationHeaders.identity
+        let rest = names.dropFirst().map { $0.hasPrefix(prefix) ? String($0.dropFirst(prefix.count)) : $0 }
+        return ([names[0]] + rest.dropLast()).joined(separator: ", ") + (rest.last.map { " and " + $0 } ?? "")
+    }
 
     @Option(help: ArgumentHelp("A JSON configuration file with the same settings (see above).", valueName: "file"))
     var config: String?

@@ -328,7 +328,6 @@ extension DCError.Remedy {
             "nothing was issued or sent; if the client is yours, pair it (client scheme \(clientScheme))")
     }
 
-
     /// The client is locked: unlock it and send again, or queue the delivery.
     public static let unlockOrQueueSend = Self(
         "unlockOrQueueSend", "unlock the client and send again, or queue the delivery for later")

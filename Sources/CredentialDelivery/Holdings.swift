@@ -34,13 +34,7 @@ public struct Holdings: Sendable {
         clientScheme: URLScheme, credentialName: String, serials: [String], at now: Date = Date()
     ) throws {
         let holding = Holding(clientScheme: clientScheme, credentialName: credentialName, serials: serials, since: now)
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.sortedKeys]
-        try AtomicFileSet.ensureDirectory(directory)
-        var files = AtomicFileSet(directory: directory)
-        try files.add("\(clientScheme).json", .bytes(Array(try encoder.encode(holding))), mode: 0o600)
-        try files.commit(replacingExisting: true)
+        try RecordFile.write(holding, named: "\(clientScheme).json", in: directory, replacing: true)
     }
 
     /// Forgets what `clientScheme` holds (it was retired: it holds nothing any more).

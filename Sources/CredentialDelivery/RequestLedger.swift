@@ -105,13 +105,7 @@ public struct RequestLedger: Sendable {
     /// Writes `record` to its file, all or nothing; `replacing` lets it overwrite the record of
     /// the same request.
     package func write(_ record: Record, replacing: Bool) throws {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
-        encoder.outputFormatting = [.sortedKeys]
-        try AtomicFileSet.ensureDirectory(directory)
-        var files = AtomicFileSet(directory: directory)
-        try files.add("\(record.request).json", .bytes(Array(try encoder.encode(record))), mode: 0o600)
-        try files.commit(replacingExisting: replacing)
+        try RecordFile.write(record, named: "\(record.request).json", in: directory, replacing: replacing)
     }
 
     /// The record of `request`, or nil when there is none or it cannot be decoded.

@@ -34,18 +34,19 @@ let package = Package(
         .trait(
             name: "DemoCompanions",
             description: """
-                dcprovision depends on the dcclient and dcverify executables, so that `swift run dcprovision demo` \
-                on a fresh clone builds them next to it. A dependency on an executable links its modules (for \
-                dcverify, the HTTP server) into dcprovision, which costs every dcprovision \
-                process about a millisecond at start. scripts/install and the benchmarks build the three products \
-                one by one with --disable-default-traits instead.
+                dcprovision depends on the dcclient executable, so that `swift run dcprovision demo` on a fresh \
+                clone builds it next to it. A dependency on an executable links its modules into dcprovision, \
+                which costs every dcprovision process time at start; scripts/install and the benchmarks build \
+                the products one by one without this trait instead. Not dcverify: its HTTP stack (Hummingbird, \
+                SwiftNIO) would double the first build, so the demo verifies auth tokens in its own process \
+                when no dcverify is built next to it.
                 """),
         .trait(
             name: "TLS",
             description: """
                 dcverify can serve HTTPS itself (--tls-certificate), through swift-nio-ssl. That package compiles \
-                its own copy of BoringSSL, which is more than half of the CPU time of a fresh clone's first \
-                `swift run dcprovision demo`, so it is off by default: without it dcverify serves HTTP (behind a \
+                its own copy of BoringSSL, about 340 CPU-seconds, which would add two thirds to a fresh clone's \
+                `swift build`, so it is off by default: without it dcverify serves HTTP (behind a \
                 proxy that terminates TLS, such as nginx) and refuses --tls-certificate with one line (exit 69). \
                 scripts/install and scripts/test build with it.
                 """),
@@ -232,14 +233,14 @@ let package = Package(
             path: "Plugins/DCTestCredentials"
         ),
 
-        // Thin CLI. It depends on the dcclient and dcverify executables only so that `swift run
-        // dcprovision demo` on a fresh clone builds them next to it: the demo launches them.
+        // Thin CLI. It depends on the dcclient executable only so that `swift run dcprovision demo`
+        // on a fresh clone builds it next to it: the demo launches it.
         .executableTarget(
             name: "dcprovision",
             dependencies: [
-                // The demo runs them (see the DemoCompanions trait).
+                // The demo runs it (see the DemoCompanions trait).
                 .target(name: "dcclient", condition: .when(traits: ["DemoCompanions"])),
-                .target(name: "dcverify", condition: .when(traits: ["DemoCompanions"])),
+                "AuthTokens",
                 "DerivedCredentials",
                 "SystemSupport",
                 "CredentialCoding",

@@ -58,7 +58,7 @@ public enum Classification {
                 tags.isEmpty
                     ? "cannot tell which tag the certificate is for (keyUsage: \(usage))"
                     : "the certificate could be \(tags.map(\.rawValue).joined(separator: " or ")) (keyUsage: \(usage))",
-                subject: source, hint: "give its tag explicitly with --pem TAG=\(source)")
+                subject: source, remedy: .tagExplicitly(source))
         }
         return tags[0]
     }

@@ -42,7 +42,7 @@ public struct PEMFileProvider: CredentialProvider {
         }
         guard !sources.isEmpty else {
             throw DCError(
-                .usage, "no files given", hint: "use --pem TAG=CERT[,KEY], --manifest FILE or --classify CERT[,KEY]")
+                .usage, "no files given", remedy: .giveFiles)
         }
 
         let reader = CredentialReader(passphrase: request.passphrase)

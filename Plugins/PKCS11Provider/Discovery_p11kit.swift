@@ -343,7 +343,7 @@ public enum PKCS11Discovery {
             {
                 throw DCError(
                     .noSuchObject, "slot-id=\(wanted) of module \(name) has no token in it (no card inserted)",
-                    subject: uri?.text.escapingControlCharacters, hint: "insert the card, or see dcprovision tokens")
+                    subject: uri?.text.escapingControlCharacters, remedy: .insertCard)
             }
             for slot in slots {
                 if let wanted = uri?.slotID, slot != wanted { continue }

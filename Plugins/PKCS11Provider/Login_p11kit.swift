@@ -33,14 +33,12 @@ extension Session {
         if has(CKF_USER_PIN_LOCKED) {
             throw DCError(
                 .pinLocked, "the token's user PIN is locked", subject: label,
-                hint:
-                    "unlock it with the security officer PIN (e.g. pkcs11-tool --init-pin --login --login-type so) or the card issuer's tool"
-            )
+                remedy: .unblockUserPIN)
         }
         if has(CKF_USER_PIN_FINAL_TRY) && !policy.allowFinalPINTry {
             throw DCError(
                 .pinFinalTry, "one more wrong PIN will lock the token; refusing to try", subject: label,
-                hint: "if you are sure of the PIN, pass --allow-final-pin-try")
+                remedy: .confirmFinalPINTry)
         }
         if has(CKF_USER_PIN_COUNT_LOW) {
             policy.warn("\(label.escapingControlCharacters): an incorrect PIN was entered recently; few tries are left")
@@ -53,7 +51,7 @@ extension Session {
             guard let pin = try policy.pin.passphrase(for: label) else {
                 throw DCError(
                     .passphraseRequired, "the token needs a PIN and none was given", subject: label,
-                    hint: "pass --pin-file FILE, --pin-fd N or --pin-env NAME")
+                    remedy: .givePIN)
             }
             // The PIN is lent from its wiped-on-release buffer; no copy is made.
             result = pin.withUnsafeBytes { bytes in
@@ -84,7 +82,7 @@ extension Session {
         guard try policy.pin.passphrase(for: fixedString(info.label)) != nil else {
             throw DCError(
                 .passphraseRequired, "the token needs a PIN and none was given", subject: fixedString(info.label),
-                hint: "pass --pin-file FILE, --pin-fd N or --pin-env NAME")
+                remedy: .givePIN)
         }
     }
 

@@ -64,10 +64,10 @@ public struct Delegation: Sendable, Equatable {
     /// lifetime out of range.
     public static func issue(
         issuer: String, userID: String, appID: String, containerID: String, tokenKey: TokenPublicKey,
-        issuingKey: TokenSigningKey, now: Date, lifetime: Int64 = maximumLifetime, id: String? = nil
+        issuingKey: TokenSigningKey, now: Date, lifetime: Int64 = maximumLifetime, id: RequestID? = nil
     ) throws -> Delegation {
         let notBefore = Int64(now.timeIntervalSince1970.rounded(.down))
-        let jti = try id ?? Digests.random(16).withUnsafeBytes { Digests.hex(Array($0)) }
+        let jti = (id ?? RequestID.random()).text
         let claims = Claims(
             version: version, issuer: issuer, id: jti, userID: userID, appID: appID, containerID: containerID,
             tokenKey: tokenKey, notBefore: notBefore, expires: notBefore + lifetime)
@@ -173,8 +173,7 @@ extension Delegation.Claims {
                 throw FormatError("\(name) is empty or breaks the header rules")
             }
         }
-        guard id.utf8.count == 32, id.utf8.allSatisfy({ (0x30...0x39).contains($0) || (0x61...0x66).contains($0) })
-        else { throw FormatError("jti is not 32 lower-case hex digits") }
+        guard RequestID(validating: id) != nil else { throw FormatError("jti is not 32 lower-case hex digits") }
         guard (0...latestTimestamp).contains(notBefore), (0...latestTimestamp).contains(expires) else {
             throw FormatError("nbf or exp is out of range")
         }

@@ -87,6 +87,6 @@ public enum SharedUserID {
     }
 
     private static func isMachineID(_ text: String) -> Bool {
-        text.utf8.count == 32 && text.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) }
+        LowercaseHex.matches(text, count: 32)
     }
 }

@@ -14,6 +14,11 @@ enum RemedyWording {
         index < arguments.count ? arguments[index] : ""
     }
 
+    /// The name of a remedy about a scheme, which any scheme makes: the table keys by name alone.
+    private static func schemeRemedy(_ make: (URLScheme) -> DCError.Remedy) -> String {
+        URLScheme(validating: "scheme").map { make($0).name } ?? ""
+    }
+
     /// Each remedy's words, by its name.
     static let table: [String: @Sendable ([String]) -> String] = [
         DCError.Remedy.buildWithTLS.name: { _ in
@@ -125,10 +130,10 @@ enum RemedyWording {
         DCError.Remedy.setUpAndPairRetiredClient.name: { _ in
             "a retired client is set up afresh (dcclient init) and paired again"
         },
-        DCError.Remedy.pairFirst(clientScheme: "").name: {
+        schemeRemedy(DCError.Remedy.pairFirst(clientScheme:)): {
             "pair it first: dcprovision pair --client-scheme \(argument($0, 0))"
         },
-        DCError.Remedy.pairAgain(clientScheme: "").name: {
+        schemeRemedy(DCError.Remedy.pairAgain(clientScheme:)): {
             "pair it again: dcprovision pair --client-scheme \(argument($0, 0))"
         },
         DCError.Remedy.askWithNewRequest.name: { _ in
@@ -155,7 +160,7 @@ enum RemedyWording {
         DCError.Remedy.registerProvider.name: { _ in
             "nothing was changed; register the provider (dcprovision register)"
         },
-        DCError.Remedy.registerProviderScheme("").name: {
+        schemeRemedy(DCError.Remedy.registerProviderScheme): {
             "register one (dcprovision register --provider-scheme \(argument($0, 0)) …)"
         },
         DCError.Remedy.setUpClient.name: { _ in
@@ -169,6 +174,93 @@ enum RemedyWording {
         },
         DCError.Remedy.archiveKeys.name: { _ in
             "this CA does not archive keys (testca init --recovery-cert)"
+        },
+        DCError.Remedy.useExistingClient.name: { _ in
+            "use it as it is (dcclient unlock, dcclient register), or remove the directory to start afresh"
+        },
+        DCError.Remedy.setUpOldClientAfresh.name: { _ in
+            "set the client up afresh: remove the directory, then dcclient init"
+        },
+        DCError.Remedy.repinProvider.name: { _ in
+            "if the provider was really set up afresh, pin it again: dcclient register --repin-provider"
+        },
+        DCError.Remedy.setUpRetiredClientAgain.name: { _ in
+            "set it up afresh (dcclient init), then ask the provider to pair it again"
+        },
+        DCError.Remedy.giveSetUpPassphrase.name: { _ in
+            "give the passphrase dcclient init was given; it is never retried"
+        },
+        DCError.Remedy.installStaleDelivery.name: { _ in
+            "to install it anyway (within a day): dcclient handle-url --allow-older URL"
+        },
+        DCError.Remedy.requestAgain.name: { _ in
+            "nothing was installed; ask the provider again (dcclient request)"
+        },
+        DCError.Remedy.requestResend.name: { _ in
+            "ask the provider to send a credential again (dcclient request)"
+        },
+        DCError.Remedy.setUpIncompleteStore.name: { _ in
+            "the store is incomplete: remove it and set the client up again (dcclient init)"
+        },
+        DCError.Remedy.askProviderToAuthorize.name: { _ in
+            "ask the provider to authorize it (dcprovision authorize)"
+        },
+        schemeRemedy(DCError.Remedy.authorizeFirst(clientScheme:)): {
+            "authorize it first: dcprovision authorize --client-scheme \(argument($0, 0))"
+        },
+        DCError.Remedy.clientAsksAgain.name: { _ in
+            "nothing was done; the client asks again (dcclient request)"
+        },
+        DCError.Remedy.pairIfYours.name: { _ in
+            "if the client is yours, pair it: dcprovision pair --client-scheme SCHEME"
+        },
+        schemeRemedy(DCError.Remedy.pairAfresh(clientScheme:)): {
+            "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(argument($0, 0))"
+        },
+        schemeRemedy(DCError.Remedy.pairBeforeSending(clientScheme:)): {
+            "nothing was issued or sent; if the client is yours, pair it: dcprovision pair --client-scheme \(argument($0, 0))"
+        },
+        DCError.Remedy.unlockOrQueueSend.name: { _ in
+            "unlock the client (dcclient unlock) and send again, or send with --queue"
+        },
+        DCError.Remedy.fixSource.name: { _ in
+            "fix the credential's source; dcprovision inspect shows every finding"
+        },
+        DCError.Remedy.inspectRejected.name: { _ in
+            "see the client's messages above; dcprovision inspect shows what the client would find"
+        },
+        DCError.Remedy.allowCardRequests.name: { _ in
+            "send with an operator present (dcprovision send), or allow it: dcprovision pair --allow-card-requests"
+        },
+        DCError.Remedy.raiseCardRequestLimit.name: { _ in
+            "try again later, or raise the limit: dcprovision pair --card-requests-per-hour N"
+        },
+        DCError.Remedy.useToolkitURLs.name: { _ in
+            "URLs are produced by dcprovision and dcclient only"
+        },
+        DCError.Remedy.updateURLMaker.name: { _ in
+            "update the program that made the URL (dcprovision and dcclient speak the same version)"
+        },
+        DCError.Remedy.giveOption("").name: {
+            "give --option \(argument($0, 0))=VALUE"
+        },
+        DCError.Remedy.insertCard.name: { _ in
+            "insert the card, or see dcprovision tokens"
+        },
+        DCError.Remedy.unblockUserPIN.name: { _ in
+            "unlock it with the security officer PIN (e.g. pkcs11-tool --init-pin --login --login-type so) or the card issuer's tool"
+        },
+        DCError.Remedy.confirmFinalPINTry.name: { _ in
+            "if you are sure of the PIN, pass --allow-final-pin-try"
+        },
+        DCError.Remedy.givePIN.name: { _ in
+            "pass --pin-file FILE, --pin-fd N or --pin-env NAME"
+        },
+        DCError.Remedy.giveFiles.name: { _ in
+            "use --pem TAG=CERT[,KEY], --manifest FILE or --classify CERT[,KEY]"
+        },
+        DCError.Remedy.tagExplicitly("").name: {
+            "give its tag explicitly with --pem TAG=\(argument($0, 0))"
         },
     ]
 }

@@ -9,9 +9,9 @@ public struct DeliveryPayload: Sendable {
     public static let version = 1
 
     /// The request id the payload answers: 32 lowercase hex digits, also in the delivery URL.
-    public var requestId: String
+    public var requestId: RequestID
     /// The id of the client the payload is sealed to.
-    public var clientId: String
+    public var clientId: ClientID
     /// Whole seconds since 1970.
     public var issuedAt: Date
     /// The key the client MACs its result with (32 random bytes).
@@ -20,7 +20,9 @@ public struct DeliveryPayload: Sendable {
     public var credential: Credential
 
     /// A payload with these fields; `issuedAt` is rounded down to whole seconds.
-    public init(requestId: String, clientId: String, issuedAt: Date, resultKey: SecretBytes, credential: Credential) {
+    public init(
+        requestId: RequestID, clientId: ClientID, issuedAt: Date, resultKey: SecretBytes, credential: Credential
+    ) {
         self.requestId = requestId
         self.clientId = clientId
         self.issuedAt = Date(timeIntervalSince1970: issuedAt.timeIntervalSince1970.rounded(.down))
@@ -49,9 +51,9 @@ public struct DeliveryPayload: Sendable {
         }
         func pair(_ pair: CertifiedKey) { PairCoding.append(pair, to: &out) }
         raw("{\"v\":\(Self.version),\"requestId\":")
-        try string(requestId)
+        try string(requestId.text)
         raw(",\"clientId\":")
-        try string(clientId)
+        try string(clientId.text)
         raw(",\"issuedAt\":\(Int(issuedAt.timeIntervalSince1970)),\"resultKey\":")
         secret(resultKey)
         raw(",\"credential\":{\"name\":")
@@ -97,8 +99,8 @@ public struct DeliveryPayload: Sendable {
         }
         struct Wire: Decodable {
             var v: Int
-            var requestId: String
-            var clientId: String
+            var requestId: RequestID
+            var clientId: ClientID
             var issuedAt: Int
             var resultKey: String
             var credential: WireCredential
@@ -152,7 +154,7 @@ public struct DeliveryPayload: Sendable {
     }
 
     /// The MAC of a result message: HMAC-SHA-256 over `v1|request|status` with the result key.
-    public static func resultMAC(key: SecretBytes, request: String, status: String) -> String {
+    public static func resultMAC(key: SecretBytes, request: RequestID, status: ResultStatus) -> String {
         Digests.hex(Digests.hmacSHA256(key: key, message: Array("v1|\(request)|\(status)".utf8)))
     }
 }

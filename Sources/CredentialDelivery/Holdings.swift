@@ -12,7 +12,7 @@ public struct Holdings: Sendable {
     /// What one client holds.
     public struct Holding: Codable, Sendable, Hashable {
         /// The client's URL scheme.
-        public var clientScheme: String
+        public var clientScheme: URLScheme
         /// The credential's name.
         public var credentialName: String
         /// The serial numbers (upper-case hex) of its certificates, the key history included.
@@ -30,20 +30,22 @@ public struct Holdings: Sendable {
     }
 
     /// Records that `clientScheme` now holds a credential with these certificate serials.
-    public func record(clientScheme: String, credentialName: String, serials: [String], at now: Date = Date()) throws {
+    public func record(
+        clientScheme: URLScheme, credentialName: String, serials: [String], at now: Date = Date()
+    ) throws {
         let holding = Holding(clientScheme: clientScheme, credentialName: credentialName, serials: serials, since: now)
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         encoder.outputFormatting = [.sortedKeys]
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
-        try files.add(clientScheme + ".json", .bytes(Array(try encoder.encode(holding))), mode: 0o600)
+        try files.add("\(clientScheme).json", .bytes(Array(try encoder.encode(holding))), mode: 0o600)
         try files.commit(replacingExisting: true)
     }
 
     /// Forgets what `clientScheme` holds (it was retired: it holds nothing any more).
-    public func forget(clientScheme: String) {
-        unlink(directory + "/" + clientScheme + ".json")
+    public func forget(clientScheme: URLScheme) {
+        unlink(directory + "/\(clientScheme).json")
     }
 
     /// Every client's holding, by scheme; a file that cannot be read is skipped.

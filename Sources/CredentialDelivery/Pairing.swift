@@ -9,9 +9,9 @@ import SystemSupport
 /// later shows another key is refused rather than trusted.
 public struct ClientPairing: Codable, Sendable, Equatable {
     /// The client's id, as its URLs carry it.
-    public var clientId: String
+    public var clientId: ClientID
     /// The client's URL scheme, lowercase.
-    public var scheme: String
+    public var scheme: URLScheme
     /// The client's Ed25519 public key, base64 of the 32 raw bytes.
     public var signingKey: String
     /// Whether the client's `new` may make the provider log in to a card on its own, with no
@@ -37,7 +37,7 @@ public struct ClientPairing: Codable, Sendable, Equatable {
 
     /// A pairing with these values.
     public init(
-        clientId: String, scheme: String, signingKey: String, allowCardRequests: Bool = false,
+        clientId: ClientID, scheme: URLScheme, signingKey: String, allowCardRequests: Bool = false,
         cardRequestsPerHour: Int = 4, paired: Date = Date(), tokenKey: String? = nil, userID: String? = nil
     ) {
         self.clientId = clientId
@@ -60,14 +60,14 @@ public struct ClientPairing: Codable, Sendable, Equatable {
 /// registration that later shows another key is refused.
 public struct ProviderPin: Codable, Sendable, Equatable {
     /// The provider's URL scheme, lowercase.
-    public var scheme: String
+    public var scheme: URLScheme
     /// The provider's Ed25519 public key, base64 of the 32 raw bytes.
     public var signingKey: String
     /// When the key was pinned.
     public var pinned: Date
 
     /// A pin with these values.
-    public init(scheme: String, signingKey: String, pinned: Date = Date()) {
+    public init(scheme: URLScheme, signingKey: String, pinned: Date = Date()) {
         self.scheme = scheme
         self.signingKey = signingKey
         self.pinned = pinned
@@ -105,9 +105,11 @@ public enum PinnedKeys {
         else { return nil }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
-        guard let value = try? decoder.decode(T.self, from: data) else {
+        let decoded = Result { try decoder.decode(T.self, from: data) }
+        guard case .success(let value) = decoded else {
             throw DCError(
-                .invalid, "a pinned key file that cannot be read", subject: path, hint: "remove it and pair again")
+                .invalid, "a pinned key file that cannot be read" + Registrations.invalidIdentifier(decoded),
+                subject: path, hint: "remove it and pair again")
         }
         return value
     }

@@ -99,17 +99,23 @@ public enum TokenLogin: String, Sendable, Codable, CaseIterable, CustomStringCon
 /// What a provider tells a client: its authorization state, the message that explains it, how
 /// long the unlocked store stays unlocked, and how programs log in to its PKCS#11 token.
 /// Numbered: a client applies only a newer one.
+///
+/// Declared once, here, for every place a policy travels or is kept: the provider's records and
+/// its `status --json` (JSON, under the names of `CodingKeys`), and the signed policy URL
+/// (`PolicyNotice`, which carries these fields as its own parameters, in the order they are
+/// declared, under the names `parameterNames` gives). Adding a field is adding it here: its
+/// property, its coding key and URL name, its line in `init(from:)` and its `init` argument.
 public struct ClientPolicy: Sendable, Codable, Equatable {
-    /// The authorization state.
-    public var state: AuthState
-    /// Why the state is what it is, for the user; may be empty (``PolicyText``).
-    public var message: String
-    /// How long, in seconds, the store stays unlocked after `dcclient unlock` (``autoLockRange``).
-    public var autoLock: Int
     /// The provider's number for this policy; grows with every change.
     public var sequence: UInt64
+    /// The authorization state.
+    public var state: AuthState
+    /// How long, in seconds, the store stays unlocked after `dcclient unlock` (``autoLockRange``).
+    public var autoLock: Int
+    /// Why the state is what it is, for the user; may be empty (``PolicyText``).
+    public var message: String
     /// How programs log in to the client's PKCS#11 token (``TokenLogin/passphrase`` unless the
-    /// operator said otherwise).
+    /// operator said otherwise). A URL carries it only when it is not the passphrase.
     public var tokenLogin: TokenLogin
 
     /// The auto-lock lifetimes a policy may set: one second to a week.
@@ -129,19 +135,32 @@ public struct ClientPolicy: Sendable, Codable, Equatable {
         self.tokenLogin = tokenLogin
     }
 
-    private enum CodingKeys: String, CodingKey {
-        case state, message, autoLock, sequence, tokenLogin
+    /// The fields' names in JSON, in the order a URL carries them.
+    enum CodingKeys: String, CodingKey {
+        case sequence, state, autoLock, message, tokenLogin
     }
 
-    /// Decodes a policy; one kept before token logins were set has ``TokenLogin/passphrase``.
+    /// Decodes a policy, from JSON or from a policy URL's parameters; one kept before token logins
+    /// were set (or a URL without `tokenlogin`) has ``TokenLogin/passphrase``.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        state = try container.decode(AuthState.self, forKey: .state)
-        message = try container.decode(String.self, forKey: .message)
-        autoLock = try container.decode(Int.self, forKey: .autoLock)
         sequence = try container.decode(UInt64.self, forKey: .sequence)
+        state = try container.decode(AuthState.self, forKey: .state)
+        autoLock = try container.decode(Int.self, forKey: .autoLock)
+        message = try container.decode(String.self, forKey: .message)
         tokenLogin = try container.decodeIfPresent(TokenLogin.self, forKey: .tokenLogin) ?? .passphrase
     }
+}
+
+extension ClientPolicy: URLParameterGroup {
+    /// The URL names of the fields whose JSON names differ: `seq`, `autolock`, `tokenlogin`.
+    static let parameterNames = [
+        CodingKeys.sequence.stringValue: "seq", CodingKeys.autoLock.stringValue: "autolock",
+        CodingKeys.tokenLogin.stringValue: "tokenlogin",
+    ]
+
+    /// An auto-lock outside ``autoLockRange``.
+    var violation: String? { Self.autoLockRange.contains(autoLock) ? nil : "invalid 'autolock'" }
 }
 
 /// The rules for a policy's or an acknowledgement's message: short, valid UTF-8, and free of

@@ -8,9 +8,9 @@ extension XDGDirectories {
     /// Published registrations: `$XDG_DATA_HOME/derived-credentials/{clients,providers}/<scheme>.json`.
     public var registrations: String { dataHome + "/derived-credentials" }
     /// The path of the registration a client publishes for `scheme`.
-    public func clientRegistration(_ scheme: String) -> String { registrations + "/clients/\(scheme).json" }
+    public func clientRegistration(_ scheme: URLScheme) -> String { registrations + "/clients/\(scheme).json" }
     /// The path of the registration a provider publishes for `scheme`.
-    public func providerRegistration(_ scheme: String) -> String { registrations + "/providers/\(scheme).json" }
+    public func providerRegistration(_ scheme: URLScheme) -> String { registrations + "/providers/\(scheme).json" }
 }
 
 /// What a managed client publishes so that a provider can check support and seal to it. It lives
@@ -19,10 +19,11 @@ extension XDGDirectories {
 public struct ClientRegistration: Codable, Sendable, Equatable {
     /// The delivery protocol this client speaks (support is `oldClient` below ``currentProtocol``).
     public var protocolVersion: Int
-    /// The client's id, as its URLs carry it; URLs parse only ids of lowercase letters, digits and `-`.
-    public var clientId: String
+    /// The client's id, as its URLs carry it; a registration whose id breaks the rule does not
+    /// decode.
+    public var clientId: ClientID
     /// The client's URL scheme, lowercase; deliveries are opened on it.
-    public var scheme: String
+    public var scheme: URLScheme
     /// The handler that must receive deliveries (anything else claiming the scheme is a hijack).
     public var executable: String
     /// The certificate payloads are sealed to, DER in base64.
@@ -46,7 +47,7 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
     /// A registration for a client speaking `protocolVersion`; `certificate` is stored as base64 DER,
     /// `signingKey` (raw Ed25519) as base64.
     public init(
-        protocolVersion: Int = currentProtocol, clientId: String, scheme: String, executable: String,
+        protocolVersion: Int = currentProtocol, clientId: ClientID, scheme: URLScheme, executable: String,
         certificate: Certificate, signingKey: [UInt8], tokenKey: TokenPublicKey? = nil, spool: String, status: String
     ) {
         self.protocolVersion = protocolVersion
@@ -98,7 +99,7 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
 /// What a provider publishes so that a client can send to it and detect a hijacked scheme.
 public struct ProviderRegistration: Codable, Sendable, Equatable {
     /// The provider's URL scheme, lowercase; `new` and result URLs are opened on it.
-    public var scheme: String
+    public var scheme: URLScheme
     /// The provider's name as users know it.
     public var brand: String
     /// The handler that must receive the provider's URLs (anything else claiming the scheme is a hijack).
@@ -108,7 +109,7 @@ public struct ProviderRegistration: Codable, Sendable, Equatable {
     public var signingKey: String?
 
     /// A registration with these fields as given; `signingKey` is the raw Ed25519 public key.
-    public init(scheme: String, brand: String, executable: String, signingKey: [UInt8]) {
+    public init(scheme: URLScheme, brand: String, executable: String, signingKey: [UInt8]) {
         self.scheme = scheme
         self.brand = brand
         self.executable = executable
@@ -142,14 +143,23 @@ public enum Registrations {
                 .invalid, "the registration is not a private regular file of this user", subject: path,
                 hint: "remove it; the program that owns it publishes it again when it registers")
         }
-        guard let data = FileManager.default.contents(atPath: path), data.count < 1 << 20,
-            let value = try? JSONDecoder().decode(T.self, from: data)
-        else {
+        let decoded = FileManager.default.contents(atPath: path).flatMap { data in
+            data.count < 1 << 20 ? Result { try JSONDecoder().decode(T.self, from: data) } : nil
+        }
+        guard case .success(let value) = decoded else {
             throw DCError(
-                .invalid, "the registration cannot be read", subject: path,
+                .invalid, "the registration cannot be read" + invalidIdentifier(decoded), subject: path,
                 hint: "remove it; the program that owns it publishes it again when it registers")
         }
         return value
+    }
+
+    /// `: 'X' is not a valid client id` when reading a stored file failed on an id that breaks its
+    /// rule (`Identifier`), else nothing: the words a refusal of the file adds.
+    static func invalidIdentifier<T>(_ decoded: Result<T, any Error>?) -> String {
+        guard case .failure(DecodingError.dataCorrupted(let context)) = decoded, context.underlyingError is DCError
+        else { return "" }
+        return ": " + context.debugDescription
     }
 
     /// Removes the file at `path`, if any; never fails.

@@ -10,9 +10,9 @@ public struct RequestLedger: Sendable {
     /// One request, as stored in `<request>.json`.
     public struct Record: Codable, Sendable {
         /// The request id: 32 lowercase hex digits.
-        public var request: String
+        public var request: RequestID
         /// The scheme of the client the request belongs to.
-        public var clientScheme: String
+        public var clientScheme: URLScheme
         /// The credential sent; empty while a client's request is being answered (reserved).
         public var credentialName: String
         /// When the request was recorded; the time limit counts from here.
@@ -21,7 +21,7 @@ public struct RequestLedger: Sendable {
         public var resultKey: String?
         /// nil while pending; then `ok` or the client's error status, or ``notSent`` when the
         /// provider could not issue or send what a client asked for.
-        public var outcome: String?
+        public var outcome: ResultStatus?
         /// When the result was accepted; nil while pending.
         public var completed: Date?
         /// The MAC of the accepted result, to recognise the same result sent again (a retry).
@@ -37,10 +37,12 @@ public struct RequestLedger: Sendable {
 
         /// Where the send stands, as `status` shows it: the outcome once there is one, else
         /// `queued` while its delivery waits for the client, else `pending`.
-        public var state: String { outcome ?? (queuedURL != nil ? "queued" : "pending") }
+        public var state: String { outcome?.text ?? (queuedURL != nil ? "queued" : "pending") }
 
         /// A record of a new request, pending: no outcome, no completion, nothing queued.
-        public init(request: String, clientScheme: String, credentialName: String, created: Date, resultKey: String?) {
+        public init(
+            request: RequestID, clientScheme: URLScheme, credentialName: String, created: Date, resultKey: String?
+        ) {
             self.request = request
             self.clientScheme = clientScheme
             self.credentialName = credentialName
@@ -59,10 +61,10 @@ public struct RequestLedger: Sendable {
         self.directory = directory
     }
 
-    func path(_ request: String) -> String { directory + "/\(request).json" }
+    func path(_ request: RequestID) -> String { directory + "/\(request).json" }
 
     /// The outcome of a client's request the provider could not answer (issuing or sending failed).
-    public static let notSent = "not-sent"
+    public static let notSent = ResultStatus.notSent
 
     /// Records a new request id; refuses one the ledger already has.
     public func create(_ record: Record) throws {
@@ -77,7 +79,9 @@ public struct RequestLedger: Sendable {
     /// atomically (two handlers racing on the same URL cannot both win). A request id the ledger
     /// already has — a replayed `new`, or an id of the provider's own sends — is refused
     /// (`refusedMessage`), so a replay issues nothing.
-    public func reserve(request: String, clientScheme: String, cardRequest: Bool = false, now: Date = Date()) throws {
+    public func reserve(
+        request: RequestID, clientScheme: URLScheme, cardRequest: Bool = false, now: Date = Date()
+    ) throws {
         guard !FileManager.default.fileExists(atPath: path(request)) else { throw Self.replayed(request) }
         var record = Record(
             request: request, clientScheme: clientScheme, credentialName: "", created: now, resultKey: nil)
@@ -85,14 +89,14 @@ public struct RequestLedger: Sendable {
         try create(record)
     }
 
-    static func replayed(_ request: String) -> DCError {
+    static func replayed(_ request: RequestID) -> DCError {
         DCError(
-            .refusedMessage, "a replayed request: this request id was used already", subject: request,
+            .refusedMessage, "a replayed request: this request id was used already", subject: request.text,
             remedy: .askWithNewRequest)
     }
 
     /// Marks a reserved request the provider could not answer, so that it is not left pending.
-    public func abandon(_ request: String) {
+    public func abandon(_ request: RequestID) {
         guard var record = record(request), record.outcome == nil, record.resultKey == nil else { return }
         record.outcome = Self.notSent
         try? write(record, replacing: true)
@@ -111,7 +115,7 @@ public struct RequestLedger: Sendable {
     }
 
     /// The record of `request`, or nil when there is none or it cannot be decoded.
-    public func record(_ request: String) -> Record? {
+    public func record(_ request: RequestID) -> Record? {
         guard let data = FileManager.default.contents(atPath: path(request)) else { return nil }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
@@ -120,7 +124,7 @@ public struct RequestLedger: Sendable {
 
     /// The record of `request`, which was just written: an error, not nil, when it has gone
     /// (`fileNotFound`), cannot be read (`ioError`) or cannot be decoded (`invalid`).
-    package func existingRecord(_ request: String) throws -> Record {
+    package func existingRecord(_ request: RequestID) throws -> Record {
         let file = path(request)
         guard let data = FileManager.default.contents(atPath: file) else {
             guard FileManager.default.fileExists(atPath: file) else {
@@ -139,33 +143,35 @@ public struct RequestLedger: Sendable {
     /// Accepts a result callback once: the MAC must verify with the request's key, within the
     /// time limit, for a request that has no outcome yet. The identical result again (a client
     /// retrying after a crash) is acknowledged without any change; any other is refused.
-    public func complete(request: String, status: String, mac: String, now: Date = Date()) throws -> Record {
+    public func complete(request: RequestID, status: ResultStatus, mac: String, now: Date = Date()) throws -> Record {
         let hint = "results come only from the client the credential was sealed to; nothing was changed"
         guard var record = record(request) else {
-            throw DCError(.refusedMessage, "a result for an unknown request", subject: request, hint: hint)
+            throw DCError(.refusedMessage, "a result for an unknown request", subject: request.text, hint: hint)
         }
         if let outcome = record.outcome {
             guard outcome == status, let accepted = record.acceptedMAC,
                 Digests.constantTimeEqual(Array(accepted.utf8), Array(mac.utf8))
             else {
                 throw DCError(
-                    .refusedMessage, "a replayed result: the request is already complete", subject: request, hint: hint)
+                    .refusedMessage, "a replayed result: the request is already complete", subject: request.text,
+                    hint: hint)
             }
             return record
         }
         guard let keyText = record.resultKey, var key = Data(base64Encoded: keyText).map(Array.init) else {
             throw DCError(
-                .refusedMessage, "a result for a request that was never sent", subject: request, hint: hint)
+                .refusedMessage, "a result for a request that was never sent", subject: request.text, hint: hint)
         }
         let secret = SecretBytes(consuming: &key)
         let expected = DeliveryPayload.resultMAC(key: secret, request: request, status: status)
         guard Digests.constantTimeEqual(Array(expected.utf8), Array(mac.utf8)) else {
             throw DCError(
-                .refusedMessage, "the result's MAC does not verify (forged or altered)", subject: request, hint: hint)
+                .refusedMessage, "the result's MAC does not verify (forged or altered)", subject: request.text,
+                hint: hint)
         }
         guard now.timeIntervalSince(record.created) <= timeLimit else {
             throw DCError(
-                .refusedMessage, "the result came after the request's time limit", subject: request,
+                .refusedMessage, "the result came after the request's time limit", subject: request.text,
                 remedy: .sendAgain)
         }
         record.outcome = status
@@ -177,7 +183,7 @@ public struct RequestLedger: Sendable {
     }
 
     /// Marks a queued delivery as sent (or dropped), so it is not sent twice.
-    public func dequeue(_ request: String) throws {
+    public func dequeue(_ request: RequestID) throws {
         guard var record = record(request), record.queuedURL != nil else { return }
         record.queuedURL = nil
         try write(record, replacing: true)
@@ -193,14 +199,14 @@ public struct RequestLedger: Sendable {
     /// refuses a replayed request id); pending ones past it are the caller's to close first.
     /// Returns the request ids removed.
     @discardableResult
-    public func prune(now: Date = Date()) -> [String] {
+    public func prune(now: Date = Date()) -> [RequestID] {
         prune(recent(limit: Int.max), now: now)
     }
 
     /// ``prune(now:)`` over `records`, newest first, as ``recent(limit:)`` read them.
     @discardableResult
-    package func prune(_ records: [Record], now: Date) -> [String] {
-        var removed: [String] = []
+    package func prune(_ records: [Record], now: Date) -> [RequestID] {
+        var removed: [RequestID] = []
         for (index, record) in records.enumerated() where record.outcome != nil {
             let age = now.timeIntervalSince(record.created)
             // Twice the time limit: a `new` is accepted up to the limit either side of its own time.
@@ -214,7 +220,8 @@ public struct RequestLedger: Sendable {
     /// Recent records, newest first.
     public func recent(limit: Int = 20) -> [Record] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
-        return names.filter { $0.hasSuffix(".json") }.compactMap { record(String($0.dropLast(5))) }
+        return names.filter { $0.hasSuffix(".json") }.compactMap { RequestID(validating: String($0.dropLast(5))) }
+            .compactMap { record($0) }
             .sorted { $0.created > $1.created }.prefix(limit).map { $0 }
     }
 }

@@ -53,12 +53,12 @@ public struct Spool: Sendable {
 
     /// Where the file for `request` is (or would be): `<directory>/<request>.cms` for a sealed
     /// payload, `<directory>/<request>.dlg` for a delegation.
-    public func path(request: String, kind: Kind = .sealedPayload) -> String {
+    public func path(request: RequestID, kind: Kind = .sealedPayload) -> String {
         (directory as NSString).appendingPathComponent("\(request).\(kind.fileExtension)")
     }
 
     /// Writes a sealed payload (or another `kind` of file); returns its SHA-256 as hex.
-    public func write(_ sealed: [UInt8], request: String, kind: Kind = .sealedPayload) throws -> String {
+    public func write(_ sealed: [UInt8], request: RequestID, kind: Kind = .sealedPayload) throws -> String {
         guard sealed.count <= kind.maximumSize else {
             throw DCError(
                 .inputTooLarge, "the spool file is larger than the spool's limit",
@@ -73,7 +73,7 @@ public struct Spool: Sendable {
 
     /// Reads and checks a spool file against the digest from the URL; with no digest (an answer to
     /// the client's own request, which no URL names), only the file's type, owner and mode.
-    public func read(request: String, digest: String?, kind: Kind = .sealedPayload) throws -> [UInt8] {
+    public func read(request: RequestID, digest: String?, kind: Kind = .sealedPayload) throws -> [UInt8] {
         let path = path(request: request, kind: kind)
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
@@ -141,7 +141,7 @@ public struct Spool: Sendable {
     /// Renames the sealed payload of `request` to its ``Kind/staleDelivery`` name, dates it now
     /// (its age is how long it has been set aside) and syncs the directory. Nothing to rename is
     /// no failure: it was set aside already.
-    public func setAside(request: String) throws {
+    public func setAside(request: RequestID) throws {
         let from = path(request: request)
         let to = path(request: request, kind: .staleDelivery)
         guard rename(from, to) == 0 || errno == ENOENT else {
@@ -153,5 +153,5 @@ public struct Spool: Sendable {
     }
 
     /// Deletes the file for `request`, if any; never fails.
-    public func remove(request: String, kind: Kind = .sealedPayload) { unlink(path(request: request, kind: kind)) }
+    public func remove(request: RequestID, kind: Kind = .sealedPayload) { unlink(path(request: request, kind: kind)) }
 }

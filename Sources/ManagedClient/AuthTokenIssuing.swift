@@ -29,21 +29,21 @@ extension ManagedClient {
     }
 
     func handleDelegation(_ message: DelegationNotice, config: Config, now: Date) throws -> Delegation {
-        let (id, digest) = (message.id.text, message.digest.text)
+        let (id, digest) = (message.id, message.digest.text)
         try checkAddressee(message.client, of: "delegation", config: config)
-        try verifyProviderSignature(message, config: config, subject: id)
+        try verifyProviderSignature(message, config: config, subject: id.text)
         if let policy = try currentPolicy(), policy.state != .authorized {
             spool.remove(request: id, kind: .delegation)
-            throw DCError(.notAuthorized, "the app is \(policy.state); the delegation was not kept", subject: id)
+            throw DCError(.notAuthorized, "the app is \(policy.state); the delegation was not kept", subject: id.text)
         }
         let text = String(decoding: try spool.read(request: id, digest: digest, kind: .delegation), as: UTF8.self)
         defer { spool.remove(request: id, kind: .delegation) }
         let delegation = try Delegation(parsing: text)
-        guard delegation.claims.id == id, delegation.claims.containerID == config.clientId.text,
+        guard delegation.claims.id == id.text, delegation.claims.containerID == config.clientId.text,
             delegation.claims.appID == config.scheme.text
         else {
             throw DCError(
-                .refusedMessage, "the delegation names another client or id than its URL", subject: id,
+                .refusedMessage, "the delegation names another client or id than its URL", subject: id.text,
                 hint: "nothing was kept")
         }
         guard let tokenKey = config.tokenKey.flatMap({ Data(base64Encoded: $0) }),
@@ -152,9 +152,8 @@ extension ManagedClient {
         if let policy = try currentPolicy(), policy.state != .authorized {
             throw DCError(
                 .notAuthorized, "the app is \(policy.state): it gets no tokens", subject: base,
-                hint: policy.state == .retired
-                    ? "a retired client is set up afresh and paired again"
-                    : "ask the provider to authorize it (dcprovision authorize)")
+                hint: policy.state == .retired ? "a retired client is set up afresh and paired again" : nil,
+                remedy: policy.state == .retired ? nil : .askProviderToAuthorize)
         }
         guard isUnlocked else {
             throw DCError(
@@ -169,11 +168,11 @@ extension ManagedClient {
         let config = try config()
         guard
             let provider = try Registrations.read(
-                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme.text))
+                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
         else {
             throw DCError(
                 .missingClient, "no provider is registered for \(config.providerScheme):",
-                remedy: .registerProviderScheme(config.providerScheme.text))
+                remedy: .registerProviderScheme(config.providerScheme))
         }
         let outcome = try await SchemeHandlers().open(
             url, scheme: config.providerScheme, expectedExecutable: provider.executable)

@@ -73,7 +73,7 @@ extension ManagedClient {
         guard let stored = try? JSONDecoder().decode(StoredPolicy.self, from: data),
             let message = try? PolicyNotice.parse(stored.url, scheme: config.scheme), message.client == config.clientId,
             let pin = try? PinnedKeys.read(ProviderPin.self, at: providerPinFile), let key = pin.publicKey,
-            message.isSigned(by: key, scheme: config.scheme), message.sequence >= highest ?? 0
+            message.isSigned(by: key, scheme: config.scheme), message.policy.sequence >= highest ?? 0
         else { return .damaged }
         return .applied(
             AppliedPolicy(
@@ -342,7 +342,7 @@ extension ManagedClient {
             close(fd)
         }
         unlink(wrapped)
-        Registrations.remove(at: locations.clientRegistration(config.scheme.text))
+        Registrations.remove(at: locations.clientRegistration(config.scheme))
         // The retired policy stays, with its number and the provider key it verifies with (public).
         let keep: Set = ["client.json", "policy.json", "policy.sequence", "provider.json", ".lock"]
         for name in (try? FileManager.default.contentsOfDirectory(atPath: store)) ?? [] where !keep.contains(name) {

@@ -47,10 +47,9 @@ extension ManagedClient {
         // An answer left by a request whose client was killed before it read it is not left lying
         // around in the clear.
         removeIdentityAnswers(olderThan: 60, now: now)
-        let requestID = RequestID.random()
-        let request = requestID.text
+        let request = RequestID.random()
         let url = try IdentityRequest(
-            client: config.clientId, request: requestID, audience: try ClaimText(clientID), scope: try ClaimText(scope),
+            client: config.clientId, request: request, audience: try ClaimText(clientID), scope: try ClaimText(scope),
             time: Int64(now.timeIntervalSince1970)
         ).signed(with: try signingKey(), scheme: config.providerScheme).url(scheme: config.providerScheme)
         defer { spool.remove(request: request, kind: .identityToken) }
@@ -68,7 +67,7 @@ extension ManagedClient {
             throw DCError(
                 .refusedMessage,
                 "the identity token in the spool is not the one asked for (another audience, scope or time)",
-                subject: request, hint: "nothing was cached; ask again")
+                subject: request.text, hint: "nothing was cached; ask again")
         }
         try AtomicFileSet.ensureDirectory(identityTokenDirectory)
         var files = AtomicFileSet(directory: identityTokenDirectory)

@@ -94,7 +94,7 @@ public struct ManagedClient: Sendable {
         guard !FileManager.default.fileExists(atPath: configFile) else {
             throw DCError(
                 .outputExists, "the client is already set up", subject: base,
-                hint: "use it as it is (dcclient unlock, dcclient register), or remove the directory to start afresh")
+                remedy: .useExistingClient)
         }
         try AtomicFileSet.ensureDirectory(base)
         chmod(base, 0o700)
@@ -148,17 +148,17 @@ public struct ManagedClient: Sendable {
         guard let signingKey = config.signingKey.flatMap(PinnedKeys.decode) else {
             throw DCError(
                 .oldClient, "this client was set up by an older version and has no message-signing key", subject: base,
-                hint: "set the client up afresh: remove the directory, then dcclient init")
+                remedy: .setUpOldClientAfresh)
         }
         try Registrations.publish(
             ClientRegistration(
-                clientId: config.clientId.text, scheme: config.scheme.text, executable: executable,
+                clientId: config.clientId, scheme: config.scheme, executable: executable,
                 certificate: certificate,
                 signingKey: signingKey,
                 tokenKey: try config.tokenKey.flatMap { Data(base64Encoded: $0) }.map {
                     try TokenPublicKey(uncompressedPoint: Array($0))
                 }, spool: spool.directory, status: statusFile),
-            at: locations.clientRegistration(config.scheme.text))
+            at: locations.clientRegistration(config.scheme))
         _ = try pinnedProvider(pinning: true)
     }
 
@@ -178,8 +178,8 @@ public struct ManagedClient: Sendable {
             guard pinned.signingKey == registered.signingKey else {
                 throw DCError(
                     .refusedMessage, "the provider's signing key is not the one this client pinned",
-                    subject: locations.providerRegistration(config.providerScheme.text),
-                    hint: "if the provider was really set up afresh, pin it again: dcclient register --repin-provider")
+                    subject: locations.providerRegistration(config.providerScheme),
+                    remedy: .repinProvider)
             }
             return pinned
         }
@@ -192,7 +192,7 @@ public struct ManagedClient: Sendable {
     func registeredProvider(_ config: Config) throws -> ProviderPin? {
         guard
             let registration = try Registrations.read(
-                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme.text))
+                ProviderRegistration.self, at: locations.providerRegistration(config.providerScheme))
         else { return nil }
         guard let key = registration.signingKey, PinnedKeys.decode(key) != nil else {
             throw DCError(
@@ -200,7 +200,7 @@ public struct ManagedClient: Sendable {
                 "the provider registered for \(config.providerScheme): has no signing key (an older version)",
                 hint: "update the provider and register it again")
         }
-        return ProviderPin(scheme: config.providerScheme.text, signingKey: key)
+        return ProviderPin(scheme: config.providerScheme, signingKey: key)
     }
 
     /// Forgets the pinned provider key, so that the next `register` or `request` pins the key the
@@ -213,14 +213,14 @@ public struct ManagedClient: Sendable {
     /// Withdraws the registration: providers then see `missingClient` and send nothing. The store
     /// and the installed credential stay; `publishRegistration(executable:)` brings it back.
     public func withdrawRegistration() throws {
-        Registrations.remove(at: locations.clientRegistration(try config().scheme.text))
+        Registrations.remove(at: locations.clientRegistration(try config().scheme))
     }
 
     func config() throws -> Config {
         guard let data = FileManager.default.contents(atPath: configFile) else {
             throw DCError(
                 .fileNotFound, "the client is not set up", subject: base,
-                hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
+                remedy: .setUpClient)
         }
         return try JSONDecoder().decode(Config.self, from: data)
     }
@@ -237,7 +237,7 @@ public struct ManagedClient: Sendable {
             finishRetiring()
             throw DCError(
                 .notAuthorized, "the client was retired: its data is erased", subject: base,
-                hint: "set it up afresh (dcclient init), then ask the provider to pair it again")
+                remedy: .setUpRetiredClientAgain)
         }
         guard let data = FileManager.default.contents(atPath: store + "/wrapped-key.json"),
             let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
@@ -247,7 +247,7 @@ public struct ManagedClient: Sendable {
         else {
             throw DCError(
                 .fileNotFound, "the client is not set up", subject: base,
-                hint: "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE")
+                remedy: .setUpClient)
         }
         let kek = try AtRest.deriveKey(passphrase: passphrase, salt: Array(salt), iterations: iterations)
         let storeKey: SecretBytes
@@ -256,7 +256,7 @@ public struct ManagedClient: Sendable {
         } catch {
             throw DCError(
                 .wrongPassphrase, "the passphrase does not unlock the client",
-                hint: "give the passphrase dcclient init was given; it is never retried")
+                remedy: .giveSetUpPassphrase)
         }
         try unlock(storeKey: storeKey)
     }
@@ -304,7 +304,7 @@ public struct ManagedClient: Sendable {
     /// process runs) and still sees a lock, or the end of the key's lifetime, at once.
     func storeKey(from key: ExpiringSecret) throws -> SecretBytes {
         guard let secret = try key.read(), secret.count == 32 else {
-            throw DCError(.serviceUnavailable, "the client is locked", hint: "run dcclient unlock")
+            throw DCError(.serviceUnavailable, "the client is locked", remedy: .unlockClient)
         }
         return secret
     }
@@ -354,10 +354,10 @@ public struct ManagedClient: Sendable {
 
     /// The outcome of handling a delivery URL, and the result URL to send back (if any).
     public struct Handled: Sendable {
-        /// The request id of the delivery: 32 lowercase hex digits.
-        public var request: String
+        /// The request id of the delivery.
+        public var request: RequestID
         /// `ok` when the credential was installed, `invalid` when it failed validation and was not.
-        public var status: String
+        public var status: ResultStatus
         /// The MAC-authenticated `<provider-scheme>:/result?…` URL to open; for a replay, the one
         /// recorded the first time.
         public var resultURL: String?
@@ -372,18 +372,19 @@ public struct ManagedClient: Sendable {
         /// kept out as stale.
         public var sequence: UInt64?
 
-        /// For a `stale` delivery, the refusal `dcclient handle-url` reports once it has answered
-        /// the provider (`refusedMessage`, exit 77): the same each time the same URL comes, since
-        /// the numbers are those recorded when it first arrived. Nil for any other status.
+        /// For a `stale` delivery, the refusal ``ManagedClient/handle(url:allowOlder:now:forwardingOutput:send:whenHandled:)``
+        /// throws once it has answered the provider (`refusedMessage`, exit 77): the same each time
+        /// the same URL comes, since the numbers are those recorded when it first arrived. Nil for
+        /// any other status.
         public var staleRefusal: DCError? {
-            guard status == ResultStatus.stale.text else { return nil }
+            guard status == .stale else { return nil }
             let numbers = sequence.map { " (number \($0))" } ?? ""
             let installed = installedSequence.map { " (number \($0))" } ?? ""
             return DCError(
                 .refusedMessage,
                 "the delivery\(numbers) is older than the installed credential\(installed); kept the installed one",
-                subject: request,
-                hint: "to install it anyway (within a day): dcclient handle-url --allow-older URL")
+                subject: request.text,
+                remedy: .installStaleDelivery)
         }
     }
 
@@ -392,12 +393,12 @@ public struct ManagedClient: Sendable {
     /// that the same URL gets the same answer every time. One line:
     /// `STATUS RESULT-URL [SEQUENCE INSTALLED-SEQUENCE]`.
     private struct HandledRecord {
-        var status: String
+        var status: ResultStatus
         var resultURL: String?
         var sequence: UInt64?
         var installedSequence: UInt64?
 
-        init(status: String, resultURL: String?, sequence: UInt64? = nil, installedSequence: UInt64? = nil) {
+        init(status: ResultStatus, resultURL: String?, sequence: UInt64? = nil, installedSequence: UInt64? = nil) {
             self.status = status
             self.resultURL = resultURL
             self.sequence = sequence
@@ -407,7 +408,7 @@ public struct ManagedClient: Sendable {
         init?(path: String) {
             guard let data = FileManager.default.contents(atPath: path),
                 let parts = String(data: data, encoding: .utf8)?.split(separator: " ").map(String.init),
-                let status = parts.first
+                let status = parts.first.flatMap(ResultStatus.init(validating:))
             else { return nil }
             self.init(
                 status: status, resultURL: parts.count > 1 ? parts[1] : nil,
@@ -416,7 +417,7 @@ public struct ManagedClient: Sendable {
         }
 
         var line: String {
-            var fields = [status] + (resultURL.map { [$0] } ?? [])
+            var fields = [status.text] + (resultURL.map { [$0] } ?? [])
             if resultURL != nil, let sequence, let installedSequence {
                 fields += ["\(sequence)", "\(installedSequence)"]
             }
@@ -442,16 +443,16 @@ public struct ManagedClient: Sendable {
     func handleDelivery(
         _ message: DeliveryNotice, config: Config, validator: CredentialValidator?, allowOlder: Bool, now: Date
     ) throws -> Handled {
-        let (request, digest, sequence) = (message.request.text, message.digest.text, message.sequence)
+        let (request, digest, sequence) = (message.request, message.digest.text, message.sequence)
         try checkAddressee(message.client, of: "delivery", config: config)
         // The provider's key is the pinned one; if no command pinned it yet, the one its registration
         // shows (a file of this user that no one else can write, never the URL), pinned only once a
         // delivery it signed has verified: a forged URL changes nothing.
-        try verifyProviderSignature(message, config: config, subject: request)
+        try verifyProviderSignature(message, config: config, subject: request.text)
         // An app that is not authorized takes nothing (its provider sends nothing either).
         if let policy = try currentPolicy(), policy.state != .authorized {
             throw DCError(
-                .notAuthorized, "the app is \(policy.state); the delivery was not installed", subject: request)
+                .notAuthorized, "the app is \(policy.state); the delivery was not installed", subject: request.text)
         }
         // One handler at a time from here: two deliveries handled at once must not both pass the
         // number check and then install in the wrong order.
@@ -463,7 +464,7 @@ public struct ManagedClient: Sendable {
     }
 
     private func install(
-        request: String, digest: String, sequence: UInt64, config: Config, validator: CredentialValidator?,
+        request: RequestID, digest: String, sequence: UInt64, config: Config, validator: CredentialValidator?,
         allowOlder: Bool, now: Date
     ) throws -> Handled {
         // A crash mid-install leaves at most staging files; they are never read, only removed.
@@ -474,7 +475,7 @@ public struct ManagedClient: Sendable {
         // A delivery kept out as stale that the user now chooses by hand: its kept spool file.
         var chosenStale: HandledRecord?
         if let recorded = HandledRecord(path: processed) {
-            guard allowOlder, recorded.status == ResultStatus.stale.text else {
+            guard allowOlder, recorded.status == .stale else {
                 return Handled(
                     request: request, status: recorded.status, resultURL: recorded.resultURL, replay: true,
                     installedSequence: recorded.installedSequence, sequence: recorded.sequence)
@@ -488,27 +489,27 @@ public struct ManagedClient: Sendable {
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
         let opened = try Sealing.open(sealed, with: clientKey, certificate: certificate)
         let payload = try DeliveryPayload.decode(opened)
-        guard payload.requestId == request, payload.clientId == config.clientId.text else {
+        guard payload.requestId == request, payload.clientId == config.clientId else {
             throw DCError(
                 .refusedMessage, "the payload is bound to another request or client (a replayed or swapped spool file)",
-                subject: request, hint: "nothing was installed; ask the provider again (dcclient request)")
+                subject: request.text, remedy: .requestAgain)
         }
         // Request ids are good for a limited time (as the provider's ledger is). A stale delivery
         // the user chooses was on time when it arrived: its record says so.
         guard chosenStale != nil || abs(payload.issuedAt.timeIntervalSince(now)) <= Self.requestTimeLimit else {
             spool.remove(request: request)
             throw DCError(
-                .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request,
-                hint: "nothing was installed; ask the provider again (dcclient request)")
+                .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request.text,
+                remedy: .requestAgain)
         }
-        var status = ResultStatus.ok.text
+        var status = ResultStatus.ok
         let installedSequence = self.installedSequence
         if let installedSequence, sequence == installedSequence, try installation.payload(key: key) == opened {
             // This very delivery was installed before a crash cut the handler short: finish it.
         } else if let installedSequence, sequence <= installedSequence, !allowOlder {
-            status = ResultStatus.stale.text
+            status = .stale
         } else if !(try validator ?? self.validator(now: now)).validate(payload.credential).passes() {
-            status = ResultStatus.invalid.text
+            status = .invalid
         } else {
             // All or nothing: the new credential, its number and the key history replace the old
             // ones together. The old encryption pairs join the history; its other keys are gone.
@@ -522,19 +523,19 @@ public struct ManagedClient: Sendable {
         let result =
             try chosenStale?.resultURL
             ?? DeliveryResult(
-                request: try RequestID(request), status: try ResultStatus(status),
+                request: request, status: status,
                 mac: try SHA256Hex(DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status))
             ).url(scheme: config.providerScheme)
         let record =
-            status == ResultStatus.stale.text
+            status == .stale
             ? HandledRecord(
                 status: status, resultURL: result, sequence: sequence, installedSequence: installedSequence ?? 0)
             : HandledRecord(status: status, resultURL: result)
         try AtomicFileSet.ensureDirectory(store + "/processed")
         var files = AtomicFileSet(directory: store + "/processed")
-        try files.add(request, .bytes(Array(record.line.utf8)), mode: 0o600)
+        try files.add(request.text, .bytes(Array(record.line.utf8)), mode: 0o600)
         try files.commit(replacingExisting: true)
-        if status == ResultStatus.stale.text {
+        if status == .stale {
             // Kept, within the bound (``prune(now:)``), so that the user can still choose it by hand.
             try spool.setAside(request: request)
             prune(now: now)
@@ -548,14 +549,14 @@ public struct ManagedClient: Sendable {
     }
 
     /// The spool file of a delivery kept out as stale, checked against the URL's digest again.
-    private func keptStale(_ request: String, _ digest: String) throws -> [UInt8] {
+    private func keptStale(_ request: RequestID, _ digest: String) throws -> [UInt8] {
         do {
             return try spool.read(request: request, digest: digest, kind: .staleDelivery)
         } catch let error as DCError where error.code == .notReady {
             throw DCError(
                 .notReady,
                 "the stale delivery is no longer kept (at most \(Self.staleCapacity) are kept, each for \(Int(Self.staleRetention / 3600)) hours)",
-                subject: request, hint: "ask the provider to send a credential again (dcclient request)")
+                subject: request.text, remedy: .requestResend)
         }
     }
 
@@ -702,7 +703,7 @@ public struct ManagedClient: Sendable {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw DCError(
                 .fileNotFound, "missing from the client's store", subject: path,
-                hint: "the store is incomplete: remove it and set the client up again (dcclient init)")
+                remedy: .setUpIncompleteStore)
         }
         return Array(data)
     }
@@ -718,38 +719,4 @@ public struct UnlockWatcher: Sendable {
 
     /// Whether the store key is there and its auto-lock lifetime has not ended.
     public mutating func isUnlocked() -> Bool { key.expiry(rememberingKernelKey: &kernelKey) != nil }
-}
-
-extension ManagedClient {
-    /// What the client did with a URL that came to its scheme (``handle(url:allowOlder:now:)``).
-    public enum HandledURL: Sendable {
-        /// A delivery was handled: installed, rejected or recognised as a replay.
-        case delivery(Handled)
-        /// A policy was applied (the app acknowledges it next).
-        case policy(PolicyUpdate)
-        /// An auth-token delegation was kept.
-        case delegation(Delegation)
-    }
-
-    /// The client's scheme handler: parses `url` once, strictly, and does what it says — installs
-    /// a delivery (``handleDelivery(_:validator:allowOlder:now:)``), applies a policy
-    /// (``handlePolicy(_:now:)``) or keeps a delegation (``handleDelegation(_:now:)``). A message
-    /// meant for the provider is refused.
-    public func handle(url: String, allowOlder: Bool = false, now: Date = Date()) throws -> HandledURL {
-        let config = try config()
-        let message = try DeliveryMessage.parse(url, scheme: config.scheme)
-        switch message {
-        case .deliver(let notice):
-            return .delivery(
-                try handleDelivery(notice, config: config, validator: nil, allowOlder: allowOlder, now: now))
-        case .policy(let notice):
-            return .policy(try handlePolicy(notice, url: url, config: config, now: now))
-        case .delegation(let notice):
-            return .delegation(try handleDelegation(notice, config: config, now: now))
-        case .new, .available, .result, .acknowledgement, .identityRequest:
-            throw DCError(
-                .invalid, "a \(message.path) URL sent to the client",
-                hint: "requests and results go to the provider's scheme: check which scheme each program registered")
-        }
-    }
 }

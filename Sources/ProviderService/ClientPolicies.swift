@@ -21,9 +21,9 @@ public struct PolicyAcknowledgement: Codable, Sendable, Equatable {
 /// `$XDG_STATE_HOME/dcprovision/policies/<client-id>.json`.
 public struct PolicyRecord: Codable, Sendable, Equatable {
     /// The client's id.
-    public var clientId: String
+    public var clientId: ClientID
     /// The client's URL scheme.
-    public var scheme: String
+    public var scheme: URLScheme
     /// The client's signing key when it was paired, base64: a retired client comes back only
     /// set up afresh, with a new key.
     public var signingKey: String
@@ -47,27 +47,28 @@ public struct PolicyRecord: Codable, Sendable, Equatable {
 
 extension CredentialService {
     var policiesDirectory: String { stateDirectory + "/policies" }
-    func policyPath(_ clientId: String) -> String { policiesDirectory + "/\(clientId).json" }
+    func policyPath(_ clientId: ClientID) -> String { policiesDirectory + "/\(clientId).json" }
 
     /// The provider's policy record for `clientId`, or nil when it never paired the client.
-    public func policyRecord(clientId: String) throws -> PolicyRecord? {
-        guard ClientID(validating: clientId) != nil else { return nil }
-        return try PinnedKeys.read(PolicyRecord.self, at: policyPath(clientId))
+    public func policyRecord(clientId: ClientID) throws -> PolicyRecord? {
+        try PinnedKeys.read(PolicyRecord.self, at: policyPath(clientId))
     }
 
     /// Every policy record, by client id.
     public func policyRecords() -> [PolicyRecord] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: policiesDirectory)) ?? []
         return names.sorted().compactMap { name in
-            guard name.hasSuffix(".json") else { return nil }
-            return try? policyRecord(clientId: String(name.dropLast(5)))
+            guard name.hasSuffix(".json"), let clientId = ClientID(validating: String(name.dropLast(5))) else {
+                return nil
+            }
+            return try? policyRecord(clientId: clientId)
         }
     }
 
     /// Changes the record of `clientId` under its lock; `body` returns the new record (or throws,
     /// and nothing changes).
     @discardableResult
-    func updatePolicyRecord(_ clientId: String, _ body: (PolicyRecord?) throws -> PolicyRecord) throws
+    func updatePolicyRecord(_ clientId: ClientID, _ body: (PolicyRecord?) throws -> PolicyRecord) throws
         -> PolicyRecord
     {
         try AtomicFileSet.ensureDirectory(policiesDirectory)
@@ -109,7 +110,7 @@ extension CredentialService {
     /// wins) and sends it at once if the client's secure services are available, otherwise when it
     /// next announces availability. Nothing changes for a client that is not paired.
     public func setPolicy(
-        clientScheme: String, progress: @Sendable (String) -> Void = { _ in },
+        clientScheme: URLScheme, progress: @Sendable (String) -> Void = { _ in },
         _ change: (inout ClientPolicy) throws -> Void
     ) async throws -> PolicyReceipt {
         let registration = try registration(clientScheme)
@@ -196,11 +197,10 @@ extension CredentialService {
 
     /// The URL that carries `policy` to the client `clientId` at `clientScheme`, signed by this
     /// provider at `time`.
-    public func policyURL(_ policy: ClientPolicy, clientId: String, clientScheme: String, time: Date = Date())
+    public func policyURL(_ policy: ClientPolicy, clientId: ClientID, clientScheme: URLScheme, time: Date = Date())
         throws -> String
     {
-        let clientScheme = try URLScheme(clientScheme)
-        return try PolicyNotice(client: try ClientID(clientId), policy: policy, time: Int64(time.timeIntervalSince1970))
+        try PolicyNotice(client: clientId, policy: policy, time: Int64(time.timeIntervalSince1970))
             .signed(with: try signingKey(), scheme: clientScheme).url(scheme: clientScheme)
     }
 
@@ -210,10 +210,9 @@ extension CredentialService {
         guard record.policy.state == .authorized else {
             throw DCError(
                 .notAuthorized, "the client '\(registration.clientId)' is \(record.policy.state)",
-                subject: registration.scheme,
-                hint: record.policy.state == .retired
-                    ? "a retired client is set up afresh and paired again"
-                    : "authorize it first: dcprovision authorize --client-scheme \(registration.scheme)")
+                subject: registration.scheme.text,
+                hint: record.policy.state == .retired ? "a retired client is set up afresh and paired again" : nil,
+                remedy: record.policy.state == .retired ? nil : .authorizeFirst(clientScheme: registration.scheme))
         }
     }
 
@@ -223,7 +222,7 @@ extension CredentialService {
     /// ends the pairing: the client must be set up afresh and paired again.
     public func handleAcknowledgement(_ message: Acknowledgement, now: Date = Date()) throws -> PolicyRecord {
         let (clientId, sequence, subject, state, text, time) = (
-            message.client.text, message.sequence, message.subject, message.state, message.message, message.time
+            message.client, message.sequence, message.subject, message.state, message.message, message.time
         )
         _ = try authenticate(message, now: now)
         let acknowledgement = PolicyAcknowledgement(
@@ -231,20 +230,21 @@ extension CredentialService {
         let record = try updatePolicyRecord(clientId) { old in
             guard var record = old, sequence <= record.policy.sequence else {
                 throw DCError(
-                    .refusedMessage, "an acknowledgement of a policy this provider never sent", subject: clientId,
+                    .refusedMessage, "an acknowledgement of a policy this provider never sent", subject: clientId.text,
                     hint: "nothing was recorded")
             }
             // An app must handle its authorization state: `unsupported` is no answer to it.
             if subject == .authState && state == .unsupported {
                 throw DCError(
                     .refusedMessage, "an acknowledgement of the authorization state as unsupported",
-                    subject: clientId, hint: "nothing was recorded")
+                    subject: clientId.text, hint: "nothing was recorded")
             }
             if let previous = record.acknowledgements[subject.rawValue],
                 (previous.sequence, previous.time) >= (sequence, acknowledgement.time)
             {
                 throw DCError(
-                    .refusedMessage, "a replayed acknowledgement (not newer than the one recorded)", subject: clientId,
+                    .refusedMessage, "a replayed acknowledgement (not newer than the one recorded)",
+                    subject: clientId.text,
                     hint: "nothing was recorded")
             }
             record.acknowledgements[subject.rawValue] = acknowledgement

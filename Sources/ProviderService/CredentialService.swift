@@ -58,15 +58,14 @@ public struct CredentialService: Sendable {
     /// What the provider publishes for clients: its scheme, brand, handler and public signing key.
     public func registration(executable: String) throws -> ProviderRegistration {
         ProviderRegistration(
-            scheme: callbackScheme.text, brand: brand, executable: executable, signingKey: try signingKey().publicKey)
+            scheme: callbackScheme, brand: brand, executable: executable, signingKey: try signingKey().publicKey)
     }
 
-    func pairingPath(_ clientId: String) -> String { locations.configHome + "/dcprovision/clients/\(clientId).json" }
+    func pairingPath(_ clientId: ClientID) -> String { locations.configHome + "/dcprovision/clients/\(clientId).json" }
 
     /// The pairing with the client whose id is `clientId`, or nil when the operator never paired it.
-    public func pairing(clientId: String) throws -> ClientPairing? {
-        guard ClientID(validating: clientId) != nil else { return nil }
-        return try PinnedKeys.read(ClientPairing.self, at: pairingPath(clientId))
+    public func pairing(clientId: ClientID) throws -> ClientPairing? {
+        try PinnedKeys.read(ClientPairing.self, at: pairingPath(clientId))
     }
 
     /// Pairs with the client registered for `clientScheme`: pins its message-signing key, so that
@@ -79,7 +78,8 @@ public struct CredentialService: Sendable {
     /// `userID` is the user the client's auth tokens name; nil names the user running the provider
     /// (`ClientPairing.defaultUserID`). It must be printable ASCII (it travels in an HTTP header).
     public func pair(
-        clientScheme: String, allowCardRequests: Bool = false, cardRequestsPerHour: Int = 4, userID: String? = nil
+        clientScheme: URLScheme, allowCardRequests: Bool = false, cardRequestsPerHour: Int = 4,
+        userID: String? = nil
     ) throws -> ClientPairing {
         guard try support(clientScheme: clientScheme) == .present else {
             throw DCError(
@@ -129,39 +129,36 @@ public struct CredentialService: Sendable {
         let client = message.client.text
         let time = message.time
         let path = type(of: message).path
-        let hint = "nothing was done; the client asks again (dcclient request)"
-        guard let pairing = try pairing(clientId: client) else {
+        guard let pairing = try pairing(clientId: message.client) else {
             throw DCError(
                 .refusedMessage, "the client '\(client)' is not paired with this provider",
-                hint: "if the client is yours, pair it: dcprovision pair --client-scheme SCHEME")
+                remedy: .pairIfYours)
         }
         guard let key = pairing.publicKey, message.isSigned(by: key, scheme: callbackScheme) else {
             throw DCError(
                 .refusedMessage, "the \(path) message is not signed by the paired client (forged or altered)",
-                subject: client, hint: hint)
+                subject: client, remedy: .clientAsksAgain)
         }
         guard abs(now.timeIntervalSince1970 - Double(time)) <= ledger.timeLimit else {
             throw DCError(
                 .refusedMessage,
                 "the \(path) message is older than \(Int(ledger.timeLimit)) s (or from the future)",
-                subject: client, hint: hint)
+                subject: client, remedy: .clientAsksAgain)
         }
         let registration = try registration(pairing.scheme)
         guard registration.clientId == pairing.clientId, registration.signingKey == pairing.signingKey else {
             throw DCError(
                 .refusedMessage, "the client's registration changed since it was paired", subject: client,
-                hint:
-                    "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(pairing.scheme)"
-            )
+                remedy: .pairAfresh(clientScheme: pairing.scheme))
         }
         return (registration, pairing)
     }
 
     /// present / oldClient / missingClient, from the client's registration.
-    public func support(clientScheme: String) throws -> ClientSupport {
+    public func support(clientScheme: URLScheme) throws -> ClientSupport {
         guard
             let registration = try Registrations.read(
-                ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased()))
+                ClientRegistration.self, at: locations.clientRegistration(clientScheme))
         else {
             return .missingClient
         }
@@ -169,37 +166,31 @@ public struct CredentialService: Sendable {
     }
 
     /// Support is `present` and the client's secure services are available.
-    public func canSendCredential(clientScheme: String) throws -> Bool {
+    public func canSendCredential(clientScheme: URLScheme) throws -> Bool {
         guard try support(clientScheme: clientScheme) == .present else { return false }
         return try registration(clientScheme).servicesAvailable
     }
 
-    func registration(_ clientScheme: String) throws -> ClientRegistration {
+    /// The client's registration; its id, which names files of the provider's (the pairing, the
+    /// delivery counter), was checked by its one rule as the file was read.
+    func registration(_ clientScheme: URLScheme) throws -> ClientRegistration {
         guard
             let registration = try Registrations.read(
-                ClientRegistration.self, at: locations.clientRegistration(clientScheme.lowercased()))
+                ClientRegistration.self, at: locations.clientRegistration(clientScheme))
         else { throw Self.missingClient("for \(clientScheme):") }
-        // The id names files of the provider's (the pairing, the delivery counter): one grammar,
-        // checked before it is used for anything.
-        guard ClientID(validating: registration.clientId) != nil else {
-            throw DCError(
-                .invalid, "the client's registration has an invalid client id",
-                subject: locations.clientRegistration(clientScheme.lowercased()),
-                hint: "remove it; the client publishes it again with dcclient register")
-        }
         return registration
     }
 
     static func missingClient(_ which: String) -> DCError {
         DCError(
             .missingClient, "no managed client is registered \(which)",
-            hint: "register the client (dcclient register, after dcclient init), then try again")
+            remedy: .registerClient)
     }
 
     /// What a send did, step by step, for people.
     public struct Receipt: Sendable {
-        /// The request id of the send: 32 lowercase hex digits.
-        public var request: String
+        /// The request id of the send.
+        public var request: RequestID
         /// One line per step taken, in order, as passed to `progress`.
         public var steps: [String]
     }
@@ -212,7 +203,7 @@ public struct CredentialService: Sendable {
     /// begins with it; a caller that must first make the credential (issue it, log in to a card)
     /// calls it before that, so a send that would be refused makes nothing.
     public func checkCanSend(
-        clientScheme: String, queueIfUnavailable: Bool, progress: (String) -> Void = { _ in }
+        clientScheme: URLScheme, queueIfUnavailable: Bool, progress: (String) -> Void = { _ in }
     ) throws -> ClientRegistration {
         switch try support(clientScheme: clientScheme) {
         case .missingClient: throw Self.missingClient("for \(clientScheme):")
@@ -225,17 +216,13 @@ public struct CredentialService: Sendable {
         guard let pairing = try pairing(clientId: registration.clientId) else {
             throw DCError(
                 .refusedMessage, "the client '\(registration.clientId)' is not paired with this provider",
-                subject: registration.scheme,
-                hint:
-                    "nothing was issued or sent; if the client is yours, pair it: dcprovision pair --client-scheme \(registration.scheme)"
-            )
+                subject: registration.scheme.text,
+                remedy: .pairBeforeSending(clientScheme: registration.scheme))
         }
         guard pairing.signingKey == registration.signingKey else {
             throw DCError(
-                .refusedMessage, "the client's registration changed since it was paired", subject: registration.scheme,
-                hint:
-                    "if the client was set up afresh, pair it again: dcprovision pair --client-scheme \(registration.scheme)"
-            )
+                .refusedMessage, "the client's registration changed since it was paired", subject: registration.scheme.text,
+                remedy: .pairAfresh(clientScheme: registration.scheme))
         }
         progress("client paired: its registration shows the key pinned at pairing")
         // Nothing, not even a credential, goes to a client that is not authorized.
@@ -244,7 +231,7 @@ public struct CredentialService: Sendable {
         guard available || queueIfUnavailable else {
             throw DCError(
                 .serviceUnavailable, "the client's secure services are locked",
-                hint: "unlock the client (dcclient unlock) and send again, or send with --queue")
+                remedy: .unlockOrQueueSend)
         }
         progress(
             available
@@ -265,8 +252,9 @@ public struct CredentialService: Sendable {
     /// ``answer(_:fromCard:queueIfUnavailable:now:progress:issue:)`` recorded: the delivery then carries that id, so the client can match it to its request.
     /// Without it the send is the provider's own and gets a fresh random request id.
     public func send(
-        _ credential: Credential, clientScheme: String, validator: CredentialValidator = CredentialValidator(),
-        queueIfUnavailable: Bool = false, answering: String? = nil, progress: @Sendable (String) -> Void = { _ in }
+        _ credential: Credential, clientScheme: URLScheme, validator: CredentialValidator = CredentialValidator(),
+        queueIfUnavailable: Bool = false, answering: RequestID? = nil,
+        progress: @Sendable (String) -> Void = { _ in }
     ) async throws -> Receipt {
         var steps: [String] = [] {
             didSet { progress(steps.last!) }  // cannot fail: steps is only appended to
@@ -280,7 +268,7 @@ public struct CredentialService: Sendable {
             throw DCError(
                 .invalid,
                 "the credential fails validation: \(verdict.errors.map(\.description).joined(separator: "; "))",
-                hint: "fix the credential's source; dcprovision inspect shows every finding")
+                remedy: .fixSource)
         }
         steps.append("validated: \(credential.entries.count) entries, \(verdict.warnings.count) warning(s)")
         // Before anything is sealed: a scheme another program hijacked gets nothing, not even a
@@ -293,13 +281,13 @@ public struct CredentialService: Sendable {
         }
         let resultKey = try Digests.random(32)
         let resultKeyText = resultKey.withUnsafeBytes { Data($0).base64EncodedString() }
-        let request: String
+        let request: RequestID
         if let answering {
             guard var reserved = ledger.record(answering), reserved.resultKey == nil, reserved.outcome == nil,
                 reserved.clientScheme == registration.scheme
             else {
                 throw DCError(
-                    .usage, "not a pending request of this client", subject: answering,
+                    .usage, "not a pending request of this client", subject: answering.text,
                     hint: "reserve the client's request id first (reserve(request:clientId:))")
             }
             reserved.credentialName = credential.name
@@ -308,7 +296,7 @@ public struct CredentialService: Sendable {
             try ledger.write(reserved, replacing: true)
             request = answering
         } else {
-            request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
+            request = RequestID.random()
             var record = RequestLedger.Record(
                 request: request, clientScheme: registration.scheme, credentialName: credential.name,
                 created: Date(), resultKey: resultKeyText)
@@ -325,11 +313,9 @@ public struct CredentialService: Sendable {
         let digest = try Spool(directory: registration.spool).write(sealed, request: request)
         steps.append("spooled: \(Spool(directory: registration.spool).path(request: request)) (0600)")
         let sequence = try DeliverySequence(path: stateDirectory + "/sequences/\(registration.clientId)").next()
-        let clientScheme = try URLScheme(registration.scheme)
         let url = try DeliveryNotice(
-            client: try ClientID(registration.clientId), request: try RequestID(request), digest: try SHA256Hex(digest),
-            sequence: sequence
-        ).signed(with: signingKey, scheme: clientScheme).url(scheme: clientScheme)
+            client: registration.clientId, request: request, digest: try SHA256Hex(digest), sequence: sequence
+        ).signed(with: signingKey, scheme: registration.scheme).url(scheme: registration.scheme)
         steps.append("signed: delivery \(sequence) to \(registration.clientId), with the provider's key")
         if !available {
             var record = try ledger.existingRecord(request)
@@ -347,18 +333,18 @@ public struct CredentialService: Sendable {
         try await open(url, registration)
         guard let record = ledger.record(request), let outcome = record.outcome else {
             throw DCError(
-                .notReady, "the client did not confirm the delivery", subject: request,
+                .notReady, "the client did not confirm the delivery", subject: request.text,
                 hint: "see dcclient's output; the request id stays valid for \(Int(ledger.timeLimit)) s")
         }
-        guard outcome == ResultStatus.ok.text else {
-            if outcome == ResultStatus.stale.text {
+        guard outcome == .ok else {
+            if outcome == .stale {
                 throw DCError(
                     .refusedMessage, "the client holds a newer credential and kept it (stale delivery)",
-                    subject: request, hint: "nothing was changed on the client; send again to replace it")
+                    subject: request.text, hint: "nothing was changed on the client; send again to replace it")
             }
             throw DCError(
-                .invalid, "the client rejected the credential: \(outcome)", subject: request,
-                hint: "see the client's messages above; dcprovision inspect shows what the client would find")
+                .invalid, "the client rejected the credential: \(outcome)", subject: request.text,
+                remedy: .inspectRejected)
         }
         steps.append("result: the client installed the credential and confirmed (MAC verified)")
         return Receipt(request: request, steps: steps)
@@ -374,7 +360,7 @@ public struct CredentialService: Sendable {
         progress: @Sendable (String) -> Void = { _ in },
         issue: (ClientRegistration) async throws -> Credential
     ) async throws -> Receipt {
-        let request = message.request.text
+        let request = message.request
         let (registration, pairing) = try authenticate(message, now: now)
         // The request id is recorded before the policy is applied, so a request refused now cannot
         // be replayed later, once the policy would let it through.
@@ -414,9 +400,7 @@ public struct CredentialService: Sendable {
                 throw DCError(
                     .refusedMessage,
                     "the source uses a card, and requests from '\(pairing.clientId)' may not use it unattended",
-                    hint:
-                        "send with an operator present (dcprovision send), or allow it: dcprovision pair --allow-card-requests"
-                )
+                    remedy: .allowCardRequests)
             }
             let recent = ledger.recent(limit: 10_000).filter {
                 $0.clientScheme == registration.scheme && $0.cardRequest == true
@@ -426,7 +410,7 @@ public struct CredentialService: Sendable {
                 throw DCError(
                     .serviceUnavailable,
                     "'\(pairing.clientId)' made \(recent.count) card requests in the last hour (the limit)",
-                    hint: "try again later, or raise the limit: dcprovision pair --card-requests-per-hour N")
+                    remedy: .raiseCardRequestLimit)
             }
         }
     }
@@ -438,15 +422,15 @@ public struct CredentialService: Sendable {
     /// a replay within the time limit finds the queue already emptied.
     public func deliverQueued(
         _ message: AvailabilityNotice, now: Date = Date(), progress: @Sendable (String) -> Void = { _ in }
-    ) async throws -> [String] {
-        let (clientId, time) = (message.client.text, message.time)
+    ) async throws -> [RequestID] {
+        let (clientId, time) = (message.client, message.time)
         let (current, _) = try authenticate(message, now: now)
         // Each notice once, and only a newer one: a captured notice replayed later does nothing.
         try FileLock.updateNumber(at: stateDirectory + "/available/\(clientId)") { text in
             guard time > Int64(text) ?? 0 else {
                 throw DCError(
                     .refusedMessage, "a replayed availability notice (not newer than the last one)",
-                    subject: clientId, hint: "nothing was done; the client announces again when it unlocks")
+                    subject: clientId.text, hint: "nothing was done; the client announces again when it unlocks")
             }
             return UInt64(time)
         }
@@ -454,7 +438,7 @@ public struct CredentialService: Sendable {
         guard current.servicesAvailable else {
             throw DCError(
                 .serviceUnavailable, "the client announced availability, but its secure services are locked",
-                subject: clientId, hint: "queued deliveries stay queued until it unlocks")
+                subject: clientId.text, hint: "queued deliveries stay queued until it unlocks")
         }
         // The newest policy first: a client unauthorized meanwhile gets no credential.
         if try await pushPolicy(to: current, progress: progress) { progress("sent the newest policy") }
@@ -464,7 +448,7 @@ public struct CredentialService: Sendable {
         }
         // A fresh auth-token delegation with every notice: one that unlocks daily never runs out.
         await offerDelegation(to: current, progress: progress)
-        var sent: [String] = []
+        var sent: [RequestID] = []
         var failure: Error?
         for record in ledger.recent(limit: 1000).reversed() where record.queuedURL != nil && record.outcome == nil {
             guard let registration = try? self.registration(record.clientScheme), registration.clientId == clientId,
@@ -495,8 +479,8 @@ public struct CredentialService: Sendable {
     /// Handles the client's result URL: authenticates it and records the outcome once. A client
     /// that confirmed installing the credential now holds its certificates (``holdings``).
     public func handleResult(_ result: DeliveryResult) throws -> RequestLedger.Record {
-        let record = try ledger.complete(request: result.request.text, status: result.status.text, mac: result.mac.text)
-        if record.outcome == ResultStatus.ok.text, let serials = record.certificateSerials {
+        let record = try ledger.complete(request: result.request, status: result.status, mac: result.mac.text)
+        if record.outcome == .ok, let serials = record.certificateSerials {
             try holdings.record(
                 clientScheme: record.clientScheme, credentialName: record.credentialName, serials: serials,
                 at: record.completed ?? Date())
@@ -508,7 +492,7 @@ public struct CredentialService: Sendable {
     public var holdings: Holdings { Holdings(directory: stateDirectory + "/holdings") }
 
     /// The outcome of a request that got no answer within its time limit.
-    public static let expired = "expired"
+    public static let expired = ResultStatus.expired
 
     /// Keeps the ledger and the spool bounded: requests past their time limit with no answer are
     /// closed as ``expired`` (a queued one's sealed spool file is removed), then old finished
@@ -538,7 +522,7 @@ extension CredentialService {
         /// A client's `new` request was answered with a credential `issue` made.
         case answered(CredentialRequest, Receipt)
         /// A client announced availability; the requests whose queued deliveries went out.
-        case deliveredQueued(AvailabilityNotice, [String])
+        case deliveredQueued(AvailabilityNotice, [RequestID])
         /// A client's result was recorded.
         case result(DeliveryResult, RequestLedger.Record)
         /// An app's acknowledgement was recorded.

@@ -25,7 +25,7 @@ struct DelegationRecord: Codable, Sendable, Equatable {
 /// signed `delegation` URL. Unauthorizing or retiring the client revokes every delegation it holds.
 extension CredentialService {
     var delegationsDirectory: String { stateDirectory + "/delegations" }
-    func delegationRecordPath(_ clientId: String) -> String { delegationsDirectory + "/\(clientId).json" }
+    func delegationRecordPath(_ clientId: ClientID) -> String { delegationsDirectory + "/\(clientId).json" }
 
     /// Issues a delegation for the client registered for `registration.scheme` and opens it at the
     /// client. Returns nil (and sends nothing) when the client pinned no token key at pairing (an
@@ -51,35 +51,36 @@ extension CredentialService {
             try checkAuthorized(registration)
             if let latest = record.latest.flatMap({ try? Delegation(parsing: $0) }),
                 record.issued[latest.claims.id] != nil, latest.claims.tokenKey == tokenKey,
-                latest.claims.userID == userID, latest.claims.appID == registration.scheme,
+                latest.claims.userID == userID, latest.claims.appID == registration.scheme.text,
                 latest.claims.notBefore <= seconds, latest.claims.expires - seconds > Delegation.maximumLifetime / 2
             {
                 delegation = latest
                 return
             }
             let issued = try Delegation.issue(
-                issuer: callbackScheme.text, userID: userID, appID: registration.scheme,
-                containerID: registration.clientId, tokenKey: tokenKey, issuingKey: try issuingKey(), now: now)
+                issuer: callbackScheme.text, userID: userID, appID: registration.scheme.text,
+                containerID: registration.clientId.text, tokenKey: tokenKey, issuingKey: try issuingKey(), now: now)
             record.issued[issued.claims.id] = issued.claims.expires
             record.latest = issued.compact
             delegation = issued
         }
         guard let delegation else { return nil }
+        // The provider made the id (``Delegation/issue``); a recorded delegation whose id breaks the
+        // rule is refused here, before anything is spooled.
+        let id = try RequestID(delegation.claims.id)
         let spool = Spool(directory: registration.spool)
-        spool.remove(request: delegation.claims.id, kind: .delegation)
-        let digest = try spool.write(Array(delegation.compact.utf8), request: delegation.claims.id, kind: .delegation)
-        let clientScheme = try URLScheme(registration.scheme)
+        spool.remove(request: id, kind: .delegation)
+        let digest = try spool.write(Array(delegation.compact.utf8), request: id, kind: .delegation)
         let url = try DelegationNotice(
-            client: try ClientID(registration.clientId), id: try RequestID(delegation.claims.id),
-            digest: try SHA256Hex(digest), time: Int64(now.timeIntervalSince1970)
-        ).signed(with: try signingKey(), scheme: clientScheme).url(scheme: clientScheme)
+            client: registration.clientId, id: id, digest: try SHA256Hex(digest), time: Int64(now.timeIntervalSince1970)
+        ).signed(with: try signingKey(), scheme: registration.scheme).url(scheme: registration.scheme)
         progress(
             "auth-token delegation \(delegation.claims.id) for \(registration.clientId), valid until \(Date(timeIntervalSince1970: TimeInterval(delegation.claims.expires)))"
         )
         do {
             try await open(url, registration)
         } catch {
-            spool.remove(request: delegation.claims.id, kind: .delegation)
+            spool.remove(request: id, kind: .delegation)
             throw error
         }
         return delegation
@@ -100,7 +101,7 @@ extension CredentialService {
     /// emptied only once it is: a failure leaves every id to be revoked by the next attempt.
     /// Returns how many were revoked.
     @discardableResult
-    func revokeDelegations(of clientId: String, now: Date = Date()) throws -> Int {
+    func revokeDelegations(of clientId: ClientID, now: Date = Date()) throws -> Int {
         var revoked = 0
         try updateDelegationRecord(clientId, now: now) { record in
             guard !record.issued.isEmpty else { return }
@@ -114,7 +115,7 @@ extension CredentialService {
     /// Changes the delegation record of `clientId` under its lock, dropping the expired ones first;
     /// nothing is written when `change` throws.
     private func updateDelegationRecord(
-        _ clientId: String, now: Date, _ change: (inout DelegationRecord) throws -> Void
+        _ clientId: ClientID, now: Date, _ change: (inout DelegationRecord) throws -> Void
     ) throws {
         try AtomicFileSet.ensureDirectory(delegationsDirectory)
         let path = delegationRecordPath(clientId)

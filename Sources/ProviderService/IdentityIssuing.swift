@@ -18,7 +18,7 @@ extension CredentialService {
     @discardableResult
     public func issueIdentityToken(_ message: IdentityRequest, now: Date = Date()) async throws -> IdentityToken {
         let (clientId, request, audience, scope) = (
-            message.client.text, message.request.text, message.audience.text, message.scope.text
+            message.client, message.request, message.audience.text, message.scope.text
         )
         let (registration, pairing) = try authenticate(message, now: now)
         try checkAuthorized(registration)
@@ -35,12 +35,13 @@ extension CredentialService {
             }
         }
         var marker = AtomicFileSet(directory: seen)
-        try marker.add(request, .bytes([]), mode: 0o600)
+        try marker.add(request.text, .bytes([]), mode: 0o600)
         do {
             try marker.commit(replacingExisting: false)
         } catch DCError.Code.outputExists {
             throw DCError(
-                .refusedMessage, "a replayed identity request (its request id was answered before)", subject: clientId,
+                .refusedMessage, "a replayed identity request (its request id was answered before)",
+                subject: clientId.text,
                 hint: "nothing was issued")
         }
         let token = try IdentityToken.sign(

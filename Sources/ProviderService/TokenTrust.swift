@@ -100,18 +100,18 @@ extension CredentialService {
     /// Retires the container of `clientId` at `clientScheme` for every verification service, and
     /// revokes every delegation issued to it (so that when the same client id is set up afresh and
     /// paired again, lifting the container's retirement does not revive any of them).
-    func revokeTokens(ofRetired clientId: String, scheme: String) throws {
+    func revokeTokens(ofRetired clientId: ClientID, scheme: URLScheme) throws {
         _ = try issuingKey()
         try revokeDelegations(of: clientId)
         try updateRevocations {
-            $0.retiredContainers.insert(.init(appID: scheme, containerID: clientId))
+            $0.retiredContainers.insert(.init(appID: scheme.text, containerID: clientId.text))
         }
     }
 
     /// Lets the container of `clientId` at `scheme` make tokens again: for a client set up afresh
     /// (another token key) and paired after its retirement. Its old delegations stay revoked by id.
-    func liftRetirement(of clientId: String, scheme: String) throws {
-        let container = RevocationList.RetiredContainer(appID: scheme, containerID: clientId)
+    func liftRetirement(of clientId: ClientID, scheme: URLScheme) throws {
+        let container = RevocationList.RetiredContainer(appID: scheme.text, containerID: clientId.text)
         guard try revocations().retiredContainers.contains(container) else { return }
         try updateRevocations { $0.retiredContainers.remove(container) }
     }

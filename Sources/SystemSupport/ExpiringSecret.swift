@@ -302,10 +302,7 @@ public struct ExpiringSecret: Sendable {
     /// Whether `directory` is on a tmpfs or ramfs (statfs's `f_type`): a place where the runtime
     /// file may be written. False when it cannot be opened.
     public static func isInMemory(_ directory: String) -> Bool {
-        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        return dc_fd_in_memory(fd) == 1
+        (try? requireInMemory(directory)) != nil
     }
 
     /// Throws unless `directory` is on a tmpfs or ramfs (statfs's `f_type`): the runtime file is

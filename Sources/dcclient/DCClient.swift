@@ -56,7 +56,7 @@ extension ManagedClient {
     func registeredProvider() throws -> RegisteredProvider? {
         guard let scheme = providerScheme,
             let registration = try Registrations.read(
-                ProviderRegistration.self, at: locations.providerRegistration(scheme.text))
+                ProviderRegistration.self, at: locations.providerRegistration(scheme))
         else { return nil }
         return RegisteredProvider(scheme: scheme, registration: registration)
     }
@@ -185,32 +185,51 @@ extension DCClient {
 
         static func handle(url: String) async throws { try await handle(url, allowOlder: false) }
 
+        /// Handles `url` with the library's scheme handler, which answers the provider; prints what
+        /// it did before the provider's handler prints anything, and how the answer went after.
         static func handle(_ url: String, allowOlder: Bool) async throws {
             let client = ManagedClient()
             _ = try client.setUpScheme()
-            let handled: ManagedClient.Handled
-            switch try client.handle(url: url, allowOlder: allowOlder) {
-            case .policy(let update): return try await DCClient.acknowledge(update, client: client)
+            let outcome = try await client.handle(
+                url: url, allowOlder: allowOlder, forwardingOutput: !Console.isQuiet,
+                whenHandled: { Console.say(report($0)) })
+            for line in report(outcome) { Console.say(line) }
+        }
+
+        /// The line that says what the client did with a URL.
+        static func report(_ handled: ManagedClient.HandledURL) -> String {
+            switch handled {
             case .delegation(let delegation):
-                return Console.say(
+                return
                     "dcclient: auth-token delegation \(delegation.claims.id) kept, valid until \(Date(timeIntervalSince1970: TimeInterval(delegation.claims.expires)).formatted(.iso8601))"
-                )
-            case .delivery(let delivery): handled = delivery
-            }
-            if handled.replay {
-                Console.say(
+            case .delivery(let handled) where handled.replay:
+                return
                     "dcclient: request \(handled.request) was already handled (\(handled.status)); not installed again"
-                )
-            } else {
-                Console.say(
-                    "dcclient: received request \(handled.request): \(handled.status == "ok" ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
-                )
+            case .delivery(let handled):
+                return
+                    "dcclient: received request \(handled.request): \(handled.status == .ok ? "installed \"\(handled.credentialName ?? "")\"" : "rejected (\(handled.status))")"
+            case .policy(let update):
+                // As the reference app, dcclient supports secure file I/O and applies every state.
+                let policy = update.policy
+                let why = policy.message.isEmpty ? "" : ": \(policy.message.escapingControlCharacters)"
+                return update.repeated
+                    ? "dcclient: policy \(policy.sequence) again (\(policy.state)); acknowledging it again"
+                    : "dcclient: policy \(policy.sequence): \(policy.state)\(why)"
             }
-            if let result = handled.resultURL, let provider = try client.registeredProvider() {
-                try await client.open(result, at: provider)
+        }
+
+        /// The lines that say how the provider was answered, after its handler's own.
+        static func report(_ outcome: ManagedClient.URLOutcome) -> [String] {
+            guard case .policy(let update) = outcome.handled, outcome.answer != .noProvider else { return [] }
+            var lines: [String] = []
+            if outcome.answer == .awaitsUnlock {
+                lines.append(
+                    update.policy.state == .retired
+                        ? "dcclient: locked, so no acknowledgement could be signed; the provider shows it unacknowledged"
+                        : "dcclient: applied; the acknowledgement waits until the client is unlocked")
             }
-            // Kept out as stale: exit 77 with the same message whenever the same URL comes.
-            if let refusal = handled.staleRefusal { throw refusal }
+            if outcome.erased { lines.append("dcclient: retired: keys, credential and secure files erased") }
+            return lines
         }
     }
 

@@ -6,39 +6,6 @@ import Foundation
 import ManagedClient
 
 extension DCClient {
-    /// What `handle-url` does once a policy (`<scheme>:/policy…`) was applied: acknowledges it
-    /// as the reference app (it supports secure file I/O and applies every state); a retired
-    /// client is erased once the acknowledgement went out.
-    static func acknowledge(_ update: ManagedClient.PolicyUpdate, client: ManagedClient) async throws {
-        let policy = update.policy
-        let why = policy.message.isEmpty ? "" : ": \(policy.message.escapingControlCharacters)"
-        Console.say(
-            update.repeated
-                ? "dcclient: policy \(policy.sequence) again (\(policy.state)); acknowledging it again"
-                : "dcclient: policy \(policy.sequence): \(policy.state)\(why)")
-        guard let provider = try client.registeredProvider() else {
-            if policy.state == .retired { try client.eraseEverything() }
-            return
-        }
-        let send: (String) async throws -> Void = { try await client.open($0, at: provider) }
-        do {
-            if policy.state != .retired, update.becameReady || update.repeated {
-                try await client.secureFileIOPolicyApplied(.applied, send: send)
-            }
-            try await client.authStateApplied(.applied, send: send)
-        } catch DCError.Code.serviceUnavailable where policy.state == .retired {
-            // Locked: the acknowledgement cannot be signed, and the erasure does not wait for an
-            // unlock (authStateApplied erased everything before it threw). The provider keeps
-            // showing the retire as not acknowledged, and sends this client nothing either way.
-            Console.say("dcclient: locked, so no acknowledgement could be signed; the provider shows it unacknowledged")
-        } catch DCError.Code.serviceUnavailable {
-            // Locked: the acknowledgement cannot be signed now. The provider sends the policy
-            // again when the client announces availability (dcclient unlock).
-            Console.say("dcclient: applied; the acknowledgement waits until the client is unlocked")
-        }
-        if policy.state == .retired { Console.say("dcclient: retired: keys, credential and secure files erased") }
-    }
-
     struct Status: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             commandName: "status",

@@ -55,11 +55,11 @@ func service(brand: String, scheme: URLScheme) throws -> CredentialService {
     try CredentialService(
         brand: brand, callbackScheme: scheme,
         checkHandler: {
-            try SchemeHandlers().verifyHandler(scheme: try URLScheme($0.scheme), expectedExecutable: $0.executable)
+            try SchemeHandlers().verifyHandler(scheme: $0.scheme, expectedExecutable: $0.executable)
         },
         open: { url, registration in
             try await SchemeHandlers().openForwardingOutput(
-                url, scheme: try URLScheme(registration.scheme), expectedExecutable: registration.executable,
+                url, scheme: registration.scheme, expectedExecutable: registration.executable,
                 passingStandardOutput: !Console.isQuiet)
         })
 }
@@ -104,7 +104,7 @@ struct Register: AsyncParsableCommand, OutputCommand {
         _ = try service.issuingKey()
         try SchemeHandlers().register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
         try Registrations.publish(
-            try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme.text))
+            try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme))
         Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
     }
 }
@@ -134,7 +134,7 @@ struct Pair: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         let config = try ProviderConfig.load()
         let pairing = try service(brand: config.brand, scheme: config.scheme).pair(
-            clientScheme: clientScheme.text, allowCardRequests: allowCardRequests,
+            clientScheme: clientScheme, allowCardRequests: allowCardRequests,
             cardRequestsPerHour: cardRequestsPerHour, userID: userId)
         Console.say(
             "paired with client \(pairing.clientId) (\(pairing.scheme):) for user \(pairing.userID ?? ClientPairing.defaultUserID); card requests \(pairing.allowCardRequests ? "allowed, at most \(pairing.cardRequestsPerHour) an hour" : "not allowed")"
@@ -151,7 +151,7 @@ struct Unregister: AsyncParsableCommand, OutputCommand {
         let locations = XDGDirectories()
         let config = try ProviderConfig.load(locations)
         try SchemeHandlers().unregister(scheme: config.scheme)
-        Registrations.remove(at: locations.providerRegistration(config.scheme.text))
+        Registrations.remove(at: locations.providerRegistration(config.scheme))
         Console.say("unregistered \(config.scheme):")
     }
 }
@@ -195,7 +195,7 @@ struct HandleURL: URLHandlingCommand, OutputCommand {
             if sent.isEmpty { Console.say("dcprovision:   nothing queued") }
         case .result(_, let record):
             Console.say(
-                "dcprovision: result for request \(record.request): \(record.outcome ?? "?") (MAC verified)")
+                "dcprovision: result for request \(record.request): \(record.outcome?.text ?? "?") (MAC verified)")
         case .acknowledged(let acknowledgement, let record):
             let (client, sequence, subject) = (
                 acknowledgement.client, acknowledgement.sequence, acknowledgement.subject
@@ -273,7 +273,6 @@ struct Send: AsyncParsableCommand, OutputCommand {
             expiry = parsed
         }
         let service = try service(brand: brand, scheme: providerScheme)
-        let clientScheme = clientScheme.text
         // A send that would be refused (no client, not authorized, locked without --queue) issues
         // nothing and touches no card; send(…) checks again, and says what passed.
         _ = try service.checkCanSend(clientScheme: clientScheme, queueIfUnavailable: queue)
@@ -322,18 +321,18 @@ struct Status: AsyncParsableCommand, OutputCommand {
 
     /// What `status --json` shows of a ledger record: never its result key.
     struct Send: Encodable {
-        var request: String
+        var request: RequestID
         var created: Date
         var completed: Date?
-        var clientScheme: String
+        var clientScheme: URLScheme
         var credentialName: String
         var state: String
     }
 
     /// What `status --json` shows of a managed client.
     struct Client: Encodable {
-        var clientId: String
-        var clientScheme: String
+        var clientId: ClientID
+        var clientScheme: URLScheme
         var state: String
         var message: String
         var autoLockSeconds: Int

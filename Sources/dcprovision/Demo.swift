@@ -84,15 +84,15 @@ final class DemoSession {
             try await withdrawAuthorization()
             try await queueRenewal()
             try await readRenewed()
-            let port = try await server.waitForPort(sandbox: sandbox)
-            let token = try await askForAuthToken()
-            let check = DemoTokenCheck(port: port, token: token, serverStep: server.step)
+            let verifier = try await server.verifier(sandbox: sandbox)
+            let check = DemoTokenCheck(verifier: verifier, token: try await askForAuthToken())
             try await verify(
-                check, "The application server asks dcverify whether the token is genuine; the answer's headers")
+                check, "The application server asks \(verifier.name) whether the token is genuine; \(verifier.answer)")
             try await retire()
-            // dcverify notices the new revocation list within trustFileCheckInterval (no restart).
+            // The verifier notices the new revocation list within trustFileCheckInterval (no restart).
             try await verify(
-                check, "The same token now: dcverify re-read the revocation list without a restart, and says Revoked",
+                check,
+                "The same token now: \(verifier.name) re-read the revocation list without a restart, and says Revoked",
                 until: "Revoked")
         } catch {
             await server.stop()
@@ -132,22 +132,35 @@ final class DemoSession {
     /// Auth tokens: the app proves who it is to its application server, which asks dcverify. The
     /// provider made the files it reads when it registered; the service starts now and comes up
     /// while the next steps run.
-    private func startVerificationService() throws -> DemoBackgroundService {
+    ///
+    /// Without a dcverify next to dcprovision (`swift run dcprovision demo` on a fresh clone builds
+    /// only dcclient with it, to stay quick), the application server's checks run in this process,
+    /// with the verifier dcverify runs, reading the same files.
+    private func startVerificationService() throws -> DemoVerificationService {
         step += 1
-        Console.say(
-            "\(step). The verification service application servers call starts in the background, reading the provider's files"
-        )
         // The files the sandbox's provider keeps for verification services.
         let provider = try CredentialService(
             brand: "Example Provider", callbackScheme: try URLScheme("org.example.dcprovision"),
             locations: XDGDirectories(environment: box.environment), open: { _, _ in })
+        guard let dcverify = box.dcverify else {
+            Console.say(
+                "\(step). dcverify, the verification service application servers call, is not built here (swift build builds it);"
+            )
+            Console.say(
+                "   the application server's checks below run in this process, with the verifier dcverify runs\n")
+            return .inProcess(
+                DemoInProcessVerifier(issuers: provider.issuersPath, revocations: provider.revocationsPath))
+        }
+        Console.say(
+            "\(step). The verification service application servers call starts in the background, reading the provider's files"
+        )
         let portFile = sandbox + "/dcverify.port"
         let arguments = [
             "serve", "--listen", "127.0.0.1:0", "--port-file", portFile, "--issuers", provider.issuersPath,
             "--revocations", provider.revocationsPath, "--log-level", "warning",
         ]
         Console.say("   $ dcverify \(arguments.map(box.shown).joined(separator: " ")) &\n")
-        return DemoBackgroundService.start(box.dcverify, arguments, in: box, step: step, portFile: portFile)
+        return .background(DemoBackgroundService.start(dcverify, arguments, in: box, step: step, portFile: portFile))
     }
 
     private func deliver() async throws {
@@ -264,27 +277,19 @@ final class DemoSession {
         return token
     }
 
-    /// The application server asks dcverify about the token; with `expected`, asks again for a
-    /// second at most until a header says it (dcverify looks at its files every
-    /// trustFileCheckInterval).
+    /// The application server asks about the token; with `expected`, asks again for a second at
+    /// most until the answer says it (dcverify looks at its files every trustFileCheckInterval).
     private func verify(_ check: DemoTokenCheck, _ title: String, until expected: String? = nil) async throws {
         step += 1
         Console.say("\(step). \(title)")
-        Console.say(
-            "   GET http://127.0.0.1:\(check.port)/verifyGDAuthToken with X-Good-GD-AuthToken: <the token> (dcverify, started at step \(check.serverStep))"
-        )
+        Console.say("   \(check.verifier.request)")
         var answer = try check.ask()
         let deadline = ContinuousClock.now + .seconds(1)
-        while let expected, !answer.fields.contains(where: { $0.value.contains(expected) }),
-            ContinuousClock.now < deadline
-        {
+        while let expected, !answer.contains(where: { $0.contains(expected) }), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(5))
             answer = try check.ask()
         }
-        Console.say("   HTTP \(answer.status)")
-        for field in answer.fields where field.name.hasPrefix("X-Good-GD-") {
-            Console.say("   \(field.name): \(field.value.escapingControlCharacters)")
-        }
+        for line in answer { Console.say("   \(line.escapingControlCharacters)") }
         Console.say("")
     }
 

@@ -1,3 +1,4 @@
+import AuthTokens
 import CommandLineSupport
 import DerivedCredentials
 import Foundation
@@ -12,11 +13,13 @@ struct DemoSandbox: Sendable {
     let environment: [String: String]
     let dcprovision: String
     let dcclient: String
-    let dcverify: String
+    /// The verification service, when it is built next to dcprovision; without it the demo
+    /// verifies auth tokens in its own process.
+    let dcverify: String?
     let passphrase: String
 
-    /// Makes the runtime directory when it is inside the sandbox, checks that dcclient and
-    /// dcverify are next to dcprovision, and writes a fresh passphrase for the client's store.
+    /// Makes the runtime directory when it is inside the sandbox, checks that dcclient is next to
+    /// dcprovision, looks for dcverify there, and writes a fresh passphrase for the client's store.
     init(path sandbox: String, runtime: String) throws {
         path = sandbox
         environment = [
@@ -32,12 +35,13 @@ struct DemoSandbox: Sendable {
         }
         dcprovision = Tool.executablePath
         dcclient = (dcprovision as NSString).deletingLastPathComponent + "/dcclient"
-        dcverify = (dcprovision as NSString).deletingLastPathComponent + "/dcverify"
-        for tool in [dcclient, dcverify] where !FileManager.default.isExecutableFile(atPath: tool) {
+        guard FileManager.default.isExecutableFile(atPath: dcclient) else {
             throw DCError(
-                .fileNotFound, "\((tool as NSString).lastPathComponent) is not next to dcprovision", subject: tool,
+                .fileNotFound, "dcclient is not next to dcprovision", subject: dcclient,
                 hint: "build them all (swift build), or run the demo with swift run dcprovision demo")
         }
+        let verificationService = (dcprovision as NSString).deletingLastPathComponent + "/dcverify"
+        dcverify = FileManager.default.isExecutableFile(atPath: verificationService) ? verificationService : nil
         passphrase = sandbox + "/client-passphrase"
         try Data((UUID().uuidString + "\n").utf8).write(to: URL(fileURLWithPath: passphrase))
         chmod(passphrase, 0o600)
@@ -123,15 +127,96 @@ private final class ServerEnd: Sendable {
     let result = Mutex<Result<ChildProcess.Outcome, any Error>?>(nil)
 }
 
-/// What the application server needs to ask dcverify about the app's auth token.
-struct DemoTokenCheck {
-    let port: Int
-    let token: String
-    /// The step that started dcverify, for the printed request.
-    let serverStep: Int
+/// The verification service the demo's application server asks: dcverify in the background, or
+/// the same verifier in the demo's own process when dcverify is not built.
+enum DemoVerificationService {
+    case background(DemoBackgroundService)
+    case inProcess(DemoInProcessVerifier)
 
-    /// One `GET /verifyGDAuthToken` with the token: the status and the header fields.
-    func ask() throws -> (status: Int, fields: [(name: String, value: String)]) {
-        try DemoHTTP.get(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
+    /// Where the application server sends its questions, once the service is ready.
+    func verifier(sandbox: String) async throws -> DemoTokenVerifier {
+        switch self {
+        case .background(let server): .service(port: try await server.waitForPort(sandbox: sandbox), step: server.step)
+        case .inProcess(let verifier): .inProcess(verifier)
+        }
+    }
+
+    /// Stops the background dcverify, if there is one.
+    func stop() async {
+        if case .background(let server) = self { await server.stop() }
+    }
+}
+
+/// Where one question about a token goes.
+enum DemoTokenVerifier {
+    /// dcverify, listening on `port`, started at step `step`.
+    case service(port: Int, step: Int)
+    case inProcess(DemoInProcessVerifier)
+
+    /// Who answers, as the step titles name it.
+    var name: String {
+        switch self {
+        case .service: "dcverify"
+        case .inProcess: "the verifier"
+        }
+    }
+
+    /// What its answer is called in the step title.
+    var answer: String {
+        switch self {
+        case .service: "the answer's headers"
+        case .inProcess: "its verdict"
+        }
+    }
+
+    /// The question, as the demo prints it.
+    var request: String {
+        switch self {
+        case .service(let port, let step):
+            "GET http://127.0.0.1:\(port)/verifyGDAuthToken with X-Good-GD-AuthToken: <the token> (dcverify, started at step \(step))"
+        case .inProcess:
+            "AuthTokenVerifier.verify(<the token>), trusting the provider's issuers.jwks and revocations.json (read now)"
+        }
+    }
+}
+
+/// dcverify's verifier, in the demo's process: the provider's trusted issuing keys and revocation
+/// list, read again for every question.
+struct DemoInProcessVerifier {
+    let issuers: String
+    let revocations: String
+
+    /// The verdict on `token` now, in the lines the demo prints.
+    func answer(_ token: String) throws -> [String] {
+        let verifier = AuthTokenVerifier(
+            issuers: try TrustedIssuers.load(from: issuers), revocations: try RevocationList.load(from: revocations))
+        let verdict = verifier.verify(token, now: Date())
+        var lines = ["response code: \(verdict.responseCode)"]
+        if let identity = verdict.identity {
+            lines += [
+                "user: \(identity.userID)", "app: \(identity.appID)", "container: \(identity.containerID)",
+                "server: \(identity.serverName)", "challenge: \(identity.challenge)",
+            ]
+        }
+        return lines
+    }
+}
+
+/// The application server's question about the app's auth token, and where it goes.
+struct DemoTokenCheck {
+    let verifier: DemoTokenVerifier
+    let token: String
+
+    /// The answer, in the lines the demo prints: for dcverify, the status line and the
+    /// `X-Good-GD-` headers of one `GET /verifyGDAuthToken` with the token.
+    func ask() throws -> [String] {
+        switch verifier {
+        case .service(let port, _):
+            let answer = try DemoHTTP.get(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", token)])
+            return ["HTTP \(answer.status)"]
+                + answer.fields.filter { $0.name.hasPrefix("X-Good-GD-") }.map { "\($0.name): \($0.value)" }
+        case .inProcess(let local):
+            return try local.answer(token)
+        }
     }
 }

@@ -20,7 +20,7 @@ struct PolicyTarget: ParsableArguments {
     /// Sets the client's policy with `change`, sends it now or queues it, and says which.
     func apply(keepingMessage: Bool = false, _ change: @escaping (inout ClientPolicy) -> Void) async throws {
         try await applyPolicy(
-            clientScheme: clientScheme.text, message: message,
+            clientScheme: clientScheme, message: message,
             keepingMessage: keepingMessage, change)
     }
 }
@@ -29,7 +29,7 @@ struct PolicyTarget: ParsableArguments {
 /// message unless `keepingMessage`), sends it now or queues it, and says which. The one way the
 /// policy commands and `terminate` change a client's policy.
 func applyPolicy(
-    clientScheme: String, message: String?, keepingMessage: Bool = false,
+    clientScheme: URLScheme, message: String?, keepingMessage: Bool = false,
     _ change: @escaping (inout ClientPolicy) -> Void
 ) async throws {
     try PolicyText.check(message ?? "")

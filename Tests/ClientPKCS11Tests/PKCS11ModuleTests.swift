@@ -36,7 +36,7 @@ struct ModuleWorld {
                 TestCAIssueRequest(commonName: commonName, algorithm: algorithm)
             }
         credential = try world.credential(request)
-        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient", validator: world.validator())
+        _ = try await world.service.send(credential, clientScheme: .exampleClient, validator: world.validator())
     }
 
     /// The client's directories, as a program started from the user's session has them.
@@ -301,7 +301,7 @@ struct PKCS11ModuleTests {
         #expect(before.status == 0 && opened("03") == "for your eyes only\n", "\(before.stderrText)")
         let renewed = try rsa.world.credential(TestCAIssueRequest(commonName: "Bob Module", algorithm: .rsa2048))
         _ = try await rsa.world.service.send(
-            renewed, clientScheme: "org.example.dcclient", validator: rsa.world.validator())
+            renewed, clientScheme: .exampleClient, validator: rsa.world.validator())
         let listed = try rsa.pkcs11Tool(["--list-objects", "--type", "privkey"], login: true).stdoutText
         #expect(listed.contains("RETIRED KEY MAN 1 key (escrow history 1)") && listed.contains("ID:         05"))
         _ = try rsa.world.dir.write("opened-05.txt", "")

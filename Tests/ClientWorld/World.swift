@@ -110,27 +110,27 @@ public struct World: Sendable {
         ca = try TestCA.initialize(at: dir.file("ca"))
         try Registrations.publish(
             try service.registration(executable: "/usr/bin/dcprovision"),
-            at: locations.providerRegistration("org.example.provider"))
+            at: locations.providerRegistration(.exampleProvider))
         try client.pinnedProvider(pinning: true)
         if paired {
-            _ = try service.pair(clientScheme: "org.example.dcclient")
+            _ = try service.pair(clientScheme: .exampleClient)
             // The provider's first policy (authorized), as the next message to the client carries
             // it: the client is ready. Not acknowledged yet, so the provider sends it again first.
             _ = try client.handlePolicy(
-                try policyURL(try #require(try service.policyRecord(clientId: "dcclient")).policy))
+                try policyURL(try #require(try service.policyRecord(clientId: .exampleClient)).policy))
         }
     }
 
     /// `policy` as the provider signs it for the client, at `time`.
     public func policyURL(_ policy: ClientPolicy, time: Date = Date()) throws -> String {
-        try service.policyURL(policy, clientId: "dcclient", clientScheme: "org.example.dcclient", time: time)
+        try service.policyURL(policy, clientId: .exampleClient, clientScheme: .exampleClient, time: time)
     }
 
     /// Sets the client's policy through the provider (sent at once when the client is unlocked)
     /// and returns the provider's record afterwards.
     @discardableResult
     public func setPolicy(_ change: @escaping (inout ClientPolicy) -> Void) async throws -> PolicyRecord {
-        try await service.setPolicy(clientScheme: "org.example.dcclient", change).record
+        try await service.setPolicy(clientScheme: .exampleClient, change).record
     }
 
     /// The client's signed availability notice, parsed, made at `now`.
@@ -140,9 +140,9 @@ public struct World: Sendable {
     }
 
     /// The client's signed `new`, parsed, with request id `request` (a fresh one by default).
-    public func new(request: String? = nil, now: Date = Date()) throws -> CredentialRequest {
+    public func new(request: RequestID? = nil, now: Date = Date()) throws -> CredentialRequest {
         try CredentialRequest.parse(
-            try client.requestURL(request: try request.map(RequestID.init), now: now).url,
+            try client.requestURL(request: request, now: now).url,
             scheme: try URLScheme("org.example.provider"))
     }
 

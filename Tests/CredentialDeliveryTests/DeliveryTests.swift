@@ -146,7 +146,8 @@ struct DeliveryURLFormTests {
 struct DeliveryPayloadTests {
     private func payload() throws -> DeliveryPayload {
         DeliveryPayload(
-            requestId: request, clientId: "dcclient", issuedAt: Date(), resultKey: try Digests.random(32),
+            requestId: try RequestID(request), clientId: .exampleClient, issuedAt: Date(),
+            resultKey: try Digests.random(32),
             credential: issued.credential)
     }
 
@@ -172,20 +173,21 @@ struct DeliveryPayloadTests {
                 notAfter: Date().addingTimeInterval(86400),
                 keyUsage: .keyAgreement), for: clientKey)
         let spool = Spool(directory: dir.file("spool"))
+        let id = try RequestID(request)
         let original = try payload()
-        let written = try spool.write(try Sealing.seal(try original.encode(), to: clientCertificate), request: request)
+        let written = try spool.write(try Sealing.seal(try original.encode(), to: clientCertificate), request: id)
         var info = stat()
-        stat(spool.path(request: request), &info)
+        stat(spool.path(request: id), &info)
         #expect(info.st_mode & 0o777 == 0o600)
         stat(spool.directory, &info)
         #expect(info.st_mode & 0o777 == 0o700)
         let opened = try DeliveryPayload.decode(
             try Sealing.open(
-                try spool.read(request: request, digest: written), with: clientKey, certificate: clientCertificate))
+                try spool.read(request: id, digest: written), with: clientKey, certificate: clientCertificate))
         #expect(opened.credential == original.credential)
-        #expect(throws: DCError.self) { try spool.read(request: request, digest: digest) }  // wrong digest
-        spool.remove(request: request)
-        #expect(throws: DCError.self) { try spool.read(request: request, digest: written) }  // gone: replay
+        #expect(throws: DCError.self) { try spool.read(request: id, digest: digest) }  // wrong digest
+        spool.remove(request: id)
+        #expect(throws: DCError.self) { try spool.read(request: id, digest: written) }  // gone: replay
     }
 
     @Test("A spool file that is a symlink, world-readable, oversized or missing is refused")
@@ -196,7 +198,7 @@ struct DeliveryPayloadTests {
         let sealed: [UInt8] = Array(repeating: 7, count: 100)
         let good = Digests.hex(Digests.sha256(sealed))
         func check(_ name: String, _ prepare: (String) throws -> Void, _ expected: DCError.Code) throws {
-            let id = String(repeating: name, count: 32)
+            let id = try RequestID(String(repeating: name, count: 32))
             try prepare(spool.path(request: id))
             do {
                 _ = try spool.read(request: id, digest: good)
@@ -235,7 +237,7 @@ struct DeliveryPayloadTests {
         defer { dir.remove() }
         let spool = Spool(directory: dir.path)
         let sealed: [UInt8] = Array(repeating: 7, count: 100)
-        let id = String(repeating: "c", count: 32)
+        let id = try RequestID(String(repeating: "c", count: 32))
         let path = try dir.write((spool.path(request: id) as NSString).lastPathComponent, sealed)
         try #require(chmod(path, 0o600) == 0)
         // nobody:nogroup; everything else about the file is right (regular, 0600, digest).
@@ -257,10 +259,11 @@ struct DeliveryPayloadTests {
     @Test("Result MACs verify only for the same key, request and status")
     func resultMAC() throws {
         let key = try Digests.random(32)
-        let mac = DeliveryPayload.resultMAC(key: key, request: request, status: "ok")
+        let request = try RequestID(request)
+        let mac = DeliveryPayload.resultMAC(key: key, request: request, status: .ok)
         #expect(mac.count == 64)
-        #expect(DeliveryPayload.resultMAC(key: key, request: request, status: "ok") == mac)
-        #expect(DeliveryPayload.resultMAC(key: key, request: request, status: "invalid") != mac)
-        #expect(DeliveryPayload.resultMAC(key: try Digests.random(32), request: request, status: "ok") != mac)
+        #expect(DeliveryPayload.resultMAC(key: key, request: request, status: .ok) == mac)
+        #expect(DeliveryPayload.resultMAC(key: key, request: request, status: .invalid) != mac)
+        #expect(DeliveryPayload.resultMAC(key: try Digests.random(32), request: request, status: .ok) != mac)
     }
 }

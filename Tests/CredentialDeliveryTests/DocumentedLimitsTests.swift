@@ -93,19 +93,19 @@ struct DocumentedLimitsTests {
         let ledger = RequestLedger(directory: dir.file("requests"))
         let created = Date(timeIntervalSince1970: 1_795_000_000)
         // docs/PROTOCOL.md's test vector: key 01 02 … 20, this request, status ok.
-        let request = "00112233445566778899aabbccddeeff"
+        let request = try RequestID("00112233445566778899aabbccddeeff")
         let mac = "adae2e8e978337516622bb2383d4fb4ab5eef354db93d9a8b98190594b9d921e"
         try ledger.create(
             RequestLedger.Record(
-                request: request, clientScheme: "org.example.dcclient", credentialName: "limits", created: created,
+                request: request, clientScheme: .exampleClient, credentialName: "limits", created: created,
                 resultKey: Data((1...32).map { UInt8($0) }).base64EncodedString()))
         let late = try #require(throws: DCError.self) {
-            try ledger.complete(request: request, status: "ok", mac: mac, now: created.addingTimeInterval(601))
+            try ledger.complete(request: request, status: .ok, mac: mac, now: created.addingTimeInterval(601))
         }
         #expect(late.code == .refusedMessage)
         #expect(
-            try ledger.complete(request: request, status: "ok", mac: mac, now: created.addingTimeInterval(600))
-                .outcome == "ok")
+            try ledger.complete(request: request, status: .ok, mac: mac, now: created.addingTimeInterval(600))
+                .outcome == .ok)
     }
 
     @Test(
@@ -118,7 +118,7 @@ struct DocumentedLimitsTests {
         for (kind, size) in [(Spool.Kind.sealedPayload, 8_388_608), (.delegation, 4096), (.identityToken, 8192)] {
             for (extra, fits) in [(0, true), (1, false)] {
                 let bytes = [UInt8](repeating: 0x2E, count: size + extra)
-                let request = String(repeating: fits ? "a" : "b", count: 32)
+                let request = try RequestID(String(repeating: fits ? "a" : "b", count: 32))
                 let path = spool.path(request: request, kind: kind)
                 _ = try dir.write((path as NSString).lastPathComponent, bytes)
                 try #require(chmod(path, 0o600) == 0)
@@ -136,16 +136,16 @@ struct DocumentedLimitsTests {
     }
 
     /// Writes finished records (outcome `ok`) into `ledger`'s directory, each `age` seconds before `now`.
-    static func finished(_ ages: [Int], in ledger: RequestLedger, now: Date, prefix: String) throws -> [String] {
+    static func finished(_ ages: [Int], in ledger: RequestLedger, now: Date, prefix: String) throws -> [RequestID] {
         try FileManager.default.createDirectory(atPath: ledger.directory, withIntermediateDirectories: true)
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         return try ages.enumerated().map { index, age in
-            let request = prefix + String(format: "%024x", index)
+            let request = try RequestID(prefix + String(format: "%024x", index))
             var record = RequestLedger.Record(
-                request: request, clientScheme: "org.example.dcclient", credentialName: "limits",
+                request: request, clientScheme: .exampleClient, credentialName: "limits",
                 created: now.addingTimeInterval(-TimeInterval(age)), resultKey: nil)
-            record.outcome = "ok"
+            record.outcome = .ok
             try Data(try encoder.encode(record)).write(to: URL(fileURLWithPath: ledger.directory + "/\(request).json"))
             return request
         }

@@ -81,7 +81,7 @@ struct DeliveryFuzzSeedTests {
         let ca = try TestCA.initialize(at: dir.file("ca"))
         let credential = try ca.issue(TestCAIssueRequest(escrowHistory: 1)).credential()
         let payload = DeliveryPayload(
-            requestId: "00112233445566778899aabbccddeeff", clientId: "dcclient", issuedAt: Date(),
+            requestId: try RequestID("00112233445566778899aabbccddeeff"), clientId: .exampleClient, issuedAt: Date(),
             resultKey: SecretBytes([UInt8](repeating: 7, count: 32)), credential: credential)
         let decoded = try DeliveryPayload.decode(try payload.encode())
         #expect(decoded.credential == credential)

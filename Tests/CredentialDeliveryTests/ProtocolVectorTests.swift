@@ -163,9 +163,9 @@ struct ProtocolVectorTests {
     }
 
     @Test("Result MAC")
-    func resultMAC() {
+    func resultMAC() throws {
         #expect(
-            DeliveryPayload.resultMAC(key: Self.resultKey, request: Self.request, status: "ok")
+            DeliveryPayload.resultMAC(key: Self.resultKey, request: try RequestID(Self.request), status: .ok)
                 == "adae2e8e978337516622bb2383d4fb4ab5eef354db93d9a8b98190594b9d921e")
     }
 
@@ -220,7 +220,7 @@ struct ProtocolVectorTests {
             Self.signedURL(new, scheme: try URLScheme("org.example.provider")),
             try #require(new.signature).text,
             Digests.hex(Digests.sha256(Array("sealed".utf8))),
-            DeliveryPayload.resultMAC(key: Self.resultKey, request: Self.request, status: "ok"),
+            DeliveryPayload.resultMAC(key: Self.resultKey, request: try RequestID(Self.request), status: .ok),
             String(encodedMessage), policyURL, try #require(policy.signature).text,
             Self.signedURL(ack, scheme: try URLScheme("org.example.provider")), try #require(ack.signature).text,
         ]
@@ -237,12 +237,12 @@ struct ProtocolVectorTests {
         var expected: [String] = []
         for index in 0..<64 {
             let key = try Digests.random(32)
-            let request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
-            let status = ["ok", "invalid", "notReady", "s\(index)"][index % 4]
+            let request = RequestID.random()
+            // Any status a result can carry (the type's rule: lowercase letters, digits and '-').
+            let status = try ResultStatus(["ok", "invalid", "not-ready", "s\(index)"][index % 4])
             let content = (0..<(index * 7)).map { _ in UInt8.random(in: 0...255) }
-            lines.append(
-                [key.withUnsafeBytes { Digests.hex(Array($0)) }, request, status, Digests.hex(content)].joined(
-                    separator: " "))
+            let hexKey = key.withUnsafeBytes { Digests.hex(Array($0)) }
+            lines.append([hexKey, request.text, status.text, Digests.hex(content)].joined(separator: " "))
             expected.append(DeliveryPayload.resultMAC(key: key, request: request, status: status))
             expected.append(Digests.hex(Digests.sha256(content)))
         }

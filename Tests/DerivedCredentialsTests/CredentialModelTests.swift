@@ -201,3 +201,21 @@ struct VerdictTests {
         #expect(verdict.findings[0].description == "warning [signing] expires-soon: soon")
     }
 }
+
+@Suite("The one hex rule", .ownThreads, .timeLimit(.minutes(1)))
+struct LowercaseHexTests {
+    @Test("Exactly N digits 0-9 a-f: no capitals, no other length, no look-alikes; random request ids follow it")
+    func rule() {
+        #expect(LowercaseHex.matches("0123456789abcdef", count: 16))
+        #expect(LowercaseHex.matches("", count: 0))
+        for text in [
+            "0123456789ABCDEF", "0123456789abcde", "0123456789abcdef0", "0123456789abcdeg", "0123456789abcde\u{FF10}",
+        ] {
+            #expect(!LowercaseHex.matches(text, count: 16), "\(text)")
+        }
+        #expect(RequestID(validating: String(repeating: "A", count: 32)) == nil)
+        for _ in 0..<100 {
+            #expect(LowercaseHex.matches(RequestID.random().text, count: 32))
+        }
+    }
+}

@@ -141,10 +141,11 @@ struct AuthTokenClientTests {
     /// by default): what the provider's ``CredentialService/sendDelegation(to:now:progress:)`` sends.
     func delegationURL(_ delegation: Delegation, _ world: World, key: MessageSigningKey? = nil) throws -> String {
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
-        let digest = try spool.write(Array(delegation.compact.utf8), request: delegation.claims.id, kind: .delegation)
+        let id = try RequestID(delegation.claims.id)
+        let digest = try spool.write(Array(delegation.compact.utf8), request: id, kind: .delegation)
         let clientScheme = try URLScheme("org.example.dcclient")
         return try DelegationNotice(
-            client: try ClientID("dcclient"), id: try RequestID(delegation.claims.id), digest: try SHA256Hex(digest),
+            client: try ClientID("dcclient"), id: id, digest: try SHA256Hex(digest),
             time: Int64(Date().timeIntervalSince1970)
         ).signed(with: key ?? world.service.signingKey(), scheme: clientScheme).url(scheme: clientScheme)
     }
@@ -156,7 +157,7 @@ struct AuthTokenClientTests {
     {
         let registration = try #require(
             try Registrations.read(
-                ClientRegistration.self, at: world.locations.clientRegistration("org.example.dcclient")))
+                ClientRegistration.self, at: world.locations.clientRegistration(.exampleClient)))
         return try Delegation.issue(
             issuer: "org.example.provider", userID: "mallory", appID: appID, containerID: "dcclient",
             tokenKey: try tokenKey ?? #require(try registration.tokenPublicKey()),
@@ -182,9 +183,9 @@ struct AuthTokenClientTests {
         let other = try issue(world)
         unlink(
             Spool(directory: world.locations.dataHome + "/dcclient/spool").path(
-                request: swapped.claims.id, kind: .delegation))
+                request: try RequestID(swapped.claims.id), kind: .delegation))
         _ = try Spool(directory: world.locations.dataHome + "/dcclient/spool").write(
-            Array(other.compact.utf8), request: swapped.claims.id, kind: .delegation)
+            Array(other.compact.utf8), request: try RequestID(swapped.claims.id), kind: .delegation)
         #expect(failureNow { try world.client.handleDelegation(url) } == .refusedMessage)
         // Certifying another key than the client's own token key.
         let stranger = try issue(world, tokenKey: try TokenSigningKey.generate().publicKey)
@@ -351,11 +352,9 @@ struct AuthTokenClientTests {
         let world = try World()
         defer { world.dir.remove() }
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
-        _ = try spool.write(
-            Array("eyJ.left.behind".utf8), request: String(repeating: "cd", count: 16), kind: .identityToken)
+        let request = try RequestID(String(repeating: "cd", count: 16))
+        _ = try spool.write(Array("eyJ.left.behind".utf8), request: request, kind: .identityToken)
         try world.client.lock()
-        #expect(
-            !FileManager.default.fileExists(
-                atPath: spool.path(request: String(repeating: "cd", count: 16), kind: .identityToken)))
+        #expect(!FileManager.default.fileExists(atPath: spool.path(request: request, kind: .identityToken)))
     }
 }

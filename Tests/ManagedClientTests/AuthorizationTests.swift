@@ -56,8 +56,8 @@ struct AuthorizationTests {
         #expect(try world.client.authState == .authorized)
         #expect(try world.client.secureFileIOPolicy == .required)
         #expect(world.client.secureServicesAvailability == .available)
-        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
-        let record = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
+        let record = try #require(try world.service.policyRecord(clientId: .exampleClient))
         #expect(record.authAcknowledgement?.state == .applied)
         #expect(record.authAcknowledgement?.sequence == record.policy.sequence)
         #expect(record.fileIOAcknowledgement?.state == .applied)
@@ -71,7 +71,7 @@ struct AuthorizationTests {
     func unauthorize() async throws {
         let world = try World()
         defer { world.dir.remove() }
-        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         try world.client.secureFiles.write(Array("kept".utf8), to: "note")
         try world.client.pasteboard.copy("copied")
         try await world.setPolicy {
@@ -93,7 +93,7 @@ struct AuthorizationTests {
         let before = world.deliveries.all.count
         await #expect(throws: DCError.self) {
             _ = try await world.service.send(
-                try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+                try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         }
         #expect(world.deliveries.all.count == before)
         #expect(
@@ -157,7 +157,7 @@ struct AuthorizationTests {
         let world = try World()
         defer { world.dir.remove() }
         let client = world.client
-        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         try client.secureFiles.write(Array("kept".utf8), to: "note")
         try client.pasteboard.copy("copied")
         let record = world.locations.dataHome + "/dcclient/store/policy.json"
@@ -174,7 +174,7 @@ struct AuthorizationTests {
         var foreignPolicy = authorized
         foreignPolicy.sequence += 10
         let foreign = try world.service.policyURL(
-            foreignPolicy, clientId: "someone-else", clientScheme: "org.example.dcclient")
+            foreignPolicy, clientId: try ClientID("someone-else"), clientScheme: .exampleClient)
         let clientScheme = try URLScheme("org.example.dcclient")
         let stranger = try PolicyNotice(
             client: try ClientID("dcclient"), policy: foreignPolicy, time: Int64(Date().timeIntervalSince1970)
@@ -272,7 +272,7 @@ struct AuthorizationTests {
         let world = try World()
         defer { world.dir.remove() }
         await #expect(throws: DCError.self) { try await world.client.authStateApplied(.unsupported) { _ in } }
-        var record = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        var record = try #require(try world.service.policyRecord(clientId: .exampleClient))
         #expect(record.fileIOAcknowledgement == nil)  // shown as unsupported by dcprovision status
         var sent: [String] = []
         try await world.client.authStateApplied(.error, message: "could not hide the inbox") { sent.append($0) }
@@ -302,7 +302,7 @@ struct AuthorizationTests {
             ).signed(with: signer, scheme: providerScheme)
             #expect(await thrownCode { _ = try world.service.handleAcknowledgement(unsent) } == .refusedMessage)
         }
-        #expect(try world.service.policyRecord(clientId: "dcclient")?.authAcknowledgement?.state == .error)
+        #expect(try world.service.policyRecord(clientId: .exampleClient)?.authAcknowledgement?.state == .error)
     }
 
     @Test(
@@ -321,7 +321,7 @@ struct AuthorizationTests {
         _ = try await world.service.deliverQueued(try world.available())
         #expect(try world.client.currentPolicy() == newest.policy)
         #expect(try world.client.authMessage == "second")
-        #expect(try world.service.policyRecord(clientId: "dcclient")?.isPending == false)
+        #expect(try world.service.policyRecord(clientId: .exampleClient)?.isPending == false)
     }
 
     @Test("Events: ready, state changes (also when only the message changes), availability, deliveries")
@@ -337,15 +337,15 @@ struct AuthorizationTests {
         func waitFor(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) async throws {
             try await eventually(sourceLocation: sourceLocation) { seen.all.contains(text) }
         }
-        _ = try world.service.pair(clientScheme: "org.example.dcclient")
-        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        _ = try world.service.pair(clientScheme: .exampleClient)
+        _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         // The first events say where things stand.
         try await waitFor("ready")
         try await waitFor("secureFileIOPolicyChanged(required)")
         try await waitFor("authStateChanged(authorized, message: \"\")")
         try await waitFor("secureServicesAvailabilityChanged(available)")
         // Then what changes.
-        _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         try await waitFor("credentialDelivered(sequence: 2)")
         try await world.setPolicy { $0.message = "reviewed" }
         try await waitFor("authStateChanged(authorized, message: \"reviewed\")")
@@ -360,7 +360,7 @@ struct AuthorizationTests {
         let world = try World()
         defer { world.dir.remove() }
         let credential = try world.credential()
-        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(credential, clientScheme: .exampleClient)
         try world.client.secureFiles.write(Array(repeating: 0x5a, count: 100_000), to: "mail.db")
         try world.client.pasteboard.copy("pasted secret")
         // What must not survive: the plaintext secrets, and every sealed byte the store holds.
@@ -391,13 +391,13 @@ struct AuthorizationTests {
         #expect(try world.client.authMessage == "Employee left")
         #expect(search(roots, for: needles).isEmpty, "\(search(roots, for: needles))")
         // The acknowledgement went out before the keys were gone, and ended the pairing.
-        let record = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        let record = try #require(try world.service.policyRecord(clientId: .exampleClient))
         #expect(record.authAcknowledgement?.sequence == record.policy.sequence)
-        #expect(try world.service.pairing(clientId: "dcclient") == nil)
+        #expect(try world.service.pairing(clientId: .exampleClient) == nil)
         #expect(await thrownCode { try world.client.unlock(passphrase: world.passphrase) } == .notAuthorized)
         // Nothing more is sent; the same client cannot simply be paired again.
         await #expect(throws: DCError.self) {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         }
     }
 
@@ -409,9 +409,9 @@ struct AuthorizationTests {
         defer { world.dir.remove() }
         let registration = try #require(
             try Registrations.read(
-                ClientRegistration.self, at: world.locations.clientRegistration("org.example.dcclient")))
+                ClientRegistration.self, at: world.locations.clientRegistration(.exampleClient)))
         let published = try #require(try registration.tokenPublicKey())
-        let pairing = try #require(try world.service.pairing(clientId: "dcclient"))
+        let pairing = try #require(try world.service.pairing(clientId: .exampleClient))
         #expect(pairing.tokenKey == Data(published.uncompressedPoint).base64EncodedString())
         let key = try world.client.tokenKey()
         #expect(key.publicKey == published)
@@ -487,14 +487,14 @@ struct AuthorizationTests {
     func noUnsupportedAuthAcknowledgement() async throws {
         let world = try World(handlesPolicies: false)
         defer { world.dir.remove() }
-        let sent = try #require(try world.service.policyRecord(clientId: "dcclient")).policy
+        let sent = try #require(try world.service.policyRecord(clientId: .exampleClient)).policy
         let unsupported = try world.client.acknowledgementURL(.authState, .unsupported, "", policy: sent, now: Date())
         #expect(
             await thrownCode {
                 _ = try world.service.handleAcknowledgement(
                     try Acknowledgement.parse(unsupported, scheme: world.service.callbackScheme))
             } == .refusedMessage)
-        #expect(try world.service.policyRecord(clientId: "dcclient")?.authAcknowledgement == nil)
+        #expect(try world.service.policyRecord(clientId: .exampleClient)?.authAcknowledgement == nil)
     }
 
     @Test("A handler that acknowledged a retire and died before erasing: the next use of the client erases it")
@@ -509,7 +509,7 @@ struct AuthorizationTests {
             try Acknowledgement.parse(
                 try world.client.acknowledgementURL(.authState, .applied, "", policy: update.policy, now: Date()),
                 scheme: world.service.callbackScheme))
-        #expect(try world.service.pairing(clientId: "dcclient") == nil)
+        #expect(try world.service.pairing(clientId: .exampleClient) == nil)
         let store = world.locations.dataHome + "/dcclient/store"
         #expect(FileManager.default.fileExists(atPath: store + "/wrapped-key.json"))
         #expect(await thrownCode { _ = try world.client.secureFiles.read("mail.db") } == .notAuthorized)
@@ -542,11 +542,11 @@ struct AuthorizationTests {
             ])
         #expect(await thrownCode { try world.client.unlock(passphrase: world.passphrase) } == .notAuthorized)
         // The provider did not hear back: the retire stays unacknowledged, and nothing is sent.
-        let after = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        let after = try #require(try world.service.policyRecord(clientId: .exampleClient))
         #expect(after.policy == record.policy && after.authAcknowledgement?.sequence != record.policy.sequence)
         // (The client's registration is gone with the rest, so a send fails before it asks.)
         await #expect(throws: DCError.self) {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         }
         #expect(world.deliveries.all.isEmpty)
     }
@@ -576,6 +576,6 @@ struct AuthorizationTests {
         #expect(world.client.secureServicesAvailability == .unavailable)
         #expect(await thrownCode { _ = try world.client.secureFiles.list() } == .serviceUnavailable)
         // A provider reading the client's status sees it locked, and queues.
-        #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try !world.service.canSendCredential(clientScheme: .exampleClient))
     }
 }

@@ -23,27 +23,27 @@ struct BoundaryTests {
         let newer = try world.credential(TestCAIssueRequest(commonName: "Newer"))
         for credential in [older, newer] {
             #expect(
-                await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+                await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }
                     == .notReady)
         }
         let urls = world.deliveries.all
         try #require(urls.count == 2)
-        #expect(try world.client.handleDelivery(urls[1]).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(urls[1]).status == .ok)
         let stale = try world.client.handleDelivery(urls[0])
-        #expect(stale.status == ResultStatus.stale.text)
+        #expect(stale.status == .stale)
         #expect(try world.client.installed() == newer)
         // The provider learns of it through the authenticated result.
         let record = try world.service.handleResult(
             try DeliveryResult.parse(try #require(stale.resultURL), scheme: world.service.callbackScheme))
-        #expect(record.outcome == ResultStatus.stale.text)
+        #expect(record.outcome == .stale)
         // The control: the user may choose the older one, by hand.
         let third = try world.credential(TestCAIssueRequest(commonName: "Older still"))
-        _ = await thrownCode { _ = try await world.service.send(third, clientScheme: "org.example.dcclient") }
+        _ = await thrownCode { _ = try await world.service.send(third, clientScheme: .exampleClient) }
         let before = try #require(world.client.installedSequence)
         let replayed = try #require(world.deliveries.all.last)
         let sequence = try DeliveryNotice.parse(replayed, scheme: try URLScheme("org.example.dcclient")).sequence
         #expect(sequence > before)
-        #expect(try world.client.handleDelivery(replayed).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(replayed).status == .ok)
         #expect(try world.client.installed()?.entries.map(\.certifiedKey) == third.entries.map(\.certifiedKey))
     }
 
@@ -60,34 +60,34 @@ struct BoundaryTests {
         // One credential sent 13 times: deliveries number 1 to 13; the newest is installed first.
         let credential = try world.credential()
         for _ in 0..<13 {
-            _ = await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+            _ = await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }
         }
         let urls = world.deliveries.all
         try #require(urls.count == 13)
         let requests = try urls.map {
             try DeliveryNotice.parse($0, scheme: try URLScheme("org.example.dcclient")).request.text
         }
-        #expect(try world.client.handleDelivery(urls[12]).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(urls[12]).status == .ok)
         // Eleven kept out: never more than the documented 10 kept, the most recently kept out.
         for url in urls[1...11] {
-            #expect(try world.client.handleDelivery(url).status == ResultStatus.stale.text)
+            #expect(try world.client.handleDelivery(url).status == .stale)
             #expect(try kept().count <= 10)
         }
         #expect(try kept() == requests[2...11].map { $0 + ".stale" }.sorted())
         // The first stale answer, and the same URL again: stale both times, with the same refusal.
         let first = try world.client.handleDelivery(urls[0])
-        #expect(first.status == ResultStatus.stale.text && !first.replay)
+        #expect(first.status == .stale && !first.replay)
         let refusal = try #require(first.staleRefusal)
         #expect(refusal.code == .refusedMessage && refusal.code.category.exitStatus == 77)
         #expect(refusal.message.contains("(number 1)") && refusal.message.contains("(number 13)"), "\(refusal)")
         let again = try world.client.handleDelivery(urls[0])
-        #expect(again.replay && again.status == ResultStatus.stale.text)
+        #expect(again.replay && again.status == .stale)
         #expect(again.staleRefusal?.message == refusal.message && again.resultURL == first.resultURL)
         #expect(try kept().contains(requests[0] + ".stale") && kept().count == 10)
         // The user chooses it by hand: installed, its kept file gone; the provider, answered once
         // already, is sent nothing new.
         let chosen = try world.client.handleDelivery(urls[0], allowOlder: true)
-        #expect(chosen.status == ResultStatus.ok.text && chosen.resultURL == nil && chosen.sequence == 1)
+        #expect(chosen.status == .ok && chosen.resultURL == nil && chosen.sequence == 1)
         #expect(world.client.installedSequence == 1)
         #expect(try !kept().contains(requests[0] + ".stale"))
         // Past the request time limit they stay, for the documented day: the user may choose one
@@ -108,7 +108,7 @@ struct BoundaryTests {
         let world = try World()
         defer { world.dir.remove() }
         let credential = try world.credential()
-        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(credential, clientScheme: .exampleClient)
         #expect(try world.client.installed() == credential)
         // The unlocked key is in the session keyring (or the runtime directory), outside HOME,
         // and nowhere under HOME.
@@ -171,7 +171,7 @@ struct BoundaryTests {
         try world.client.lock()
         let error = await thrownCode {
             _ = try await world.service.send(
-                try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+                try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         }
         #expect(error == .invalid)
         let spool = world.locations.dataHome + "/dcclient/spool"
@@ -185,7 +185,7 @@ struct BoundaryTests {
         defer { world.dir.remove() }
         try world.client.lock()
         let receipt = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         try world.client.unlock(passphrase: world.passphrase)
         let notice = try world.available()
         let signature = try #require(notice.signature).text
@@ -209,7 +209,7 @@ struct BoundaryTests {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
         _ = await thrownCode {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         }
         let url = try #require(world.deliveries.all.first)
         let clientScheme = try URLScheme("org.example.dcclient")
@@ -220,7 +220,7 @@ struct BoundaryTests {
         ).signed(with: impostor, scheme: clientScheme).url(scheme: clientScheme)
         #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
         // The impostor also replaces the provider's registration: the pin holds.
-        let path = world.locations.providerRegistration("org.example.provider")
+        let path = world.locations.providerRegistration(.exampleProvider)
         var registration = try #require(try Registrations.read(ProviderRegistration.self, at: path))
         let genuine = registration
         registration.signingKey = PinnedKeys.encode(impostor.publicKey)
@@ -229,7 +229,7 @@ struct BoundaryTests {
         #expect(refused.code == .refusedMessage)
         #expect(try world.client.installed() == nil)
         try Registrations.publish(genuine, at: path)
-        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(url).status == .ok)
     }
 
     @Test("The ledger and the spool stay bounded: expired requests close, old records go, none within the time limit")
@@ -238,11 +238,11 @@ struct BoundaryTests {
         defer { world.dir.remove() }
         try world.client.lock()
         let queued = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
         #expect(FileManager.default.fileExists(atPath: spool.path(request: queued.request)))
-        let recent = String(repeating: "c", count: 32)
-        try world.service.ledger.reserve(request: recent, clientScheme: "org.example.dcclient")
+        let recent = try RequestID(String(repeating: "c", count: 32))
+        try world.service.ledger.reserve(request: recent, clientScheme: .exampleClient)
         // Now: nothing past its time limit, nothing removed.
         world.service.prune()
         #expect(world.service.ledger.recent().count == 2)
@@ -264,14 +264,14 @@ struct BoundaryTests {
         try world.client.trust(anchors: stranger)
         #expect(try world.client.trustAnchors() == stranger)
         let refused = await thrownCode {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         }
         #expect(refused == .invalid)
         #expect(try world.client.installed() == nil)
         // The control: the test CA's root and issuing CA as anchors.
         try world.client.trust(anchors: [world.ca.rootCertificate, world.ca.issuingCertificate])
         let credential = try world.credential()
-        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(credential, clientScheme: .exampleClient)
         #expect(try world.client.installed() == credential)
     }
 
@@ -284,7 +284,7 @@ struct BoundaryTests {
                 _ = await thrownCode {
                     _ = try await world.service.send(
                         try world.credential(TestCAIssueRequest(commonName: name, tags: [.authentication])),
-                        clientScheme: "org.example.dcclient")
+                        clientScheme: .exampleClient)
                 }
             }
             let urls = Array(world.deliveries.all.suffix(2))
@@ -308,7 +308,7 @@ struct BoundaryTests {
         let early = try world.available(now: Date().addingTimeInterval(1))
         try world.client.lock()
         let queued = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         // The captured notice again: refused, the delivery still queued.
         #expect(await thrownCode { _ = try await world.service.deliverQueued(first) } == .refusedMessage)
         #expect(world.service.ledger.record(queued.request)?.queuedURL != nil)
@@ -327,16 +327,18 @@ struct BoundaryTests {
         defer { world.dir.remove() }
         let signingKey = world.locations.stateHome + "/dcprovision/signing-key"
         let before = try readBytes(signingKey)
-        let path = world.locations.clientRegistration("org.example.dcclient")
+        let path = world.locations.clientRegistration(.exampleClient)
+        let genuine = try readBytes(path)
         for hostile in ["../signing-key", "../config", "a/b", ""] {
-            var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
-            registration.clientId = hostile
-            try Registrations.publish(registration, at: path)
+            // Written as the file's text: the typed registration cannot hold such an id.
+            var object = try #require(try JSONSerialization.jsonObject(with: Data(genuine)) as? [String: Any])
+            object["clientId"] = hostile
+            try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
             #expect(
                 await thrownCode {
-                    _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+                    _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
                 } == .invalid, "\(hostile)")
-            #expect(throws: DCError.self) { try world.service.pair(clientScheme: "org.example.dcclient") }
+            #expect(throws: DCError.self) { try world.service.pair(clientScheme: .exampleClient) }
         }
         #expect(try readBytes(signingKey) == before)
         #expect(world.deliveries.all.isEmpty)
@@ -347,7 +349,7 @@ struct BoundaryTests {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
         _ = await thrownCode {
-            _ = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         }
         // The policy that went first pinned the provider; forget it again.
         try world.client.forgetProvider()
@@ -361,7 +363,7 @@ struct BoundaryTests {
         let pin = world.locations.dataHome + "/dcclient/store/provider.json"
         #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
         #expect(!FileManager.default.fileExists(atPath: pin))
-        #expect(try world.client.handleDelivery(url).status == ResultStatus.ok.text)
+        #expect(try world.client.handleDelivery(url).status == .ok)
         #expect(FileManager.default.fileExists(atPath: pin))
     }
 

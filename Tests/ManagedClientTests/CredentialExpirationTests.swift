@@ -22,7 +22,7 @@ struct CredentialExpirationTests {
         let lapsed = try Credential(
             name: "lapsed", serialNumber: "1", expirationDate: Date() - 60, entries: fresh.entries)
         let error = try #require(
-            await thrownError { _ = try await world.service.send(lapsed, clientScheme: "org.example.dcclient") })
+            await thrownError { _ = try await world.service.send(lapsed, clientScheme: .exampleClient) })
         #expect(error.code == .invalid && error.code.category.exitStatus == 65, "\(error)")
         #expect(error.message.contains("expiration date"), "\(error)")
         let spool = world.locations.dataHome + "/dcclient/spool"
@@ -41,7 +41,7 @@ struct CredentialExpirationTests {
         let expires = Date() + 86400
         let credential = try Credential(
             name: "a day", serialNumber: "2", expirationDate: expires, entries: fresh.entries)
-        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(credential, clientScheme: .exampleClient)
         #expect(try world.client.usableCredential().name == "a day")
         let before = try #require(try world.client.lifetime(window: 0))
         #expect(before.usable && before.credentialState == .valid && !before.renewalDue)
@@ -66,10 +66,10 @@ struct CredentialExpirationTests {
         let fresh = try world.credential()
         let credential = try Credential(
             name: "a minute", serialNumber: "3", expirationDate: Date() + 60, entries: fresh.entries)
-        _ = try? await world.service.send(credential, clientScheme: "org.example.dcclient")
+        _ = try? await world.service.send(credential, clientScheme: .exampleClient)
         let url = try #require(world.deliveries.all.first)
         let handled = try world.client.handleDelivery(url, now: Date() + 120)
-        #expect(handled.status == "invalid", "\(handled.status)")
+        #expect(handled.status == .invalid, "\(handled.status)")
         #expect(try world.client.installed() == nil, "the client installed a lapsed credential")
     }
 

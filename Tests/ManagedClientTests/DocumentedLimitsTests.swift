@@ -46,7 +46,7 @@ struct DocumentedLimitsTests {
     func policyWindow() throws {
         let world = try World(handlesPolicies: false)
         defer { world.dir.remove() }
-        let record = try #require(try world.service.policyRecord(clientId: "dcclient"))
+        let record = try #require(try world.service.policyRecord(clientId: .exampleClient))
         let time = Self.wholeSecond()
         var next = record.policy
         next.sequence += 1
@@ -65,8 +65,8 @@ struct DocumentedLimitsTests {
     func cardRequestsAnHour() async throws {
         let world = try World()
         defer { world.dir.remove() }
-        _ = try world.service.pair(clientScheme: "org.example.dcclient", allowCardRequests: true)
-        #expect(try world.service.pairing(clientId: "dcclient")?.cardRequestsPerHour == 4)
+        _ = try world.service.pair(clientScheme: .exampleClient, allowCardRequests: true)
+        #expect(try world.service.pairing(clientId: .exampleClient)?.cardRequestsPerHour == 4)
         let start = Self.wholeSecond()
         func answer(at seconds: TimeInterval) async -> DCError.Code? {
             let now = start.addingTimeInterval(seconds)
@@ -85,14 +85,14 @@ struct DocumentedLimitsTests {
     func autoLockBounds() async throws {
         let world = try World()
         defer { world.dir.remove() }
-        #expect(try world.service.policyRecord(clientId: "dcclient")?.policy.autoLock == 900)
+        #expect(try world.service.policyRecord(clientId: .exampleClient)?.policy.autoLock == 900)
         for seconds in [1, 604_800] {
             #expect(try await world.setPolicy { $0.autoLock = seconds }.policy.autoLock == seconds)
         }
         for seconds in [0, 604_801] {
             #expect(await thrownCode { try await world.setPolicy { $0.autoLock = seconds } } == .usage, "\(seconds) s")
         }
-        #expect(try world.service.policyRecord(clientId: "dcclient")?.policy.autoLock == 604_800)
+        #expect(try world.service.policyRecord(clientId: .exampleClient)?.policy.autoLock == 604_800)
     }
 
     @Test("The provider's delegation is valid a day (86400 s) and is sent again while more than half (43200 s) is left")
@@ -101,7 +101,7 @@ struct DocumentedLimitsTests {
         defer { world.dir.remove() }
         let registration = try #require(
             try Registrations.read(
-                ClientRegistration.self, at: world.locations.clientRegistration("org.example.dcclient")))
+                ClientRegistration.self, at: world.locations.clientRegistration(.exampleClient)))
         let now = Self.wholeSecond()
         let first = try #require(try await world.service.sendDelegation(to: registration, now: now - 43_202))
         #expect(first.claims.expires - first.claims.notBefore == 86_400)

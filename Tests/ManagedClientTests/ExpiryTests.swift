@@ -30,7 +30,7 @@ struct ExpiryTests {
             let lax = CredentialValidator(now: then)
             #expect(lax.validate(credential).passes())
             let refused = await thrownCode {
-                _ = try await world.service.send(credential, clientScheme: "org.example.dcclient", validator: lax)
+                _ = try await world.service.send(credential, clientScheme: .exampleClient, validator: lax)
             }
             #expect(refused == .invalid)
             #expect(try world.client.installed() == nil)
@@ -43,13 +43,13 @@ struct ExpiryTests {
         #expect(
             await thrownCode {
                 _ = try await world.service.send(
-                    mixed, clientScheme: "org.example.dcclient", validator: CredentialValidator(now: now - 390 * day))
+                    mixed, clientScheme: .exampleClient, validator: CredentialValidator(now: now - 390 * day))
             } == .invalid)
         // An expired escrow certificate is what escrow is for: installed.
         let oldEscrow = try Credential(
             name: "with old escrow", serialNumber: "2", expirationDate: now + 300 * day,
             entries: fresh.entries.map { $0.tag == .escrow ? expired[.escrow]! : $0 })
-        _ = try await world.service.send(oldEscrow, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(oldEscrow, clientScheme: .exampleClient)
         #expect(try world.client.installed()?.name == "with old escrow")
     }
 
@@ -61,7 +61,7 @@ struct ExpiryTests {
         defer { world.dir.remove() }
         let now = Date()
         let credential = try world.credential(TestCAIssueRequest(escrowHistory: 1, validityDays: 10))
-        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(credential, clientScheme: .exampleClient)
         #expect(try world.client.usableCredential(now: now).name == credential.name)
         for (then, words) in [(now + 11 * day, "expired"), (now - day, "is not valid before")] {
             do {

@@ -29,7 +29,7 @@ struct KeyContinuityTests {
         let world = try World()
         defer { world.dir.remove() }
         let first = try world.credential(TestCAIssueRequest(commonName: "First", escrowHistory: 2))
-        _ = try await world.service.send(first, clientScheme: "org.example.dcclient", validator: world.validator())
+        _ = try await world.service.send(first, clientScheme: .exampleClient, validator: world.validator())
         let old = try #require(first[.encryption])
         let oldEscrow = try #require(first[.escrow])
         // S/MIME as mail clients send it, DER and PEM; to the encryption, escrow and an older escrow certificate.
@@ -51,7 +51,7 @@ struct KeyContinuityTests {
         #expect(try messages.map { text(try world.client.decrypt($0.1)) } == expected)
 
         let second = try world.credential(TestCAIssueRequest(commonName: "Second"))
-        _ = try await world.service.send(second, clientScheme: "org.example.dcclient", validator: world.validator())
+        _ = try await world.service.send(second, clientScheme: .exampleClient, validator: world.validator())
 
         // The renewed credential is installed, and every old message still opens.
         let installed = try #require(try world.client.installed())
@@ -98,7 +98,7 @@ struct KeyContinuityTests {
         // Eleven renewals retire 22 pairs: the history keeps the newest 20.
         for index in 0..<12 {
             let credential = try world.credential(TestCAIssueRequest(commonName: "Renewal \(index)"))
-            _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(credential, clientScheme: .exampleClient)
             credentials.append(credential)
         }
         let history = try world.client.keyHistory().map(\.certificate)
@@ -121,7 +121,7 @@ struct KeyContinuityTests {
                     tag: .escrow, certificate: escrow.certificate, privateKey: escrow.privateKey,
                     keyHistory: [try #require(last[.encryption]).certifiedKey])
             ])
-        _ = try await world.service.send(carried, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(carried, clientScheme: .exampleClient)
         let after = try world.client.keyHistory().map(\.certificate)
         #expect(after.filter { $0 == last[.encryption]?.certificate }.count == 1)
         #expect(after.count == CredentialEntry.maximumKeyHistory)

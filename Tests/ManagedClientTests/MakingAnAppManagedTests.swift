@@ -101,15 +101,15 @@ struct MakingAnAppManagedTests {
         }
         defer { loop.cancel() }
         // The provider pairs: its first policy arrives at the app's handler.
-        _ = try service.pair(clientScheme: "org.example.dcclient")
-        let record = try #require(try service.policyRecord(clientId: "dcclient"))
+        _ = try service.pair(clientScheme: .exampleClient)
+        let record = try #require(try service.policyRecord(clientId: .exampleClient))
         let url = try world.policyURL(record.policy)
         let update = try client.handlePolicy(url)
         if update.authChanged { print("now \(update.policy.state)") }
         // The two acknowledgements come one after the other from the app's loop: wait for both.
-        try await eventually { try service.policyRecord(clientId: "dcclient")?.isPending == false }
+        try await eventually { try service.policyRecord(clientId: .exampleClient)?.isPending == false }
         try await eventually {
-            try service.policyRecord(clientId: "dcclient")?.fileIOAcknowledgement?.state == .applied
+            try service.policyRecord(clientId: .exampleClient)?.fileIOAcknowledgement?.state == .applied
         }
         try await eventually { !ui.initializing && ui.showsSensitiveData && ui.secureFeaturesEnabled }
 
@@ -121,12 +121,12 @@ struct MakingAnAppManagedTests {
         #expect(pasted == "meeting moved to 10:00")
 
         // Retired: the app's loop acknowledges, and the client erases everything.
-        _ = try await service.setPolicy(clientScheme: "org.example.dcclient") {
+        _ = try await service.setPolicy(clientScheme: .exampleClient) {
             $0.state = .retired
             $0.message = "Device retired"
         }
         #expect(try client.handlePolicy(try #require(world.policies.all.last)).policy.state == .retired)
-        try await eventually { try service.pairing(clientId: "dcclient") == nil }
+        try await eventually { try service.pairing(clientId: .exampleClient) == nil }
         try await eventually { !FileManager.default.fileExists(atPath: client.secureFiles.directory) }
         try await eventually { !ui.showsSensitiveData }
         #expect(failures.all.isEmpty, "\(failures.all)")

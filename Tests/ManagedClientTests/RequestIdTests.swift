@@ -26,18 +26,18 @@ struct RequestIdTests {
         let world = try World()
         defer { world.dir.remove() }
         let message = try world.new()
-        let request = message.request.text
+        let request = message.request
         let issued = Counter()
         let receipt = try await world.service.answer(message) { registration in
             issued.increment()
-            #expect(registration.clientId == "dcclient")
+            #expect(registration.clientId == .exampleClient)
             return try world.credential(TestCAIssueRequest(commonName: "Asked for"))
         }
         #expect(receipt.request == request)
         let delivery = try #require(world.deliveries.all.first)
         #expect(delivery.hasPrefix("org.example.dcclient:/deliver?v=2&client=dcclient&request=\(request)&digest="))
         #expect(try world.client.installed()?.name == "Asked for (test CA)")
-        #expect(world.service.ledger.record(request)?.outcome == "ok")
+        #expect(world.service.ledger.record(request)?.outcome == .ok)
 
         // Replayed: refused before the issuing step, nothing delivered again.
         let replay = try await #require(throws: DCError.self) {
@@ -59,7 +59,7 @@ struct RequestIdTests {
     func refusals() async throws {
         let world = try World()
         defer { world.dir.remove() }
-        let own = try await world.service.send(try world.credential(), clientScheme: "org.example.dcclient")
+        let own = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         let issued = Counter()
         func answer(_ message: CredentialRequest, _ service: CredentialService? = nil) async -> DCError.Code? {
             await thrownCode {
@@ -92,9 +92,9 @@ struct RequestIdTests {
             _ = try await world.service.answer(unpaired) { _ in try world.credential() }
         }
         #expect(nobody?.code == .refusedMessage)
-        #expect(nobody?.hint?.contains("dcprovision pair") == true)
+        #expect(nobody?.remedy == .pairIfYours)
         // The registration now shows another key than the one paired (a program replaced it).
-        let path = world.locations.clientRegistration("org.example.dcclient")
+        let path = world.locations.clientRegistration(.exampleClient)
         var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
         let genuine = registration
         registration.signingKey = PinnedKeys.encode(try MessageSigningKey.generate().publicKey)
@@ -138,7 +138,7 @@ struct RequestIdTests {
         #expect(await answer() == .refusedMessage)
         #expect(issued.value == 0)
         _ = try world.service.pair(
-            clientScheme: "org.example.dcclient", allowCardRequests: true, cardRequestsPerHour: 2)
+            clientScheme: .exampleClient, allowCardRequests: true, cardRequestsPerHour: 2)
         // A request refused before is not answered once the policy would allow it: its id is spent.
         #expect(await answer(refusedOnce) == .refusedMessage)
         #expect(await answer() == nil)
@@ -151,7 +151,7 @@ struct RequestIdTests {
     func issuingFails() async throws {
         let world = try World()
         defer { world.dir.remove() }
-        let request = String(repeating: "2", count: 32)
+        let request = try RequestID(String(repeating: "2", count: 32))
         let failed = await thrownCode {
             _ = try await world.service.answer(try world.new(request: request)) { _ in
                 throw DCError(.providerFailed, "the CA is down")
@@ -162,7 +162,7 @@ struct RequestIdTests {
         #expect(
             await thrownCode {
                 _ = try await world.service.send(
-                    try world.credential(), clientScheme: "org.example.dcclient", answering: request)
+                    try world.credential(), clientScheme: .exampleClient, answering: request)
             } == .usage)
         #expect(world.deliveries.all.isEmpty)
     }
@@ -173,7 +173,7 @@ struct RequestIdTests {
         defer { world.dir.remove() }
         try world.client.lock()
         let receipt = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
         #expect(FileManager.default.fileExists(atPath: spool.path(request: receipt.request)))
         try world.client.unlock(passphrase: world.passphrase)

@@ -16,20 +16,20 @@ struct SendPipelineTests {
     func supportAndCanSend() throws {
         let world = try World()
         defer { world.dir.remove() }
-        #expect(try world.service.support(clientScheme: "org.example.nobody") == .missingClient)
-        #expect(try world.service.support(clientScheme: "ORG.Example.DCClient") == .present)
-        #expect(try world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try world.service.support(clientScheme: try URLScheme("org.example.nobody")) == .missingClient)
+        #expect(try world.service.support(clientScheme: try URLScheme("ORG.Example.DCClient")) == .present)
+        #expect(try world.service.canSendCredential(clientScheme: .exampleClient))
         try world.client.lock()
-        #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try !world.service.canSendCredential(clientScheme: .exampleClient))
         try world.client.unlock(passphrase: world.passphrase)
-        #expect(try world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try world.service.canSendCredential(clientScheme: .exampleClient))
         // An older client.
-        let path = world.locations.clientRegistration("org.example.dcclient")
+        let path = world.locations.clientRegistration(.exampleClient)
         var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
         registration.protocolVersion = 0
         try Registrations.publish(registration, at: path)
-        #expect(try world.service.support(clientScheme: "org.example.dcclient") == .oldClient)
-        #expect(try !world.service.canSendCredential(clientScheme: "org.example.dcclient"))
+        #expect(try world.service.support(clientScheme: .exampleClient) == .oldClient)
+        #expect(try !world.service.canSendCredential(clientScheme: .exampleClient))
     }
 
     @Test("Service creation fails on an empty brand; a scheme is refused when invalid and lowercased")
@@ -54,11 +54,13 @@ struct SendPipelineTests {
         defer { world.dir.remove() }
         let credential = try world.credential()
         #expect(
-            await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.nobody") }
+            await thrownCode {
+                _ = try await world.service.send(credential, clientScheme: try URLScheme("org.example.nobody"))
+            }
                 == .missingClient)
         try world.client.lock()
         let locked = await thrownCode {
-            _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(credential, clientScheme: .exampleClient)
         }
         #expect(locked == .serviceUnavailable)
         #expect(locked?.appConnectValue == -1002)
@@ -66,16 +68,16 @@ struct SendPipelineTests {
         try world.client.unlock(passphrase: world.passphrase)
         let expired = try world.credential(TestCAIssueRequest(tags: [.authentication], negative: .expired))
         let invalid = await thrownCode {
-            _ = try await world.service.send(expired, clientScheme: "org.example.dcclient")
+            _ = try await world.service.send(expired, clientScheme: .exampleClient)
         }
         #expect(invalid == .invalid)
         #expect(invalid?.appConnectValue == -1001)
-        let path = world.locations.clientRegistration("org.example.dcclient")
+        let path = world.locations.clientRegistration(.exampleClient)
         var registration = try #require(try Registrations.read(ClientRegistration.self, at: path))
         registration.protocolVersion = 0
         try Registrations.publish(registration, at: path)
         #expect(
-            await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }?
+            await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }?
                 .appConnectValue == -1004)
     }
 
@@ -87,11 +89,11 @@ struct SendPipelineTests {
         defer { world.dir.remove() }
         let first = try world.credential(TestCAIssueRequest(commonName: "First", escrowHistory: 2))
         let receipt = try await world.service.send(
-            first, clientScheme: "org.example.dcclient", validator: world.validator())
+            first, clientScheme: .exampleClient, validator: world.validator())
         #expect(receipt.steps.last?.contains("confirmed") == true)
         #expect(try world.client.installed() == first)
         let second = try world.credential(TestCAIssueRequest(commonName: "Second"))
-        _ = try await world.service.send(second, clientScheme: "org.example.dcclient")
+        _ = try await world.service.send(second, clientScheme: .exampleClient)
         let installed = try #require(try world.client.installed())
         #expect(
             installed.serialNumber == second.serialNumber
@@ -103,7 +105,7 @@ struct SendPipelineTests {
                 == [try #require(first[.encryption]).certifiedKey, firstEscrow.certifiedKey] + firstEscrow.keyHistory)
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
-        #expect(world.service.ledger.recent().map(\.outcome) == ["ok", "ok"])
+        #expect(world.service.ledger.recent().map(\.outcome) == [.ok, .ok])
         // Locked: the installed credential cannot be read (the store key is gone).
         try world.client.lock()
         #expect(throws: DCError.self) { try world.client.installed() }
@@ -116,16 +118,16 @@ struct SendPipelineTests {
         let world = try World()
         defer { world.dir.remove() }
         _ = try await world.service.send(
-            try world.credential(TestCAIssueRequest(commonName: "Once")), clientScheme: "org.example.dcclient")
+            try world.credential(TestCAIssueRequest(commonName: "Once")), clientScheme: .exampleClient)
         let url = try #require(world.deliveries.all.first)
         let again = try world.client.handleDelivery(url)
         #expect(again.replay)
-        #expect(again.status == "ok")
+        #expect(again.status == .ok)
         let result = try #require(again.resultURL)
         // The identical authenticated result (a retry) is acknowledged, and nothing changes.
         let before = try #require(world.service.ledger.recent().first)
         let provider = try URLScheme("org.example.provider")
-        #expect(try world.service.handleResult(try DeliveryResult.parse(result, scheme: provider)).outcome == "ok")
+        #expect(try world.service.handleResult(try DeliveryResult.parse(result, scheme: provider)).outcome == .ok)
         #expect(try #require(world.service.ledger.recent().first).completed == before.completed)
         // Any other result for the completed request is refused.
         var other = try DeliveryResult.parse(result, scheme: provider)
@@ -135,14 +137,14 @@ struct SendPipelineTests {
         let pending = World.Pending(world)
         let request = try pending.start()
         let forged = DeliveryResult(
-            request: try RequestID(request), status: .ok, mac: try SHA256Hex(String(repeating: "0", count: 64)))
+            request: request, status: .ok, mac: try SHA256Hex(String(repeating: "0", count: 64)))
         #expect(await thrownCode { _ = try world.service.handleResult(forged) } == .refusedMessage)
         // The right MAC after the time limit.
         var late = world.service.ledger
         late.timeLimit = -1
-        let mac = DeliveryPayload.resultMAC(key: pending.resultKey, request: request, status: "ok")
-        #expect(await thrownCode { _ = try late.complete(request: request, status: "ok", mac: mac) } == .refusedMessage)
-        #expect(try world.service.ledger.complete(request: request, status: "ok", mac: mac).outcome == "ok")
+        let mac = DeliveryPayload.resultMAC(key: pending.resultKey, request: request, status: .ok)
+        #expect(await thrownCode { _ = try late.complete(request: request, status: .ok, mac: mac) } == .refusedMessage)
+        #expect(try world.service.ledger.complete(request: request, status: .ok, mac: mac).outcome == .ok)
     }
 
     @Test(
@@ -158,7 +160,7 @@ struct SendPipelineTests {
         for credential in credentials {
             // Nobody delivers: the client never confirms.
             #expect(
-                await thrownCode { _ = try await world.service.send(credential, clientScheme: "org.example.dcclient") }
+                await thrownCode { _ = try await world.service.send(credential, clientScheme: .exampleClient) }
                     == .notReady)
         }
         let urls = world.deliveries.all
@@ -172,14 +174,14 @@ struct SendPipelineTests {
 
         /// Handles `url` and expects the digest check's refusal of `request`'s spool file, with
         /// nothing installed or recorded.
-        func expectRefused(_ url: String, request: String, _ what: String, bySignature: Bool = false) {
+        func expectRefused(_ url: String, request: RequestID, _ what: String, bySignature: Bool = false) {
             do {
                 let handled = try world.client.handleDelivery(url)
                 Issue.record("\(what): accepted (\(handled.status))")
             } catch let error as DCError {
                 #expect(error.code == .refusedMessage, "\(what): \(error)")
                 if bySignature {
-                    #expect(error.subject == request, "\(what): \(error)")
+                    #expect(error.subject == request.text, "\(what): \(error)")
                     #expect(error.description.contains("not signed by the pinned provider"), "\(what): \(error)")
                 } else {
                     #expect(error.subject == spool.path(request: request), "\(what): \(error)")
@@ -189,7 +191,7 @@ struct SendPipelineTests {
                 Issue.record("\(what): \(error)")
             }
             #expect((try? world.client.installed()) == .some(nil), "\(what): something was installed")
-            #expect(!FileManager.default.fileExists(atPath: processed + "/" + request), "\(what): recorded as handled")
+            #expect(!FileManager.default.fileExists(atPath: processed + "/\(request)"), "\(what): recorded as handled")
         }
 
         // One byte of the first spool file flipped in place (same file, owner and mode); the URL and
@@ -216,7 +218,7 @@ struct SendPipelineTests {
         let clientScheme = try URLScheme("org.example.dcclient")
         let resigned = try DeliveryNotice.parse(tamperedURL, scheme: clientScheme)
         let resignedURL = try DeliveryNotice(
-            client: try ClientID(second.client), request: try RequestID(second.request),
+            client: try ClientID(second.client), request: second.request,
             digest: try SHA256Hex(wrongDigest), sequence: second.sequence
         ).signed(with: try world.service.signingKey(), scheme: clientScheme).url(scheme: clientScheme)
         #expect(resigned.signature != nil)
@@ -228,7 +230,7 @@ struct SendPipelineTests {
         unlink(firstPath)
         _ = try spool.write(secondBytes, request: first.request)
         let swappedURL = try DeliveryNotice(
-            client: try ClientID("dcclient"), request: try RequestID(first.request),
+            client: .exampleClient, request: first.request,
             digest: try SHA256Hex(Digests.hex(Digests.sha256(secondBytes))), sequence: 1000
         ).signed(with: try world.service.signingKey(), scheme: clientScheme).url(scheme: clientScheme)
         #expect(throws: DCError.self) { try world.client.handleDelivery(swappedURL) }
@@ -236,7 +238,7 @@ struct SendPipelineTests {
 
         // The control: the untouched second delivery is accepted, so the refusals above were the
         // checks', not a broken set-up's.
-        #expect(try world.client.handleDelivery(urls[1]).status == "ok")
+        #expect(try world.client.handleDelivery(urls[1]).status == .ok)
         #expect(try world.client.installed() == credentials[1])
     }
 
@@ -247,7 +249,7 @@ struct SendPipelineTests {
         try world.client.lock()
         let credential = try world.credential(TestCAIssueRequest(commonName: "Queued"))
         let receipt = try await world.service.send(
-            credential, clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            credential, clientScheme: .exampleClient, queueIfUnavailable: true)
         #expect(receipt.steps.last?.hasPrefix("queued:") == true)
         #expect(world.deliveries.all.isEmpty)
         #expect(world.service.ledger.recent().first?.queuedURL != nil)
@@ -258,13 +260,13 @@ struct SendPipelineTests {
         let sent = try await world.service.deliverQueued(try world.available())
         #expect(sent == [receipt.request])
         #expect(try world.client.installed() == credential)
-        #expect(world.service.ledger.recent().first?.outcome == "ok")
+        #expect(world.service.ledger.recent().first?.outcome == .ok)
         // Not sent twice (a newer notice finds the queue empty).
         #expect(try await world.service.deliverQueued(try world.available(now: Date().addingTimeInterval(1))).isEmpty)
         // An entry older than the time limit is dropped, not delivered.
         try world.client.lock()
         _ = try await world.service.send(
-            try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true)
+            try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         try world.client.unlock(passphrase: world.passphrase)
         let later = Date().addingTimeInterval(world.service.ledger.timeLimit + 60)
         #expect(try await world.service.deliverQueued(try world.available(now: later), now: later).isEmpty)
@@ -281,7 +283,7 @@ struct SendPipelineTests {
         // record for a directory there, which the file system refuses to read (EISDIR), root or not.
         let code = await thrownCode {
             _ = try await world.service.send(
-                try world.credential(), clientScheme: "org.example.dcclient", queueIfUnavailable: true,
+                try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true,
                 progress: { step in
                     guard step.hasPrefix("signed:") else { return }
                     for name in (try? FileManager.default.contentsOfDirectory(atPath: ledger)) ?? []
@@ -308,7 +310,7 @@ struct SendPipelineTests {
             for credential in credentials {
                 group.addTask {
                     do {
-                        _ = try await world.service.send(credential, clientScheme: "org.example.dcclient")
+                        _ = try await world.service.send(credential, clientScheme: .exampleClient)
                     } catch let error as DCError where error.code == .refusedMessage {
                         // Arrived after a higher-numbered delivery: kept out, answered `stale`.
                     }
@@ -318,8 +320,8 @@ struct SendPipelineTests {
         }
         let records = world.service.ledger.recent(limit: 100)
         #expect(records.count == 20)
-        #expect(records.allSatisfy { $0.outcome == ResultStatus.ok.text || $0.outcome == ResultStatus.stale.text })
-        #expect(records.contains { $0.outcome == ResultStatus.ok.text })
+        #expect(records.allSatisfy { $0.outcome == .ok || $0.outcome == .stale })
+        #expect(records.contains { $0.outcome == .ok })
         #expect(Set(world.deliveries.all).count == 20)
         let processed = try FileManager.default.contentsOfDirectory(
             atPath: world.locations.dataHome + "/dcclient/store/processed")
@@ -330,7 +332,7 @@ struct SendPipelineTests {
         }
         let highest = try #require(numbered.max { $0.sequence < $1.sequence })
         #expect(world.client.installedSequence == highest.sequence)
-        #expect(world.service.ledger.record(highest.request)?.outcome == ResultStatus.ok.text)
+        #expect(world.service.ledger.record(highest.request)?.outcome == .ok)
         #expect(credentials.contains(try #require(try world.client.installed())))
     }
 }
@@ -344,11 +346,11 @@ extension World {
             self.world = world
             resultKey = try! Digests.random(32)
         }
-        func start() throws -> String {
-            let request = Digests.hex(try Digests.random(16).withUnsafeBytes { Array($0) })
+        func start() throws -> RequestID {
+            let request = RequestID.random()
             try world.service.ledger.create(
                 RequestLedger.Record(
-                    request: request, clientScheme: "org.example.dcclient", credentialName: "pending", created: Date(),
+                    request: request, clientScheme: .exampleClient, credentialName: "pending", created: Date(),
                     resultKey: resultKey.withUnsafeBytes { Data($0).base64EncodedString() }))
             return request
         }
@@ -356,10 +358,11 @@ extension World {
 }
 
 extension DeliveryMessage {
-    /// The parts of a `deliver` message, as text, or nil for another message (for `#require`).
-    var deliverParts: (client: String, request: String, digest: String, sequence: UInt64)? {
+    /// The parts of a `deliver` message (the client and digest as text), or nil for another
+    /// message (for `#require`).
+    var deliverParts: (client: String, request: RequestID, digest: String, sequence: UInt64)? {
         if case .deliver(let notice) = self {
-            return (notice.client.text, notice.request.text, notice.digest.text, notice.sequence)
+            return (notice.client.text, notice.request, notice.digest.text, notice.sequence)
         }
         return nil
     }

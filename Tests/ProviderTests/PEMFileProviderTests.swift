@@ -118,7 +118,7 @@ struct PEMFileProviderTests {
             } catch let error as DCError {
                 #expect(error.code == .invalid)
                 #expect(error.subject == "\(pair.certificate),\(pair.key)")
-                #expect(error.description.contains("--pem TAG="))
+                #expect(error.remedy == .tagExplicitly("\(pair.certificate),\(pair.key)"))
             }
         }
     }

@@ -41,8 +41,8 @@ struct ClientRecordCommandTests {
             brand: "Example", callbackScheme: try URLScheme("org.example.provider"),
             locations: XDGDirectories(environment: tools.sandbox.environment), open: { _, _ in })
         let foreign = try provider.policyURL(
-            ClientPolicy(state: .authorized, sequence: 99), clientId: "someone-else",
-            clientScheme: "org.example.dcclient")
+            ClientPolicy(state: .authorized, sequence: 99), clientId: try ClientID("someone-else"),
+            clientScheme: .exampleClient)
         let attacks: [(String, String?)] = [
             ("state edited", text.replacingOccurrences(of: "state=unauthorized", with: "state=authorized")),
             (

@@ -104,6 +104,34 @@ struct DemoTests {
             ])
     }
 
+    @Test("Without a dcverify next to it (a fresh clone's swift run), the demo verifies auth tokens in its own process")
+    func withoutVerificationService() throws {
+        let box = try TestSupport.Sandbox("demo-no-dcverify")
+        defer { box.remove() }
+        // dcprovision and dcclient alone in a directory, as `swift run dcprovision demo` builds them
+        // (hard links where the file system allows, else copies: the demo looks next to the binary).
+        let bin = box.file("bin")
+        try FileManager.default.createDirectory(atPath: bin, withIntermediateDirectories: true)
+        for tool in ["dcprovision", "dcclient"] {
+            do {
+                try FileManager.default.linkItem(atPath: Binaries.directory + "/" + tool, toPath: bin + "/" + tool)
+            } catch {
+                try FileManager.default.copyItem(atPath: Binaries.directory + "/" + tool, toPath: bin + "/" + tool)
+            }
+        }
+        let result = try box.run(bin + "/dcprovision", ["demo"], timeout: 120)
+        #expect(result.status == 0, "\(result.stdoutText)\(result.stderrText)")
+        let output = result.stdoutText
+        for expected in [
+            "dcverify, the verification service application servers call, is not built here",
+            "AuthTokenVerifier.verify(<the token>)", "response code: 100 OK", "user: demo.user@example.com",
+            "server: app.example.com", "response code: 103 Revoked", "Sandbox removed.",
+        ] {
+            #expect(output.contains(expected), "missing: \(expected)")
+        }
+        #expect(!output.contains("$ dcverify serve"))
+    }
+
     @Test("Without --keep the sandbox is removed")
     func cleansUp() throws {
         let result = try run(Binaries.dcprovision, ["demo"], timeout: 120)

@@ -59,9 +59,9 @@ private struct Sandbox {
         ca = try TestCA.initialize(at: dir.file("ca"))
         // Paired: the provider's first policy (authorized) reaches the client's handler, which
         // applies and acknowledges it; the client is then ready for deliveries.
-        _ = try service.pair(clientScheme: "org.example.dcclient")
-        let policy = try #require(try service.policyRecord(clientId: "dcclient")).policy
-        let url = try service.policyURL(policy, clientId: "dcclient", clientScheme: "org.example.dcclient")
+        _ = try service.pair(clientScheme: .exampleClient)
+        let policy = try #require(try service.policyRecord(clientId: .exampleClient)).policy
+        let url = try service.policyURL(policy, clientId: .exampleClient, clientScheme: .exampleClient)
         let handled = try run(dcclient, ["handle-url", url], environment: environment)
         guard handled.status == 0 else { throw ProcessFailure(command: ["handle-url"], result: handled) }
     }
@@ -69,7 +69,7 @@ private struct Sandbox {
     /// Seals and spools `credential` and returns the delivery URL, without delivering it.
     func prepare(_ credential: Credential) async throws -> String {
         do {
-            _ = try await service.send(credential, clientScheme: "org.example.dcclient")
+            _ = try await service.send(credential, clientScheme: .exampleClient)
         } catch let error as DCError where error.code == .notReady {
             // Expected: nobody delivered it.
         }

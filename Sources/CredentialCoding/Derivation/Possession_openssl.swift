@@ -103,7 +103,7 @@ public enum PossessionCheck {
 extension PrivateKey {
     /// The SubjectPublicKeyInfo (DER) of this key's public half: what a CA certifies.
     public func subjectPublicKeyInfo() throws -> [UInt8] {
-        guard let key = withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+        guard let key = PKey.from(self) else {
             throw DCError(.malformedInput, "the private key cannot be read")
         }
         return try key.subjectPublicKeyInfo()

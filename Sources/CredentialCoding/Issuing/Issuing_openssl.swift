@@ -94,7 +94,7 @@ public struct CertificateSigner: Sendable {
     var issuerCertificate: X509Certificate? { parsed.issuer }
 
     private static func decode(_ key: PrivateKey, _ what: String) throws -> PKey {
-        guard let decoded = key.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+        guard let decoded = PKey.from(key) else {
             throw DCError(.malformedInput, "\(what) cannot be read")
         }
         return decoded

@@ -43,7 +43,7 @@ public enum KeyImport {
     /// EC key without its public point (SoftHSM2's wrapped PKCS#8 has none); it is rebuilt from
     /// its scalar with the certificate's point, as `openssl pkcs8 -topk8` would write it.
     public static func canonical(_ key: PrivateKey, certificate: Certificate) throws -> PrivateKey {
-        guard let decoded = key.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+        guard let decoded = PKey.from(key) else {
             throw DCError(.malformedInput, "the exported key is not PKCS#8")
         }
         guard case .ec = decoded.kind else {

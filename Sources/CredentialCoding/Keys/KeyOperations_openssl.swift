@@ -172,12 +172,7 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
     /// an EC key on a named curve.
     public init(_ privateKey: PrivateKey) throws {
         OpenSSL.ensureInitialized()
-        let decoded = privateKey.withPKCS8DER { bytes -> PKey? in
-            var copy = Array(bytes)
-            defer { copy.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
-            return PKey.fromPKCS8(copy)
-        }
-        guard let decoded else {
+        guard let decoded = PKey.from(privateKey) else {
             throw DCError(.malformedInput, "not a PKCS#8 private key", underlying: OpenSSLError.drain())
         }
         key = decoded

@@ -27,7 +27,7 @@ final class KeyDecoderPool: @unchecked Sendable {
     private var idle: [Kind: [Decoder]] = [:]
 
     /// Decodes exactly `der` (no trailing bytes) as a private key of `kind`, or returns nil.
-    func decode(_ der: [UInt8], as kind: Kind) -> PKey? {
+    func decode(_ der: UnsafeRawBufferPointer, as kind: Kind) -> PKey? {
         guard let decoder = take(kind) ?? Decoder(kind) else { return nil }
         let key = decoder.decode(der)
         if key != nil { give(decoder, kind) }
@@ -76,13 +76,12 @@ final class KeyDecoderPool: @unchecked Sendable {
             strings.forEach { free($0) }
         }
 
-        func decode(_ der: [UInt8]) -> PKey? {
+        func decode(_ der: UnsafeRawBufferPointer) -> PKey? {
             output.pointee = nil
-            let ok = der.withUnsafeBufferPointer { buffer -> Bool in
-                var cursor: UnsafePointer<UInt8>? = buffer.baseAddress
-                var remaining = buffer.count
-                return OSSL_DECODER_from_data(context, &cursor, &remaining) == 1 && remaining == 0
-            }
+            let bytes = der.bindMemory(to: UInt8.self)
+            var cursor: UnsafePointer<UInt8>? = bytes.baseAddress
+            var remaining = bytes.count
+            let ok = cursor != nil && OSSL_DECODER_from_data(context, &cursor, &remaining) == 1 && remaining == 0
             guard ok, let key = output.pointee else { return nil }
             output.pointee = nil
             return PKey(taking: key)

@@ -88,9 +88,20 @@ final class PKey {
         }
     }
 
+    /// Decodes a PKCS#8 PrivateKeyInfo (already checked to be strict DER), in place: no copy of
+    /// the secret bytes is made.
+    static func fromPKCS8(_ der: UnsafeRawBufferPointer) -> PKey? {
+        KeyDecoderPool.shared.decode(der, as: .pkcs8)
+    }
+
     /// Decodes a PKCS#8 PrivateKeyInfo (already checked to be strict DER).
     static func fromPKCS8(_ der: [UInt8]) -> PKey? {
-        KeyDecoderPool.shared.decode(der, as: .pkcs8)
+        der.withUnsafeBytes { fromPKCS8($0) }
+    }
+
+    /// The key `privateKey` holds, decoded from its PKCS#8 DER where it lies (no copy to wipe).
+    static func from(_ privateKey: PrivateKey) -> PKey? {
+        privateKey.withPKCS8DER { fromPKCS8($0) }
     }
 
     /// Decodes an already parsed PKCS#8 structure (from PKCS#12 or a decrypted key).
@@ -102,7 +113,7 @@ final class PKey {
 
     /// Decodes a PKCS#1 RSAPrivateKey or a SEC1 ECPrivateKey.
     static func fromTypeSpecific(_ der: [UInt8], type: Int32) -> PKey? {
-        KeyDecoderPool.shared.decode(der, as: type == EVP_PKEY_RSA ? .rsa : .ec)
+        der.withUnsafeBytes { KeyDecoderPool.shared.decode($0, as: type == EVP_PKEY_RSA ? .rsa : .ec) }
     }
 
     /// Decodes a SubjectPublicKeyInfo given as strict DER; nil when it is not one.
@@ -143,7 +154,7 @@ extension KeyMaterial {
     /// SubjectPublicKeyInfo), or an error naming the mismatch.
     public static func paired(certificates: [Certificate], privateKey: PrivateKey, source: String) throws -> KeyMaterial
     {
-        guard let key = privateKey.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+        guard let key = PKey.from(privateKey) else {
             throw DCError(.malformedInput, "the private key cannot be read", subject: source)
         }
         let spki = try key.subjectPublicKeyInfo()
@@ -162,6 +173,6 @@ extension KeyMaterial {
 public enum PrivateKeyDetails {
     /// `RSA 2048`, `EC P-256`, or `unreadable`.
     public static func describe(_ key: PrivateKey) -> String {
-        key.withPKCS8DER { PKey.fromPKCS8(Array($0)) }?.algorithmDescription ?? "unreadable"
+        PKey.from(key)?.algorithmDescription ?? "unreadable"
     }
 }

@@ -28,7 +28,7 @@ public enum EnvelopedMessage {
         }
         for (index, candidate) in candidates.enumerated() {
             guard let x509 = try? X509Certificate(candidate.certificate),
-                let pkey = candidate.privateKey.withPKCS8DER({ PKey.fromPKCS8(Array($0)) })
+                let pkey = PKey.from(candidate.privateKey)
             else { continue }
             // Secure memory: the BIO's buffer is cleared when it is freed.
             guard let output = BIO_new(BIO_s_secmem()) else { throw OpenSSL.failure("BIO_new(secmem)") }

@@ -52,7 +52,7 @@ public enum Sealing {
             throw DCError(.malformedInput, "the sealed message is not CMS AuthEnvelopedData")
         }
         let x509 = try X509Certificate(certificate)
-        guard let pkey = key.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+        guard let pkey = PKey.from(key) else {
             throw DCError(.malformedInput, "the opening key cannot be read")
         }
         // Secure memory: the BIO's buffer is cleared when it is freed.

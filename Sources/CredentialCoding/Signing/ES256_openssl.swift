@@ -38,12 +38,7 @@ public struct TokenSigningKey: Sendable, CustomStringConvertible, CustomDebugStr
     /// The key `privateKey` holds; throws `DCError/Code/malformedInput` unless it is a P-256 key
     /// with a named curve.
     public init(privateKey: PrivateKey) throws {
-        let decoded = privateKey.withPKCS8DER { bytes -> PKey? in
-            var copy = Array(bytes)
-            defer { copy.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
-            return PKey.fromPKCS8(copy)
-        }
-        guard let decoded else {
+        guard let decoded = PKey.from(privateKey) else {
             throw DCError(.malformedInput, "not a PKCS#8 private key", underlying: OpenSSLError.drain())
         }
         try self.init(decoded, privateKey: privateKey)

@@ -27,7 +27,7 @@ public struct MessageSigningKey: Sendable, CustomStringConvertible, CustomDebugS
 
     /// The key in `pkcs8DER`; throws `DCError/Code/malformedInput` unless it is an Ed25519 key.
     public init(pkcs8DER: SecretBytes) throws {
-        guard let key = pkcs8DER.withUnsafeBytes({ PKey.fromPKCS8(Array($0)) }) else {
+        guard let key = pkcs8DER.withUnsafeBytes({ PKey.fromPKCS8($0) }) else {
             throw DCError(.malformedInput, "not a PKCS#8 private key", underlying: OpenSSLError.drain())
         }
         try self.init(key)
@@ -48,7 +48,7 @@ public struct MessageSigningKey: Sendable, CustomStringConvertible, CustomDebugS
 
     /// The 64-byte Ed25519 signature of `message`.
     public func sign(_ message: [UInt8]) throws -> [UInt8] {
-        guard let key = privateKey.withPKCS8DER({ PKey.fromPKCS8(Array($0)) }) else {
+        guard let key = PKey.from(privateKey) else {
             throw OpenSSL.failure("decoding the message-signing key")
         }
         guard let context = EVP_MD_CTX_new() else { throw OpenSSL.failure("EVP_MD_CTX_new") }

@@ -94,7 +94,7 @@ public struct CredentialValidator: Sendable {
         }
 
         // The key belongs to the certificate.
-        let keySPKI = pair.privateKey.withPKCS8DER { PKey.fromPKCS8(Array($0)) }.flatMap {
+        let keySPKI = PKey.from(pair.privateKey).flatMap {
             try? $0.subjectPublicKeyInfo()
         }
         if keySPKI == nil {

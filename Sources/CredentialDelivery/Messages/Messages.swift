@@ -2,7 +2,8 @@ import CredentialCoding
 import DerivedCredentials
 
 // The eight messages of the conversation. Each is declared once here: its stored properties are
-// its parameters in URL order, its `CodingKeys` their names on the wire, their types their rules;
+// its parameters in URL order, its `CodingKeys` their names on the wire, their types their rules
+// (a group of fields declared elsewhere, the policy, is its own fields in place);
 // `URLMessageCoder` derives the URL, the strict parser and the signed text from that. PROTOCOL.md
 // in docs/ describes the conversation they make.
 
@@ -106,60 +107,30 @@ public struct DeliveryResult: URLMessage {
 }
 
 /// `<client-scheme>:/policy?v=2&client=ID&seq=N&state=STATE&autolock=SECONDS&message=B64[&tokenlogin=secure-services]&time=N&sig=HEX128`:
-/// the provider's policy for the client (``ClientPolicy``), signed with the provider's key; `seq`
-/// grows with every change. `tokenlogin` is written only when it is not the passphrase, so that
-/// policies without it read as they always did.
+/// the provider's policy for the client, signed with the provider's key; `seq` grows with every
+/// change. The policy's fields are parameters of their own, in place, as ``ClientPolicy``
+/// declares them (its fields are declared there only); `tokenlogin` is written only when it is
+/// not the passphrase, so that policies without it read as they always did.
 public struct PolicyNotice: SignedURLMessage {
     /// `policy`.
     public static let path = "policy"
     /// The client the policy is for.
     public var client: ClientID
-    /// The policy's number; grows with every change.
-    public var sequence: UInt64
-    /// The authorization state.
-    public var state: AuthState
-    /// The auto-lock lifetime in seconds (``ClientPolicy/autoLockRange``).
-    public var autoLock: Int
-    /// The message for the user.
-    public var message: String
-    /// How programs log in to the PKCS#11 token; nil for the passphrase.
-    public var tokenLogin: TokenLogin?
+    /// The policy: `seq`, `state`, `autolock`, `message` and `tokenlogin`.
+    public var policy: ClientPolicy
     /// When the provider signed it, in seconds since 1970.
     public var time: Int64
     /// The provider's signature.
     public var signature: SignatureHex?
 
     enum CodingKeys: String, CodingKey {
-        case client
-        case sequence = "seq"
-        case state
-        case autoLock = "autolock"
-        case message
-        case tokenLogin = "tokenlogin"
-        case time
+        case client, policy, time
         case signature = "sig"
     }
 
     /// The unsigned notice of `policy` for `client`, at `time`.
     public init(client: ClientID, policy: ClientPolicy, time: Int64, signature: SignatureHex? = nil) {
-        (self.client, self.sequence, self.state, self.autoLock, self.message) =
-            (client, policy.sequence, policy.state, policy.autoLock, policy.message)
-        self.tokenLogin = policy.tokenLogin == .passphrase ? nil : policy.tokenLogin
-        (self.time, self.signature) = (time, signature)
-    }
-
-    /// The policy the notice carries.
-    public var policy: ClientPolicy {
-        ClientPolicy(
-            state: state, message: message, autoLock: autoLock, sequence: sequence,
-            tokenLogin: tokenLogin ?? .passphrase)
-    }
-
-    /// An auto-lock outside the range, a written-out default login or no signature.
-    public var violation: String? {
-        if !ClientPolicy.autoLockRange.contains(autoLock) { return "invalid 'autolock'" }
-        if tokenLogin == .passphrase { return "parameters out of order" }
-        return signature == nil ? "missing 'sig'" : nil
+        (self.client, self.policy, self.time, self.signature) = (client, policy, time, signature)
     }
 }
 
@@ -295,6 +266,8 @@ public struct ClaimText: Identifier, URLParameterValue {
 }
 
 /// The status a client's ``DeliveryResult`` carries: `ok`, or why the credential was not installed.
+/// The provider's ledger records it as a request's outcome, beside two outcomes of its own
+/// (``notSent``, ``expired``).
 public struct ResultStatus: Identifier, URLParameterValue {
     /// The status word.
     public let text: String
@@ -318,6 +291,12 @@ public struct ResultStatus: Identifier, URLParameterValue {
     /// The delivery was older than the installed credential (its sequence number was not above
     /// the installed one's); the client kept what it had.
     public static let stale = ResultStatus(word: "stale")
+    /// Not a client's answer: the provider's outcome for a client's request it could not answer
+    /// (issuing or sending failed).
+    public static let notSent = ResultStatus(word: "not-sent")
+    /// Not a client's answer: the provider's outcome for a request that got no answer within its
+    /// time limit.
+    public static let expired = ResultStatus(word: "expired")
 }
 
 /// A message a client signs with the key the provider pinned when they paired: what

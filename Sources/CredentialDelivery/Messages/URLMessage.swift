@@ -5,9 +5,10 @@ import DerivedCredentials
 ///
 /// A message is a struct whose stored properties are its parameters: in the order they are
 /// declared, under the names its `CodingKeys` give, each from a type that carries its rule
-/// (``URLParameterValue``). Printing, strict parsing and the signed text are all derived from that
-/// declaration by `URLMessageCoder`, so adding a field is one property (and its wire name) in
-/// the message's struct.
+/// (``URLParameterValue``), or a group of fields declared with a type of their own (the policy:
+/// `ClientPolicy`), which the URL carries as parameters in place. Printing, strict parsing and the
+/// signed text are all derived from that declaration by `URLMessageCoder`, so adding a field is
+/// one property (and its wire name) in the message's struct, or in the group's.
 public protocol URLMessage: Codable, Sendable, Equatable {
     /// The URL path without its slash, such as `deliver`.
     static var path: String { get }
@@ -78,6 +79,29 @@ public protocol URLParameterValue {
     init?(parameter text: String)
     /// The value's one spelling in a URL.
     var parameter: String { get }
+    /// The value a URL leaves out: never written, and what a missing parameter reads as (so that
+    /// a written-out one is out of place). Nil, by default: the parameter is always there.
+    static var unwritten: Self? { get }
+}
+
+extension URLParameterValue {
+    /// None: the parameter is always written.
+    public static var unwritten: Self? { nil }
+
+    /// Whether this is the value a URL leaves out (``unwritten``).
+    var isUnwritten: Bool { Self.unwritten?.parameter == parameter }
+}
+
+/// Fields a URL message carries as parameters of its own, in place, declared with a type of their
+/// own because they live elsewhere too (a policy is kept as JSON): its stored properties are the
+/// parameters, in the order they are declared, each a ``URLParameterValue``. Its `CodingKeys` name
+/// the fields elsewhere; `parameterNames` gives the URL's name where it differs.
+protocol URLParameterGroup: Codable {
+    /// The URL name of each field whose URL name is not its coding key, by coding key.
+    static var parameterNames: [String: String] { get }
+    /// A rule across the group's fields or a range a field's type does not hold, as the reason a
+    /// URL is refused; nil when the group keeps it. Checked before the message's own.
+    var violation: String? { get }
 }
 
 extension URLParameterValue where Self: Identifier {
@@ -102,7 +126,7 @@ public struct SHA256Hex: Identifier, URLParameterValue {
     public static let rule = "use 64 lowercase hex digits"
     /// `text`, when it is 64 lowercase hex digits.
     public init?(validating text: String) {
-        guard URLMessageCoder.isHex(text, 64) else { return nil }
+        guard LowercaseHex.matches(text, count: 64) else { return nil }
         self.text = text
     }
 }
@@ -117,7 +141,7 @@ public struct SignatureHex: Identifier, URLParameterValue {
     public static let rule = "use 128 lowercase hex digits"
     /// `text`, when it is 128 lowercase hex digits.
     public init?(validating text: String) {
-        guard URLMessageCoder.isHex(text, 128) else { return nil }
+        guard LowercaseHex.matches(text, count: 128) else { return nil }
         self.text = text
     }
 }
@@ -179,6 +203,8 @@ extension TokenLogin: URLParameterValue {
     public init?(parameter text: String) { self.init(rawValue: text) }
     /// `passphrase` or `secure-services`.
     public var parameter: String { rawValue }
+    /// The passphrase, the login of every policy before token logins could be set: left out.
+    public static var unwritten: Self? { .passphrase }
 }
 
 /// Prints and parses ``URLMessage``s from their declarations: an `Encoder` that collects the
@@ -193,7 +219,7 @@ enum URLMessageCoder {
     }
 
     static func refuse(_ why: String) -> DCError {
-        DCError(.invalid, "refused URL: \(why)", hint: "URLs are produced by dcprovision and dcclient only")
+        DCError(.invalid, "refused URL: \(why)", remedy: .useToolkitURLs)
     }
 
     static func render(scheme: URLScheme, path: String, _ parameters: [(String, String)]) -> String {
@@ -245,7 +271,7 @@ enum URLMessageCoder {
             throw DCError(
                 .refusedMessage,
                 "refused URL: protocol version '\(version.escapingControlCharacters)'; this program speaks version \(DeliveryMessage.version)",
-                hint: "update the program that made the URL (dcprovision and dcclient speak the same version)")
+                remedy: .updateURLMaker)
         }
         return Split(path: path, values: values, rest: whole)
     }
@@ -264,7 +290,7 @@ enum URLMessageCoder {
             throw refuse("a malformed \(Message.path) URL")
         }
         if let leftover = reader.box.values.keys.sorted().first { throw refuse("unexpected parameter '\(leftover)'") }
-        if let violation = message.violation { throw refuse(violation) }
+        if let violation = reader.box.violations.first ?? message.violation { throw refuse(violation) }
         guard message.url(scheme: scheme) == scheme.text + ":" + String(url.rest) else {
             throw refuse("parameters out of order")
         }
@@ -277,21 +303,18 @@ enum URLMessageCoder {
             && value.unicodeScalars.allSatisfy { ("0"..."9").contains($0) }
     }
 
-    static func isHex(_ value: String, _ count: Int) -> Bool {
-        value.utf8.count == count
-            && value.unicodeScalars.allSatisfy { ("0"..."9").contains($0) || ("a"..."f").contains($0) }
-    }
-
     // MARK: - Writing
 
     final class Pairs { var pairs: [(String, String)] = [] }
 
     struct Writer: Encoder {
-        let box = Pairs()
+        var box = Pairs()
+        /// The URL names of a group's fields (`URLParameterGroup.parameterNames`); none for a message.
+        var names: [String: String] = [:]
         var codingPath: [any CodingKey] { [] }
         var userInfo: [CodingUserInfoKey: Any] { [:] }
         func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-            KeyedEncodingContainer(Fields(box: box))
+            KeyedEncodingContainer(Fields(box: box, names: names))
         }
         func unkeyedContainer() -> any UnkeyedEncodingContainer { Unsupported() }
         func singleValueContainer() -> any SingleValueEncodingContainer { Unsupported() }
@@ -299,11 +322,17 @@ enum URLMessageCoder {
 
     struct Fields<Key: CodingKey>: KeyedEncodingContainerProtocol {
         let box: Pairs
+        var names: [String: String] = [:]
         var codingPath: [any CodingKey] { [] }
         mutating func encodeNil(forKey key: Key) throws {}
         mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+            // A group's fields go in place, in their order, under their URL names.
+            if let group = value as? any URLParameterGroup {
+                return try group.encode(to: Writer(box: box, names: type(of: group).parameterNames))
+            }
             guard let value = value as? any URLParameterValue else { throw Unsupported.error }
-            box.pairs.append((key.stringValue, value.parameter))
+            guard !value.isUnwritten else { return }
+            box.pairs.append((names[key.stringValue] ?? key.stringValue, value.parameter))
         }
         mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key)
             -> KeyedEncodingContainer<NestedKey>
@@ -332,16 +361,21 @@ enum URLMessageCoder {
 
     final class Values {
         var values: [String: String]
+        /// What the groups read so far said of themselves (`URLParameterGroup.violation`).
+        var violations: [String] = []
         init(_ values: [String: String]) { self.values = values }
     }
 
     struct Reader: Decoder {
         let box: Values
+        /// The URL names of a group's fields (`URLParameterGroup.parameterNames`); none for a message.
+        var names: [String: String] = [:]
         init(values: [String: String]) { box = Values(values) }
+        init(box: Values, names: [String: String]) { (self.box, self.names) = (box, names) }
         var codingPath: [any CodingKey] { [] }
         var userInfo: [CodingUserInfoKey: Any] { [:] }
         func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-            KeyedDecodingContainer(Parameters(box: box))
+            KeyedDecodingContainer(Parameters(box: box, names: names))
         }
         func unkeyedContainer() throws -> any UnkeyedDecodingContainer { throw Parameters<AnyKey>.unsupported }
         func singleValueContainer() throws -> any SingleValueDecodingContainer {
@@ -361,17 +395,32 @@ enum URLMessageCoder {
             .dataCorrupted(.init(codingPath: [], debugDescription: "a URL message field is not a URLParameterValue"))
         }
         let box: Values
+        var names: [String: String] = [:]
         var codingPath: [any CodingKey] { [] }
-        var allKeys: [Key] { box.values.keys.compactMap { Key(stringValue: $0) } }
-        func contains(_ key: Key) -> Bool { box.values[key.stringValue] != nil }
+        var allKeys: [Key] {
+            let keys = Dictionary(names.map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
+            return box.values.keys.compactMap { Key(stringValue: keys[$0] ?? $0) }
+        }
+        /// The URL name of `key`.
+        func name(_ key: Key) -> String { names[key.stringValue] ?? key.stringValue }
+        func contains(_ key: Key) -> Bool { box.values[name(key)] != nil }
         func decodeNil(forKey key: Key) throws -> Bool { !contains(key) }
         func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
-            guard let value = box.values.removeValue(forKey: key.stringValue) else {
-                throw refuse("missing '\(key.stringValue)'")
+            // A group's fields are read in place, each under its URL name.
+            if let group = T.self as? any URLParameterGroup.Type {
+                guard let read = try group.init(from: Reader(box: box, names: group.parameterNames)) as? T else {
+                    throw Self.unsupported
+                }
+                if let violation = (read as? any URLParameterGroup)?.violation { box.violations.append(violation) }
+                return read
             }
             guard let kind = T.self as? any URLParameterValue.Type else { throw Self.unsupported }
+            guard let value = box.values.removeValue(forKey: name(key)) else {
+                if let unwritten = kind.unwritten as? T { return unwritten }
+                throw refuse("missing '\(name(key))'")
+            }
             guard let parsed = kind.init(parameter: value) as? T else {
-                throw refuse("invalid '\(key.stringValue)'")
+                throw refuse("invalid '\(name(key))'")
             }
             return parsed
         }

@@ -202,13 +202,13 @@ extension DCError.Remedy {
         "setUpAndPairRetiredClient", "a retired client is set up afresh and paired again")
 
     /// The client is not paired with this provider: pair it.
-    public static func pairFirst(clientScheme: String) -> Self {
-        Self("pairFirst", arguments: [clientScheme], "pair it first (client scheme \(clientScheme))")
+    public static func pairFirst(clientScheme: URLScheme) -> Self {
+        Self("pairFirst", arguments: [clientScheme.text], "pair it first (client scheme \(clientScheme))")
     }
 
     /// The client's pairing changed: pair it again.
-    public static func pairAgain(clientScheme: String) -> Self {
-        Self("pairAgain", arguments: [clientScheme], "pair it again (client scheme \(clientScheme))")
+    public static func pairAgain(clientScheme: URLScheme) -> Self {
+        Self("pairAgain", arguments: [clientScheme.text], "pair it again (client scheme \(clientScheme))")
     }
 
     /// A request id is used once: the client asks again with a new one.
@@ -239,9 +239,9 @@ extension DCError.Remedy {
     public static let registerProvider = Self("registerProvider", "nothing was changed; register the provider")
 
     /// No provider is registered for a scheme: register one.
-    public static func registerProviderScheme(_ providerScheme: String) -> Self {
+    public static func registerProviderScheme(_ providerScheme: URLScheme) -> Self {
         Self(
-            "registerProviderScheme", arguments: [providerScheme],
+            "registerProviderScheme", arguments: [providerScheme.text],
             "register a provider for the scheme \(providerScheme)")
     }
 
@@ -260,4 +260,132 @@ extension DCError.Remedy {
     /// The test CA does not archive keys: one made with a recovery certificate does.
     public static let archiveKeys = Self(
         "archiveKeys", "this CA does not archive keys (a CA made with a recovery certificate does)")
+
+    // The client's own steps (ManagedClient).
+
+    /// The client is set up already: use it, or remove its directory to start afresh.
+    public static let useExistingClient = Self(
+        "useExistingClient", "use it as it is (unlock it, register it), or remove the directory to start afresh")
+
+    /// The client was set up by a version without a message-signing key: set it up afresh.
+    public static let setUpOldClientAfresh = Self(
+        "setUpOldClientAfresh", "set the client up afresh: remove the directory, then set it up again")
+
+    /// The provider's key changed: if the provider really was set up afresh, pin its new key.
+    public static let repinProvider = Self(
+        "repinProvider",
+        "if the provider was really set up afresh, pin it again: register the client again, forgetting the pinned key")
+
+    /// The client was retired: set it up afresh, then have it paired again.
+    public static let setUpRetiredClientAgain = Self(
+        "setUpRetiredClientAgain", "set it up afresh, then ask the provider to pair it again")
+
+    /// The passphrase is wrong: give the one the client was set up with.
+    public static let giveSetUpPassphrase = Self(
+        "giveSetUpPassphrase", "give the passphrase the client was set up with; it is never retried")
+
+    /// A delivery was kept out as older than the installed credential: it can still be chosen.
+    public static let installStaleDelivery = Self(
+        "installStaleDelivery", "to install it anyway (within a day), handle its URL again, allowing an older delivery")
+
+    /// A delivery was refused and nothing installed: ask the provider again.
+    public static let requestAgain = Self("requestAgain", "nothing was installed; ask the provider again")
+
+    /// The kept delivery is gone: ask the provider to send one again.
+    public static let requestResend = Self("requestResend", "ask the provider to send a credential again")
+
+    /// A file of the store is missing: remove the store and set the client up again.
+    public static let setUpIncompleteStore = Self(
+        "setUpIncompleteStore", "the store is incomplete: remove it and set the client up again")
+
+    /// The app is not authorized: only its provider can authorize it.
+    public static let askProviderToAuthorize = Self("askProviderToAuthorize", "ask the provider to authorize it")
+
+    // The provider's steps (ProviderService).
+
+    /// The client is not authorized: authorize it before anything is sent to it.
+    public static func authorizeFirst(clientScheme: URLScheme) -> Self {
+        Self("authorizeFirst", arguments: [clientScheme.text], "authorize it first (client scheme \(clientScheme))")
+    }
+
+    /// A client's message was refused: nothing was done, and the client asks again.
+    public static let clientAsksAgain = Self("clientAsksAgain", "nothing was done; the client asks again")
+
+    /// A client that is not paired asked: pair it, if it is the operator's.
+    public static let pairIfYours = Self("pairIfYours", "if the client is yours, pair it")
+
+    /// The client's registration changed since it was paired: pair it again if it was set up afresh.
+    public static func pairAfresh(clientScheme: URLScheme) -> Self {
+        Self(
+            "pairAfresh", arguments: [clientScheme.text],
+            "if the client was set up afresh, pair it again (client scheme \(clientScheme))")
+    }
+
+    /// Nothing is sent to a client that is not paired: pair it, if it is the operator's.
+    public static func pairBeforeSending(clientScheme: URLScheme) -> Self {
+        Self(
+            "pairBeforeSending", arguments: [clientScheme.text],
+            "nothing was issued or sent; if the client is yours, pair it (client scheme \(clientScheme))")
+    }
+
+
+    /// The client is locked: unlock it and send again, or queue the delivery.
+    public static let unlockOrQueueSend = Self(
+        "unlockOrQueueSend", "unlock the client and send again, or queue the delivery for later")
+
+    /// The credential fails validation: fix its source.
+    public static let fixSource = Self(
+        "fixSource", "fix the credential's source; inspecting it shows every finding")
+
+    /// The client rejected the credential: see why.
+    public static let inspectRejected = Self(
+        "inspectRejected", "see the client's messages above; inspecting the credential shows what the client would find"
+    )
+
+    /// A client's request may not use a card unattended: send with an operator present, or allow it.
+    public static let allowCardRequests = Self(
+        "allowCardRequests", "send with an operator present, or allow the client's requests to use the card")
+
+    /// A client made as many card requests in the last hour as it may.
+    public static let raiseCardRequestLimit = Self(
+        "raiseCardRequestLimit", "try again later, or raise the client's limit of card requests per hour")
+
+    // The protocol's steps (CredentialDelivery).
+
+    /// A URL is refused: only the toolkit's programs make them.
+    public static let useToolkitURLs = Self("useToolkitURLs", "URLs are produced by the provider and the client only")
+
+    /// A URL speaks another protocol version: update the program that made it.
+    public static let updateURLMaker = Self(
+        "updateURLMaker", "update the program that made the URL (the provider and the client speak the same version)")
+
+    // The providers' steps.
+
+    /// A required provider option is missing.
+    public static func giveOption(_ name: String) -> Self {
+        Self("giveOption", arguments: [name], "give the option '\(name)'")
+    }
+
+    /// No token is in the slot: insert the card.
+    public static let insertCard = Self("insertCard", "insert the card, or list the tokens there are")
+
+    /// The token's user PIN is locked: the security officer or the card's issuer unblocks it.
+    public static let unblockUserPIN = Self(
+        "unblockUserPIN", "unlock it with the security officer PIN or the card issuer's tool")
+
+    /// One more wrong PIN locks the token: try only when sure.
+    public static let confirmFinalPINTry = Self(
+        "confirmFinalPINTry", "if you are sure of the PIN, allow the final try explicitly")
+
+    /// The token needs a PIN: give it from a file, a descriptor or a variable.
+    public static let givePIN = Self("givePIN", "give the PIN from a file, a descriptor or a variable")
+
+    /// No certificate or key files were given.
+    public static let giveFiles = Self(
+        "giveFiles", "give tagged certificate and key files, a manifest, or files whose tags are read from them")
+
+    /// A certificate's tag cannot be told from it: give it.
+    public static func tagExplicitly(_ source: String) -> Self {
+        Self("tagExplicitly", arguments: [source], "give its tag explicitly (\(source))")
+    }
 }

@@ -32,15 +32,21 @@ extension Identifier {
     /// Orders values by their text.
     public static func < (lhs: Self, rhs: Self) -> Bool { lhs.text < rhs.text }
 
-    /// Reads a JSON string and checks it; a string that breaks the rule is a decoding error.
+    /// Reads a JSON string and checks it; a string that breaks the rule is a decoding error whose
+    /// underlying error is the `DCError` of ``init(_:)``, so that a reader of a stored file can
+    /// say which id in it is not valid.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
         let text = try container.decode(String.self)
-        guard let value = Self(validating: text) else {
-            throw DecodingError.dataCorruptedError(
-                in: container, debugDescription: "'\(text.escapingControlCharacters)' is not a valid \(Self.kind)")
+        do {
+            self = try Self(text)
+        } catch {
+            throw DecodingError.dataCorrupted(
+                DecodingError.Context(
+                    codingPath: container.codingPath,
+                    debugDescription: "'\(text.escapingControlCharacters)' is not a valid \(Self.kind)",
+                    underlyingError: error))
         }
-        self = value
     }
 
     /// Writes the value as a JSON string.
@@ -107,9 +113,7 @@ public struct RequestID: Identifier {
 
     /// `text`, when it is 32 lowercase hex digits.
     public init?(validating text: String) {
-        guard text.utf8.count == 32,
-            text.unicodeScalars.allSatisfy({ ("0"..."9").contains($0) || ("a"..."f").contains($0) })
-        else { return nil }
+        guard LowercaseHex.matches(text, count: 32) else { return nil }
         self.text = text
     }
 
@@ -124,4 +128,17 @@ public struct RequestID: Identifier {
     }
 
     private init(unchecked text: String) { self.text = text }
+}
+
+/// The protocol's one hex rule: request ids, digests, signatures and the other values it writes
+/// in hex use the digits `0`–`9` and `a`–`f`, a fixed number of them, and no other spelling.
+public enum LowercaseHex {
+    /// Whether `text` is exactly `count` lowercase hex digits.
+    public static func matches(_ text: String, count: Int) -> Bool {
+        text.utf8.count == count
+            && text.utf8.allSatisfy {
+                (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0)
+                    || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0)
+            }
+    }
 }

@@ -100,7 +100,7 @@ public struct ProviderRequest: Sendable {
     /// more than once (`DCError/Code/usage`).
     public func requiredValue(_ name: String) throws -> String {
         guard let value = try value(name) else {
-            throw DCError(.usage, "the option '\(name)' is missing", hint: "give --option \(name)=VALUE")
+            throw DCError(.usage, "the option '\(name)' is missing", remedy: .giveOption(name))
         }
         return value
     }

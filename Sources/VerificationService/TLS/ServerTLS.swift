@@ -47,7 +47,7 @@ import HummingbirdCore
     }
 #else
     /// HTTPS in a build without the `TLS` trait: the TLS engine (swift-nio-ssl, which compiles its own
-    /// BoringSSL, more than half of a fresh clone's first build) is not linked, so asking for HTTPS
+    /// BoringSSL, two thirds more on a fresh clone's first build) is not linked, so asking for HTTPS
     /// stops the service before it listens, with one line that says how to get it.
     struct ServerTLS: Sendable {
         /// Refuses: this build cannot serve HTTPS.

@@ -101,6 +101,14 @@ final class PKCS11URI {
             remedy: .givePINSafely)
     }
 
+    /// Throws `pinRefusal` when `text` (a URI, or an argument that holds one) names `pin-value`
+    /// or `pin-source` anywhere, in any case: checked before any other rule, so that no error
+    /// echoes a value that carries a PIN.
+    static func refusePIN(in text: String) throws {
+        let lowercased = text.lowercased()
+        if lowercased.contains("pin-value") || lowercased.contains("pin-source") { throw pinRefusal }
+    }
+
     /// The path attributes of RFC 7512 (section 2.3).
     static let pathAttributes = [
         "token", "manufacturer", "serial", "model", "library-manufacturer", "library-description",
@@ -124,12 +132,11 @@ final class PKCS11URI {
                 .usage, "not a PKCS#11 URI: \(reason)", subject: text.escapingControlCharacters,
                 hint: "see RFC 7512, e.g. pkcs11:token=Card;id=%01")
         }
+        // A PIN first, wherever it is: no other error may echo the text that carries it.
+        try refusePIN(in: text)
         guard text.prefix(7).lowercased() == "pkcs11:" else { throw refuse("it does not start with pkcs11:") }
         let body = text.dropFirst(7)
         let split = body.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
-        // A PIN first, wherever it is: no other error may echo the URI that carries it.
-        let names = body.split(whereSeparator: { ";&?".contains($0) }).map { $0.prefix { $0 != "=" }.lowercased() }
-        if names.contains(where: { $0 == "pin-value" || $0 == "pin-source" }) { throw pinRefusal }
         let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
         let reserved = Set(":[]@!$'()*+,=")
         let allowed = (path: unreserved.union(reserved).union("&"), query: unreserved.union(reserved).union("/?|"))

@@ -149,6 +149,8 @@ struct TokenReading {
         }
         var explicit: Set<CredentialTag> = []
         for argument in request.values("tag") {
+            // Before any error that would print the argument back.
+            try PKCS11URI.refusePIN(in: argument)
             let parts = argument.split(separator: "=", maxSplits: 1).map(String.init)
             guard parts.count == 2, let tag = CredentialTag(wireName: parts[0]) else {
                 throw DCError(

@@ -163,6 +163,10 @@ struct PKCS11SelectionTests {
             (["signing=01", "signing=02"], .usage, ""),
             (["signing=0"], .usage, "signing=0"),
             (["authentication=pkcs11:id=%01;pin-value=123456"], .usage, ""),
+            // Refused for the PIN before any rule that would print the argument back.
+            (["nonsense=pkcs11:id=%01;pin-value=123456"], .usage, ""),
+            (["authentication=zz;pin-value=123456"], .usage, ""),
+            (["authentication=token=Card;PIN-Value=123456"], .usage, ""),
         ]
         for (tags, code, subject) in cases {
             do {
@@ -172,6 +176,19 @@ struct PKCS11SelectionTests {
                 #expect(error.code == code, "\(tags): \(error)")
                 if !subject.isEmpty { #expect(error.subject == subject, "\(tags): \(error)") }
                 #expect(!error.description.contains("123456"))
+            }
+        }
+    }
+
+    @Test("A text that carries a PIN is refused as such, never echoed, even when it is not a pkcs11: URI at all")
+    func pinOutsideAURI() async throws {
+        for uri in ["token=Card;pin-value=123456", "PKCS11X:pin-source=file:/tmp/123456", "pin-value=123456"] {
+            do {
+                _ = try await PKCS11Provider().provide(request(["uri": [uri], "tag": ["authentication=01"]]))
+                Issue.record("accepted \(uri)")
+            } catch let error as DCError {
+                #expect(error.code == .usage && error.description.contains("carries a PIN"), "\(uri): \(error)")
+                #expect(!error.description.contains("123456"), "\(uri): \(error)")
             }
         }
     }

@@ -58,7 +58,7 @@ head -c 32 /dev/urandom >"$work/digest"
 head -c 1000 /dev/urandom >"$work/message"
 
 keyctl session - bash -euo pipefail -c '
-work=$1 module=$2 softhsm=$3 bin=$4 ROUNDS=$5 DURATION=$6 COUNT=$7 SPEED_SECONDS=$8
+work=$1 module=$2 softhsm=$3 bin=$4 ROUNDS=$5 DURATION=$6 COUNT=$7 SPEED_SECONDS=$8 dcbench=$9
 cd "$work/home"
 {
   dcprovision testca init ca --key-algorithm p256 --quiet
@@ -125,7 +125,7 @@ per_process() {
 per_process "dcclient module" "$module" "dcclient bench" "$(cat "$work/pass")"
 per_process "softhsm2       " "$softhsm" Bench 123456
 echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"
-' bench "$work" "$module" "$softhsm" "$bin" "$ROUNDS" "$DURATION" "$COUNT" "$SPEED_SECONDS" | tee "$work/results.txt"
+' bench "$work" "$module" "$softhsm" "$bin" "$ROUNDS" "$DURATION" "$COUNT" "$SPEED_SECONDS" "$dcbench" | tee "$work/results.txt"
 
 python3 - "$work/results.txt" "$work/goals" <<'PY'
 import re, statistics, sys

@@ -130,7 +130,9 @@ private final class ServerEnd: Sendable {
 /// The verification service the demo's application server asks: dcverify in the background, or
 /// the same verifier in the demo's own process when dcverify is not built.
 enum DemoVerificationService {
+    /// dcverify, started in the background.
     case background(DemoBackgroundService)
+    /// The verifier in the demo's process, when no dcverify is built.
     case inProcess(DemoInProcessVerifier)
 
     /// Where the application server sends its questions, once the service is ready.
@@ -151,6 +153,7 @@ enum DemoVerificationService {
 enum DemoTokenVerifier {
     /// dcverify, listening on `port`, started at step `step`.
     case service(port: Int, step: Int)
+    /// The verifier in the demo's process.
     case inProcess(DemoInProcessVerifier)
 
     /// Who answers, as the step titles name it.

@@ -12,14 +12,20 @@ public struct LoginPolicy: Sendable {
     public var allowFinalPINTry: Bool
     /// Receives warnings (a low PIN count) for the user.
     public var warn: @Sendable (String) -> Void
+    /// Receives what the user should see before a PIN is tried: a card's PIN tries left.
+    public var inform: @Sendable (String) -> Void
 
-    /// A policy that reads the PIN from `pin`; by default the final try is refused and warnings are dropped.
+    /// A policy that reads the PIN from `pin`; by default the final try is refused and warnings
+    /// and notices are dropped.
     public init(
-        pin: any PassphraseSource, allowFinalPINTry: Bool = false, warn: @escaping @Sendable (String) -> Void = { _ in }
+        pin: any PassphraseSource, allowFinalPINTry: Bool = false,
+        warn: @escaping @Sendable (String) -> Void = { _ in },
+        inform: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         self.pin = pin
         self.allowFinalPINTry = allowFinalPINTry
         self.warn = warn
+        self.inform = inform
     }
 }
 
@@ -39,6 +45,26 @@ extension Session {
             throw DCError(
                 .pinFinalTry, "one more wrong PIN will lock the token; refusing to try", subject: label,
                 remedy: .confirmFinalPINTry)
+        }
+        // A smart card in a PC/SC reader says how many tries its PIN has left (PKCS#11 only says
+        // "low" or "final"): shown before any try, and a blocked PIN is refused without one.
+        if !has(CKF_PROTECTED_AUTHENTICATION_PATH), let card = pcscCard(slot: slot),
+            let counter = try? card.pinCounter()
+        {
+            switch counter {
+            case .blocked:
+                throw DCError(
+                    .pinLocked, "the card's PIN is blocked; no PIN was sent", subject: label, remedy: .unblockUserPIN)
+            case .triesLeft(1) where !policy.allowFinalPINTry:
+                throw DCError(
+                    .pinFinalTry, "one more wrong PIN will block the card; refusing to try", subject: label,
+                    remedy: .confirmFinalPINTry)
+            case .triesLeft(let n):
+                policy.inform(
+                    "\(label.escapingControlCharacters) in \(card.reader.escapingControlCharacters): PIN \(counter)")
+                if n == 1 { policy.warn("\(label.escapingControlCharacters): this is the PIN's final try") }
+            case .verified: break
+            }
         }
         if has(CKF_USER_PIN_COUNT_LOW) {
             policy.warn("\(label.escapingControlCharacters): an incorrect PIN was entered recently; few tries are left")
@@ -72,6 +98,18 @@ extension Session {
         default:
             throw module.failure("C_Login", result, subject: label)
         }
+    }
+
+    /// The PIV card behind a hardware slot with a removable device, when PC/SC has a reader by the
+    /// slot's description (OpenSC names its slots after their readers); nil for anything else.
+    func pcscCard(slot: CK_SLOT_ID) -> PIVCard? {
+        var info = CK_SLOT_INFO()
+        guard module.functions.pointee.C_GetSlotInfo(slot, &info) == CK_RV(CKR_OK),
+            info.flags & CK_FLAGS(CKF_HW_SLOT) != 0, info.flags & CK_FLAGS(CKF_REMOVABLE_DEVICE) != 0
+        else { return nil }
+        let reader = fixedString(info.slotDescription)
+        guard (try? PIVCard.readers())?.contains(reader) == true else { return nil }
+        return PIVCard(reader: reader)
     }
 
     /// Refuses, as a first login would, when there is no PIN and no PIN pad.

@@ -53,11 +53,11 @@ final class LoadedModule: @unchecked Sendable {
         switch result {
         case CK_RV(CKR_DEVICE_REMOVED), CK_RV(CKR_TOKEN_NOT_PRESENT):
             return DCError(
-                .pkcs11Failure, "the card was removed during \(function)", subject: subject ?? name,
-                hint: "insert it and run the command again; nothing was written", underlying: underlying)
+                .cardRemoved, "the card was removed during \(function)", subject: subject ?? name,
+                hint: "put it back and run the command again; nothing was written", underlying: underlying)
         case CK_RV(CKR_SESSION_HANDLE_INVALID), CK_RV(CKR_SESSION_CLOSED):
             return DCError(
-                .pkcs11Failure,
+                .cardRemoved,
                 "the token ended the session during \(function) (card reset or reinserted, or another program closed it)",
                 subject: subject ?? name, hint: "run the command again; nothing was written", underlying: underlying)
         default:

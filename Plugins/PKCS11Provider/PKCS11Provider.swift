@@ -8,8 +8,9 @@ import Foundation
 ///
 /// Certificates are chosen by tag: `tag` options `TAG=ID` (CKA_ID in hex) or `TAG=pkcs11:…` (an
 /// RFC 7512 object URI, e.g. `pkcs11:object=Certificate%20for%20PIV%20Authentication`), or
-/// `layout=piv` for the PIV layout (OpenSC ids 01 authentication, 02 signing, 03 key management →
-/// encryption, retired key management 05–18 → escrow and its key history). Each certificate's key
+/// `layout=piv` for the PIV layout (`PIVLayout`: OpenSC ids 01 authentication, 02 signing, 03 key
+/// management → encryption, the 20 retired key management slots → escrow and its key history).
+/// Each certificate's key
 /// is the private key with the same CKA_ID.
 ///
 /// A key is exported as PKCS#8 only where the token allows it (see `exportPrivateKey`); a PIV
@@ -27,7 +28,8 @@ public struct PKCS11Provider: PossessionProvider {
             ProviderOption(
                 name: "module", summary: "a module by p11-kit name or absolute path (default: all registered)",
                 repeatable: true),
-            ProviderOption(name: "layout", summary: "piv: 01 authentication, 02 signing, 03 encryption, 05-18 escrow"),
+            ProviderOption(
+                name: "layout", summary: "piv: 01 authentication, 02 signing, 03 encryption, 05-09 and 10-24 escrow"),
             ProviderOption(
                 name: "tag", summary: "TAG=ID (hex) or TAG=pkcs11:URI: the certificate for a tag", repeatable: true),
             ProviderOption(
@@ -140,11 +142,11 @@ struct TokenReading {
             guard layout == "piv" else {
                 throw DCError(.usage, "unknown layout '\(layout)'", hint: "the layout is piv")
             }
-            // SP 800-73 slots as OpenSC numbers them: 9A → 01, 9C → 02, 9D → 03, retired 82–95 → 05–18.
-            let slots: [(CredentialTag, UInt8)] =
-                [(.authentication, 0x01), (.signing, 0x02), (.encryption, 0x03)] + (0x05...0x18).map { (.escrow, $0) }
-            selectors = slots.map {
-                Selector(tag: $0.0, match: .id([$0.1]), name: idName([$0.1]), required: $0.0 == .authentication)
+            // SP 800-73 slots as OpenSC numbers them (`PIVLayout`); card authentication (9E) carries no tag.
+            selectors = PIVLayout.slots.compactMap { slot in
+                slot.tag.map {
+                    Selector(tag: $0, match: .id([slot.id]), name: idName([slot.id]), required: $0 == .authentication)
+                }
             }
         }
         var explicit: Set<CredentialTag> = []
@@ -181,6 +183,8 @@ struct TokenReading {
             pin: request.passphrase, allowFinalPINTry: try request.value("allow-final-pin-try") == "true"
         ) {
             FileHandle.standardError.write(Data("warning: \($0)\n".utf8))
+        } inform: {
+            FileHandle.standardError.write(Data("card: \($0)\n".utf8))
         }
     }
 

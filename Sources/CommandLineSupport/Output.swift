@@ -101,6 +101,12 @@ public enum Console {
         StandardStream.error.write("\(tool): \(message.escapingControlCharacters)\n")
     }
 
+    /// Prints `TOOL: message` on standard error unless `--quiet`: what a person should know before
+    /// the command goes on, such as a card's PIN tries left.
+    public static func notice(_ message: String) {
+        if !quiet { error(message) }
+    }
+
     /// Prints `TOOL: warning: message` on standard error.
     public static func warning(_ message: String) { error("warning: \(message)") }
 

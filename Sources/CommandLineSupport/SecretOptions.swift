@@ -153,3 +153,79 @@ public struct PromptingPassphraseOptions: ParsableArguments {
         return passphrasePrompt ? TerminalPassphrase() : NoPassphrase()
     }
 }
+
+/// A PIV card's other secrets, for `dcprovision card`: the new PIN, the PUK and a new PUK, each
+/// from a file's first line, an inherited descriptor, or a prompt the user asked for (a new one
+/// asked twice). Never a flag's value.
+public struct CardSecretOptions: ParsableArguments {
+    @Option(name: .customLong("new-pin-file"), help: ArgumentHelp("Read the new PIN from FILE.", valueName: "file"))
+    var newPINFile: String?
+    @Option(name: .customLong("new-pin-fd"), help: ArgumentHelp("Read the new PIN from descriptor N.", valueName: "n"))
+    var newPINFd: Int32?
+    @Flag(name: .customLong("new-pin-prompt"), help: "Prompt for the new PIN (twice) on the terminal.")
+    var newPINPrompt = false
+    @Option(name: .customLong("puk-file"), help: ArgumentHelp("Read the PUK from FILE.", valueName: "file"))
+    var pukFile: String?
+    @Option(name: .customLong("puk-fd"), help: ArgumentHelp("Read the PUK from descriptor N.", valueName: "n"))
+    var pukFd: Int32?
+    @Flag(name: .customLong("puk-prompt"), help: "Prompt for the PUK on the terminal.") var pukPrompt = false
+    @Option(name: .customLong("new-puk-file"), help: ArgumentHelp("Read the new PUK from FILE.", valueName: "file"))
+    var newPUKFile: String?
+    @Option(name: .customLong("new-puk-fd"), help: ArgumentHelp("Read the new PUK from descriptor N.", valueName: "n"))
+    var newPUKFd: Int32?
+    @Flag(name: .customLong("new-puk-prompt"), help: "Prompt for the new PUK (twice) on the terminal.")
+    var newPUKPrompt = false
+
+    /// The options as parsed.
+    public init() {}
+
+    /// At most one source for each secret.
+    public func validate() throws {
+        for (name, given) in [
+            ("new PIN", [newPINFile != nil, newPINFd != nil, newPINPrompt]),
+            ("PUK", [pukFile != nil, pukFd != nil, pukPrompt]),
+            ("new PUK", [newPUKFile != nil, newPUKFd != nil, newPUKPrompt]),
+        ] where given.filter({ $0 }).count > 1 {
+            throw ValidationError("give the \(name) once (a file, a descriptor or a prompt)")
+        }
+    }
+
+    /// The new PIN, read now; `subject` names the card in a prompt.
+    public func newPIN(for subject: String) throws -> SecretBytes {
+        try Self.read("new PIN", "--new-pin-file", newPINFile, newPINFd, prompt: newPINPrompt, twice: true, subject)
+    }
+
+    /// The PUK, read now.
+    public func puk(for subject: String) throws -> SecretBytes {
+        try Self.read("PUK", "--puk-file", pukFile, pukFd, prompt: pukPrompt, twice: false, subject)
+    }
+
+    /// The new PUK, read now.
+    public func newPUK(for subject: String) throws -> SecretBytes {
+        try Self.read("new PUK", "--new-puk-file", newPUKFile, newPUKFd, prompt: newPUKPrompt, twice: true, subject)
+    }
+
+    private static func read(
+        _ name: String, _ flag: String, _ file: String?, _ fd: Int32?, prompt: Bool, twice: Bool, _ subject: String
+    ) throws -> SecretBytes {
+        if let file { return try SecretInput.read(file: file) }
+        if let fd { return try SecretInput.read(inheritedDescriptor: fd) }
+        guard prompt else {
+            let stem = flag.dropLast("file".count)
+            throw DCError(
+                .passphraseRequired, "the \(name) is needed and none was given", subject: subject,
+                hint: "give \(flag) FILE, \(stem)fd N or \(stem)prompt")
+        }
+        guard
+            let first = try TerminalPassphrase(prompt: name.prefix(1).uppercased() + name.dropFirst())
+                .passphrase(for: subject)
+        else { throw DCError(.passphraseRequired, "no \(name) was entered", subject: subject) }
+        if twice {
+            let again = try TerminalPassphrase(prompt: "The \(name) again").passphrase(for: subject)
+            guard again == first else {
+                throw DCError(.usage, "the two \(name)s differ; nothing was changed", subject: subject)
+            }
+        }
+        return first
+    }
+}

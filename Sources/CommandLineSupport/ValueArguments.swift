@@ -132,7 +132,7 @@ public struct TagArgument: ExpressibleByArgument, Sendable, Hashable {
 
 /// `--layout`: which object ids of a card hold which tag's certificate.
 public enum CardLayout: String, CaseIterable, Sendable, ExpressibleByArgument {
-    /// PIV as OpenSC numbers its slots: ids 01 authentication, 02 signing, 03 encryption, 05–18
-    /// escrow.
+    /// PIV as OpenSC numbers its slots: ids 01 authentication, 02 signing, 03 encryption, and
+    /// 05–09 and 10–24 (retired 82–95) escrow.
     case piv
 }

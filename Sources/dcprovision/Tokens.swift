@@ -51,7 +51,9 @@ extension PINSourceOptions {
     /// Where the PIN comes from and what to do about the token's PIN state; warnings go to
     /// standard error.
     func policy() throws -> LoginPolicy {
-        LoginPolicy(pin: try pinSource(), allowFinalPINTry: allowFinalPinTry) { Console.warning($0) }
+        LoginPolicy(
+            pin: try pinSource(), allowFinalPINTry: allowFinalPinTry, warn: { Console.warning($0) },
+            inform: { Console.notice($0) })
     }
 }
 

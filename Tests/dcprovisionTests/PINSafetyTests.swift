@@ -107,10 +107,10 @@ struct PINSafetyTests {
         #expect(viaFd.logins == ["C_Login"])
     }
 
-    @Test("A card removed mid-read is a clean error naming CKR_DEVICE_REMOVED")
+    @Test("A card removed mid-read is a clean error naming CKR_DEVICE_REMOVED, exit 75 (try again)")
     func removed() throws {
         let outcome = try objects(fault: "removed", pin: SoftHSM.userPIN)
-        #expect(outcome.result.status == 69)
+        #expect(outcome.result.status == 75)
         #expect(outcome.result.stderrText.contains("CKR_DEVICE_REMOVED"))
         // One error line (a COUNT_LOW warning may precede it: the wrong-PIN test really sets it on SoftHSM).
         #expect(outcome.result.stderrText.split(separator: "\n").filter { !$0.contains("warning:") }.count == 1)
@@ -122,7 +122,7 @@ struct PINSafetyTests {
 @Suite("Card faults: a clean error and no partial output", .ownThreads, .softHSM, .timeLimit(.minutes(3)))
 struct CardFaultTests {
     @Test(
-        "A session closed under us mid-read (card reset) is exit 69 naming CKR_SESSION_HANDLE_INVALID; the output directory stays empty",
+        "A session closed under us mid-read (card reset) is exit 75 naming CKR_SESSION_HANDLE_INVALID; the output directory stays empty",
         arguments: ["session-closed", "removed"])
     func sessionClosed(_ fault: String) throws {
         let dir = try TemporaryDirectory("fault")
@@ -140,7 +140,7 @@ struct CardFaultTests {
                 "--pin-file", try dir.write("pin", SoftHSM.userPIN + "\n"), "--out-dir", out,
             ],
             environment: environment, timeout: 60)
-        #expect(result.status == 69, "\(result.stderrText)")
+        #expect(result.status == 75, "\(result.stderrText)")
         let expected = fault == "removed" ? "CKR_DEVICE_REMOVED" : "CKR_SESSION_HANDLE_INVALID"
         #expect(result.stderrText.contains(expected), "\(result.stderrText)")
         #expect(

@@ -335,6 +335,15 @@ extension DCError.Code {
     public static let pkcs11Failure = Self(
         "pkcs11Failure", .unavailable,
         hint: "check the card and its reader, then try again")
+    /// The card left its reader (or was reset) during the command; nothing was written. Put it
+    /// back and run the command again.
+    public static let cardRemoved = Self(
+        "cardRemoved", .temporaryFailure,
+        hint: "put the card back and run the command again; nothing was written")
+    /// There are readers, but no card in any of them.
+    public static let noCard = Self(
+        "noCard", .unavailable,
+        remedy: .insertCard)
     /// A PKCS#11 URI matched no token or object.
     public static let noSuchObject = Self(
         "noSuchObject", .inputMissing,

@@ -214,7 +214,8 @@ enum PCSC {
 
         func withContext<R>(_ body: (Context) throws -> R) throws -> R {
             var handle = 0
-            let result = establish(2 /* SCARD_SCOPE_SYSTEM */, nil, nil, &handle)
+            // SCARD_SCOPE_SYSTEM.
+            let result = establish(2, nil, nil, &handle)
             guard result == 0 else { throw PCSC.error("SCardEstablishContext", result, subject: nil) }
             defer { _ = release(handle) }
             return try body(Context(library: self, handle: handle))
@@ -245,7 +246,8 @@ enum PCSC {
             // Shared, T=0 or T=1: other programs (OpenSC) may use the card meanwhile.
             let result = library.connect(handle, reader, 2, 3, &card, &protocolInUse)
             guard result == 0 else { throw PCSC.error("SCardConnect", result, subject: reader) }
-            defer { _ = library.disconnect(card, 0 /* SCARD_LEAVE_CARD */) }
+            // SCARD_LEAVE_CARD.
+            defer { _ = library.disconnect(card, 0) }
             return try body(Card(library: library, handle: card, protocolInUse: protocolInUse, reader: reader))
         }
 

@@ -43,7 +43,8 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
 
     @Option(
         help: ArgumentHelp(
-            "With --pkcs11: piv (ids 01 authentication, 02 signing, 03 encryption, 05-09 and 10-24 escrow).", valueName: "layout")
+            "With --pkcs11: piv (ids 01 authentication, 02 signing, 03 encryption, 05-09 and 10-24 escrow).",
+            valueName: "layout")
     )
     var layout: CardLayout?
 

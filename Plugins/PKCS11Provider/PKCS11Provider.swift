@@ -86,6 +86,7 @@ public struct PKCS11Provider: PossessionProvider {
                         hint: "use layout=piv or tag=authentication=ID")
                 }
                 let key = try session.privateKey(id: authentication.id, name: authentication.name)
+                TokenReading.progress("signing the CA's challenge on the card")
                 let signature = try session.signSHA256(key, message: challenge, name: authentication.name)
                 var certificates: [CredentialTag: Certificate] = [:]
                 for item in found where certificates[item.tag] == nil { certificates[item.tag] = item.certificate }
@@ -210,7 +211,9 @@ struct TokenReading {
                     subject: selector.name.escapingControlCharacters)
             }
         }
+        Self.progress("logging in to \(fixedString(token.label))")
         return try Session.withLoggedInSession(module, slot: slot, policy: policy) { session in
+            Self.progress("reading the certificates")
             let certificates = try session.certificates()
             var found: [Found] = []
             for selector in selectors {
@@ -243,6 +246,15 @@ struct TokenReading {
             }
             return try body(session, found.filter { $0.tag != .escrow } + newestFirst.map(\.element.item))
         }
+    }
+}
+
+extension TokenReading {
+    /// A step of a card operation, for a person watching a terminal (a slow card takes seconds per
+    /// step); nothing when standard error is a pipe or a file, so logs stay the same every run.
+    static func progress(_ step: String) {
+        guard isatty(STDERR_FILENO) == 1 else { return }
+        FileHandle.standardError.write(Data("card: \(step.escapingControlCharacters)…\n".utf8))
     }
 }
 

@@ -4,6 +4,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
+import PKCS11Provider
 import ProviderService
 import SystemSupport
 
@@ -23,6 +24,9 @@ struct Demo: AsyncParsableCommand, OutputCommand {
 
     @Flag(help: "Keep the sandbox and print where it is.") var keep = false
 
+    @OptionGroup(title: "A PIV card's steps (list, derive, send), on a card in a PC/SC reader")
+    var card: DemoCardOptions
+
     @OptionGroup var output: OutputOptions
 
     /// A fresh private (0700) directory in memory for the sandbox's runtime directory: under
@@ -38,6 +42,8 @@ struct Demo: AsyncParsableCommand, OutputCommand {
     }
 
     func run() async throws {
+        // Before anything is made: a card demo with no card says what is missing.
+        if card.card { try await card.requireCard() }
         let started = ContinuousClock.now
         var template = Array("\(NSTemporaryDirectory())/dcprovision-demo-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw DCError(.cannotCreateOutput, "cannot create the sandbox") }
@@ -49,7 +55,7 @@ struct Demo: AsyncParsableCommand, OutputCommand {
         let runtime = Self.runtimeDirectoryInMemory() ?? sandbox + "/run"
         // Removed even with --keep: it holds only the unlocked key, which must not outlive the demo.
         defer { if !runtime.hasPrefix(sandbox + "/") { try? FileManager.default.removeItem(atPath: runtime) } }
-        let session = DemoSession(try DemoSandbox(path: sandbox, runtime: runtime))
+        let session = DemoSession(try DemoSandbox(path: sandbox, runtime: runtime), card: card.card ? card : nil)
         Console.say("Derived-credential round trip in a sandbox (\(sandbox))\n")
         try await session.run()
         let elapsed = ContinuousClock.now - started
@@ -70,7 +76,13 @@ final class DemoSession {
     private var dcclient: String { box.dcclient }
     private var sandbox: String { box.path }
 
-    init(_ box: DemoSandbox) { self.box = box }
+    /// The card steps' options, when the demo runs them.
+    let card: DemoCardOptions?
+
+    init(_ box: DemoSandbox, card: DemoCardOptions? = nil) {
+        self.box = box
+        self.card = card
+    }
 
     /// Every step, in order. The verification service runs in the background from the step after
     /// the pairing on, and no failure leaves it running.
@@ -80,6 +92,7 @@ final class DemoSession {
         do {
             try await deliver()
             try await readInstalled()
+            if let card { try await deriveFromCard(card) }
             try await keepSecureFile()
             try await withdrawAuthorization()
             try await queueRenewal()
@@ -202,6 +215,29 @@ final class DemoSession {
         try Data(try Sealing.seal(SecretBytes(Array(note.utf8)), to: recipient))
             .write(to: URL(fileURLWithPath: sandbox + "/note.p7m"))
         Console.say("   (sealed \"\(note)\" to it: $SANDBOX/note.p7m)\n")
+    }
+
+    /// The card steps: the card in its reader, the token OpenSC shows, and a credential derived
+    /// from it (the card signs the CA's challenge; its keys stay on it) sent to the client.
+    private func deriveFromCard(_ card: DemoCardOptions) async throws {
+        try await run(
+            "The PIV card in its reader (PC/SC): the PIN's tries left, asked without using one", dcprovision,
+            ["card", "status"])
+        try await run(
+            "The card through OpenSC's PIV driver, found by p11-kit", dcprovision,
+            ["tokens", "--module", "opensc-pkcs11"])
+        let revocation = card.crl.isEmpty ? ["--allow-unchecked-revocation"] : card.crl.flatMap { ["--crl", $0] }
+        try await run(
+            "A credential derived from the card: its authentication key signs the CA's challenge on the card; new keys, certified with the card's subject, sent",
+            dcprovision,
+            [
+                "send", "--pkcs11", "pkcs11:token=PIV_II", "--layout", "piv", "--derive", "--testca", sandbox + "/ca",
+                "--card-trust-anchor", card.absolute(card.cardTrustAnchor ?? ""), "--pin-file",
+                card.absolute(card.pinFile ?? ""), "--brand", "Example Provider", "--provider-scheme",
+                "org.example.dcprovision", "--client-scheme", "org.example.dcclient", "--name",
+                "Derived from the card",
+            ] + revocation.map(card.absolute))
+        try await run("What the client holds now: the derived credential", dcclient, ["list"])
     }
 
     /// The managed app's life after the delivery begins: a file in secure storage.
@@ -366,5 +402,60 @@ struct DemoStep: Sendable {
         self.executable = executable
         self.arguments = arguments
         self.expectFailure = expectFailure
+    }
+}
+
+/// `demo --card` and what the card steps need: the card's trust anchor, its PIN (a file) and,
+/// optionally, its CA's CRL.
+struct DemoCardOptions: ParsableArguments, Sendable {
+    @Flag(
+        help: "Also run the card steps (status, tokens, derive, send) on a PIV card in a PC/SC reader.")
+    var card = false
+    @Option(
+        help: ArgumentHelp("With --card: CA certificates the card's certificate must chain to.", valueName: "file"))
+    var cardTrustAnchor: String?
+    @Option(help: ArgumentHelp("With --card: the card's PIN, from the first line of FILE.", valueName: "file"))
+    var pinFile: String?
+    @Option(
+        help: ArgumentHelp(
+            "With --card: a CRL of the card's issuer (repeatable; without one, revocation is not checked).",
+            valueName: "file"))
+    var crl: [String] = []
+
+    func validate() throws {
+        if card && (cardTrustAnchor == nil || pinFile == nil) {
+            throw ValidationError("--card needs --card-trust-anchor FILE and --pin-file FILE")
+        }
+        if !card && (cardTrustAnchor != nil || pinFile != nil || !crl.isEmpty) {
+            throw ValidationError("--card-trust-anchor, --pin-file and --crl go with --card")
+        }
+    }
+
+    /// A path as the demo's steps see it (they run in the sandbox, from anywhere).
+    func absolute(_ path: String) -> String {
+        path.hasPrefix("/") || path.hasPrefix("-") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    }
+
+    /// Fails, saying what is missing, unless pcscd runs and a reader holds a PIV card.
+    func requireCard() async throws {
+        let readers: [String]
+        do {
+            readers = try PIVCard.readers()
+        } catch let error as DCError {
+            throw DCError(
+                .noCard, "demo --card needs pcscd and a PIV card: \(error.message)", remedy: .startVirtualCard)
+        }
+        guard !readers.isEmpty else {
+            throw DCError(.noCard, "demo --card needs a PIV card: pcscd sees no reader", remedy: .startVirtualCard)
+        }
+        let cards = await withTaskGroup(of: Bool.self) { group in
+            for reader in readers { group.addTask { (try? PIVCard(reader: reader).pinCounter()) != nil } }
+            return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+        }
+        guard cards > 0 else {
+            throw DCError(
+                .noCard, "demo --card needs a PIV card: none in the \(readers.count) reader(s) pcscd sees",
+                remedy: .startVirtualCard)
+        }
     }
 }

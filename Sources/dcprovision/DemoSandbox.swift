@@ -22,7 +22,7 @@ struct DemoSandbox: Sendable {
     /// dcprovision, looks for dcverify there, and writes a fresh passphrase for the client's store.
     init(path sandbox: String, runtime: String) throws {
         path = sandbox
-        environment = [
+        var environment = [
             "HOME": sandbox + "/home", "XDG_CONFIG_HOME": sandbox + "/home/.config",
             "XDG_DATA_HOME": sandbox + "/home/.local/share",
             "XDG_STATE_HOME": sandbox + "/home/.local/state", "XDG_CACHE_HOME": sandbox + "/home/.cache",
@@ -30,6 +30,11 @@ struct DemoSandbox: Sendable {
             "XDG_DATA_DIRS": sandbox + "/usr/share",
             "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin",
         ]
+        // The pcscd the card steps reach, when the caller names one (a virtual card's own pcscd).
+        if let socket = ProcessInfo.processInfo.environment["PCSCLITE_CSOCK_NAME"] {
+            environment["PCSCLITE_CSOCK_NAME"] = socket
+        }
+        self.environment = environment
         guard runtime != sandbox + "/run" || mkdir(runtime, 0o700) == 0 else {
             throw DCError(.cannotCreateOutput, "cannot create the sandbox's runtime directory")
         }

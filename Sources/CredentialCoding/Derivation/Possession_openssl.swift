@@ -80,6 +80,15 @@ public enum PossessionCheck {
         if let notAfter = details.notAfter, now > notAfter {
             throw DCError(.untrustedCertificate, "the card's certificate has expired", subject: details.subject)
         }
+        // The card authentication key (PIV 9E) signs without a PIN: anyone holding the card could
+        // make this proof. A derived credential stands for the person, so it needs the PIN-guarded
+        // PIV authentication key (9A).
+        if let purposes = details.extendedKeyUsage, purposes.contains(.pivCardAuthentication) {
+            throw DCError(
+                .untrustedCertificate,
+                "the card's certificate is its card authentication certificate (PIV 9E): it proves the card, not its holder, and needs no PIN",
+                subject: details.subject, hint: "prove possession with the PIV authentication key (slot 9A)")
+        }
         if let usage = details.keyUsage, !usage.contains(.digitalSignature) {
             throw DCError(
                 .untrustedCertificate, "the card's certificate does not allow digitalSignature",

@@ -88,6 +88,9 @@ public struct ExtendedKeyUsage: RawRepresentable, Sendable, Hashable, Codable, C
     public static let emailProtection = ExtendedKeyUsage(rawValue: "1.3.6.1.5.5.7.3.4")
     /// id-pkinit-KPClientAuth (RFC 4556): Kerberos PKINIT logon.
     public static let pkinitClientAuth = ExtendedKeyUsage(rawValue: "1.3.6.1.5.2.3.4")
+    /// id-PIV-cardAuth (FIPS 201): a PIV card's card authentication certificate (slot 9E), whose
+    /// key signs without a PIN. It proves the card is present, not that its holder is.
+    public static let pivCardAuthentication = ExtendedKeyUsage(rawValue: "2.16.840.1.101.3.6.8")
     /// Microsoft smart-card logon.
     public static let smartcardLogon = ExtendedKeyUsage(rawValue: "1.3.6.1.4.1.311.20.2.2")
     /// RFC 9336 id-kp-documentSigning.

@@ -365,6 +365,10 @@ extension DCError.Remedy {
         Self("giveOption", arguments: [name], "give the option '\(name)'")
     }
 
+    /// The card steps of the demo need pcscd and a PIV card: start a virtual one.
+    public static let startVirtualCard = Self(
+        "startVirtualCard", "start pcscd with a PIV card in a reader, or the project's virtual card")
+
     /// No token is in the slot: insert the card.
     public static let insertCard = Self("insertCard", "insert the card, or list the tokens there are")
 

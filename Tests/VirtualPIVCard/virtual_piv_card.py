@@ -781,7 +781,6 @@ class Emulator:
                 self.drop()
                 return "ok"
             if cmd == "insert" and len(words) == 1:
-                self.remove_on = None
                 self.inserted.set()
                 return "ok"
             if cmd == "delay" and len(words) == 2 and words[1].isdigit():

@@ -312,6 +312,27 @@ public enum PKCS11Discovery {
         }
     }
 
+    /// The card readers with no card in them, by module: a module's hardware slots for removable
+    /// devices that hold no token (OpenSC shows each reader as one), each reader once.
+    public static func emptyReaders(modules: [String]? = nil) throws -> [(module: String, reader: String)] {
+        var found: [(module: String, reader: String)] = []
+        for name in modules ?? ModuleLoader.registeredNames() {
+            let module = try ModuleLoader.module(name)
+            let occupied = Set(try slotList(module, tokenPresent: true))
+            for slot in try slotList(module, tokenPresent: false) where !occupied.contains(slot) {
+                var info = CK_SLOT_INFO()
+                guard module.functions.pointee.C_GetSlotInfo(slot, &info) == CK_RV(CKR_OK),
+                    info.flags & CK_FLAGS(CKF_HW_SLOT) != 0, info.flags & CK_FLAGS(CKF_REMOVABLE_DEVICE) != 0
+                else { continue }
+                let reader = fixedString(info.slotDescription)
+                if !found.contains(where: { $0.module == name && $0.reader == reader }) {
+                    found.append((name, reader))
+                }
+            }
+        }
+        return found
+    }
+
     /// The objects matching `uri`: the public ones, or with `login` all the user may see
     /// (private keys too — their values are never read here).
     public static func objects(matching uri: String, modules: [String]? = nil, login: LoginPolicy? = nil) throws
@@ -403,8 +424,7 @@ public enum PKCS11Discovery {
                     do {
                         var found: [(TokenObject, Certificate?)] = []
                         for handle in try session.find(uri.template) {
-                            let values = try session.attributes(handle, Self.wanted)
-                            found.append(try describe(session, handle, values, token: token))
+                            found.append(try describe(session, handle, try Self.listed(session, handle), token: token))
                         }
                         results += found
                         return
@@ -418,6 +438,22 @@ public enum PKCS11Discovery {
             }
         }
         return results
+    }
+
+    /// What `describe` needs of an object: one batch of ``wanted``. A token that fails that batch
+    /// for a reason other than the card leaving (OpenSC fails the value of a PIV data object the
+    /// card does not serve) is asked again without `CKA_VALUE`, which only a certificate's listing
+    /// needs: then it is read alone.
+    static func listed(_ session: Session, _ handle: CK_OBJECT_HANDLE) throws -> [CK_ATTRIBUTE_TYPE: [UInt8]] {
+        do {
+            return try session.attributes(handle, Self.wanted)
+        } catch let error as DCError where error.code == .pkcs11Failure {
+            var values = try session.attributes(handle, Self.wanted.filter { $0 != CK_ATTRIBUTE_TYPE(CKA_VALUE) })
+            if ulong(values[CK_ATTRIBUTE_TYPE(CKA_CLASS)]) == CK_ULONG(CKO_CERTIFICATE) {
+                values.merge(try session.attributes(handle, [CK_ATTRIBUTE_TYPE(CKA_VALUE)])) { $1 }
+            }
+            return values
+        }
     }
 
     /// Every attribute `describe` needs, fetched in one batch per object.

@@ -40,6 +40,11 @@ public struct PIVCard: Sendable {
         try PCSC.library().withContext { context in try context.readers() }
     }
 
+    /// The readers that hold a card now; none when PC/SC is not there.
+    public static func readersWithCard() -> Set<String> {
+        (try? PCSC.library().withContext { try $0.readersWithCard() }) ?? []
+    }
+
     /// The PIN's tries left, asked with a VERIFY that carries no PIN (it costs no try).
     public func pinCounter() throws -> Counter {
         try withCard { card in try Self.counter(card.transmit(Self.verify(nil)), what: "PIN") }
@@ -197,6 +202,7 @@ enum PCSC {
             Int, UnsafePointer<CChar>, UInt, UInt, UnsafeMutablePointer<Int>, UnsafeMutablePointer<UInt>
         ) -> Int
     typealias Disconnect = @convention(c) (Int, UInt) -> Int
+    typealias GetStatusChange = @convention(c) (Int, UInt, UnsafeMutableRawPointer, UInt) -> Int
     typealias Transmit =
         @convention(c) (
             Int, UnsafeRawPointer, UnsafePointer<UInt8>, UInt, UnsafeMutableRawPointer?, UnsafeMutablePointer<UInt8>,
@@ -211,6 +217,7 @@ enum PCSC {
         let connect: Connect
         let disconnect: Disconnect
         let transmit: Transmit
+        let getStatusChange: GetStatusChange
 
         func withContext<R>(_ body: (Context) throws -> R) throws -> R {
             var handle = 0
@@ -252,6 +259,35 @@ enum PCSC {
         }
 
         static let noReaders = 0x8010_002E
+
+        /// The readers that hold a card now (SCardGetStatusChange with no wait: it never waits for
+        /// a program that holds the card in a transaction).
+        func readersWithCard() throws -> Set<String> {
+            let names = try readers()
+            guard !names.isEmpty else { return [] }
+            // SCARD_READERSTATE on 64-bit Linux: szReader, pvUserData, then the DWORDs
+            // dwCurrentState, dwEventState, cbAtr (8 bytes each), rgbAtr[33]; 80 bytes with padding.
+            let stride = 80
+            let cNames = names.map { strdup($0) }
+            defer { cNames.forEach { free($0) } }
+            var states = [UInt8](repeating: 0, count: stride * names.count)
+            let result = states.withUnsafeMutableBytes { raw -> Int in
+                for (index, name) in cNames.enumerated() {
+                    raw.storeBytes(of: UnsafeRawPointer(name), toByteOffset: index * stride, as: UnsafeRawPointer?.self)
+                }
+                return library.getStatusChange(handle, 0, raw.baseAddress!, UInt(names.count))
+            }
+            // SCARD_E_TIMEOUT is the normal answer to a wait of 0 when nothing changed.
+            guard result == 0 || result == 0x8010_000A else {
+                throw PCSC.error("SCardGetStatusChange", result, subject: nil)
+            }
+            return Set(
+                names.enumerated().compactMap { index, name in
+                    let event = states.withUnsafeBytes { $0.load(fromByteOffset: index * stride + 24, as: UInt.self) }
+                    // SCARD_STATE_PRESENT.
+                    return event & 0x20 != 0 ? name : nil
+                })
+        }
     }
 
     /// A connected card.
@@ -295,14 +331,15 @@ enum PCSC {
             let listReaders = symbol("SCardListReaders", ListReaders.self),
             let connect = symbol("SCardConnect", Connect.self),
             let disconnect = symbol("SCardDisconnect", Disconnect.self),
-            let transmit = symbol("SCardTransmit", Transmit.self)
+            let transmit = symbol("SCardTransmit", Transmit.self),
+            let getStatusChange = symbol("SCardGetStatusChange", GetStatusChange.self)
         else {
             return .failure(DCError(.pkcs11Failure, "libpcsclite.so.1 lacks the PC/SC functions"))
         }
         return .success(
             Library(
                 establish: establish, release: release, listReaders: listReaders, connect: connect,
-                disconnect: disconnect, transmit: transmit))
+                disconnect: disconnect, transmit: transmit, getStatusChange: getStatusChange))
     }()
 
     /// The library, loaded once per process.

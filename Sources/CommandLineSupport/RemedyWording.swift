@@ -245,7 +245,7 @@ enum RemedyWording {
             "give --option \(argument($0, 0))=VALUE"
         },
         DCError.Remedy.startVirtualCard.name: { _ in
-            "insert a PIV card, or start the virtual one: Tests/VirtualPIVCard/virtual-card start DIR, then export PCSCLITE_CSOCK_NAME=DIR/run/pcscd.comm (README, With a (virtual) PIV card)"
+            "insert a PIV card, or start the virtual one: Tests/VirtualPIVCard/virtual-card start DIR, then export PCSCLITE_CSOCK_NAME=DIR/run/pcscd/pcscd.comm (README, With a (virtual) PIV card)"
         },
         DCError.Remedy.insertCard.name: { _ in
             "insert the card, or see dcprovision tokens"

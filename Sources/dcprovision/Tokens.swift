@@ -18,7 +18,14 @@ struct Tokens: AsyncParsableCommand, OutputCommand {
 
     func run() async throws {
         let modules = module.isEmpty ? nil : module
-        let tokens = try await TokenThread.run { try PKCS11Discovery.tokens(modules: modules) }
+        let (tokens, empty) = try await TokenThread.run {
+            (try PKCS11Discovery.tokens(modules: modules), try PKCS11Discovery.emptyReaders(modules: modules))
+        }
+        // Readers with no card: one line for them all, on standard error (the listing stays the tokens).
+        if !empty.isEmpty {
+            let readers = empty.map { "\($0.reader) (\($0.module))" }.joined(separator: ", ")
+            Console.error("tokens: no card in \(readers.escapingControlCharacters)")
+        }
         if tokens.isEmpty {
             let searched = module.isEmpty ? "the modules registered with p11-kit" : module.joined(separator: ", ")
             Console.error(

@@ -24,15 +24,18 @@ public final class VirtualCards: Sendable {
     public static let pin = "123456"
     /// The PUK the cards are made with.
     public static let puk = "12345678"
-    /// The token label OpenSC gives a PIV card.
-    public static let label = "PIV_II"
+    /// The token label OpenSC gives these cards: the cardholder's name, from the common name of
+    /// the PIV authentication certificate `provision` loads.
+    public static let label = "PIV Cardholder"
+    /// The manufacturer OpenSC reports for every PIV card: a URI for "the PIV card".
+    public static let manufacturer = "piv_II"
 
     /// Starts pcscd and `cards` emulators (each answer delayed by `delayMilliseconds`).
     public init(_ label: String = "cards", cards: Int = 1, delayMilliseconds: Int? = nil) throws {
         directory = try TemporaryDirectory(label)
         directory.removeAtExit()
         self.cards = cards
-        socket = directory.file("run/pcscd.comm")
+        socket = directory.file("run/pcscd/pcscd.comm")
         var arguments = ["start", directory.path, "--readers", String(cards)]
         if let delayMilliseconds { arguments += ["--delay-ms", String(delayMilliseconds)] }
         try Self.script(arguments, timeout: 60)
@@ -84,6 +87,31 @@ public final class VirtualCards: Sendable {
         let text = String(decoding: answer, as: UTF8.self)
         guard !text.hasPrefix("error") else { throw Failure(description: "card \(card): \(command): \(text)") }
         return text
+    }
+
+    /// Takes card `card` out of its reader and waits until pcscd sees the reader empty.
+    public func remove(card: Int = 1) throws {
+        try control("remove", card: card)
+        try waitForCards(present: cards - 1)
+    }
+
+    /// Puts card `card` back and waits until pcscd sees it (about a third of a second).
+    public func insert(card: Int = 1) throws {
+        try control("insert", card: card)
+        try waitForCards(present: cards)
+    }
+
+    /// Waits, at most 15 s, until `opensc-tool -l` shows `present` readers holding a card.
+    public func waitForCards(present: Int) throws {
+        let deadline = ContinuousClock.now + .seconds(15)
+        while ContinuousClock.now < deadline {
+            let listed = try run(
+                "opensc-tool", ["-l"], environment: environment.merging(["HOME": directory.path]) { $1 })
+            let holding = listed.stdoutText.split(separator: "\n").filter { $0.contains(" Yes ") }.count
+            if holding == present { return }
+            usleep(100_000)
+        }
+        throw Failure(description: "pcscd does not show \(present) card(s) in its readers")
     }
 
     /// The APDUs card `card` answered since the last `reset-stats`: the total and by INS (hex).

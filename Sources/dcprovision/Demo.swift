@@ -231,7 +231,8 @@ final class DemoSession {
             "A credential derived from the card: its authentication key signs the CA's challenge on the card; new keys, certified with the card's subject, sent",
             dcprovision,
             [
-                "send", "--pkcs11", "pkcs11:manufacturer=piv_II", "--layout", "piv", "--derive", "--testca", sandbox + "/ca",
+                "send", "--pkcs11", "pkcs11:manufacturer=piv_II", "--layout", "piv", "--derive", "--testca",
+                sandbox + "/ca",
                 "--card-trust-anchor", card.absolute(card.cardTrustAnchor ?? ""), "--pin-file",
                 card.absolute(card.pinFile ?? ""), "--brand", "Example Provider", "--provider-scheme",
                 "org.example.dcprovision", "--client-scheme", "org.example.dcclient", "--name",

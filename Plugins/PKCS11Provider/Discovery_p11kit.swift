@@ -312,12 +312,33 @@ public enum PKCS11Discovery {
         }
     }
 
+    /// The modules named, or every module registered with p11-kit. A named module that cannot be
+    /// loaded or initialised is an error; a registered one is left out with a warning on standard
+    /// error, so that one broken registration (SoftHSM2 with a token directory this user cannot
+    /// read) does not hide every other token.
+    static func loadModules(_ modules: [String]?) throws -> [LoadedModule] {
+        guard modules == nil else { return try modules?.map { try ModuleLoader.module($0) } ?? [] }
+        return ModuleLoader.registeredNames().compactMap { name in
+            do {
+                return try ModuleLoader.module(name)
+            } catch {
+                let why =
+                    (error as? DCError).map { error in
+                        error.message + (error.underlying.map { " (\($0))" } ?? "")
+                    } ?? "\(error)"
+                FileHandle.standardError.write(
+                    Data("warning: PKCS#11 module \(name.escapingControlCharacters) left out: \(why)\n".utf8))
+                return nil
+            }
+        }
+    }
+
     /// The card readers with no card in them, by module: a module's hardware slots for removable
     /// devices that hold no token (OpenSC shows each reader as one), each reader once.
     public static func emptyReaders(modules: [String]? = nil) throws -> [(module: String, reader: String)] {
         var found: [(module: String, reader: String)] = []
-        for name in modules ?? ModuleLoader.registeredNames() {
-            let module = try ModuleLoader.module(name)
+        for module in try loadModules(modules) {
+            let name = module.name
             let occupied = Set(try slotList(module, tokenPresent: true))
             for slot in try slotList(module, tokenPresent: false) where !occupied.contains(slot) {
                 var info = CK_SLOT_INFO()
@@ -358,8 +379,7 @@ public enum PKCS11Discovery {
         LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO
     )] {
         var found: [(LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO)] = []
-        for name in modules ?? ModuleLoader.registeredNames() {
-            let module = try ModuleLoader.module(name)
+        for module in try loadModules(modules) {
             if let uri, uri.namesModuleInfo {
                 var info = CK_INFO()
                 try module.call("C_GetInfo") { $0.C_GetInfo(&info) }
@@ -370,7 +390,7 @@ public enum PKCS11Discovery {
                 try slotList(module, tokenPresent: false).contains(wanted)
             {
                 throw DCError(
-                    .noSuchObject, "slot-id=\(wanted) of module \(name) has no token in it (no card inserted)",
+                    .noSuchObject, "slot-id=\(wanted) of module \(module.name) has no token in it (no card inserted)",
                     subject: uri?.text.escapingControlCharacters, remedy: .insertCard)
             }
             for slot in slots {

@@ -139,6 +139,9 @@ extension Session {
             defer {
                 LoginCounter.shared.leave(module: module, slot: slot) {
                     _ = module.functions.pointee.C_Logout(session.handle)
+                    // A PIV card in a PC/SC reader stays verified after C_Logout (OpenSC sends
+                    // nothing): end the verification on the card itself.
+                    try? session.pcscCard(slot: slot)?.logOut()
                 }
             }
             return try body(session)

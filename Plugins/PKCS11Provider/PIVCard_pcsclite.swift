@@ -50,6 +50,20 @@ public struct PIVCard: Sendable {
         try withCard { card in try Self.counter(card.transmit(Self.verify(nil)), what: "PIN") }
     }
 
+    /// Ends the PIN's verification on the card (VERIFY with P1 FF, SP 800-73-4 part 2, 3.2.1):
+    /// OpenSC's logout from a PIV card sends nothing, and pcscd leaves a card as it is when a
+    /// program lets go of it, so without this the next program would find the PIN verified.
+    public func logOut() throws {
+        try withCard { card in
+            var apdu: [UInt8] = [0x00, 0x20, 0xFF, 0x80]
+            let status = try card.transmit(SecretBytes(consuming: &apdu))
+            // 6A88: no verification to end (a card that keeps none), which is what was wanted.
+            guard status == 0x9000 || status == 0x6A88 else {
+                throw DCError(.pkcs11Failure, String(format: "the card answered %04X to the log-out", status))
+            }
+        }
+    }
+
     /// Checks `pin` against the card (one try at most; none when the PIN is blocked, or on its
     /// final try without `allowFinalTry`).
     public func verifyPIN(_ pin: SecretBytes, allowFinalTry: Bool) throws {
@@ -275,6 +289,7 @@ enum PCSC {
                 for (index, name) in cNames.enumerated() {
                     raw.storeBytes(of: UnsafeRawPointer(name), toByteOffset: index * stride, as: UnsafeRawPointer?.self)
                 }
+                // cannot fail: `states` holds 80 bytes for each of at least one reader.
                 return library.getStatusChange(handle, 0, raw.baseAddress!, UInt(names.count))
             }
             // SCARD_E_TIMEOUT is the normal answer to a wait of 0 when nothing changed.
@@ -306,6 +321,7 @@ enum PCSC {
             let result = request.withUnsafeBytes { pci in
                 apdu.withUnsafeBytes { bytes in
                     library.transmit(
+                        // cannot fail: the request holds two words and every APDU at least four bytes.
                         handle, pci.baseAddress!, bytes.baseAddress!.assumingMemoryBound(to: UInt8.self),
                         UInt(bytes.count), nil, &response, &length)
                 }

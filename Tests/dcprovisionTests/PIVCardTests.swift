@@ -136,7 +136,7 @@ struct PIVCardTests {
         #expect(ids == Set(PIVLayout.slots.map { String(format: "%02x", $0.id) }))
     }
 
-    @Test("convert and send of a PIV card: the keys stay on the card, one line pointing at --derive, nothing written")
+    @Test("convert of a PIV card: the keys stay on the card, one line pointing at --derive, nothing written")
     func keysStay() throws {
         let world = try World("piv-export")
         let out = world.sandbox.file("out")
@@ -172,6 +172,11 @@ struct PIVCardTests {
         #expect(counts.byINS["87", default: 0] >= 1, "\(counts)")
         #expect(counts.byINS["20", default: 0] >= 1, "\(counts)")
         #expect(!(derived.stdoutText + derived.stderrText).contains(VirtualCards.pin))
+        // Logged out on the card itself: OpenSC's C_Logout sends nothing to a PIV card, and pcscd
+        // leaves the card as it is, so the next program would otherwise find the PIN verified.
+        let after = try world.dcprovision(["card", "status"])
+        #expect(after.stdoutText.contains("PIN 3 tries left"), "\(after.stdoutText)")
+        #expect(world.cards.apduLog().contains("0020FF80"), "no log-out was sent")
     }
 
     @Test(
@@ -373,6 +378,8 @@ struct PIVCardTests {
         {
             usleep(20_000)
         }
+        // The card's next answers take 5 s: the run is surely inside a card call when Ctrl-C comes.
+        try world.cards.control("delay 5000")
         usleep(300_000)
         child.kill(SIGINT)
         let stopped = ContinuousClock.now
@@ -382,6 +389,7 @@ struct PIVCardTests {
         let said = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(said.contains("interrupted"), "\(said)")
         #expect(!FileManager.default.fileExists(atPath: out))
+        try world.cards.control("delay 0")
         let after = try world.dcprovision(["card", "status"])
         #expect(!after.stdoutText.contains("PIN verified"), "\(after.stdoutText)")
         #expect(after.stdoutText.contains("tries left"), "\(after.stdoutText)")

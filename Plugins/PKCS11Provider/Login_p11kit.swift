@@ -31,7 +31,9 @@ public struct LoginPolicy: Sendable {
 
 extension Session {
     /// Logs the user in on this session's token, following ``LoginPolicy``; one `C_Login` at most.
-    func login(slot: CK_SLOT_ID, policy: LoginPolicy) throws {
+    /// Returns the PIV card behind the token, when it is one in a PC/SC reader, for the log-out.
+    @discardableResult
+    func login(slot: CK_SLOT_ID, policy: LoginPolicy) throws -> PIVCard? {
         var info = CK_TOKEN_INFO()
         try module.call("C_GetTokenInfo") { $0.C_GetTokenInfo(slot, &info) }
         let label = fixedString(info.label)
@@ -48,9 +50,8 @@ extension Session {
         }
         // A smart card in a PC/SC reader says how many tries its PIN has left (PKCS#11 only says
         // "low" or "final"): shown before any try, and a blocked PIN is refused without one.
-        if !has(CKF_PROTECTED_AUTHENTICATION_PATH), let card = pcscCard(slot: slot),
-            let counter = try? card.pinCounter()
-        {
+        let pivCard = pcscCard(slot: slot, token: info)
+        if !has(CKF_PROTECTED_AUTHENTICATION_PATH), let card = pivCard, let counter = try? card.pinCounter() {
             switch counter {
             case .blocked:
                 throw DCError(
@@ -88,7 +89,7 @@ extension Session {
             }
         }
         switch result {
-        case CK_RV(CKR_OK), CK_RV(CKR_USER_ALREADY_LOGGED_IN): return
+        case CK_RV(CKR_OK), CK_RV(CKR_USER_ALREADY_LOGGED_IN): return pivCard
         case CK_RV(CKR_PIN_INCORRECT):
             throw DCError(
                 .wrongPIN, "the token refused the PIN (not retried)", subject: label,
@@ -100,15 +101,18 @@ extension Session {
         }
     }
 
-    /// The PIV card behind a hardware slot with a removable device, when PC/SC has a reader by the
-    /// slot's description (OpenSC names its slots after their readers); nil for anything else.
-    func pcscCard(slot: CK_SLOT_ID) -> PIVCard? {
+    /// The PIV card behind a hardware slot with a removable device: a token OpenSC's PIV emulation
+    /// shows (manufacturer `piv_II`; a card with other applets that OpenSC drives otherwise is
+    /// left alone), in a PC/SC reader named as the slot (OpenSC names its slots after their
+    /// readers); nil for anything else.
+    func pcscCard(slot: CK_SLOT_ID, token: CK_TOKEN_INFO) -> PIVCard? {
+        guard fixedString(token.manufacturerID) == "piv_II" else { return nil }
         var info = CK_SLOT_INFO()
         guard module.functions.pointee.C_GetSlotInfo(slot, &info) == CK_RV(CKR_OK),
             info.flags & CK_FLAGS(CKF_HW_SLOT) != 0, info.flags & CK_FLAGS(CKF_REMOVABLE_DEVICE) != 0
         else { return nil }
         let reader = fixedString(info.slotDescription)
-        guard (try? PIVCard.readers())?.contains(reader) == true else { return nil }
+        guard PIVCard.readersWithCard()?.contains(reader) == true else { return nil }
         return PIVCard(reader: reader)
     }
 
@@ -137,11 +141,11 @@ extension Session {
                 module: module, slot: slot, canLogIn: { try session.requireLoginMeans(slot: slot, policy: policy) },
                 login: { try session.login(slot: slot, policy: policy) })
             defer {
-                LoginCounter.shared.leave(module: module, slot: slot) {
+                LoginCounter.shared.leave(module: module, slot: slot) { card in
                     _ = module.functions.pointee.C_Logout(session.handle)
                     // A PIV card in a PC/SC reader stays verified after C_Logout (OpenSC sends
                     // nothing): end the verification on the card itself.
-                    try? session.pcscCard(slot: slot)?.logOut()
+                    try? card?.logOut()
                 }
             }
             return try body(session)
@@ -156,23 +160,27 @@ final class LoginCounter: @unchecked Sendable {
     // that two users never log in or out at the same time.
     private let lock = NSLock()
     private var counts: [String: Int] = [:]
+    // The PIV card each login found behind its token, for the last leaver's log-out.
+    private var cards: [String: PIVCard] = [:]
 
     /// `login` runs for the first user; a later user joins the existing login but must still be
     /// able to log in itself (`canLogIn`), so that whether a request without a PIN succeeds does
     /// not depend on what else happens to be running.
-    func enter(module: LoadedModule, slot: CK_SLOT_ID, canLogIn: () throws -> Void, login: () throws -> Void) throws {
+    func enter(module: LoadedModule, slot: CK_SLOT_ID, canLogIn: () throws -> Void, login: () throws -> PIVCard?)
+        throws
+    {
         let key = "\(module.name)#\(slot)"
         try lock.withLock {
-            if counts[key, default: 0] == 0 { try login() } else { try canLogIn() }
+            if counts[key, default: 0] == 0 { cards[key] = try login() } else { try canLogIn() }
             counts[key, default: 0] += 1
         }
     }
 
-    func leave(module: LoadedModule, slot: CK_SLOT_ID, logout: () -> Void) {
+    func leave(module: LoadedModule, slot: CK_SLOT_ID, logout: (PIVCard?) -> Void) {
         let key = "\(module.name)#\(slot)"
         lock.withLock {
             counts[key, default: 1] -= 1
-            if counts[key] == 0 { logout() }
+            if counts[key] == 0 { logout(cards.removeValue(forKey: key)) }
         }
     }
 }

@@ -40,9 +40,29 @@ public struct PIVCard: Sendable {
         try PCSC.library().withContext { context in try context.readers() }
     }
 
-    /// The readers that hold a card now; none when PC/SC is not there.
-    public static func readersWithCard() -> Set<String> {
-        (try? PCSC.library().withContext { try $0.readersWithCard() }) ?? []
+    /// The readers that hold a card now; nil when PC/SC cannot say (no pcscd, or the readers
+    /// changed while they were being listed), which is not the same as "no card anywhere".
+    public static func readersWithCard() -> Set<String>? {
+        try? PCSC.library().withContext { try $0.readersWithCard() }
+    }
+
+    /// Resets the cards in `readers` (connect, then disconnect with SCARD_RESET_CARD), which ends
+    /// every verification on them; best effort, for a process about to end in the middle of a
+    /// card call. A card another program holds in a transaction is reset by pcscd when this
+    /// process ends, if the transaction was this process's.
+    /// At most `limit` is spent: a reader that does not answer in time is left to pcscd.
+    public static func reset(_ readers: Set<String>, within limit: Duration = .seconds(1)) {
+        guard !readers.isEmpty else { return }
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            _ = try? PCSC.library().withContext { context in
+                for reader in readers {
+                    try? context.withCard(reader: reader, transaction: false, disposition: 1) { _ in }
+                }
+            }
+            done.signal()
+        }.start()
+        _ = done.wait(timeout: .now() + .milliseconds(Int(limit.components.seconds * 1000)))
     }
 
     /// The PIN's tries left, asked with a VERIFY that carries no PIN (it costs no try).
@@ -54,14 +74,17 @@ public struct PIVCard: Sendable {
     /// OpenSC's logout from a PIV card sends nothing, and pcscd leaves a card as it is when a
     /// program lets go of it, so without this the next program would find the PIN verified.
     public func logOut() throws {
-        try withCard { card in
-            var apdu: [UInt8] = [0x00, 0x20, 0xFF, 0x80]
-            let status = try card.transmit(SecretBytes(consuming: &apdu))
-            // 6A88: no verification to end (a card that keeps none), which is what was wanted.
-            guard status == 0x9000 || status == 0x6A88 else {
-                throw DCError(.pkcs11Failure, String(format: "the card answered %04X to the log-out", status))
-            }
-        }
+        let ended = try withCard { card in try Self.endVerification(card) }
+        // A card older than SP 800-73-4 may not know P1 FF: a reset ends the verification instead.
+        if !ended { Self.reset([reader]) }
+    }
+
+    /// VERIFY P1 FF on a connected card; false when the card does not take it.
+    static func endVerification(_ card: PCSC.Card) throws -> Bool {
+        var apdu: [UInt8] = [0x00, 0x20, 0xFF, 0x80]
+        let status = try card.transmit(SecretBytes(consuming: &apdu))
+        // 6A88: no verification to end (a card that keeps none), which is what was wanted.
+        return status == 0x9000 || status == 0x6A88
     }
 
     /// Checks `pin` against the card (one try at most; none when the PIN is blocked, or on its
@@ -78,6 +101,8 @@ public struct PIVCard: Sendable {
         try withCard { card in
             try Self.refuseUnsafeTry(try Self.counter(card.transmit(Self.verify(nil)), what: "PIN"), allowFinalTry)
             try Self.check(card.transmit(try Self.twoSecrets(0x24, 0x80, old, new, what: "PIN")), what: "PIN")
+            // A successful CHANGE REFERENCE DATA leaves the PIN verified (SP 800-73-4 part 2, 3.2.2).
+            if try !Self.endVerification(card) { Self.reset([reader]) }
         }
     }
 
@@ -92,7 +117,9 @@ public struct PIVCard: Sendable {
     /// Unblocks the PIN with the PUK and sets it to `newPIN`, whatever its counter was.
     public func unblockPIN(puk: SecretBytes, newPIN: SecretBytes) throws {
         try withCard { card in
-            try Self.check(card.transmit(try Self.twoSecrets(0x2C, 0x80, puk, newPIN, what: "PUK")), what: "PUK")
+            try Self.check(
+                card.transmit(try Self.twoSecrets(0x2C, 0x80, puk, newPIN, what: "PUK")), what: "PUK", new: "PIN")
+            if try !Self.endVerification(card) { Self.reset([reader]) }
         }
     }
 
@@ -107,6 +134,12 @@ public struct PIVCard: Sendable {
         guard (6...8).contains(secret.count) else {
             throw DCError(.usage, "a PIV \(what) is 6 to 8 characters; nothing was sent to the card")
         }
+        // Padding (FF), spaces and control characters are never part of one: a file with a stray
+        // byte must not cost a try.
+        guard secret.withUnsafeBytes({ $0.allSatisfy { (0x21...0x7E).contains($0) } }) else {
+            throw DCError(
+                .usage, "a PIV \(what) is printable characters only (digits, normally); nothing was sent to the card")
+        }
         secret.withUnsafeBytes { bytes in
             buffer.append(contentsOf: bytes)
             buffer.append(contentsOf: repeatElement(0xFF, count: 8 - bytes.count))
@@ -116,6 +149,8 @@ public struct PIVCard: Sendable {
     /// VERIFY of the PIN (key reference 80): with no data it asks for the tries left.
     static func verify(_ pin: SecretBytes?) throws -> SecretBytes {
         var apdu: [UInt8] = [0x00, 0x20, 0x00, 0x80]
+        // Room for the whole APDU up front: a reallocation would leave a copy of the PIN behind.
+        apdu.reserveCapacity(13)
         if let pin {
             apdu.append(8)
             try padded(pin, what: "PIN", into: &apdu)
@@ -128,6 +163,8 @@ public struct PIVCard: Sendable {
         throws -> SecretBytes
     {
         var apdu: [UInt8] = [0x00, ins, 0x00, reference, 16]
+        // Room for the whole APDU up front: a reallocation would leave a copy of a secret behind.
+        apdu.reserveCapacity(21)
         do {
             try padded(first, what: what, into: &apdu)
             try padded(second, what: ins == 0x2C || reference == 0x80 ? "PIN" : "PUK", into: &apdu)
@@ -163,7 +200,7 @@ public struct PIVCard: Sendable {
     }
 
     /// The answer to a command that carried a secret: success, or a distinct error with the tries left.
-    static func check(_ status: UInt16, what: String) throws {
+    static func check(_ status: UInt16, what: String, new: String? = nil) throws {
         switch status {
         case 0x9000: return
         case 0x63C0...0x63CF where status != 0x63C0:
@@ -176,7 +213,7 @@ public struct PIVCard: Sendable {
                 .pinLocked, "the card's \(what) is blocked",
                 remedy: what == "PIN" ? .unblockUserPIN : nil)
         case 0x6A80:
-            throw DCError(.usage, "the card refused the new \(what)'s format (6 to 8 digits)")
+            throw DCError(.usage, "the card refused the new \(new ?? what)'s format (6 to 8 digits)")
         default:
             throw DCError(.pkcs11Failure, String(format: "the card answered %04X", status))
         }
@@ -217,6 +254,8 @@ enum PCSC {
         ) -> Int
     typealias Disconnect = @convention(c) (Int, UInt) -> Int
     typealias GetStatusChange = @convention(c) (Int, UInt, UnsafeMutableRawPointer, UInt) -> Int
+    typealias BeginTransaction = @convention(c) (Int) -> Int
+    typealias EndTransaction = @convention(c) (Int, UInt) -> Int
     typealias Transmit =
         @convention(c) (
             Int, UnsafeRawPointer, UnsafePointer<UInt8>, UInt, UnsafeMutableRawPointer?, UnsafeMutablePointer<UInt8>,
@@ -232,6 +271,8 @@ enum PCSC {
         let disconnect: Disconnect
         let transmit: Transmit
         let getStatusChange: GetStatusChange
+        let beginTransaction: BeginTransaction
+        let endTransaction: EndTransaction
 
         func withContext<R>(_ body: (Context) throws -> R) throws -> R {
             var handle = 0
@@ -261,14 +302,24 @@ enum PCSC {
             return buffer.split(separator: 0).map { String(decoding: $0.map { UInt8(bitPattern: $0) }, as: UTF8.self) }
         }
 
-        func withCard<R>(reader: String, _ body: (Card) throws -> R) throws -> R {
+        /// Connects (shared: other programs, OpenSC, use the card too), holds a transaction for
+        /// the whole of `body` (no other program's APDU comes between a counter read and the
+        /// command it guards), then disconnects with `disposition` (0 leave, 1 reset).
+        func withCard<R>(reader: String, transaction: Bool = true, disposition: UInt = 0, _ body: (Card) throws -> R)
+            throws -> R
+        {
             var card = 0
             var protocolInUse: UInt = 0
-            // Shared, T=0 or T=1: other programs (OpenSC) may use the card meanwhile.
             let result = library.connect(handle, reader, 2, 3, &card, &protocolInUse)
             guard result == 0 else { throw PCSC.error("SCardConnect", result, subject: reader) }
+            defer { _ = library.disconnect(card, disposition) }
+            guard transaction else {
+                return try body(Card(library: library, handle: card, protocolInUse: protocolInUse, reader: reader))
+            }
+            let began = library.beginTransaction(card)
+            guard began == 0 else { throw PCSC.error("SCardBeginTransaction", began, subject: reader) }
             // SCARD_LEAVE_CARD.
-            defer { _ = library.disconnect(card, 0) }
+            defer { _ = library.endTransaction(card, 0) }
             return try body(Card(library: library, handle: card, protocolInUse: protocolInUse, reader: reader))
         }
 
@@ -348,14 +399,17 @@ enum PCSC {
             let connect = symbol("SCardConnect", Connect.self),
             let disconnect = symbol("SCardDisconnect", Disconnect.self),
             let transmit = symbol("SCardTransmit", Transmit.self),
-            let getStatusChange = symbol("SCardGetStatusChange", GetStatusChange.self)
+            let getStatusChange = symbol("SCardGetStatusChange", GetStatusChange.self),
+            let beginTransaction = symbol("SCardBeginTransaction", BeginTransaction.self),
+            let endTransaction = symbol("SCardEndTransaction", EndTransaction.self)
         else {
             return .failure(DCError(.pkcs11Failure, "libpcsclite.so.1 lacks the PC/SC functions"))
         }
         return .success(
             Library(
                 establish: establish, release: release, listReaders: listReaders, connect: connect,
-                disconnect: disconnect, transmit: transmit, getStatusChange: getStatusChange))
+                disconnect: disconnect, transmit: transmit, getStatusChange: getStatusChange,
+                beginTransaction: beginTransaction, endTransaction: endTransaction))
     }()
 
     /// The library, loaded once per process.
@@ -368,6 +422,10 @@ enum PCSC {
         case 0x8010_001D:
             return DCError(
                 .pkcs11Failure, "pcscd is not running", hint: "start pcscd (the PC/SC daemon), then try again")
+        case 0x8010_000B:
+            return DCError(
+                .pkcs11Failure, "another program holds the card for itself", subject: subject,
+                hint: "end that program (often gpg's scdaemon), then try again")
         case 0x8010_0009:
             return DCError(.noSuchObject, "no such PC/SC reader", subject: subject, remedy: .listTokensOnly)
         case 0x8010_000C:

@@ -11,25 +11,47 @@ import Foundation
 /// interrupt a login.
 public enum TokenThread {
     /// Runs `body` on a new thread and returns what it returned, or throws what it threw.
-    public static func run<R: Sendable>(_ body: @escaping @Sendable () throws -> R) async throws -> R {
-        CardInterruption.arm()
+    ///
+    /// While it runs, Ctrl-C ends the process (``CardInterruption``) and the cards in PC/SC
+    /// readers are watched (``CardRemovalWatchdog``). When `distrustingRemoval` (reads), a card
+    /// that left during the call makes it fail, since what was read may be partial; a command
+    /// that changed the card (a new PIN) keeps its result, which the card confirmed.
+    public static func run<R: Sendable>(
+        distrustingRemoval: Bool = true, _ body: @escaping @Sendable () throws -> R
+    ) async throws -> R {
+        CardInterruption.enter()
+        defer { CardInterruption.leave() }
         let watchdog = CardRemovalWatchdog.start()
         let outcome = await withCheckedContinuation { continuation in
             let thread = Thread { continuation.resume(returning: Result { try body() }) }
             thread.start()
         }
-        // A card that left its reader during the operation makes what was read untrustworthy, even
-        // when the driver answered: OpenSC can then show a token with some of its objects missing.
-        if case .failure = outcome, let gone = watchdog?.finish(settling: true), !gone.isEmpty {
-            throw DCError(
-                .cardRemoved, "the card was removed from \(gone.sorted().joined(separator: ", ")) during the operation",
-                hint: "put it back and run the command again; nothing was written")
+        guard let watchdog, distrustingRemoval else {
+            _ = watchdog?.finish()
+            return try outcome.get()
         }
-        if let gone = watchdog?.finish(), !gone.isEmpty {
-            throw DCError(
-                .cardRemoved,
-                "the card was removed from \(gone.sorted().joined(separator: ", ")) during the operation; nothing read from it is used",
-                hint: "put it back and run the command again; nothing was written")
+        switch outcome {
+        case .failure(let error as DCError) where [.wrongPIN, .pinLocked, .pinFinalTry].contains(error.code):
+            // The card answered about its PIN: that is what the user must hear.
+            _ = watchdog.finish()
+        case .failure:
+            let gone = watchdog.finish(settling: true)
+            if !gone.isEmpty {
+                throw DCError(
+                    .cardRemoved,
+                    "the card was removed from \(gone.sorted().joined(separator: ", ")) during the operation",
+                    hint: "put it back and run the command again; nothing was written")
+            }
+        case .success:
+            // A card that left its reader during the operation makes what was read untrustworthy,
+            // even when the driver answered: OpenSC can then show a token with objects missing.
+            let gone = watchdog.finish()
+            if !gone.isEmpty {
+                throw DCError(
+                    .cardRemoved,
+                    "the card was removed from \(gone.sorted().joined(separator: ", ")) during the operation; nothing read from it is used",
+                    hint: "put it back and run the command again; nothing was written")
+            }
         }
         return try outcome.get()
     }
@@ -41,25 +63,27 @@ public enum TokenThread {
 /// card); when a card that was there at the start is gone and the call has not returned
 /// ``grace`` later, the process ends with one line, exit 75 (`cardRemoved`): nothing has been
 /// written, since output is written only after the card is done. A call that returns in time
-/// reports the removal itself.
+/// reports the removal itself. A look that PC/SC cannot answer (the readers changed meanwhile) is
+/// skipped, not taken for every card gone.
 final class CardRemovalWatchdog: @unchecked Sendable {
     /// How long a call may still take after its card left the reader.
     static let grace: Duration = .seconds(3)
 
     // `running` is read by the watching thread and cleared by the operation's; `gone` is written by
-    // the watching thread; both under `lock`.
+    // the watching thread; both under `lock`, which the watching thread also holds while it ends
+    // the process, so that an operation that finished first is never cut off.
     private let lock = NSLock()
     private var running = true
     private var gone: Set<String> = []
-    private var present: Set<String> = []
+    private let present: Set<String>
+
+    private init(present: Set<String>) { self.present = present }
 
     /// Starts watching the cards present now; nil when PC/SC shows none (no pcscd, no card).
     static func start() -> CardRemovalWatchdog? {
-        let present = PIVCard.readersWithCard()
-        guard !present.isEmpty else { return nil }
-        let watchdog = CardRemovalWatchdog()
-        watchdog.present = present
-        let thread = Thread { watchdog.watch(present) }
+        guard let present = PIVCard.readersWithCard(), !present.isEmpty else { return nil }
+        let watchdog = CardRemovalWatchdog(present: present)
+        let thread = Thread { watchdog.watch() }
         thread.start()
         return watchdog
     }
@@ -71,15 +95,15 @@ final class CardRemovalWatchdog: @unchecked Sendable {
     /// its card left can return before that, so with `settling` the readers are looked at for up
     /// to 0.8 s.
     func finish(settling: Bool = false) -> Set<String> {
-        let (seen, present) = lock.withLock {
+        let seen = lock.withLock {
             running = false
-            return (gone, self.present)
+            return gone
         }
-        var missing = seen.union(present.subtracting(PIVCard.readersWithCard()))
+        var missing = seen.union(PIVCard.readersWithCard().map { present.subtracting($0) } ?? [])
         var looks = settling ? 8 : 0
         while missing.isEmpty && looks > 0 {
             Thread.sleep(forTimeInterval: 0.1)
-            missing = present.subtracting(PIVCard.readersWithCard())
+            missing = PIVCard.readersWithCard().map { present.subtracting($0) } ?? []
             looks -= 1
         }
         return missing
@@ -87,11 +111,12 @@ final class CardRemovalWatchdog: @unchecked Sendable {
 
     private var isRunning: Bool { lock.withLock { running } }
 
-    private func watch(_ present: Set<String>) {
+    private func watch() {
         var goneSince: ContinuousClock.Instant?
         while isRunning {
             Thread.sleep(forTimeInterval: 0.5)
-            let missing = present.subtracting(PIVCard.readersWithCard())
+            guard let now = PIVCard.readersWithCard() else { continue }
+            let missing = present.subtracting(now)
             if missing.isEmpty {
                 goneSince = nil
                 continue
@@ -99,11 +124,15 @@ final class CardRemovalWatchdog: @unchecked Sendable {
             lock.withLock { gone.formUnion(missing) }
             let since = goneSince ?? ContinuousClock.now
             goneSince = since
-            if ContinuousClock.now - since >= Self.grace, isRunning {
+            guard ContinuousClock.now - since >= Self.grace else { continue }
+            lock.withLock {
+                guard running else { return }
                 let readers = missing.sorted().map { $0.escapingControlCharacters }.joined(separator: ", ")
                 let line =
                     "card: the card was removed from \(readers) and its driver did not return; put it back and run the command again; nothing was written\n"
                 _ = line.withCString { write(STDERR_FILENO, $0, strlen($0)) }
+                // The other cards this run used may still hold a verified PIN.
+                PIVCard.reset(present.subtracting(missing))
                 _exit(75)
             }
         }
@@ -111,20 +140,40 @@ final class CardRemovalWatchdog: @unchecked Sendable {
 }
 
 /// Ctrl-C while a card is in use: PKCS#11 cannot interrupt a call, so the process ends at once,
-/// exit 130, with one line saying so. Ending is what logs out: pcscd resets a card whose program
-/// went away holding it, which clears the PIN's verification (the tests check the card afterwards),
-/// and nothing has been written yet, since output is written only after the card is done.
+/// exit 130, with one line saying so, after resetting the cards in the readers (which ends any
+/// verification; a card held in a transaction by this process is reset by pcscd as the process
+/// ends). Nothing has been written yet, since output is written only after the card is done.
+/// Outside a card operation, Ctrl-C does what it always does.
 enum CardInterruption {
-    /// Installs the handler, once per process.
-    static func arm() { _ = installed }
+    // The number of card operations in flight; under `lock`.
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var inFlight = 0
+
+    /// A card operation begins (the handler is installed on the first).
+    static func enter() {
+        _ = installed
+        lock.withLock { inFlight += 1 }
+    }
+
+    /// A card operation ended.
+    static func leave() { lock.withLock { inFlight -= 1 } }
 
     // Set once, by the lazy initialiser's lock; never changed after.
     nonisolated(unsafe) private static let installed: DispatchSourceSignal = {
         signal(SIGINT, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
         source.setEventHandler {
+            guard lock.withLock({ inFlight }) > 0 else {
+                // Not in a card call: the default action, as if no handler had been installed.
+                signal(SIGINT, SIG_DFL)
+                raise(SIGINT)
+                return
+            }
             let line = "card: interrupted; the card is reset as this program lets go of it, and nothing was written\n"
             _ = line.withCString { write(STDERR_FILENO, $0, strlen($0)) }
+            // Best effort, and bounded: a reader that does not answer within a second is left to
+            // pcscd's clean-up.
+            PIVCard.reset(PIVCard.readersWithCard() ?? [])
             _exit(130)
         }
         source.resume()

@@ -57,6 +57,8 @@ struct CardStatus: AsyncParsableCommand, OutputCommand {
         var pinTriesLeft: Int?
         var pinBlocked: Bool?
         var pinVerified: Bool?
+        /// Why the card's state is `unknown`.
+        var problem: String?
     }
 
     func run() async throws {
@@ -76,6 +78,11 @@ struct CardStatus: AsyncParsableCommand, OutputCommand {
                 return Reader(reader: name, card: "empty")
             } catch let error as DCError where error.code == .noSuchObject && readerOptions.reader == nil {
                 return Reader(reader: name, card: "not-piv")
+            } catch let error as DCError where readerOptions.reader == nil {
+                // One odd card does not hide the others.
+                var state = Reader(reader: name, card: "unknown")
+                state.problem = error.message
+                return state
             }
         }
         if format.json { return try printJSON("card-status", states) }
@@ -85,6 +92,7 @@ struct CardStatus: AsyncParsableCommand, OutputCommand {
                 switch state.card {
                 case "empty": what = "no card"
                 case "not-piv": what = "a card that is not a PIV card"
+                case "unknown": what = "a card whose state is unknown (\(state.problem ?? "no answer"))"
                 default:
                     let pin =
                         state.pinBlocked == true
@@ -117,7 +125,9 @@ struct ChangePIN: AsyncParsableCommand, OutputCommand {
         }
         let new = try secrets.newPIN(for: subject)
         let allowFinalTry = pin.allowFinalPinTry
-        try await TokenThread.run { try card.changePIN(old: current, new: new, allowFinalTry: allowFinalTry) }
+        try await TokenThread.run(distrustingRemoval: false) {
+            try card.changePIN(old: current, new: new, allowFinalTry: allowFinalTry)
+        }
         Console.say("\(subject): the PIN was changed")
     }
 }
@@ -132,7 +142,7 @@ struct ChangePUK: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         let card = try readerOptions.card()
         let (old, new) = (try secrets.puk(for: card.reader), try secrets.newPUK(for: card.reader))
-        try await TokenThread.run { try card.changePUK(old: old, new: new) }
+        try await TokenThread.run(distrustingRemoval: false) { try card.changePUK(old: old, new: new) }
         Console.say("\(card.reader): the PUK was changed")
     }
 }
@@ -147,7 +157,7 @@ struct UnblockPIN: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         let card = try readerOptions.card()
         let (puk, new) = (try secrets.puk(for: card.reader), try secrets.newPIN(for: card.reader))
-        try await TokenThread.run { try card.unblockPIN(puk: puk, newPIN: new) }
+        try await TokenThread.run(distrustingRemoval: false) { try card.unblockPIN(puk: puk, newPIN: new) }
         Console.say("\(card.reader): the PIN was unblocked and set")
     }
 }

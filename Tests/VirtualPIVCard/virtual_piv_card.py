@@ -547,6 +547,9 @@ class Card:
         d[which] = text
         d[which + "_tries"] = d[which + "_tries_max"]
         self.state.save()
+        if which == "pin":
+            # SP 800-73-4 part 2, 3.2.2: a successful change of the PIN sets its security status.
+            self.pin_verified = True
         return b""
 
     def reset_retry_counter(self, p1, p2, data):

@@ -228,8 +228,11 @@ struct PIVCardTests {
             "card", "change-pin", "--pin-file", newPIN, "--new-pin-file", world.pin,
         ])
         #expect(changed.status == 0, "\(changed.stderrText)")
-        let afterChange = try objects(world.pin)
-        #expect(afterChange.status == 0, "\(afterChange.stderrText)")
+        // A changed PIN is verified on the card (SP 800-73-4): change-pin ends that itself.
+        let afterChange = try world.dcprovision(["card", "status"])
+        #expect(afterChange.stdoutText.contains("PIN 3 tries left"), "\(afterChange.stdoutText)")
+        let loggedIn = try objects(world.pin)
+        #expect(loggedIn.status == 0, "\(loggedIn.stderrText)")
         let wrongPUK = try world.dcprovision(["card", "unblock", "--puk-file", wrong, "--new-pin-file", newPIN])
         #expect(wrongPUK.status == 77, "\(wrongPUK.stderrText)")
         #expect(wrongPUK.stderrText.contains("PUK"), "\(wrongPUK.stderrText)")

@@ -12,8 +12,8 @@ import Foundation
 public enum TokenThread {
     /// Runs `body` on a new thread and returns what it returned, or throws what it threw.
     ///
-    /// While it runs, Ctrl-C ends the process (``CardInterruption``) and the cards in PC/SC
-    /// readers are watched (``CardRemovalWatchdog``). When `distrustingRemoval` (reads), a card
+    /// While it runs, Ctrl-C ends the process (`CardInterruption`) and the cards in PC/SC
+    /// readers are watched (`CardRemovalWatchdog`). When `distrustingRemoval` (reads), a card
     /// that left during the call makes it fail, since what was read may be partial; a command
     /// that changed the card (a new PIN) keeps its result, which the card confirmed.
     public static func run<R: Sendable>(
@@ -61,7 +61,7 @@ public enum TokenThread {
 /// good (`C_Login` waiting on a lock of its own that it never releases). While a card operation
 /// runs, the readers are looked at twice a second (SCardGetStatusChange, which never waits for the
 /// card); when a card that was there at the start is gone and the call has not returned
-/// ``grace`` later, the process ends with one line, exit 75 (`cardRemoved`): nothing has been
+/// `grace` later, the process ends with one line, exit 75 (`cardRemoved`): nothing has been
 /// written, since output is written only after the card is done. A call that returns in time
 /// reports the removal itself. A look that PC/SC cannot answer (the readers changed meanwhile) is
 /// skipped, not taken for every card gone.

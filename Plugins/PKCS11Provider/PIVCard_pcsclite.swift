@@ -40,6 +40,13 @@ public struct PIVCard: Sendable {
         try PCSC.library().withContext { context in try context.readers() }
     }
 
+    /// The readers pcscd sees, and the PIV cards in them (those that answer the PIV application's
+    /// SELECT and the PIN counter), in pcscd's order.
+    public static func inReaders() throws -> (readers: [String], cards: [PIVCard]) {
+        let readers = try readers()
+        return (readers, readers.map(PIVCard.init(reader:)).filter { (try? $0.pinCounter()) != nil })
+    }
+
     /// The readers that hold a card now; nil when PC/SC cannot say (no pcscd, or the readers
     /// changed while they were being listed), which is not the same as "no card anywhere".
     public static func readersWithCard() -> Set<String>? {

@@ -35,25 +35,22 @@ public enum TokenThread {
             // The card answered about its PIN: that is what the user must hear.
             _ = watchdog.finish()
         case .failure:
-            let gone = watchdog.finish(settling: true)
-            if !gone.isEmpty {
-                throw DCError(
-                    .cardRemoved,
-                    "the card was removed from \(gone.sorted().joined(separator: ", ")) during the operation",
-                    hint: "put it back and run the command again; nothing was written")
-            }
+            try refuse(removedFrom: watchdog.finish(settling: true), "")
         case .success:
             // A card that left its reader during the operation makes what was read untrustworthy,
             // even when the driver answered: OpenSC can then show a token with objects missing.
-            let gone = watchdog.finish()
-            if !gone.isEmpty {
-                throw DCError(
-                    .cardRemoved,
-                    "the card was removed from \(gone.sorted().joined(separator: ", ")) during the operation; nothing read from it is used",
-                    hint: "put it back and run the command again; nothing was written")
-            }
+            try refuse(removedFrom: watchdog.finish(), "; nothing read from it is used")
         }
         return try outcome.get()
+    }
+
+    /// Throws `cardRemoved` naming the readers in `gone`, when there are any.
+    private static func refuse(removedFrom gone: Set<String>, _ more: String) throws {
+        guard !gone.isEmpty else { return }
+        throw DCError(
+            .cardRemoved,
+            "the card was removed from \(gone.sorted().joined(separator: ", ")) during the operation\(more)",
+            hint: "put it back and run the command again; nothing was written")
     }
 }
 

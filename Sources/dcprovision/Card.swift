@@ -21,12 +21,8 @@ struct ReaderOptions: ParsableArguments {
     /// The card the options name; with none, the only PIV card in any reader.
     func card() throws -> PIVCard {
         if let reader { return PIVCard(reader: reader) }
-        let readers = try PIVCard.readers()
+        let (readers, cards) = try PIVCard.inReaders()
         guard !readers.isEmpty else { throw DCError(.noCard, "no PC/SC reader is connected (pcscd sees none)") }
-        let cards = readers.compactMap { reader -> PIVCard? in
-            let card = PIVCard(reader: reader)
-            return (try? card.pinCounter()) == nil ? nil : card
-        }
         guard let first = cards.first else {
             throw DCError(.noCard, "no PIV card in any of the \(readers.count) reader\(readers.count == 1 ? "" : "s")")
         }

@@ -43,7 +43,7 @@ struct Demo: AsyncParsableCommand, OutputCommand {
 
     func run() async throws {
         // Before anything is made: a card demo with no card says what is missing.
-        if card.card { try await card.requireCard() }
+        if card.card { try card.requireCard() }
         let started = ContinuousClock.now
         var template = Array("\(NSTemporaryDirectory())/dcprovision-demo-XXXXXX".utf8CString)
         guard let made = mkdtemp(&template) else { throw DCError(.cannotCreateOutput, "cannot create the sandbox") }
@@ -438,10 +438,11 @@ struct DemoCardOptions: ParsableArguments, Sendable {
     }
 
     /// Fails, saying what is missing, unless pcscd runs and a reader holds a PIV card.
-    func requireCard() async throws {
+    func requireCard() throws {
         let readers: [String]
+        let cards: [PIVCard]
         do {
-            readers = try PIVCard.readers()
+            (readers, cards) = try PIVCard.inReaders()
         } catch let error as DCError {
             throw DCError(
                 .noCard, "demo --card needs pcscd and a PIV card: \(error.message)", remedy: .startVirtualCard)
@@ -449,11 +450,7 @@ struct DemoCardOptions: ParsableArguments, Sendable {
         guard !readers.isEmpty else {
             throw DCError(.noCard, "demo --card needs a PIV card: pcscd sees no reader", remedy: .startVirtualCard)
         }
-        let cards = await withTaskGroup(of: Bool.self) { group in
-            for reader in readers { group.addTask { (try? PIVCard(reader: reader).pinCounter()) != nil } }
-            return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
-        }
-        guard cards > 0 else {
+        guard !cards.isEmpty else {
             throw DCError(
                 .noCard, "demo --card needs a PIV card: none in the \(readers.count) reader(s) pcscd sees",
                 remedy: .startVirtualCard)

@@ -373,14 +373,17 @@ struct PIVCardTests {
         let out = world.sandbox.file("interrupted")
         let log = world.sandbox.file("interrupted.log")
         let arguments = derive(out)
+        // The log already holds the first run's VERIFY: wait for this run's own, so the signal comes
+        // after the process is inside its card work (not while it is still starting).
+        func verifications() -> Int { world.cards.apduLog().components(separatedBy: "00200080 lc=8").count - 1 }
+        let before = verifications()
         let child = try SpawnedProcess(
             arguments[0], Array(arguments.dropFirst()), environment: world.sandbox.environment, output: log)
         let deadline = ContinuousClock.now + .seconds(60)
-        while !((try? String(contentsOfFile: world.cards.directory.file("card-1.apdu.log"), encoding: .utf8)) ?? "")
-            .contains("00200080 lc=8") && ContinuousClock.now < deadline
-        {
+        while verifications() == before && ContinuousClock.now < deadline {
             usleep(20_000)
         }
+        #expect(verifications() > before, "the run never reached the card's VERIFY")
         // The card's next answers take 5 s: the run is surely inside a card call when Ctrl-C comes.
         try world.cards.control("delay 5000")
         usleep(300_000)

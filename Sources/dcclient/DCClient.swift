@@ -18,7 +18,7 @@ struct DCClient: AsyncParsableCommand {
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
             Unlock.self, Status.self, Files.self, Pasteboard.self, Token.self, SharedUserIDCommand.self, JWT.self,
-            Decrypt.self, Check.self, Apps.self,
+            Decrypt.self, Check.self, Apps.self, Acknowledge.self,
         ])
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
@@ -114,6 +114,12 @@ extension DCClient {
             // "the only app there is".
             let named = ProcessInfo.processInfo.environment[ManagedApps.environmentVariable] ?? ""
             let chosen = try apps.choose(app ?? (named.isEmpty ? ManagedApps.defaultApp : nil))
+            // A URL finds its app by scheme: two apps cannot share one.
+            if let owner = try apps.app(forScheme: clientScheme), owner.app != chosen.app {
+                throw DCError(
+                    .outputExists, "the scheme \(clientScheme): is the app \(owner.app)'s already",
+                    hint: "give this app a scheme of its own")
+            }
             try chosen.initialize(
                 scheme: clientScheme, providerScheme: providerScheme,
                 executable: Tool.executablePath,

@@ -156,3 +156,35 @@ extension DCClient {
         }
     }
 }
+
+extension DCClient {
+    /// `dcclient acknowledge [--error TEXT]`: the app's answer to the policy in force, again
+    /// (AppConnect's `authStateApplied`): `applied`, or `error` with what the app could not do.
+    struct Acknowledge: AsyncParsableCommand, OutputCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "acknowledge",
+            abstract: "Answer the provider's policy in force: applied, or --error TEXT when the app could not apply it."
+        )
+        @Option(
+            help: ArgumentHelp(
+                "Answer error, with TEXT saying what the app could not do (at most 200 bytes, one line).",
+                valueName: "text"))
+        var error: String?
+        @OptionGroup var app: AppOption
+        @OptionGroup var output: OutputOptions
+
+        func run() async throws {
+            let client = try app.client()
+            _ = try client.setUpScheme()
+            guard let policy = try client.currentPolicy() else {
+                throw DCError(.notReady, "no policy from the provider yet: there is nothing to acknowledge")
+            }
+            guard let provider = try client.registeredProvider() else {
+                throw DCError(.missingClient, "no provider is registered for the client's provider scheme")
+            }
+            let state: PolicyState = error == nil ? .applied : .error
+            try await client.authStateApplied(state, message: error ?? "") { try await client.open($0, at: provider) }
+            Console.say("policy \(policy.sequence) (\(policy.state)) acknowledged: \(state)")
+        }
+    }
+}

@@ -77,6 +77,16 @@ struct ManagedAppsCommandTests {
         let provider = try tools.check("dcprovision", ["status"]).stdoutText
         #expect(provider.contains("client chat (org.example.chat:)  unauthorized"), "\(provider)")
         #expect(provider.contains("client mail (org.example.mail:)  retired"), "\(provider)")
+        // Two apps cannot share a scheme: a URL finds its app by it.
+        let sameScheme = try tools.run(
+            "dcclient",
+            [
+                "init", "--app", "notes", "--client-scheme", "org.example.chat", "--provider-scheme",
+                "org.example.provider", "--passphrase-file", "pass.txt",
+            ])
+        #expect(sameScheme.status == 73, "\(sameScheme.stderrText)")
+        #expect(sameScheme.stderrText.contains("is the app chat's already"), "\(sameScheme.stderrText)")
+        #expect(!FileManager.default.fileExists(atPath: data + "/notes"))
         // A URL goes to the app whose scheme it has, whatever --app says.
         let wrongApp = try tools.run("dcclient", ["handle-url", "--app", "chat", "org.example.mail:/policy?v=2"])
         #expect(wrongApp.status == 64, "\(wrongApp.stderrText)")
@@ -140,8 +150,27 @@ struct ManagedAppsCommandTests {
         #expect(!waiting.contains("\"policy\" : 4,\n        \"state\" : \"applied\""), "\(waiting)")
         // Unlocked: the app announces availability, the provider opens it again, it is acknowledged.
         try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])
-        let provider = try tools.check("dcprovision", ["status"]).stdoutText
-        #expect(provider.contains("unauthorized"), "\(provider)")
-        #expect(provider.contains("acknowledged: applied") || provider.contains("applied"), "\(provider)")
+        let provider = try tools.check("dcprovision", ["status", "--json"]).stdoutText
+        #expect(provider.contains("\"policy\" : 4"), "\(provider)")
+        #expect(provider.contains("\"state\" : \"applied\""), "\(provider)")
+    }
+
+    @Test("The app answers a policy with error and says why: dcclient acknowledge --error TEXT; the provider shows it")
+    func acknowledgeWithError() throws {
+        let tools = try Tools("apps-ack-error")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        // Acknowledgements are ordered by their second: the next one must be signed later.
+        sleep(1)
+        let answered = try tools.check("dcclient", ["acknowledge", "--error", "Cannot enforce the screen lock"])
+        #expect(answered.stdoutText.contains("acknowledged: error"), "\(answered.stdoutText)")
+        let provider = try tools.check("dcprovision", ["status", "--json"]).stdoutText
+        #expect(provider.contains("\"message\" : \"Cannot enforce the screen lock\""), "\(provider)")
+        #expect(provider.contains("\"state\" : \"error\""), "\(provider)")
+        // Applied again, later: the provider keeps the newest answer.
+        sleep(1)
+        try tools.check("dcclient", ["acknowledge"])
+        let after = try tools.check("dcprovision", ["status", "--json"]).stdoutText
+        #expect(!after.contains("Cannot enforce the screen lock"), "\(after)")
     }
 }

@@ -10,7 +10,8 @@ struct TwoAppTokens {
     let module = Binaries.directory + "/libdcclient-pkcs11.so"
     let pin = "correct horse"
 
-    init(_ label: String) throws {
+    /// A provider, and the apps `apps` each set up and sent a credential.
+    init(_ label: String, apps: [String] = ["mail", "chat"]) throws {
         try #require(
             FileManager.default.fileExists(atPath: module),
             "the module is built by scripts/test: swift build --product dcclient-pkcs11")
@@ -21,25 +22,45 @@ struct TwoAppTokens {
         try check(
             "dcprovision",
             ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
-        for app in ["mail", "chat"] {
-            let scheme = "org.example.\(app)"
-            try check(
-                "dcclient",
-                [
-                    "init", "--app", app, "--client-scheme", scheme, "--provider-scheme", "org.example.provider",
-                    "--passphrase-file", "pass.txt",
-                ])
-            try check("dcclient", ["register", "--app", app])
-            try check("dcprovision", ["pair", "--client-scheme", scheme, "--user-id", "alice@example.com"])
-            try check("dcprovision", ["authorize", "--client-scheme", scheme])
-            try check(
-                "dcprovision",
-                [
-                    "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",
-                    "--client-scheme", scheme,
-                ])
-        }
+        for app in apps { try add(app) }
     }
+
+    /// Sets up the app `app` (scheme `org.example.APP`): init, register, pair, authorize, and a
+    /// credential sent to it.
+    func add(_ app: String) throws {
+        let scheme = "org.example.\(app)"
+        try check(
+            "dcclient",
+            [
+                "init", "--app", app, "--client-scheme", scheme, "--provider-scheme", "org.example.provider",
+                "--passphrase-file", "pass.txt",
+            ])
+        try check("dcclient", ["register", "--app", app])
+        try check("dcprovision", ["pair", "--client-scheme", scheme, "--user-id", "alice@example.com"])
+        try check("dcprovision", ["authorize", "--client-scheme", scheme])
+        try check(
+            "dcprovision",
+            [
+                "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",
+                "--client-scheme", scheme,
+            ])
+    }
+
+    /// Runs the probe with `steps`, its lines going to `probe.out`.
+    func probe(_ steps: [String]) throws -> SpawnedProcess {
+        try SpawnedProcess(
+            Binaries.directory + "/PKCS11Probe", [module] + steps, environment: sandbox.environment,
+            output: sandbox.file("probe.out"))
+    }
+
+    /// The probe's lines, with a space for the tab.
+    func probeLines() throws -> [String] {
+        try String(contentsOfFile: sandbox.file("probe.out"), encoding: .utf8)
+            .split(separator: "\n").map { $0.replacingOccurrences(of: "\t", with: " ") }
+    }
+
+    /// The probe step that creates `ready` and waits for `go`, both in the sandbox.
+    func pause(_ ready: String, _ go: String) -> String { "pause:\(sandbox.file(ready)):\(sandbox.file(go))" }
 
     /// Runs dcprovision or dcclient, and records an issue naming the command unless it exits 0.
     @discardableResult
@@ -127,16 +148,12 @@ struct PKCS11AppsTests {
         let tokens = try TwoAppTokens("p11-apps-lock")
         defer { tokens.sandbox.remove() }
         let login = "login:\(tokens.pin)"
-        let probe = try SpawnedProcess(
-            Binaries.directory + "/PKCS11Probe",
-            [
-                tokens.module, "init", "slot:1", "open", login, "sign:02", "slot:2", "open", login, "sign:02",
-                "wait-nonblock", "pause:\(tokens.sandbox.file("ready1")):\(tokens.sandbox.file("go1"))",
-                "slot:2", "sign-again", "session-state", "slot:1", "sign-again", "event", "wait-nonblock",
-                "pause:\(tokens.sandbox.file("ready2")):\(tokens.sandbox.file("go2"))",
-                "slot:1", "sign-again", "slot:2", "sign-again", login, "sign:02", "slots-present", "event", "event",
-                "finalize",
-            ], environment: tokens.sandbox.environment, output: tokens.sandbox.file("probe.out"))
+        let probe = try tokens.probe([
+            "init", "slot:1", "open", login, "sign:02", "slot:2", "open", login, "sign:02", "wait-nonblock",
+            tokens.pause("ready1", "go1"), "slot:2", "sign-again", "session-state", "slot:1", "sign-again", "event",
+            "wait-nonblock", tokens.pause("ready2", "go2"), "slot:1", "sign-again", "slot:2", "sign-again", login,
+            "sign:02", "slots-present", "event", "event", "finalize",
+        ])
         try await tokens.awaitFile("ready1")
         try tokens.check("dcclient", ["lock", "--app", "mail"])
         try tokens.sandbox.write("go1", "")
@@ -145,8 +162,7 @@ struct PKCS11AppsTests {
             "dcprovision", ["unauthorize", "--client-scheme", "org.example.chat", "--message", "Chat is paused"])
         try tokens.sandbox.write("go2", "")
         #expect(probe.wait(timeout: .seconds(60)) == 0)
-        let lines = try String(contentsOfFile: tokens.sandbox.file("probe.out"), encoding: .utf8)
-            .split(separator: "\n").map { $0.replacingOccurrences(of: "\t", with: " ") }
+        let lines = try tokens.probeLines()
         #expect(
             lines == [
                 "init CKR_OK", "slot 1", "open CKR_OK", "login CKR_OK", "sign:02 CKR_OK", "slot 2", "open CKR_OK",
@@ -158,5 +174,32 @@ struct PKCS11AppsTests {
                 "slot 1", "sign-again CKR_DEVICE_REMOVED", "slot 2", "sign-again CKR_USER_NOT_LOGGED_IN",
                 "login CKR_OK", "sign:02 CKR_OK", "slots-present 1", "event slot 1", "event slot 2", "finalize CKR_OK",
             ], "\(lines)")
+    }
+
+    @Test(
+        "An app set up while a program has the module initialized gets the next slot (2, though its id sorts first), reported by C_WaitForSlotEvent; the first app keeps slot 1"
+    )
+    func laterAppAppended() async throws {
+        let tokens = try TwoAppTokens("p11-apps-later", apps: ["mail"])
+        defer { tokens.sandbox.remove() }
+        let probe = try tokens.probe([
+            "init", "slots-present", "wait-nonblock", tokens.pause("ready", "go"), "event", "slots-present",
+            "slot:2", "open", "login:\(tokens.pin)", "sign:02", "slot:1", "open", "finalize",
+        ])
+        try await tokens.awaitFile("ready")
+        try tokens.add("chat")
+        try tokens.sandbox.write("go", "")
+        #expect(probe.wait(timeout: .seconds(60)) == 0)
+        #expect(
+            try tokens.probeLines() == [
+                "init CKR_OK", "slots-present 1", "wait-nonblock CKR_NO_EVENT", "pause resumed", "event slot 2",
+                "slots-present 2", "slot 2", "open CKR_OK", "login CKR_OK", "sign:02 CKR_OK", "slot 1", "open CKR_OK",
+                "finalize CKR_OK",
+            ])
+        // A program that starts now has them in id order.
+        let listed = try tokens.pkcs11Tool(["-L"]).stdoutText
+        let chat = try #require(listed.range(of: "dcclient chat"), "\(listed)")
+        let mail = try #require(listed.range(of: "dcclient mail"), "\(listed)")
+        #expect(chat.lowerBound < mail.lowerBound)
     }
 }

@@ -13,7 +13,7 @@ struct ReturnValue: Error, Equatable {
     init(_ value: CK_RV) { self.value = value }
 }
 
-/// Where the client's token stands, as the module sees it before every call.
+/// Where an app's token stands, as the module sees it before every call.
 enum TokenPresence: Equatable {
     /// No token: the client is not set up, has nothing installed, or is not authorized (an
     /// unauthorized or retired app has no credential to use).
@@ -26,11 +26,10 @@ enum TokenPresence: Equatable {
 
 /// The module's one state, behind one lock: PKCS#11 allows calls from any thread
 /// (`CKF_OS_LOCKING_OK`), and every call takes the lock for its whole length except
-/// `C_WaitForSlotEvent`'s waiting.
+/// `C_WaitForSlotEvent`'s waiting. It has one slot per managed app (``Slot``), or only the one
+/// `DCCLIENT_APP` names in the environment of the program that loads it.
 final class Module: Sendable {
     static let shared = Module()
-    /// The one slot.
-    static let slotID: CK_SLOT_ID = 1
     /// The longest passphrase `C_Login` takes.
     static let maximumPINLength = 1024
 
@@ -59,8 +58,8 @@ final class Module: Sendable {
         var decrypting: Decrypting?
     }
 
-    /// A secret `C_DeriveKey` made: a session object of the application, visible to all its
-    /// sessions, destroyed with the session that made it or at logout.
+    /// A secret `C_DeriveKey` made: a session object of the application on one token, visible to
+    /// all its sessions with that token, destroyed with the session that made it or at logout.
     struct SessionObject {
         var owner: CK_SESSION_HANDLE
         var secret: DerivedSecret
@@ -68,23 +67,19 @@ final class Module: Sendable {
 
     struct State {
         var initialized = false
-        var client = ManagedClient()
-        var sessions: [CK_SESSION_HANDLE: Session] = [:]
-        /// The secrets derived while logged in; gone at logout, since their key is.
-        var secrets: [CK_OBJECT_HANDLE: SessionObject] = [:]
+        /// The slots, one per managed app, in the order of their ids (slot id = place + 1): the
+        /// apps set up at C_Initialize sorted by app id (or the default app's, when there is
+        /// none), then those set up later, as they are found. Only the app `DCCLIENT_APP` names,
+        /// when it names one.
+        var slots: [Slot] = []
+        /// Where later apps are looked for; nil when `DCCLIENT_APP` pinned the module to one app.
+        var discovery: ManagedApps?
         /// How many threads wait in C_WaitForSlotEvent, by the initialization they began in (the
         /// count of C_Finalize calls before it): a C_Finalize waits for those of its own only.
         var waiting: [Int: Int] = [:]
+        /// Session handles are the module's, not a slot's: a handle names its slot too.
         var nextSession: CK_SESSION_HANDLE = 1
         var nextSecret: CK_OBJECT_HANDLE = 0x4000_0000
-        var loggedIn = false
-        /// Logged in by the policy (``TokenLogin/secureServices``), not by C_Login.
-        var automaticLogin = false
-        var contents: TokenContents?
-        /// What C_WaitForSlotEvent reported last (or what C_Initialize found).
-        var reported: TokenPresence = .absent
-        /// What the client's files said when they were last read.
-        var watch: ClientWatch?
     }
 
     /// The client as its files said when their stamps were `stamps`.
@@ -122,6 +117,16 @@ final class Module: Sendable {
         }
     }
 
+    /// ``call(needsInitialization:_:)`` for a call on a session: `body` gets the slot the
+    /// session belongs to, brought up to date (``Slot/refresh()``), and the session.
+    func call(session handle: CK_SESSION_HANDLE, _ body: (inout Slot, Session) throws -> Void) -> CK_RV {
+        call { state in
+            let index = try Self.slotIndex(session: handle, in: state)
+            let session = try state.slots[index].session(handle)
+            try body(&state.slots[index], session)
+        }
+    }
+
     // MARK: - General
 
     func initialize(_ arguments: UnsafeMutableRawPointer?) -> CK_RV {
@@ -140,10 +145,22 @@ final class Module: Sendable {
             }
             guard !state.initialized else { throw ReturnValue(CKR_CRYPTOKI_ALREADY_INITIALIZED) }
             state.initialized = true
-            state.watch = nil
             let apps = ManagedApps(locations: XDGDirectories())
-            state.client = (try? apps.choose(nil)) ?? apps.client(ManagedApps.defaultApp)
-            state.reported = Self.presence(&state)
+            let named = ProcessInfo.processInfo.environment[ManagedApps.environmentVariable] ?? ""
+            if !named.isEmpty {
+                // Pinned to one app: its slot alone, whether or not it is set up. A name that is no
+                // app id names no app: no slot.
+                state.discovery = nil
+                state.slots = ClientID(validating: named).map { [Slot(id: 1, client: apps.client($0))] } ?? []
+            } else {
+                state.discovery = apps
+                let listed = (try? apps.list()) ?? []
+                // No app yet: the slot of the app `dcclient init` sets up when none is named.
+                state.slots = (listed.isEmpty ? [ManagedApps.defaultApp] : listed).enumerated().map { index, id in
+                    Slot(id: CK_SLOT_ID(index + 1), client: apps.client(id))
+                }
+            }
+            for index in state.slots.indices { state.slots[index].reported = state.slots[index].presence() }
         }
     }
 
@@ -155,7 +172,8 @@ final class Module: Sendable {
         var ended = 0
         let result = call { state in
             guard reserved == nil else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            Self.closeAll(&state)
+            for index in state.slots.indices { state.slots[index].closeAll() }
+            state.slots = []
             state.initialized = false
             ended = finalizations.add(1, ordering: .releasing).oldValue
         }
@@ -183,21 +201,26 @@ final class Module: Sendable {
     ) -> CK_RV {
         call { state in
             guard let count else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            let slots: [CK_SLOT_ID] =
-                tokenPresent != 0 && Self.presence(&state) == .absent ? [] : [Self.slotID]
+            // The size query is where PKCS#11 lets the list change: apps set up since are added.
+            if list == nil { Self.discover(&state) }
+            var slots: [CK_SLOT_ID] = []
+            for index in state.slots.indices where tokenPresent == 0 || state.slots[index].presence() != .absent {
+                slots.append(state.slots[index].id)
+            }
             try Buffers.deliver(slots, to: list, count: count)
         }
     }
 
     func slotInfo(_ slot: CK_SLOT_ID, _ info: UnsafeMutablePointer<CK_SLOT_INFO>?) -> CK_RV {
         call { state in
-            guard slot == Self.slotID else { throw ReturnValue(CKR_SLOT_ID_INVALID) }
+            let index = try Self.slotIndex(slot, in: state)
             guard let info else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             var value = CK_SLOT_INFO()
-            Text.pad("dcclient: the client's credential store", into: &value.slotDescription)
+            Text.pad(
+                "dcclient: the credential store of \(state.slots[index].client.app)", into: &value.slotDescription)
             Text.pad("Derived Credentials", into: &value.manufacturerID)
             value.flags = CKF_REMOVABLE_DEVICE
-            if Self.presence(&state) != .absent { value.flags |= CKF_TOKEN_PRESENT }
+            if state.slots[index].presence() != .absent { value.flags |= CKF_TOKEN_PRESENT }
             value.hardwareVersion = CK_VERSION(major: 1, minor: 0)
             value.firmwareVersion = CK_VERSION(major: 1, minor: 0)
             info.pointee = value
@@ -206,22 +229,23 @@ final class Module: Sendable {
 
     func tokenInfo(_ slot: CK_SLOT_ID, _ info: UnsafeMutablePointer<CK_TOKEN_INFO>?) -> CK_RV {
         call { state in
-            guard slot == Self.slotID else { throw ReturnValue(CKR_SLOT_ID_INVALID) }
+            let index = try Self.slotIndex(slot, in: state)
             guard let info else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            try Self.refresh(&state)
+            try state.slots[index].refresh()
+            let token = state.slots[index]
             var value = CK_TOKEN_INFO()
-            Text.pad("dcclient " + (state.client.clientID?.text ?? ""), into: &value.label)
+            Text.pad("dcclient " + (token.client.clientID?.text ?? ""), into: &value.label)
             Text.pad("Derived Credentials", into: &value.manufacturerID)
             Text.pad("derived cred", into: &value.model)
             // The delivery number of the installed credential: a renewal is a new token, as a new
             // card would be.
-            Text.pad(String(format: "%016llu", state.watch?.sequence ?? 0), into: &value.serialNumber)
+            Text.pad(String(format: "%016llu", token.watch?.sequence ?? 0), into: &value.serialNumber)
             value.flags = CKF_TOKEN_INITIALIZED | CKF_USER_PIN_INITIALIZED | CKF_RNG
-            if state.watch?.tokenLogin != .secureServices { value.flags |= CKF_LOGIN_REQUIRED }
+            if token.watch?.tokenLogin != .secureServices { value.flags |= CKF_LOGIN_REQUIRED }
             value.ulMaxSessionCount = CK_ULONG(0)
-            value.ulSessionCount = CK_ULONG(state.sessions.count)
+            value.ulSessionCount = CK_ULONG(token.sessions.count)
             value.ulMaxRwSessionCount = CK_ULONG(0)
-            value.ulRwSessionCount = CK_ULONG(state.sessions.values.filter(\.readWrite).count)
+            value.ulRwSessionCount = CK_ULONG(token.sessions.values.filter(\.readWrite).count)
             value.ulMaxPinLen = CK_ULONG(Self.maximumPINLength)
             value.ulMinPinLen = 1
             value.ulTotalPublicMemory = unavailableInformation
@@ -238,8 +262,8 @@ final class Module: Sendable {
     func mechanismList(
         _ slot: CK_SLOT_ID, _ list: UnsafeMutablePointer<CK_MECHANISM_TYPE>?, _ count: UnsafeMutablePointer<CK_ULONG>?
     ) -> CK_RV {
-        call { _ in
-            guard slot == Self.slotID else { throw ReturnValue(CKR_SLOT_ID_INVALID) }
+        call { state in
+            _ = try Self.slotIndex(slot, in: state)
             guard let count else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             try Buffers.deliver(Mechanisms.all, to: list, count: count)
         }
@@ -248,16 +272,18 @@ final class Module: Sendable {
     func mechanismInfo(
         _ slot: CK_SLOT_ID, _ type: CK_MECHANISM_TYPE, _ info: UnsafeMutablePointer<CK_MECHANISM_INFO>?
     ) -> CK_RV {
-        call { _ in
-            guard slot == Self.slotID else { throw ReturnValue(CKR_SLOT_ID_INVALID) }
+        call { state in
+            _ = try Self.slotIndex(slot, in: state)
             guard let info else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             guard let value = Mechanisms.info(type) else { throw ReturnValue(CKR_MECHANISM_INVALID) }
             info.pointee = value
         }
     }
 
-    /// Reports a change of the token's presence or lock since the last report (or since
-    /// C_Initialize). Blocking calls look every 200 ms, without holding the lock, and end with
+    /// Reports a slot whose token's presence or lock changed since the last report for it (or
+    /// since C_Initialize; a slot added later counts as having had no token), the lowest slot
+    /// id first when several did; apps set up since are looked for and added as slots first.
+    /// Blocking calls look every 200 ms, without holding the lock, and end with
     /// `CKR_CRYPTOKI_NOT_INITIALIZED` within 10 ms when another thread finalizes the module
     /// (which waits for them).
     func waitForSlotEvent(
@@ -278,20 +304,24 @@ final class Module: Sendable {
             }
         }
         while true {
-            var happened = false
+            var happened: CK_SLOT_ID?
             let result = call { state in
                 guard finalizations.load(ordering: .acquiring) == generation else {
                     throw ReturnValue(CKR_CRYPTOKI_NOT_INITIALIZED)
                 }
-                let now = Self.presence(&state)
-                if now != state.reported {
-                    state.reported = now
-                    happened = true
+                Self.discover(&state)
+                for index in state.slots.indices {
+                    let now = state.slots[index].presence()
+                    if now != state.slots[index].reported {
+                        state.slots[index].reported = now
+                        happened = state.slots[index].id
+                        return
+                    }
                 }
             }
             if result != CKR_OK { return result }
-            if happened {
-                slot.pointee = Self.slotID
+            if let happened {
+                slot.pointee = happened
                 return CKR_OK
             }
             if flags & CKF_DONT_BLOCK != 0 { return CKR_NO_EVENT }
@@ -304,46 +334,44 @@ final class Module: Sendable {
     func openSession(_ slot: CK_SLOT_ID, _ flags: CK_FLAGS, _ handle: UnsafeMutablePointer<CK_SESSION_HANDLE>?) -> CK_RV
     {
         call { state in
-            guard slot == Self.slotID else { throw ReturnValue(CKR_SLOT_ID_INVALID) }
+            let index = try Self.slotIndex(slot, in: state)
             guard flags & CKF_SERIAL_SESSION != 0 else { throw ReturnValue(CKR_SESSION_PARALLEL_NOT_SUPPORTED) }
             guard let handle else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            guard Self.presence(&state) != .absent else { throw ReturnValue(CKR_TOKEN_NOT_PRESENT) }
+            guard state.slots[index].presence() != .absent else { throw ReturnValue(CKR_TOKEN_NOT_PRESENT) }
             let session = state.nextSession
             state.nextSession += 1
-            state.sessions[session] = Session(readWrite: flags & CKF_RW_SESSION != 0)
+            state.slots[index].sessions[session] = Session(readWrite: flags & CKF_RW_SESSION != 0)
             handle.pointee = session
         }
     }
 
     func closeSession(_ handle: CK_SESSION_HANDLE) -> CK_RV {
         call { state in
-            guard state.sessions.removeValue(forKey: handle) != nil else {
-                throw ReturnValue(CKR_SESSION_HANDLE_INVALID)
-            }
-            state.secrets = state.secrets.filter { $0.value.owner != handle }
-            // Closing the last session logs the application out.
-            if state.sessions.isEmpty { Self.logOut(&state) }
+            let index = try Self.slotIndex(session: handle, in: state)
+            state.slots[index].sessions[handle] = nil
+            state.slots[index].secrets = state.slots[index].secrets.filter { $0.value.owner != handle }
+            // Closing the last session of a slot logs the application out of its token.
+            if state.slots[index].sessions.isEmpty { state.slots[index].logOut() }
         }
     }
 
     func closeAllSessions(_ slot: CK_SLOT_ID) -> CK_RV {
         call { state in
-            guard slot == Self.slotID else { throw ReturnValue(CKR_SLOT_ID_INVALID) }
-            Self.closeAll(&state)
+            let index = try Self.slotIndex(slot, in: state)
+            state.slots[index].closeAll()
         }
     }
 
     func sessionInfo(_ handle: CK_SESSION_HANDLE, _ info: UnsafeMutablePointer<CK_SESSION_INFO>?) -> CK_RV {
-        call { state in
-            let session = try Self.session(handle, in: &state)
+        call(session: handle) { slot, session in
             guard let info else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            let user = state.loggedIn
+            let user = slot.loggedIn
             let sessionState: CK_STATE =
                 session.readWrite
                 ? (user ? CKS_RW_USER_FUNCTIONS : CKS_RW_PUBLIC_SESSION)
                 : (user ? CKS_RO_USER_FUNCTIONS : CKS_RO_PUBLIC_SESSION)
             info.pointee = CK_SESSION_INFO(
-                slotID: Self.slotID, state: sessionState,
+                slotID: slot.id, state: sessionState,
                 flags: CKF_SERIAL_SESSION | (session.readWrite ? CKF_RW_SESSION : 0), ulDeviceError: 0)
         }
     }
@@ -355,40 +383,38 @@ final class Module: Sendable {
     )
         -> CK_RV
     {
-        call { state in
-            _ = try Self.session(handle, in: &state)
+        call(session: handle) { slot, _ in
             switch user {
             case CKU_USER: break
             case CKU_CONTEXT_SPECIFIC: throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED)
             default: throw ReturnValue(CKR_USER_TYPE_INVALID)
             }
-            guard !state.loggedIn else { throw ReturnValue(CKR_USER_ALREADY_LOGGED_IN) }
+            guard !slot.loggedIn else { throw ReturnValue(CKR_USER_ALREADY_LOGGED_IN) }
             guard let pin else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             guard (1...CK_ULONG(Self.maximumPINLength)).contains(length) else { throw ReturnValue(CKR_PIN_LEN_RANGE) }
             let passphrase = SecretBytes(UnsafeBufferPointer(start: pin, count: Int(length)))
             do {
-                try state.client.unlock(passphrase: passphrase)
+                try slot.client.unlock(passphrase: passphrase)
             } catch DCError.Code.wrongPassphrase {
                 throw ReturnValue(CKR_PIN_INCORRECT)
             } catch DCError.Code.notAuthorized {
-                Self.closeAll(&state)
+                slot.closeAll()
                 throw ReturnValue(CKR_DEVICE_REMOVED)
             }
-            state.loggedIn = true
+            slot.loggedIn = true
             do {
-                try Self.refresh(&state)
+                try slot.refresh()
             } catch {
-                Self.logOut(&state)
+                slot.logOut()
                 throw error
             }
         }
     }
 
     func logout(_ handle: CK_SESSION_HANDLE) -> CK_RV {
-        call { state in
-            _ = try Self.session(handle, in: &state)
-            guard state.loggedIn else { throw ReturnValue(CKR_USER_NOT_LOGGED_IN) }
-            Self.logOut(&state)
+        call(session: handle) { slot, _ in
+            guard slot.loggedIn else { throw ReturnValue(CKR_USER_NOT_LOGGED_IN) }
+            slot.logOut()
         }
     }
 
@@ -399,17 +425,16 @@ final class Module: Sendable {
     )
         -> CK_RV
     {
-        call { state in
-            let session = try Self.session(handle, in: &state)
+        call(session: handle) { slot, session in
             guard session.found == nil else { throw ReturnValue(CKR_OPERATION_ACTIVE) }
             let wanted = try Buffers.template(template, count: count)
             var found: [CK_OBJECT_HANDLE] = []
-            for object in Self.visibleObjects(state, session: session) {
-                let attributes = Self.attributes(of: object, state: state, session: session) ?? [:]
+            for object in slot.visibleObjects() {
+                let attributes = slot.attributes(of: object) ?? [:]
                 let matches = wanted.allSatisfy { type, value in attributes[type]?.encoded == value }
                 if matches { found.append(object) }
             }
-            state.sessions[handle]?.found = found
+            slot.sessions[handle]?.found = found
         }
     }
 
@@ -417,22 +442,20 @@ final class Module: Sendable {
         _ handle: CK_SESSION_HANDLE, _ objects: UnsafeMutablePointer<CK_OBJECT_HANDLE>?, _ maximum: CK_ULONG,
         _ count: UnsafeMutablePointer<CK_ULONG>?
     ) -> CK_RV {
-        call { state in
-            let session = try Self.session(handle, in: &state)
+        call(session: handle) { slot, session in
             guard let found = session.found else { throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED) }
             guard let count, objects != nil || maximum == 0 else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             let taken = Array(found.prefix(Int(min(maximum, CK_ULONG(Int.max)))))
             for (index, object) in taken.enumerated() { objects?[index] = object }
             count.pointee = CK_ULONG(taken.count)
-            state.sessions[handle]?.found = Array(found.dropFirst(taken.count))
+            slot.sessions[handle]?.found = Array(found.dropFirst(taken.count))
         }
     }
 
     func findObjectsFinal(_ handle: CK_SESSION_HANDLE) -> CK_RV {
-        call { state in
-            let session = try Self.session(handle, in: &state)
+        call(session: handle) { slot, session in
             guard session.found != nil else { throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED) }
-            state.sessions[handle]?.found = nil
+            slot.sessions[handle]?.found = nil
         }
     }
 
@@ -443,9 +466,8 @@ final class Module: Sendable {
         _ handle: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE, _ template: UnsafeMutablePointer<CK_ATTRIBUTE>?,
         _ count: CK_ULONG
     ) -> CK_RV {
-        call { state in
-            let session = try Self.session(handle, in: &state)
-            guard let attributes = Self.attributes(of: object, state: state, session: session) else {
+        call(session: handle) { slot, session in
+            guard let attributes = slot.attributes(of: object) else {
                 throw ReturnValue(CKR_OBJECT_HANDLE_INVALID)
             }
             guard count == 0 || template != nil, count <= 4096 else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
@@ -479,10 +501,9 @@ final class Module: Sendable {
     }
 
     func destroyObject(_ handle: CK_SESSION_HANDLE, _ object: CK_OBJECT_HANDLE) -> CK_RV {
-        call { state in
-            let session = try Self.session(handle, in: &state)
-            if state.secrets.removeValue(forKey: object) != nil { return }
-            guard Self.attributes(of: object, state: state, session: session) != nil else {
+        call(session: handle) { slot, session in
+            if slot.secrets.removeValue(forKey: object) != nil { return }
+            guard slot.attributes(of: object) != nil else {
                 throw ReturnValue(CKR_OBJECT_HANDLE_INVALID)
             }
             throw ReturnValue(CKR_ACTION_PROHIBITED)
@@ -496,15 +517,14 @@ final class Module: Sendable {
     )
         -> CK_RV
     {
-        call { state in
-            let session = try Self.session(handle, in: &state)
+        call(session: handle) { slot, session in
             guard let mechanism else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             guard session.signing == nil else { throw ReturnValue(CKR_OPERATION_ACTIVE) }
-            let pair = try Self.privateKey(key, for: .sign, mechanism: mechanism.pointee.mechanism, state: state)
+            let pair = try slot.privateKey(key, for: .sign, mechanism: mechanism.pointee.mechanism)
             let keyBytes: Int
             if case .rsa(let bits) = pair.publicParts.kind { keyBytes = (bits + 7) / 8 } else { keyBytes = 0 }
             let scheme = try Mechanisms.signatureScheme(mechanism.pointee, keyBytes: keyBytes)
-            state.sessions[handle]?.signing = Signing(
+            slot.sessions[handle]?.signing = Signing(
                 key: key, scheme: scheme, length: pair.key?.signatureLength ?? 0)
         }
     }
@@ -518,12 +538,13 @@ final class Module: Sendable {
 
     func signUpdate(_ handle: CK_SESSION_HANDLE, _ part: UnsafeMutablePointer<UInt8>?, _ length: CK_ULONG) -> CK_RV {
         call { state in
+            let index = try Self.slotIndex(session: handle, in: state)
             // Read in a scope of its own, so that no copy of the collected bytes outlives it and
             // the append below grows them in place.
             let hashes: Bool
             let collected: Int
             do {
-                guard let signing = try Self.session(handle, in: &state).signing else {
+                guard let signing = try state.slots[index].session(handle).signing else {
                     throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED)
                 }
                 hashes = signing.scheme.hashes
@@ -536,10 +557,12 @@ final class Module: Sendable {
                     throw ReturnValue(CKR_DATA_LEN_RANGE)
                 }
                 let bytes = try Buffers.input(part, length)
-                if state.sessions[handle]?.signing?.parts == nil { state.sessions[handle]?.signing?.parts = [] }
-                state.sessions[handle]?.signing?.parts?.append(contentsOf: bytes)
+                if state.slots[index].sessions[handle]?.signing?.parts == nil {
+                    state.slots[index].sessions[handle]?.signing?.parts = []
+                }
+                state.slots[index].sessions[handle]?.signing?.parts?.append(contentsOf: bytes)
             } catch {
-                state.sessions[handle]?.signing = nil
+                state.slots[index].sessions[handle]?.signing = nil
                 throw error
             }
         }
@@ -558,11 +581,10 @@ final class Module: Sendable {
         _ handle: CK_SESSION_HANDLE, adding input: (UnsafeMutablePointer<UInt8>?, CK_ULONG)?,
         _ signature: UnsafeMutablePointer<UInt8>?, _ signatureLength: UnsafeMutablePointer<CK_ULONG>?
     ) -> CK_RV {
-        call { state in
-            let session = try Self.session(handle, in: &state)
+        call(session: handle) { slot, session in
             guard let signing = session.signing else { throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED) }
             var ended = true
-            defer { if ended { state.sessions[handle]?.signing = nil } }
+            defer { if ended { slot.sessions[handle]?.signing = nil } }
             guard let signatureLength else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             // C_Sign is one whole operation; C_SignFinal ends what C_SignUpdate collected.
             let data: [UInt8]
@@ -582,7 +604,7 @@ final class Module: Sendable {
                 ended = false
                 throw ReturnValue(CKR_BUFFER_TOO_SMALL)
             }
-            let pair = try Self.privateKey(signing.key, for: .sign, mechanism: nil, state: state)
+            let pair = try slot.privateKey(signing.key, for: .sign, mechanism: nil)
             guard let key = pair.key else { throw ReturnValue(CKR_USER_NOT_LOGGED_IN) }
             let made: [UInt8]
             do {
@@ -600,13 +622,12 @@ final class Module: Sendable {
     func decryptInit(
         _ handle: CK_SESSION_HANDLE, _ mechanism: UnsafeMutablePointer<CK_MECHANISM>?, _ key: CK_OBJECT_HANDLE
     ) -> CK_RV {
-        call { state in
-            let session = try Self.session(handle, in: &state)
+        call(session: handle) { slot, session in
             guard let mechanism else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             guard session.decrypting == nil else { throw ReturnValue(CKR_OPERATION_ACTIVE) }
-            let pair = try Self.privateKey(key, for: .decrypt, mechanism: mechanism.pointee.mechanism, state: state)
+            let pair = try slot.privateKey(key, for: .decrypt, mechanism: mechanism.pointee.mechanism)
             let padding = try Mechanisms.decryptionPadding(mechanism.pointee)
-            state.sessions[handle]?.decrypting = Decrypting(
+            slot.sessions[handle]?.decrypting = Decrypting(
                 key: key, padding: padding, length: pair.key?.signatureLength ?? 0)
         }
     }
@@ -615,11 +636,10 @@ final class Module: Sendable {
         _ handle: CK_SESSION_HANDLE, _ encrypted: UnsafeMutablePointer<UInt8>?, _ encryptedLength: CK_ULONG,
         _ data: UnsafeMutablePointer<UInt8>?, _ dataLength: UnsafeMutablePointer<CK_ULONG>?
     ) -> CK_RV {
-        call { state in
-            let session = try Self.session(handle, in: &state)
+        call(session: handle) { slot, session in
             guard let decrypting = session.decrypting else { throw ReturnValue(CKR_OPERATION_NOT_INITIALIZED) }
             var ended = true
-            defer { if ended { state.sessions[handle]?.decrypting = nil } }
+            defer { if ended { slot.sessions[handle]?.decrypting = nil } }
             guard let dataLength else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             let input = try Buffers.input(encrypted, encryptedLength)
             guard input.count == decrypting.length else { throw ReturnValue(CKR_ENCRYPTED_DATA_LEN_RANGE) }
@@ -628,7 +648,7 @@ final class Module: Sendable {
                 ended = false
                 return
             }
-            let pair = try Self.privateKey(decrypting.key, for: .decrypt, mechanism: nil, state: state)
+            let pair = try slot.privateKey(decrypting.key, for: .decrypt, mechanism: nil)
             guard let key = pair.key else { throw ReturnValue(CKR_USER_NOT_LOGGED_IN) }
             let plaintext: SecretBytes
             do {
@@ -660,9 +680,10 @@ final class Module: Sendable {
         _ made: UnsafeMutablePointer<CK_OBJECT_HANDLE>?
     ) -> CK_RV {
         call { state in
-            _ = try Self.session(handle, in: &state)
+            let index = try Self.slotIndex(session: handle, in: state)
+            _ = try state.slots[index].session(handle)
             guard let mechanism, let made else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            let pair = try Self.privateKey(base, for: .derive, mechanism: mechanism.pointee.mechanism, state: state)
+            let pair = try state.slots[index].privateKey(base, for: .derive, mechanism: mechanism.pointee.mechanism)
             guard case .ec(let bits) = pair.publicParts.kind else { throw ReturnValue(CKR_KEY_TYPE_INCONSISTENT) }
             let point = try Mechanisms.peerPoint(mechanism.pointee, fieldBytes: (bits + 7) / 8)
             let attributes = try Buffers.template(template, count: count)
@@ -706,9 +727,10 @@ final class Module: Sendable {
             } else {
                 secret.value = shared
             }
+            // Handles of derived secrets are the module's, so one never names another slot's.
             let object = state.nextSecret
             state.nextSecret += 1
-            state.secrets[object] = SessionObject(owner: handle, secret: secret)
+            state.slots[index].secrets[object] = SessionObject(owner: handle, secret: secret)
             made.pointee = object
         }
     }
@@ -718,8 +740,7 @@ final class Module: Sendable {
     func generateRandom(_ handle: CK_SESSION_HANDLE, _ output: UnsafeMutablePointer<UInt8>?, _ length: CK_ULONG)
         -> CK_RV
     {
-        call { state in
-            _ = try Self.session(handle, in: &state)
+        call(session: handle) { slot, _ in
             guard length == 0 || output != nil, length <= 1 << 20 else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
             guard length > 0, let output else { return }
             let random = try Digests.random(Int(length))
@@ -730,8 +751,7 @@ final class Module: Sendable {
     }
 
     func seedRandom(_ handle: CK_SESSION_HANDLE) -> CK_RV {
-        call { state in
-            _ = try Self.session(handle, in: &state)
+        call(session: handle) { slot, _ in
             throw ReturnValue(CKR_RANDOM_SEED_NOT_SUPPORTED)
         }
     }
@@ -744,133 +764,28 @@ final class Module: Sendable {
 
     // MARK: - Inside
 
-    /// Where the token stands. The client's files are read again only when one of them changed
-    /// (``ClientWatch``); whether the store is unlocked is asked of the keyring every time.
-    static func presence(_ state: inout State) -> TokenPresence {
-        let stamps = [FileStamp(path: state.client.stateDirectory)]
-        if state.watch?.stamps != stamps {
-            let client = state.client
-            let policy = try? client.currentPolicy()
-            state.watch = ClientWatch(
-                stamps: stamps, unlock: try? client.unlockWatcher(),
-                ready: client.clientID != nil && client.hasInstalledCredential && policy?.state == .authorized,
-                sequence: client.installedSequence, tokenLogin: policy?.tokenLogin ?? .passphrase)
-        }
-        guard state.watch?.ready == true else { return .absent }
-        return state.watch?.unlock?.isUnlocked() == true ? .available : .locked
-    }
-
-    /// Brings the module's view up to date before a call that uses the token: a token gone closes
-    /// every session (`CKR_DEVICE_REMOVED`); a locked store logs the application out and hides the
-    /// objects; an unlocked one has its credential read (again after a renewal), with the private
-    /// keys while logged in.
-    static func refresh(_ state: inout State) throws {
-        switch presence(&state) {
-        case .absent:
-            let hadSessions = !state.sessions.isEmpty
-            closeAll(&state)
-            state.contents = nil
-            throw ReturnValue(hadSessions ? CKR_DEVICE_REMOVED : CKR_TOKEN_NOT_PRESENT)
-        case .locked:
-            logOut(&state)
-            state.contents = nil
-        case .available:
-            // The operator's policy may make the keys usable whenever secure services are.
-            if state.watch?.tokenLogin == .secureServices {
-                if !state.loggedIn {
-                    state.loggedIn = true
-                    state.automaticLogin = true
-                }
-            } else if state.automaticLogin {
-                logOut(&state)
-            }
-            let sequence = state.watch?.sequence
-            if state.contents == nil || state.contents?.sequence != sequence {
-                let credential = try state.client.installed()
-                guard let credential else { throw ReturnValue(CKR_TOKEN_NOT_PRESENT) }
-                let history = try state.client.keyHistory()
-                var contents = try TokenContents(credential: credential, history: history, sequence: sequence)
-                if state.loggedIn { try contents.loadKeys(credential: credential, history: history) }
-                state.contents = contents
-                // Operations begun on the keys of a credential that was replaced end with it.
-                for handle in state.sessions.keys {
-                    state.sessions[handle]?.signing = nil
-                    state.sessions[handle]?.decrypting = nil
-                }
-            } else if state.loggedIn, state.contents?.pairs.first?.key == nil {
-                guard let credential = try state.client.installed() else { throw ReturnValue(CKR_TOKEN_NOT_PRESENT) }
-                try state.contents?.loadKeys(credential: credential, history: try state.client.keyHistory())
-            }
+    /// Looks for apps set up since the last look and gives each a slot, after the others (their
+    /// ids are fixed for the initialization). Nothing is looked for when `DCCLIENT_APP` pinned one.
+    static func discover(_ state: inout State) {
+        guard let apps = state.discovery else { return }
+        let known = Set(state.slots.map(\.client.app))
+        for id in (try? apps.list()) ?? [] where !known.contains(id) {
+            state.slots.append(Slot(id: CK_SLOT_ID(state.slots.count + 1), client: apps.client(id)))
         }
     }
 
-    /// The session behind `handle`, after ``refresh(_:)``.
-    static func session(_ handle: CK_SESSION_HANDLE, in state: inout State) throws -> Session {
-        guard state.sessions[handle] != nil else { throw ReturnValue(CKR_SESSION_HANDLE_INVALID) }
-        try refresh(&state)
-        guard let session = state.sessions[handle] else { throw ReturnValue(CKR_SESSION_HANDLE_INVALID) }
-        return session
+    /// The place in ``State/slots`` of the slot `id`; `CKR_SLOT_ID_INVALID` when there is none.
+    static func slotIndex(_ id: CK_SLOT_ID, in state: State) throws -> Int {
+        guard id >= 1, id <= CK_SLOT_ID(state.slots.count) else { throw ReturnValue(CKR_SLOT_ID_INVALID) }
+        return Int(id - 1)
     }
 
-    /// Forgets the login: the private keys and the secrets derived with them are dropped, and the
-    /// operations that used them end.
-    static func logOut(_ state: inout State) {
-        guard state.loggedIn else { return }
-        state.loggedIn = false
-        state.automaticLogin = false
-        state.contents?.dropKeys()
-        state.secrets.removeAll()
-        for handle in state.sessions.keys {
-            state.sessions[handle]?.signing = nil
-            state.sessions[handle]?.decrypting = nil
+    /// The place in ``State/slots`` of the slot the session `handle` belongs to.
+    static func slotIndex(session handle: CK_SESSION_HANDLE, in state: State) throws -> Int {
+        guard let index = state.slots.firstIndex(where: { $0.sessions[handle] != nil }) else {
+            throw ReturnValue(CKR_SESSION_HANDLE_INVALID)
         }
-    }
-
-    static func closeAll(_ state: inout State) {
-        state.sessions.removeAll()
-        logOut(&state)
-    }
-
-    /// The objects a session sees: the token's, its private keys only while logged in, and the
-    /// application's derived secrets (which exist only while logged in).
-    static func visibleObjects(_ state: State, session: Session) -> [CK_OBJECT_HANDLE] {
-        let token = (state.contents?.handles ?? []).filter { handle in
-            state.loggedIn || state.contents?.object(handle)?.kind != .privateKey
-        }
-        return token + state.secrets.keys.sorted()
-    }
-
-    static func attributes(of object: CK_OBJECT_HANDLE, state: State, session: Session)
-        -> [CK_ATTRIBUTE_TYPE: AttributeValue]?
-    {
-        if let object = state.secrets[object] { return ObjectAttributes.of(object.secret) }
-        guard let (pair, kind) = state.contents?.object(object), state.loggedIn || kind != .privateKey else {
-            return nil
-        }
-        return ObjectAttributes.of(pair, kind)
-    }
-
-    /// The key pair whose private key `handle` names, checked for `use` (and `mechanism`, when
-    /// one is being set up): logged in, a private key, allowed to do it, and for signing within its
-    /// certificate's validity and the credential's expiration date (the client's rule,
-    /// `CredentialLifetime`).
-    static func privateKey(
-        _ handle: CK_OBJECT_HANDLE, for use: KeyUse, mechanism: CK_MECHANISM_TYPE?, state: State
-    ) throws -> TokenKeyPair {
-        guard state.loggedIn else { throw ReturnValue(CKR_USER_NOT_LOGGED_IN) }
-        guard let (pair, kind) = state.contents?.object(handle) else { throw ReturnValue(CKR_KEY_HANDLE_INVALID) }
-        guard kind == .privateKey else {
-            throw ReturnValue(kind == .publicKey ? CKR_KEY_FUNCTION_NOT_PERMITTED : CKR_KEY_HANDLE_INVALID)
-        }
-        if let mechanism { try Mechanisms.check(mechanism, for: use, pair: pair) }
-        guard Mechanisms.permitted(use, by: pair.permissions) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
-        // A certificate outside its validity now, or a credential past its expiration date: the key
-        // no longer signs (an expired encryption key still opens old mail). Judged at every use,
-        // not when the credential was read.
-        let now = Date()
-        let lapsed = !pair.isValid(at: now) || (state.contents.map { now > $0.expirationDate } ?? true)
-        guard !(use == .sign && lapsed) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
-        return pair
+        return index
     }
 }
 

@@ -9,7 +9,9 @@
 // Steps: init, init-bad-locking, finalize, open, close, login:PIN, logout, count-objects, sign:ID
 // (32 bytes with the key whose CKA_ID is the hex ID, CKM_ECDSA or CKM_RSA_PKCS by key type),
 // sign-again (the same key handle again), session-state,
-// slots-present, wait-nonblock, wait-block, pause:READY:GO (creates READY, waits for GO),
+// slots-present, wait-nonblock, wait-block, event (a blocking C_WaitForSlotEvent that prints the
+// slot too), slot:N (the steps after it use slot N, with that slot's own session and key; slot 1
+// until one is named), pause:READY:GO (creates READY, waits for GO),
 // derive:ID (ECDH into a session secret), read-derived (its value's and label's lengths),
 // finalize-while-waiting (C_Finalize while another thread waits for a slot event, five times), and
 // conformance (a battery of bad-argument calls, one line each: `conformance.NAME value`).
@@ -56,6 +58,9 @@ nonisolated(unsafe) var session: CK_SESSION_HANDLE = 0
 nonisolated(unsafe) var remembered: CK_OBJECT_HANDLE = 0
 nonisolated(unsafe) var rememberedType: CK_KEY_TYPE?
 nonisolated(unsafe) var derived: CK_OBJECT_HANDLE = 0
+/// The slot the steps use; the session and key of every other slot wait here (`slot:N`).
+nonisolated(unsafe) var currentSlot: CK_SLOT_ID = 1
+nonisolated(unsafe) var parked: [CK_SLOT_ID: (CK_SESSION_HANDLE, CK_OBJECT_HANDLE, CK_KEY_TYPE?)] = [:]
 
 /// What another thread's call returned, once it has.
 final class Returned: @unchecked Sendable {
@@ -244,7 +249,12 @@ for step in arguments.dropFirst(2) {
         arguments.flags = CKF_OS_LOCKING_OK
         say(step, name(p11.C_Initialize(&arguments)))
     case "finalize": say(step, name(p11.C_Finalize(nil)))
-    case "open": say(step, name(p11.C_OpenSession(1, CKF_SERIAL_SESSION, nil, nil, &session)))
+    case "open": say(step, name(p11.C_OpenSession(currentSlot, CKF_SERIAL_SESSION, nil, nil, &session)))
+    case "slot":
+        parked[currentSlot] = (session, remembered, rememberedType)
+        currentSlot = CK_SLOT_ID(parts.count > 1 ? parts[1] : "") ?? 0
+        (session, remembered, rememberedType) = parked[currentSlot] ?? (0, 0, nil)
+        say("slot", String(currentSlot))
     case "close": say(step, name(p11.C_CloseSession(session)))
     case "login":
         var pin = Array((parts.count > 1 ? parts[1] : "").utf8)
@@ -275,6 +285,10 @@ for step in arguments.dropFirst(2) {
     case "wait-block":
         var slot: CK_SLOT_ID = 0
         say(step, name(p11.C_WaitForSlotEvent(0, &slot, nil)))
+    case "event":
+        var slot: CK_SLOT_ID = 0
+        let rv = p11.C_WaitForSlotEvent(0, &slot, nil)
+        say(step, rv == CKR_OK ? "slot \(slot)" : name(rv))
     case "pause":
         FileManager.default.createFile(atPath: parts[1], contents: Data())
         for _ in 0..<2400 where !FileManager.default.fileExists(atPath: parts[2]) { usleep(50_000) }

@@ -1,0 +1,205 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// Two managed apps of one user, `chat` and `mail`, each set up with the real `dcclient init
+/// --app`, paired, authorized and sent a credential by the real `dcprovision`, and the PKCS#11
+/// module that programs load: one slot per app, each token following its own app.
+struct TwoAppTokens {
+    let sandbox: Sandbox
+    let module = Binaries.directory + "/libdcclient-pkcs11.so"
+    let pin = "correct horse"
+
+    /// A provider, and the apps `apps` each set up and sent a credential.
+    init(_ label: String, apps: [String] = ["mail", "chat"]) throws {
+        try #require(
+            FileManager.default.fileExists(atPath: module),
+            "the module is built by scripts/test: swift build --product dcclient-pkcs11")
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        sandbox = try Sandbox(label, extra: ["PATH": Binaries.directory + ":" + path])
+        try sandbox.write("pass.txt", pin + "\n")
+        try check("dcprovision", ["testca", "init", "ca"])
+        try check(
+            "dcprovision",
+            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        for app in apps { try add(app) }
+    }
+
+    /// Sets up the app `app` (scheme `org.example.APP`): init, register, pair, authorize, and a
+    /// credential sent to it.
+    func add(_ app: String) throws {
+        let scheme = "org.example.\(app)"
+        try check(
+            "dcclient",
+            [
+                "init", "--app", app, "--client-scheme", scheme, "--provider-scheme", "org.example.provider",
+                "--passphrase-file", "pass.txt",
+            ])
+        try check("dcclient", ["register", "--app", app])
+        try check("dcprovision", ["pair", "--client-scheme", scheme, "--user-id", "alice@example.com"])
+        try check("dcprovision", ["authorize", "--client-scheme", scheme])
+        try check(
+            "dcprovision",
+            [
+                "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",
+                "--client-scheme", scheme,
+            ])
+    }
+
+    /// Runs the probe with `steps`, its lines going to `probe.out`.
+    func probe(_ steps: [String]) throws -> SpawnedProcess {
+        try SpawnedProcess(
+            Binaries.directory + "/PKCS11Probe", [module] + steps, environment: sandbox.environment,
+            output: sandbox.file("probe.out"))
+    }
+
+    /// The probe's lines, with a space for the tab.
+    func probeLines() throws -> [String] {
+        try String(contentsOfFile: sandbox.file("probe.out"), encoding: .utf8)
+            .split(separator: "\n").map { $0.replacingOccurrences(of: "\t", with: " ") }
+    }
+
+    /// The probe step that creates `ready` and waits for `go`, both in the sandbox.
+    func pause(_ ready: String, _ go: String) -> String { "pause:\(sandbox.file(ready)):\(sandbox.file(go))" }
+
+    /// Runs dcprovision or dcclient, and records an issue naming the command unless it exits 0.
+    @discardableResult
+    func check(_ tool: String, _ arguments: [String], _ location: SourceLocation = #_sourceLocation) throws
+        -> ProcessResult
+    {
+        let result = try sandbox.run(Binaries.directory + "/" + tool, arguments, timeout: 120)
+        #expect(
+            result.status == 0, "\(tool) \(arguments.joined(separator: " ")): \(result.stdoutText)\(result.stderrText)",
+            sourceLocation: location)
+        return result
+    }
+
+    func pkcs11Tool(_ arguments: [String], environment: [String: String] = [:]) throws -> ProcessResult {
+        try sandbox.run("/usr/bin/pkcs11-tool", ["--module", module] + arguments, environment: environment)
+    }
+
+    /// Signs `digest` with the signing key (`CKA_ID` 02) of the token `dcclient APP`, logged in,
+    /// into `APP.sig` (DER, as openssl reads it).
+    func sign(_ app: String, _ digest: String) throws -> ProcessResult {
+        try pkcs11Tool([
+            "--token-label", "dcclient \(app)", "--login", "--pin", pin, "--sign", "--id", "02", "-m", "ECDSA",
+            "--signature-format", "openssl", "-i", digest, "-o", sandbox.file("\(app).sig"),
+        ])
+    }
+
+    /// Whether `signature` verifies over `digest` with the public key of `app`'s signing certificate.
+    func verifies(_ signature: String, _ digest: String, app: String) throws -> Bool {
+        let pem = try check("dcclient", ["show", "signing", "--pem", "--app", app]).stdoutText
+        let certificate = try sandbox.write("\(app)-signing.pem", pem)
+        let key = try run("openssl", ["x509", "-in", certificate, "-pubkey", "-noout"])
+        let publicKey = try sandbox.write("\(app)-signing.pub", key.stdoutText)
+        let verified = try run(
+            "openssl", ["pkeyutl", "-verify", "-pubin", "-inkey", publicKey, "-in", digest, "-sigfile", signature])
+        return verified.status == 0
+    }
+
+    /// Waits until the probe created `name` in the sandbox.
+    func awaitFile(_ name: String) async throws {
+        for _ in 0..<600 where !FileManager.default.fileExists(atPath: sandbox.file(name)) {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        try #require(FileManager.default.fileExists(atPath: sandbox.file(name)), "the probe never reached \(name)")
+    }
+}
+
+@Suite("The PKCS#11 module: one token per managed app", .ownThreads, .timeLimit(.minutes(5)))
+struct PKCS11AppsTests {
+    @Test(
+        "Two apps, two tokens: pkcs11-tool -L lists dcclient chat in slot 1 and dcclient mail in slot 2; each token signs with its own app's key; DCCLIENT_APP=chat offers chat's token alone"
+    )
+    func oneTokenPerApp() throws {
+        let tokens = try TwoAppTokens("p11-apps")
+        defer { tokens.sandbox.remove() }
+        let listed = try tokens.pkcs11Tool(["-L"])
+        #expect(listed.status == 0, "\(listed.stderrText)")
+        let text = listed.stdoutText
+        let places = ["(0x1)", "dcclient chat", "(0x2)", "dcclient mail"].map { text.range(of: $0)?.lowerBound }
+        #expect(places.allSatisfy { $0 != nil }, "\(text)")
+        #expect(places.compactMap { $0 } == places.compactMap { $0 }.sorted(), "\(text)")
+        #expect(!text.contains("(0x3)"), "\(text)")
+
+        // Each token's signing key is its own app's: the signature verifies with that app's
+        // certificate, not with the other's.
+        let digest = try tokens.sandbox.write("digest", String(repeating: "d", count: 32))
+        for (app, other) in [("mail", "chat"), ("chat", "mail")] {
+            let signed = try tokens.sign(app, digest)
+            #expect(signed.status == 0, "\(signed.stderrText)")
+            #expect(try tokens.verifies(tokens.sandbox.file("\(app).sig"), digest, app: app))
+            #expect(try !tokens.verifies(tokens.sandbox.file("\(app).sig"), digest, app: other))
+        }
+
+        // DCCLIENT_APP pins the module to one app: its slot alone, as slot 1.
+        let pinned = try tokens.pkcs11Tool(["-L"], environment: ["DCCLIENT_APP": "chat"]).stdoutText
+        #expect(pinned.contains("dcclient chat") && !pinned.contains("dcclient mail"), "\(pinned)")
+        #expect(pinned.contains("(0x1)") && !pinned.contains("(0x2)"), "\(pinned)")
+        let pinnedMail = try tokens.pkcs11Tool(["-L"], environment: ["DCCLIENT_APP": "mail"]).stdoutText
+        #expect(pinnedMail.contains("dcclient mail") && !pinnedMail.contains("dcclient chat"), "\(pinnedMail)")
+    }
+
+    @Test(
+        "Locking one app logs out only its token (CKR_USER_NOT_LOGGED_IN) while the other's session still signs; unauthorizing one removes only its token (CKR_DEVICE_REMOVED); C_WaitForSlotEvent names the slot that changed"
+    )
+    func eachTokenFollowsItsApp() async throws {
+        let tokens = try TwoAppTokens("p11-apps-lock")
+        defer { tokens.sandbox.remove() }
+        let login = "login:\(tokens.pin)"
+        let probe = try tokens.probe([
+            "init", "slot:1", "open", login, "sign:02", "slot:2", "open", login, "sign:02", "wait-nonblock",
+            tokens.pause("ready1", "go1"), "slot:2", "sign-again", "session-state", "slot:1", "sign-again", "event",
+            "wait-nonblock", tokens.pause("ready2", "go2"), "slot:1", "sign-again", "slot:2", "sign-again", login,
+            "sign:02", "slots-present", "event", "event", "finalize",
+        ])
+        try await tokens.awaitFile("ready1")
+        try tokens.check("dcclient", ["lock", "--app", "mail"])
+        try tokens.sandbox.write("go1", "")
+        try await tokens.awaitFile("ready2")
+        try tokens.check(
+            "dcprovision", ["unauthorize", "--client-scheme", "org.example.chat", "--message", "Chat is paused"])
+        try tokens.sandbox.write("go2", "")
+        #expect(probe.wait(timeout: .seconds(60)) == 0)
+        let lines = try tokens.probeLines()
+        #expect(
+            lines == [
+                "init CKR_OK", "slot 1", "open CKR_OK", "login CKR_OK", "sign:02 CKR_OK", "slot 2", "open CKR_OK",
+                "login CKR_OK", "sign:02 CKR_OK", "wait-nonblock CKR_NO_EVENT", "pause resumed",
+                // mail locked: its token logs out; chat's session signs on.
+                "slot 2", "sign-again CKR_USER_NOT_LOGGED_IN", "session-state state=0", "slot 1",
+                "sign-again CKR_OK", "event slot 2", "wait-nonblock CKR_NO_EVENT", "pause resumed",
+                // chat unauthorized: its token is gone; mail's logs in again and signs.
+                "slot 1", "sign-again CKR_DEVICE_REMOVED", "slot 2", "sign-again CKR_USER_NOT_LOGGED_IN",
+                "login CKR_OK", "sign:02 CKR_OK", "slots-present 1", "event slot 1", "event slot 2", "finalize CKR_OK",
+            ], "\(lines)")
+    }
+
+    @Test(
+        "An app set up while a program has the module initialized gets the next slot (2, though its id sorts first), reported by C_WaitForSlotEvent; the first app keeps slot 1"
+    )
+    func laterAppAppended() async throws {
+        let tokens = try TwoAppTokens("p11-apps-later", apps: ["mail"])
+        defer { tokens.sandbox.remove() }
+        let probe = try tokens.probe([
+            "init", "slots-present", "wait-nonblock", tokens.pause("ready", "go"), "event", "slots-present",
+            "slot:2", "open", "login:\(tokens.pin)", "sign:02", "slot:1", "open", "finalize",
+        ])
+        try await tokens.awaitFile("ready")
+        try tokens.add("chat")
+        try tokens.sandbox.write("go", "")
+        #expect(probe.wait(timeout: .seconds(60)) == 0)
+        #expect(
+            try tokens.probeLines() == [
+                "init CKR_OK", "slots-present 1", "wait-nonblock CKR_NO_EVENT", "pause resumed", "event slot 2",
+                "slots-present 2", "slot 2", "open CKR_OK", "login CKR_OK", "sign:02 CKR_OK", "slot 1", "open CKR_OK",
+                "finalize CKR_OK",
+            ])
+        // A program that starts now has them in id order.
+        let listed = try tokens.pkcs11Tool(["-L"]).stdoutText
+        let chat = try #require(listed.range(of: "dcclient chat"), "\(listed)")
+        let mail = try #require(listed.range(of: "dcclient mail"), "\(listed)")
+        #expect(chat.lowerBound < mail.lowerBound)
+    }
+}

@@ -115,7 +115,7 @@ public enum DesktopNotificationResponse: Sendable, Equatable {
 /// Best effort by design: when notifications are off (``DesktopSettings/notifications``), when
 /// there is no session bus (`DBUS_SESSION_BUS_ADDRESS` unset and no `$XDG_RUNTIME_DIR/bus`),
 /// when libdbus is not installed, or when no notification server answers, nothing is shown and
-/// nothing fails: ``connect(appName:settings:environment:)`` or ``post(_:)`` return nil. The bus
+/// nothing fails: ``connect(appName:settings:environment:)`` or ``post(_:replacing:)`` return nil. The bus
 /// is never started for us (no `autolaunch`).
 ///
 /// A server sends an action's signal to the connection that posted the notification only (dunst

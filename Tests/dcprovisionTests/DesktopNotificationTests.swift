@@ -138,6 +138,24 @@ struct DesktopNotificationTests {
         }
     }
 
+    @Test("check: a credential ending within the window posts that it expires soon; one that is not due posts nothing")
+    func expirySoon() async throws {
+        try await Self.withDesktop("notify-expiry") { tools, session in
+            try tools.setUpManagedClient()
+            try tools.check("dcprovision", Self.send + ["--option", "validity-days=3"])
+            #expect(session.waitForNotification { $0.summary == "Credential installed" } != nil)
+            let checked = try Self.run(tools, session, "dcclient", ["check"])
+            #expect(checked.status == 0, "\(checked.stderrText)")
+            let soon = try #require(session.waitForNotification { $0.summary == "The credential expires soon" })
+            #expect(soon.body.hasPrefix("A certificate ends within 30 days"), "\(soon.body)")
+            #expect(soon.body.hasSuffix("Renew it: dcclient check --renew-within 30."), "\(soon.body)")
+            let before = session.notifications().count
+            try Self.run(tools, session, "dcclient", ["check", "--renew-within", "1"])
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(session.notifications().count == before)
+        }
+    }
+
     @Test("A hostile body is escaped, its control and reordering characters removed, and cut to 400 characters")
     func hostileBody() async throws {
         try await Self.withDesktop("notify-hostile") { tools, session in

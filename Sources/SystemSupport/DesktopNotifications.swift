@@ -230,15 +230,26 @@ public final class DesktopNotifications {
     }
 
     /// Waits at most `timeout` for the notification numbered `id` (one this connection posted) to
-    /// end: an action invoked, or closed. Whatever else the server says is ignored.
-    public func wait(for id: UInt32, timeout: Duration) -> DesktopNotificationResponse {
+    /// end: an action invoked, or closed. Whatever else the server says is ignored. `until` is
+    /// asked about once a second: when it holds, the wait ends with ``DesktopNotificationResponse/noAnswer``.
+    public func wait(
+        for id: UInt32, timeout: Duration, until: () -> Bool = { false }
+    ) -> DesktopNotificationResponse {
         connection.waitForSignal(
-            interface: Self.destination, members: ["ActionInvoked", "NotificationClosed"], timeout: timeout
+            interface: Self.destination, members: ["ActionInvoked", "NotificationClosed"], timeout: timeout,
+            until: until
         ) { member, reader -> DesktopNotificationResponse? in
             guard reader.uint32() == id else { return nil }
             if member == "ActionInvoked" { return reader.string().map { .action($0) } }
             return .closed(reason: reader.uint32() ?? 4)
         } ?? .noAnswer
+    }
+
+    /// Withdraws the notification numbered `id` (`CloseNotification`); nothing when it is gone already.
+    public func close(_ id: UInt32) {
+        _ = connection.call(
+            destination: Self.destination, path: Self.path, interface: Self.destination, method: "CloseNotification",
+            timeout: Self.callTimeout, append: { $0.uint32(id) }, read: { _ in true })
     }
 
     /// Posts `notification` on its own connection and lets go of it: for a notification no one

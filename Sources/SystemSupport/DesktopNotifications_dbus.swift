@@ -206,12 +206,15 @@ final class DBusConnection {
 
     /// Waits at most `timeout` for messages and passes each signal of `interface` that arrives
     /// to `handle` (its member name and its argument reader) until `handle` returns a value.
-    /// Nil at the timeout, or at once when the bus went away.
+    /// Nil at the timeout, at once when the bus went away, or when `until` holds (asked about
+    /// once a second).
     func waitForSignal<R>(
-        interface: String, members: [String], timeout: Duration, _ handle: (String, Reader) -> R?
+        interface: String, members: [String], timeout: Duration, until: () -> Bool = { false },
+        _ handle: (String, Reader) -> R?
     ) -> R? {
         let deadline = ContinuousClock.now + timeout
         while true {
+            if until() { return nil }
             while let message = library.pop(connection) {
                 defer { library.messageUnref(message) }
                 for member in members where library.isSignal(message, interface, member) != 0 {

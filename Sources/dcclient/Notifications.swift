@@ -54,7 +54,7 @@ enum ClientNotifications {
 
     /// Tells what `handle-url` did: a credential installed or renewed, the authorization state
     /// changed; a policy whose acknowledgement waits for an unlock is offered an Unlock action.
-    static func handled(_ outcome: ManagedClient.URLOutcome) {
+    static func handled(_ outcome: ManagedClient.URLOutcome, app: ClientID) {
         switch outcome.handled {
         case .delivery(let handled) where !handled.replay && handled.status == .ok:
             let name = handled.credentialName ?? "the credential"
@@ -68,7 +68,7 @@ enum ClientNotifications {
                 summary: update.authChanged ? note.summary : "dcclient waits for an unlock",
                 body: (update.authChanged ? note.body + "\n" : "")
                     + "Unlock dcclient to acknowledge the provider's policy.",
-                replaying: nil)
+                replaying: nil, app: app)
         case .policy(let update) where update.authChanged:
             post(authorization(update.policy))
         default:
@@ -76,15 +76,15 @@ enum ClientNotifications {
         }
     }
 
-    /// Tells that `handle-url` could not take the delivery `url` because the client is locked
-    /// (`error`), offering an Unlock action whose waiter unlocks and hands the URL over again.
-    static func locked(_ error: DCError, url: String) {
+    /// Tells that `handle-url` could not take the delivery `url` because the client of `app` is
+    /// locked (`error`), offering an Unlock action whose waiter unlocks and hands the URL over again.
+    static func locked(_ error: DCError, url: String, app: ClientID) {
         guard error.code == .serviceUnavailable, error.remedy == .unlockClient,
             url.contains(":/deliver?")
         else { return }
         askToUnlock(
             summary: "A credential waits for an unlock",
-            body: "Unlock dcclient to install the credential the provider sent.", replaying: url)
+            body: "Unlock dcclient to install the credential the provider sent.", replaying: url, app: app)
     }
 
     /// Tells what `check` found: the credential expired or unusable, or ending within the window.
@@ -110,14 +110,14 @@ enum ClientNotifications {
     }
 
     /// Starts the detached waiter (`dcclient notification-wait`) that posts the notification
-    /// `summary`/`body` with an Unlock action and, when it is invoked, unlocks (then hands
+    /// `summary`/`body` with an Unlock action and, when it is invoked, unlocks `app` (then hands
     /// `replaying` to `handle-url` again). The waiter posts it itself: a notification server sends
     /// the action to the connection that posted. Nothing when notifications cannot be posted.
-    static func askToUnlock(summary: String, body: String, replaying url: String?) {
+    static func askToUnlock(summary: String, body: String, replaying url: String?, app: ClientID) {
         let environment = waiterEnvironment()
         guard let settings = settings(), DesktopNotifications.mayPost(settings: settings, environment: environment)
         else { return }
-        var arguments = ["notification-wait", "--summary", summary, "--body", body]
+        var arguments = ["notification-wait", "--app", "\(app)", "--summary", summary, "--body", body]
         if let url { arguments += ["--replay", url] }
         _ = try? ChildProcess.startDetached(Tool.executablePath, arguments: arguments, environment: environment)
     }
@@ -143,10 +143,11 @@ extension DCClient {
             abstract: "Print the authorization state and the provider's message; --show posts it as a notification.")
         @Flag(help: "Also show it as a desktop notification (when notifications are on and a server runs).")
         var show = false
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let client = ManagedClient()
+            let client = try app.client()
             _ = try client.setUpScheme()
             // policyNotReady (exit 69) before the provider's first policy.
             _ = try client.authState
@@ -176,9 +177,11 @@ extension DCClient {
         @Option(help: "The notification's summary.") var summary: String
         @Option(help: "The notification's body.") var body: String
         @Option(help: "A delivery URL to handle again once unlocked.") var replay: String?
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
+            let client = try app.client()
             guard let settings = ClientNotifications.settings(),
                 let desktop = DesktopNotifications.connect(appName: ClientNotifications.appName, settings: settings)
             else { return }
@@ -187,13 +190,20 @@ extension DCClient {
                 summary: summary, body: offersAction ? body : body + "\nRun: dcclient unlock",
                 actions: [.default("Unlock")], icon: "dialog-password", lifetime: ClientNotifications.unlockLifetime)
             guard let id = desktop.post(notification), offersAction else { return }
-            guard case .action = desktop.wait(for: id, timeout: ClientNotifications.unlockLifetime + .seconds(5))
-            else { return }
-            let client = ManagedClient()
+            // Unlocked some other way meanwhile (a terminal, another notification): the offer is
+            // withdrawn, and what waited for the unlock has come by then.
+            var watcher = try client.unlockWatcher()
+            let response = desktop.wait(
+                for: id, timeout: ClientNotifications.unlockLifetime + .seconds(5), until: { watcher.isUnlocked() })
+            guard case .action = response else {
+                if response == .noAnswer { desktop.close(id) }
+                return
+            }
             if !client.isUnlocked {
                 // The same command a person runs; without a terminal it asks through pinentry.
                 let unlock = try await ChildProcess.run(
-                    Tool.executablePath, arguments: ["unlock"], limits: .init(timeout: .seconds(300)))
+                    Tool.executablePath, arguments: ["unlock", "--app", "\(client.app)"],
+                    limits: .init(timeout: .seconds(300)))
                 guard unlock.termination == .exited(0) else {
                     let said = String(decoding: unlock.stderr, as: UTF8.self).split(separator: "\n").first
                         .map { String($0.dropFirst($0.hasPrefix("dcclient: ") ? 10 : 0)) }

@@ -1,4 +1,5 @@
 import Foundation
+import SystemSupport
 
 /// A desktop session of a test's own inside its sandbox: a session bus (`dbus-daemon`, listening
 /// on `$XDG_RUNTIME_DIR/bus` as systemd's user session does), an X server (`Xvfb`, on a display
@@ -14,7 +15,7 @@ public final class DesktopSession: Sendable {
     public let busAddress: String
     /// The X display, `:N`.
     public let display: String
-    private let processes: [SpawnedProcess]
+    private let processes: [Int32]
     private let monitorLog: String
 
     /// What a program needs to reach this session: the bus's address and the display.
@@ -24,12 +25,9 @@ public final class DesktopSession: Sendable {
     /// what started) when one of them does not come up within 30 s.
     public init(in sandbox: Sandbox) throws {
         self.sandbox = sandbox
-        var started: [SpawnedProcess] = []
+        var started: [Int32] = []
         func fail(_ what: String, log: String) -> RunningService.StartFailure {
-            for process in started.reversed() {
-                process.kill(SIGTERM)
-                _ = process.wait(timeout: .seconds(10))
-            }
+            for process in started.reversed() { Self.end(process) }
             return RunningService.StartFailure(description: "\(what) did not start: \(RunningService.readLog(log))")
         }
         let socket = sandbox.runtimeDirectory + "/bus"
@@ -51,7 +49,7 @@ public final class DesktopSession: Sendable {
             """)
         let busLog = sandbox.file("dbus-daemon.log")
         started.append(
-            try SpawnedProcess(
+            try Self.start(
                 try which("dbus-daemon"), ["--config-file=" + config, "--nofork", "--print-address=1"],
                 environment: sandbox.environment, output: busLog))
         guard Self.waitUntil({ FileManager.default.fileExists(atPath: socket) }) else {
@@ -61,7 +59,7 @@ public final class DesktopSession: Sendable {
         // -displayfd: the server takes the first free display number and writes it out.
         let xLog = sandbox.file("xvfb.log")
         started.append(
-            try SpawnedProcess(
+            try Self.start(
                 try which("Xvfb"), ["-displayfd", "1", "-nolisten", "tcp", "-screen", "0", "1280x1024x24"],
                 environment: sandbox.environment, output: xLog))
         var number: String?
@@ -79,7 +77,7 @@ public final class DesktopSession: Sendable {
         }
         monitorLog = sandbox.file("dbus-monitor.log")
         started.append(
-            try SpawnedProcess(
+            try Self.start(
                 try which("dbus-monitor"), ["--session", "interface='org.freedesktop.Notifications'"],
                 environment: session, output: monitorLog))
         // A left click invokes the default action (and closes the notification); nothing times out
@@ -105,7 +103,7 @@ public final class DesktopSession: Sendable {
             """)
         let dunstLog = sandbox.file("dunst.log")
         started.append(
-            try SpawnedProcess(
+            try Self.start(
                 try which("dunst"), ["-config", dunstConfig], environment: session, output: dunstLog))
         let probe = {
             (try? run(
@@ -129,12 +127,31 @@ public final class DesktopSession: Sendable {
         return condition()
     }
 
+    /// Starts `executable` with `arguments`, its output appended to `output`, detached
+    /// (`ChildProcess.startDetached`: a session of its own, an empty signal mask and default
+    /// dispositions, so that SIGTERM ends it cleanly — Xvfb then removes its lock file and socket;
+    /// a child spawned from a test thread would inherit that thread's blocked signals).
+    static func start(
+        _ executable: String, _ arguments: [String], environment: [String: String], output: String
+    ) throws -> Int32 {
+        try ChildProcess.startDetached(
+            "/bin/sh",
+            arguments: ["-c", "log=$1; shift; exec \"$@\" >>\"$log\" 2>&1", "sh", output, executable] + arguments,
+            environment: environment)
+    }
+
+    /// Sends SIGTERM to `pid` and waits (10 s at most, then SIGKILL) until it is gone.
+    static func end(_ pid: Int32) {
+        kill(pid, SIGTERM)
+        if !waitUntil(timeout: .seconds(10), { kill(pid, 0) != 0 }) {
+            kill(pid, SIGKILL)
+            _ = waitUntil(timeout: .seconds(10)) { kill(pid, 0) != 0 }
+        }
+    }
+
     /// Ends dunst, the monitor, the X server and the bus, and waits for each.
     public func stop() {
-        for process in processes.reversed() {
-            process.kill(SIGTERM)
-            _ = process.wait(timeout: .seconds(10))
-        }
+        for process in processes.reversed() { Self.end(process) }
     }
 
     /// One `Notify` call as the monitor recorded it.
@@ -153,6 +170,11 @@ public final class DesktopSession: Sendable {
         public var urgency: Int?
         /// The expiry timeout in milliseconds.
         public var expireTimeout: Int
+    }
+
+    /// How many calls of `member` (`Notify`, `CloseNotification`…) the monitor saw so far.
+    public func calls(_ member: String) -> Int {
+        RunningService.readLog(monitorLog).components(separatedBy: "member=\(member)\n").count - 1
     }
 
     /// Every `Notify` call so far, in order.

@@ -66,12 +66,16 @@ struct DesktopNotificationTests {
                 session.notifications().filter { $0.summary == "dcclient is not authorized" }.count == 2
             }
 
-            // Authorized again: queued (the app locked itself), and handled when it unlocks.
+            // Authorized again while locked (unauthorize locked the app): applied at once, and the
+            // acknowledgement waits for an unlock, which the notification offers.
             try tools.check("dcprovision", ["authorize"] + Self.scheme)
+            let offered = try #require(
+                session.waitForNotification { $0.summary == "dcclient is authorized" && !$0.actions.isEmpty })
+            #expect(offered.actions == ["default", "Unlock"])
+            #expect(offered.body.hasSuffix("Unlock dcclient to acknowledge the provider's policy."), "\(offered.body)")
+            // Unlocked in a terminal instead: the waiter withdraws its offer and ends.
             try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])
-            try await eventually {
-                session.notifications().filter { $0.summary == "dcclient is authorized" }.count == 2
-            }
+            try await eventually { session.calls("CloseNotification") == 1 }
 
             // Turned off in the desktop settings: message --show posts nothing, and says nothing.
             try FileManager.default.createDirectory(

@@ -168,7 +168,8 @@ extension DCClient {
     /// notification with an Unlock action and waits for it as long as it lasts. Invoked, it
     /// unlocks (`dcclient unlock`, unless the client is unlocked already) and then hands the
     /// delivery it was given to `dcclient handle-url` again; the unlock's failure is told in a
-    /// notification of its own.
+    /// notification of its own. Unlocked some other way meanwhile, it withdraws the notification
+    /// and hands the delivery over.
     struct NotificationWait: AsyncParsableCommand, OutputCommand {
         static let configuration = CommandConfiguration(
             commandName: "notification-wait",
@@ -191,13 +192,18 @@ extension DCClient {
                 actions: [.default("Unlock")], icon: "dialog-password", lifetime: ClientNotifications.unlockLifetime)
             guard let id = desktop.post(notification), offersAction else { return }
             // Unlocked some other way meanwhile (a terminal, another notification): the offer is
-            // withdrawn, and what waited for the unlock has come by then.
+            // withdrawn, and the delivery is handed over all the same (the provider resends only
+            // what it queued).
             var watcher = try client.unlockWatcher()
-            let response = desktop.wait(
+            switch desktop.wait(
                 for: id, timeout: ClientNotifications.unlockLifetime + .seconds(5), until: { watcher.isUnlocked() })
-            guard case .action = response else {
-                if response == .noAnswer { desktop.close(id) }
-                return
+            {
+            case .action: break
+            case .closed: return
+            case .noAnswer:
+                // The offer's time is up, or the session's bus went away.
+                guard client.isUnlocked else { return }
+                desktop.close(id)
             }
             if !client.isUnlocked {
                 // The same command a person runs; without a terminal it asks through pinentry.

@@ -31,7 +31,7 @@ public struct DesktopNotification: Sendable, Equatable {
     /// An action the server offers (a button, or a click on the notification for the key
     /// `default`), and the label it shows.
     public struct Action: Sendable, Equatable {
-        /// What ``DesktopNotifications/wait(for:timeout:)`` reports when it is invoked.
+        /// What ``DesktopNotifications/wait(for:timeout:until:)`` reports when it is invoked.
         public let key: String
         /// The label shown.
         public let label: String
@@ -98,7 +98,7 @@ public struct DesktopNotification: Sendable, Equatable {
     }
 }
 
-/// How a notification ended, as ``DesktopNotifications/wait(for:timeout:)`` saw it.
+/// How a notification ended, as ``DesktopNotifications/wait(for:timeout:until:)`` saw it.
 public enum DesktopNotificationResponse: Sendable, Equatable {
     /// The user invoked the action with this key.
     case action(String)
@@ -120,7 +120,7 @@ public enum DesktopNotificationResponse: Sendable, Equatable {
 ///
 /// A server sends an action's signal to the connection that posted the notification only (dunst
 /// and GNOME Shell do): a program that waits for an action posts the notification itself and
-/// keeps the connection until ``wait(for:timeout:)`` returns.
+/// keeps the connection until ``wait(for:timeout:until:)`` returns.
 ///
 /// Not for use from several threads at once: one connection, one thread.
 public final class DesktopNotifications {

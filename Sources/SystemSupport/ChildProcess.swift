@@ -192,7 +192,7 @@ public enum ChildProcess {
     private static func spawn(
         _ executable: String, arguments: [String], environment: [String: String]?, currentDirectory: String?,
         pipes: ChildPipes, closingStandardStreams: Set<Int32>, confinement: Confinement?
-    ) throws -> pid_t {
+    ) throws -> Int32 {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -502,5 +502,58 @@ private final class RunningChild {
     func closeStdin() {
         if stdinFD >= 0 { close(stdinFD) }
         stdinFD = -1
+    }
+}
+
+extension ChildProcess {
+    /// Starts `executable` detached and does not wait for it: a session of its own (setsid, so
+    /// neither a terminal's hangup nor a kill of this process's group reaches it), `/dev/null` on
+    /// its standard input, output and error, no other descriptor, default signal handling. For a
+    /// helper that outlives the command that starts it (`dcclient`'s notification waiter). Its
+    /// exit status is collected by a thread of this process while this process lives, and by
+    /// the system afterwards. Returns its process id.
+    @discardableResult
+    public static func startDetached(
+        _ executable: String, arguments: [String] = [], environment: [String: String]
+    ) throws -> Int32 {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for descriptor in Int32(0)...2 {
+            posix_spawn_file_actions_addopen(
+                &actions, descriptor, "/dev/null", descriptor == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        dc_spawn_close_from(&actions, 3)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaultSignals = sigset_t()
+        sigemptyset(&defaultSignals)
+        for signal in [SIGPIPE, SIGXFSZ, SIGHUP, SIGINT, SIGTERM] { sigaddset(&defaultSignals, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaultSignals)
+        var emptyMask = sigset_t()
+        sigemptyset(&emptyMask)
+        posix_spawnattr_setsigmask(&attributes, &emptyMask)
+        // POSIX_SPAWN_SETSID (glibc 2.26) is 0x80; Swift's Glibc module does not import it (it is
+        // declared only under _GNU_SOURCE).
+        let setSession: Int32 = 0x80
+        posix_spawnattr_setflags(&attributes, Int16(setSession | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let environmentStrings = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { environmentStrings.forEach { free($0) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, &attributes, argv, environmentStrings)
+        guard spawned == 0 else {
+            throw DCError(
+                spawned == ENOENT ? .fileNotFound : .providerFailed,
+                "cannot start the program: \(String(cString: strerror(spawned)))", subject: executable)
+        }
+        let child = pid
+        Thread {
+            var status: Int32 = 0
+            while waitpid(child, &status, 0) < 0 && errno == EINTR {}
+        }.start()
+        return pid
     }
 }

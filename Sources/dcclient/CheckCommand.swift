@@ -99,6 +99,7 @@ extension DCClient {
                 }
             }
             let usable = lifetime.usable
+            ClientNotifications.checked(lifetime, renewalRequested: requested)
             if format.json {
                 try printJSON(
                     "check",

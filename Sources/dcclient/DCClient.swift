@@ -18,7 +18,7 @@ struct DCClient: AsyncParsableCommand {
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
             Unlock.self, Status.self, Files.self, Pasteboard.self, Token.self, SharedUserIDCommand.self, JWT.self,
-            Decrypt.self, Check.self, Apps.self, Acknowledge.self,
+            Decrypt.self, Check.self, Apps.self, Acknowledge.self, Message.self, NotificationWait.self,
         ])
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
@@ -222,10 +222,17 @@ extension DCClient {
                 throw DCError(
                     .usage, "the URL is for the app \(client.app), not \(named.app)", subject: scheme.description)
             }
-            let outcome = try await client.handle(
-                url: url, allowOlder: allowOlder, forwardingOutput: !Console.isQuiet,
-                whenHandled: { Console.say(report($0)) })
+            let outcome: ManagedClient.URLOutcome
+            do {
+                outcome = try await client.handle(
+                    url: url, allowOlder: allowOlder, forwardingOutput: !Console.isQuiet,
+                    whenHandled: { Console.say(report($0)) })
+            } catch let error as DCError {
+                ClientNotifications.locked(error, url: url, app: client.app)
+                throw error
+            }
             for line in report(outcome) { Console.say(line) }
+            ClientNotifications.handled(outcome, app: client.app)
         }
 
         /// The line that says what the client did with a URL.

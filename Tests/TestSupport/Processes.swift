@@ -77,7 +77,9 @@ public let debianPackages: [String: String] = [
     "openssl": "openssl", "softhsm2-util": "softhsm2", "pkcs11-tool": "opensc", "p11tool": "gnutls-bin",
     "p11-kit": "p11-kit", "python3": "python3", "xdg-mime": "xdg-utils", "gio": "libglib2.0-bin",
     "desktop-file-validate": "desktop-file-utils", "strace": "strace", "prlimit": "util-linux",
-    "script": "bsdutils", "keyctl": "keyutils",
+    "script": "bsdutils", "keyctl": "keyutils", "dbus-daemon": "dbus-daemon", "dbus-monitor": "dbus-bin",
+    "dbus-send": "dbus-bin", "Xvfb": "xvfb", "dunst": "dunst", "dunstctl": "dunst", "xdotool": "xdotool",
+    "import": "imagemagick",
 ]
 
 /// The absolute path of `name` on `PATH`, or an error that names the Debian package to install.

@@ -1,0 +1,213 @@
+import Foundation
+import SystemSupport
+import TestSupport
+import Testing
+
+/// dcclient's desktop notifications, shown by a real notification server (dunst on Xvfb) on a
+/// session bus of the test's own; `dbus-monitor` is the oracle of what was posted, and xdotool
+/// clicks as a person would.
+@Suite("Desktop notifications through a real session bus and dunst", .ownThreads, .timeLimit(.minutes(5)))
+struct DesktopNotificationTests {
+    static let scheme = ["--client-scheme", "org.example.dcclient"]
+    static let send = [
+        "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",
+        "--client-scheme", "org.example.dcclient",
+    ]
+
+    /// A managed client set up in a sandbox with a desktop session of its own; `body` runs, then
+    /// the session stops and no process the test started may be left.
+    static func withDesktop(_ label: String, _ body: (Tools, DesktopSession) async throws -> Void) async throws {
+        let tools = try Tools(label)
+        defer { tools.sandbox.remove() }
+        let session = try DesktopSession(in: tools.sandbox)
+        do {
+            try await body(tools, session)
+        } catch {
+            session.stop()
+            throw error
+        }
+        session.stop()
+        try await eventually { session.processesLeft().isEmpty }
+    }
+
+    /// Runs dcclient or dcprovision with the session's bus address and display.
+    @discardableResult
+    static func run(_ tools: Tools, _ session: DesktopSession, _ tool: String, _ arguments: [String]) throws
+        -> ProcessResult
+    {
+        try tools.sandbox.run(
+            Binaries.directory + "/" + tool, arguments, environment: session.environment, timeout: 120)
+    }
+
+    @Test(
+        "Unauthorized and authorized through handle-url, and message --show, post the state with the provider's message, its markup escaped"
+    )
+    func authorization() async throws {
+        try await Self.withDesktop("notify-authorization") { tools, session in
+            // The provider's handler starts dcclient with the short environment (no bus address): it
+            // finds the bus at $XDG_RUNTIME_DIR/bus, as in a systemd session.
+            try tools.setUpManagedClient()
+            let authorized = session.waitForNotification { $0.summary == "dcclient is authorized" }
+            #expect(authorized?.appName == "dcclient")
+            #expect(authorized?.actions == [])
+
+            try tools.check(
+                "dcprovision", ["unauthorize"] + Self.scheme + ["--message", "<b>Device</b> out of compliance & more"])
+            let unauthorized = try #require(
+                session.waitForNotification { $0.summary == "dcclient is not authorized" })
+            #expect(unauthorized.body == "&lt;b&gt;Device&lt;/b&gt; out of compliance &amp; more")
+            #expect(unauthorized.urgency == 2)
+
+            let shown = try Self.run(tools, session, "dcclient", ["message", "--show"])
+            #expect(shown.status == 0, "\(shown.stderrText)")
+            #expect(shown.stdoutText == "unauthorized: <b>Device</b> out of compliance & more\n")
+            #expect(shown.stderr.isEmpty, "\(shown.stderrText)")
+            try await eventually {
+                session.notifications().filter { $0.summary == "dcclient is not authorized" }.count == 2
+            }
+
+            // Authorized again while locked (unauthorize locked the app): applied at once, and the
+            // acknowledgement waits for an unlock, which the notification offers.
+            try tools.check("dcprovision", ["authorize"] + Self.scheme)
+            let offered = try #require(
+                session.waitForNotification { $0.summary == "dcclient is authorized" && !$0.actions.isEmpty })
+            #expect(offered.actions == ["default", "Unlock"])
+            #expect(offered.body.hasSuffix("Unlock dcclient to acknowledge the provider's policy."), "\(offered.body)")
+            // Unlocked in a terminal instead: the waiter withdraws its offer and ends.
+            try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])
+            try await eventually { session.calls("CloseNotification") == 1 }
+
+            // Turned off in the desktop settings: message --show posts nothing, and says nothing.
+            try FileManager.default.createDirectory(
+                atPath: tools.sandbox.configHome + "/derived-credentials", withIntermediateDirectories: true)
+            try tools.sandbox.write("home/.config/derived-credentials/desktop.conf", "notifications off\n")
+            let before = session.notifications().count
+            let off = try Self.run(tools, session, "dcclient", ["message", "--show"])
+            #expect(off.status == 0 && off.stderr.isEmpty, "\(off.stderrText)")
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(session.notifications().count == before)
+        }
+    }
+
+    @Test(
+        "A delivery that finds the client locked: handle-url exits 69 and offers Unlock; a click in dunst runs dcclient unlock, whose failure is told; the delivery is installed once unlocked"
+    )
+    func deliveryWaitingForUnlock() async throws {
+        try await Self.withDesktop("notify-unlock") { tools, session in
+            try tools.setUpManagedClient()
+            // The unlock the action runs asks through a pinentry when there is no terminal: here one
+            // that fails, so the outcome does not depend on what is installed.
+            try FileManager.default.createDirectory(
+                atPath: tools.sandbox.configHome + "/derived-credentials", withIntermediateDirectories: true)
+            try tools.sandbox.write("home/.config/derived-credentials/desktop.conf", "pinentry-program /bin/false\n")
+            try tools.check("dcclient", ["lock"])
+            let queued = try tools.check("dcprovision", Self.send + ["--queue"])
+            let output = queued.stdoutText + queued.stderrText
+            let start = try #require(output.range(of: "org.example.dcclient:/deliver?"))
+            let url = String(output[start.lowerBound...].prefix { !$0.isWhitespace })
+            // The set-up's notifications go; the one to click is then the only one shown.
+            _ = session.waitForNotification { $0.summary == "dcclient is authorized" }
+            try session.closeAll()
+
+            let locked = try Self.run(tools, session, "dcclient", ["handle-url", url])
+            #expect(locked.status == 69, "\(locked.stderrText)")
+            #expect(locked.stderrText.contains("the client is locked"), "\(locked.stderrText)")
+            let asked = try #require(session.waitForNotification { $0.summary == "A credential waits for an unlock" })
+            #expect(asked.body == "Unlock dcclient to install the credential the provider sent.")
+            #expect(asked.actions == ["default", "Unlock"])
+            #expect(asked.expireTimeout == 600_000)
+            #expect(asked.icon == "dialog-password")
+            // The URL is not shown: it stays in the waiter's arguments.
+            #expect(!asked.body.contains("deliver?"))
+
+            try await Task.sleep(for: .milliseconds(500))
+            let screenshot = tools.sandbox.file("notification.png")
+            try session.screenshot(to: screenshot)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: screenshot)).starts(with: [0x89, 0x50, 0x4E, 0x47]))
+            // `DC_SCREENSHOT_DIR=docs/images` keeps it (docs/images/notification.png is made so).
+            if let keep = ProcessInfo.processInfo.environment["DC_SCREENSHOT_DIR"] {
+                _ = try? FileManager.default.removeItem(atPath: keep + "/notification.png")
+                try FileManager.default.copyItem(atPath: screenshot, toPath: keep + "/notification.png")
+            }
+
+            try session.clickTopNotification()
+            let failed = try #require(session.waitForNotification { $0.summary == "dcclient was not unlocked" })
+            #expect(!failed.body.isEmpty)
+            #expect(try tools.check("dcclient", ["status"]).stdoutText.contains("(locked)"))
+
+            // Unlocked by hand, the provider sends what it queued, and the install is told.
+            try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])
+            let installed = try #require(session.waitForNotification { $0.summary == "Credential installed" })
+            #expect(installed.body.hasPrefix("dcclient installed \""))
+        }
+    }
+
+    @Test("check: a credential ending within the window posts that it expires soon; one that is not due posts nothing")
+    func expirySoon() async throws {
+        try await Self.withDesktop("notify-expiry") { tools, session in
+            try tools.setUpManagedClient()
+            try tools.check("dcprovision", Self.send + ["--option", "validity-days=3"])
+            #expect(session.waitForNotification { $0.summary == "Credential installed" } != nil)
+            let checked = try Self.run(tools, session, "dcclient", ["check"])
+            #expect(checked.status == 0, "\(checked.stderrText)")
+            let soon = try #require(session.waitForNotification { $0.summary == "The credential expires soon" })
+            #expect(soon.body.hasPrefix("A certificate ends within 30 days"), "\(soon.body)")
+            #expect(soon.body.hasSuffix("Renew it: dcclient check --renew-within 30."), "\(soon.body)")
+            let before = session.notifications().count
+            try Self.run(tools, session, "dcclient", ["check", "--renew-within", "1"])
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(session.notifications().count == before)
+        }
+    }
+
+    @Test("A hostile body is escaped, its control and reordering characters removed, and cut to 400 characters")
+    func hostileBody() async throws {
+        try await Self.withDesktop("notify-hostile") { tools, session in
+            let hostile =
+                "<b>bold</b> & <a href='x'>link</a>\u{1B}[31m\u{7}\u{202E}evil\u{0}\tend\r\n"
+                + String(repeating: "x", count: 1000)
+            let id = DesktopNotifications.post(
+                DesktopNotification(summary: "Hostile\u{1B}[2J <i>summary</i>", body: hostile),
+                appName: "hostile-test", settings: DesktopSettings(),
+                environment: tools.sandbox.xdg.merging(session.environment) { $1 })
+            #expect(id != nil)
+            let posted = try #require(session.waitForNotification { $0.appName == "hostile-test" })
+            let cleaned = "<b>bold</b> & <a href='x'>link</a>[31mevil end \n" + String(repeating: "x", count: 1000)
+            let cut = String(cleaned.prefix(399)) + "…"
+            #expect(posted.body == DesktopNotifications.markupEscaped(cut))
+            #expect(posted.summary == "Hostile[2J &lt;i&gt;summary&lt;/i&gt;")
+            #expect(!posted.body.unicodeScalars.contains { $0.properties.generalCategory == .control && $0 != "\n" })
+        }
+    }
+
+    @Test(
+        "No session bus: message --show, handle-url and check succeed or fail as before, with nothing more on standard error"
+    )
+    func noBus() throws {
+        let tools = try Tools("notify-no-bus")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        #expect(!FileManager.default.fileExists(atPath: tools.sandbox.runtimeDirectory + "/bus"))
+        let shown = try tools.run("dcclient", ["message", "--show"])
+        #expect(shown.status == 0)
+        #expect(shown.stdoutText == "authorized\n")
+        #expect(shown.stderr.isEmpty, "\(shown.stderrText)")
+        try tools.check("dcclient", ["lock"])
+        let queued = try tools.check("dcprovision", Self.send + ["--queue"])
+        let output = queued.stdoutText + queued.stderrText
+        let start = try #require(output.range(of: "org.example.dcclient:/deliver?"))
+        let url = String(output[start.lowerBound...].prefix { !$0.isWhitespace })
+        let locked = try tools.run("dcclient", ["handle-url", url])
+        #expect(locked.status == 69)
+        #expect(locked.stderrText.split(separator: "\n").count == 1, "\(locked.stderrText)")
+        try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])
+        let checked = try tools.run("dcclient", ["check"])
+        #expect(checked.status == 0, "\(checked.stderrText)")
+        #expect(checked.stderr.isEmpty, "\(checked.stderrText)")
+        // A bus address that leads nowhere is no bus either.
+        let nowhere = try tools.sandbox.run(
+            Binaries.directory + "/dcclient", ["message", "--show"],
+            environment: ["DBUS_SESSION_BUS_ADDRESS": "unix:path=" + tools.sandbox.file("no-such-bus")])
+        #expect(nowhere.status == 0 && nowhere.stderr.isEmpty, "\(nowhere.stderrText)")
+    }
+}

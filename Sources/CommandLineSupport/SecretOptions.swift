@@ -54,7 +54,8 @@ public struct PINOptions: PINSourceOptions {
         if let pinEnv { return FixedPassphrase(try SecretInput.read(environment: pinEnv)) }
         return InteractivePassphrase(
             name: "PIN", title: Console.toolName, description: { "Enter the PIN of \($0.escapingControlCharacters)." },
-            whenNobodyCanAnswer: pinPrompt ? .refuse : .noSecret, remedy: pinPrompt ? .givePassphraseWithoutTerminal : .givePIN)
+            whenNobodyCanAnswer: pinPrompt ? .refuse : .noSecret,
+            remedy: pinPrompt ? .givePassphraseWithoutTerminal : .givePIN)
     }
 }
 
@@ -166,7 +167,7 @@ public struct PromptingPassphraseOptions: ParsableArguments {
     /// `--passphrase-file` and `--passphrase-fd`.
     @OptionGroup public var given: PassphraseOptions
     /// `--passphrase-prompt`.
-    @Flag(help: "Prompt for the passphrase on the terminal, else through a pinentry (only when encrypted input needs one).")
+    @Flag(help: "Prompt for the passphrase on the terminal or a pinentry (only when encrypted input needs one).")
     public var passphrasePrompt = false
 
     /// The options as parsed.
@@ -203,7 +204,8 @@ public struct CardSecretOptions: ParsableArguments {
     var pukFile: String?
     @Option(name: .customLong("puk-fd"), help: ArgumentHelp("Read the PUK from descriptor N.", valueName: "n"))
     var pukFd: Int32?
-    @Flag(name: .customLong("puk-prompt"), help: "Prompt for the PUK on the terminal, else a pinentry.") var pukPrompt = false
+    @Flag(name: .customLong("puk-prompt"), help: "Prompt for the PUK on the terminal, else a pinentry.") var pukPrompt =
+        false
     @Option(name: .customLong("new-puk-file"), help: ArgumentHelp("Read the new PUK from FILE.", valueName: "file"))
     var newPUKFile: String?
     @Option(name: .customLong("new-puk-fd"), help: ArgumentHelp("Read the new PUK from descriptor N.", valueName: "n"))

@@ -26,7 +26,9 @@ import Foundation
 public struct Pinentry: Sendable {
     /// The variables a pinentry needs to reach the user's display or terminal, passed on when set,
     /// on top of ``ChildEnvironment/minimal(from:)``; nothing else of this process's environment.
-    public static let displayVariables = ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "TERM"]
+    public static let displayVariables = [
+        "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "TERM",
+    ]
     /// How long the pinentry waits for the user (`SETTIMEOUT`); the process is killed a little later.
     public static let timeout: Duration = .seconds(120)
     /// Assuan's error code for a cancelled dialog (GPG_ERR_CANCELED from the pinentry source).
@@ -288,4 +290,3 @@ public struct Pinentry: Sendable {
         }
     }
 }
-

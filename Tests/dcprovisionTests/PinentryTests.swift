@@ -5,7 +5,7 @@ import Testing
 /// A command on a pseudo-terminal of its own (script(1)), typed into as a person types: each
 /// answer is written only once the text it answers has appeared in the terminal's output. The
 /// terminal's output (everything the command and a pinentry-tty showed there) is kept in a file.
-private final class TerminalSession {
+final class TerminalSession {
     let log: String
     let fifo: String
     let process: SpawnedProcess
@@ -71,7 +71,7 @@ private final class TerminalSession {
 
 /// The processes of this user whose environment points `HOME` into `sandbox`: what a test left
 /// running (a pinentry, an X server, a dcclient).
-private func processes(inside sandbox: Sandbox) -> [String] {
+func processes(inside sandbox: Sandbox) -> [String] {
     let marker = Data("HOME=\(sandbox.home)\0".utf8)
     let own = "\(getpid())"
     return ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).filter { pid in
@@ -80,12 +80,13 @@ private func processes(inside sandbox: Sandbox) -> [String] {
         else { return false }
         return environ.range(of: marker) != nil
     }.compactMap { pid in
-        (try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8))?.replacingOccurrences(of: "\0", with: " ")
+        (try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8))?.replacingOccurrences(
+            of: "\0", with: " ")
     }
 }
 
 /// Writes the desktop settings file naming `program` as the pinentry.
-private func configurePinentry(_ program: String, in sandbox: Sandbox) throws {
+func configurePinentry(_ program: String, in sandbox: Sandbox) throws {
     let directory = sandbox.configHome + "/derived-credentials"
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     try Data("pinentry-program \(program)\n".utf8).write(to: URL(fileURLWithPath: directory + "/desktop.conf"))
@@ -97,7 +98,7 @@ private let initArguments = [
 ]
 
 /// A shell command line of `arguments`, each single-quoted.
-private func shellLine(_ arguments: [String]) -> String {
+func shellLine(_ arguments: [String]) -> String {
     arguments.map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }.joined(separator: " ")
 }
 
@@ -141,6 +142,49 @@ struct PinentryTests {
         }
         #expect(try tools.run("dcclient", ["status"]).stdoutText.contains("unlocked:         yes"))
         #expect(processes(inside: tools.sandbox).isEmpty, "\(processes(inside: tools.sandbox))")
+    }
+
+    @Test(
+        "The pinentry's argv is its path alone, its environment the minimal one plus the display variables: no secret, nothing else of ours"
+    )
+    func pinentryEnvironment() throws {
+        let tools = try Tools("pinentry-environment")
+        defer { tools.sandbox.remove() }
+        // The real pinentry-tty behind a wrapper that records what it was started with.
+        let recorded = tools.sandbox.file("recorded")
+        let wrapper = try tools.sandbox.write(
+            "pinentry-recorder",
+            "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" > '\(recorded).argv'\nenv > '\(recorded).env'\n"
+                + "exec /usr/bin/pinentry-tty \"$@\"\n")
+        chmod(wrapper, 0o700)
+        try configurePinentry(wrapper, in: tools.sandbox)
+        try tools.sandbox.write("pass.txt", Self.passphrase + "\n")
+        try tools.check("dcclient", initArguments + ["--passphrase-file", "pass.txt"])
+        try tools.check("dcclient", ["lock"])
+        let session = try TerminalSession(
+            shellLine([Self.dcclient, "unlock"]) + " < /dev/null; echo \"exit=$?\"", in: tools.sandbox, label: "unlock",
+            environment: [
+                "DC_TEST_TOKEN": "not-for-the-pinentry", "DISPLAY": "", "XAUTHORITY": tools.sandbox.file("xauth"),
+                "DBUS_SESSION_BUS_ADDRESS": "unix:path=/nonexistent", "GPG_AGENT_INFO": "not-for-the-pinentry",
+            ])
+        #expect(session.waitFor("Passphrase:"))
+        session.type(Self.passphrase + "\r")
+        #expect(session.finish() == 0, "\(session.output)")
+        #expect(try readText(recorded + ".argv") == wrapper + "\n")
+        let environment = try readText(recorded + ".env")
+        let names = Set(
+            environment.split(separator: "\n").compactMap { $0.split(separator: "=").first.map(String.init) })
+        let allowed: Set<String> = [
+            "PATH", "HOME", "LANG", "SOFTHSM2_CONF", "DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "TERM",
+        ]
+        // sh adds PWD (and SHLVL, _) itself.
+        let extra = names.subtracting(allowed).subtracting(["PWD", "SHLVL", "_", "OLDPWD"]).filter {
+            !$0.hasPrefix("XDG_") && !$0.hasPrefix("LC_") && !$0.hasPrefix("P11_KIT_")
+        }
+        #expect(extra.isEmpty, "\(environment)")
+        #expect(names.isSuperset(of: ["XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "TERM", "HOME"]), "\(environment)")
+        #expect(!environment.contains("not-for-the-pinentry"))
+        #expect(!environment.contains(Self.passphrase))
     }
 
     @Test("A cancelled pinentry: one error line, exit 77, nothing written")
@@ -219,7 +263,8 @@ struct PinentryTests {
             let log = tools.sandbox.file(label + ".log")
             let child = try SpawnedProcess(Self.dcclient, ["unlock"], environment: environment, output: log)
             let found = try run(
-                "xdotool", ["search", "--sync", "--onlyvisible", "--class", "pinentry"], environment: environment, timeout: 30)
+                "xdotool", ["search", "--sync", "--onlyvisible", "--class", "pinentry"], environment: environment,
+                timeout: 30)
             let window = found.stdoutText.split(separator: "\n").first.map(String.init) ?? ""
             #expect(found.status == 0 && !window.isEmpty, "\(found.stderrText)")
             try answer(window)
@@ -253,40 +298,6 @@ struct PinentryTests {
         #expect(try tools.run("dcclient", ["status"]).stdoutText.contains("unlocked:         yes"))
         display.stop()
         #expect(processes(inside: tools.sandbox).isEmpty, "\(processes(inside: tools.sandbox))")
-    }
-}
-
-@Suite(
-    "A token's PIN asked the desktop's way when no PIN option names it", .serialized, .ownThreads, .softHSM,
-    .timeLimit(.minutes(3)))
-struct PinentryPINTests {
-    @Test(
-        "A token PIN with no PIN option is asked through pinentry-tty, the card's state in the description, and logs in once")
-    func pinThroughPinentry() throws {
-        let tools = try Tools(
-            "pinentry-pin",
-            extra: [
-                "SOFTHSM2_CONF": SoftHSM.shared.configuration, "DC_FAULT": "count-low",
-                "DC_FAULT_PINPAD_PIN": SoftHSM.userPIN,
-            ])
-        defer { tools.sandbox.remove() }
-        try configurePinentry("/usr/bin/pinentry-tty", in: tools.sandbox)
-        let logins = tools.sandbox.file("logins")
-        let command = [
-            Binaries.dcprovision, "objects", "pkcs11:token=PIN%20Card;type=private", "--module",
-            Binaries.directory + "/libDCFaultPKCS11.so", "--login",
-        ]
-        let session = try TerminalSession(
-            shellLine(command) + " < /dev/null; echo \"exit=$?\"", in: tools.sandbox, label: "pin",
-            environment: ["DC_FAULT_LOGIN_LOG": logins])
-        #expect(session.waitFor("Enter the PIN of PIN Card."))
-        #expect(session.waitFor("An incorrect PIN was entered recently; few tries are left."))
-        #expect(session.waitFor("PIN:"))
-        session.type(SoftHSM.userPIN + "\r")
-        #expect(session.finish() == 0, "\(session.output)")
-        #expect(!session.output.contains(SoftHSM.userPIN), "\(session.output)")
-        #expect(session.output.contains("private-key  id 01"), "\(session.output)")
-        #expect(((try? readText(logins)) ?? "").split(separator: "\n") == ["C_Login"])
     }
 }
 

@@ -141,7 +141,8 @@ final class Module: Sendable {
             guard !state.initialized else { throw ReturnValue(CKR_CRYPTOKI_ALREADY_INITIALIZED) }
             state.initialized = true
             state.watch = nil
-            state.client = ManagedClient(locations: XDGDirectories())
+            let apps = ManagedApps(locations: XDGDirectories())
+            state.client = (try? apps.choose(nil)) ?? apps.client(ManagedApps.defaultApp)
             state.reported = Self.presence(&state)
         }
     }

@@ -166,6 +166,9 @@ enum RemedyWording {
         DCError.Remedy.setUpClient.name: { _ in
             "run dcclient init --client-scheme SCHEME --provider-scheme SCHEME --passphrase-file FILE"
         },
+        DCError.Remedy.nameApp.name: { _ in
+            "name one with --app ID or DCCLIENT_APP=ID"
+        },
         DCError.Remedy.requestCredential.name: { _ in
             "ask the provider for one: dcclient request"
         },

@@ -143,6 +143,11 @@ extension ManagedClient {
         return SharedUserID.compute(secret: secret, machineID: machineID, userID: userID)
     }
 
+    /// The user the provider says this app serves (the user id its newest delegation names), or
+    /// nil before the first delegation. Read without the store key and without making a token:
+    /// the app's configuration can show whose app this is.
+    public var userID: String? { (try? storedDelegation())?.claims.userID }
+
     /// The per-user secret behind ``sharedUserID(machineIDFile:)``, shared by every app of the user.
     public var sharedUserIDSecretFile: String { locations.dataHome + "/derived-credentials/shared-user-id.key" }
 

@@ -8,8 +8,11 @@ import SystemSupport
 /// The reference managed client: it registers a scheme, asks a provider for a credential,
 /// receives, opens, validates and installs it all-or-nothing, and calls back.
 ///
+/// Each managed app is a container of its own, served by its own `ManagedClient`
+/// (``ManagedApps`` lists them and picks one):
+///
 /// ```
-/// $XDG_DATA_HOME/dcclient/        0700
+/// $XDG_DATA_HOME/dcclient/apps/<id>/   0700, one per app (its id is its client id)
 ///   store/wrapped-key.json        the store key, sealed under a key derived from the passphrase
 ///   store/client-key              the client's private key, sealed under the store key
 ///   store/client.pem              its certificate (deliveries are sealed to it)
@@ -29,18 +32,30 @@ import SystemSupport
 ///                                policy's auto-lock lifetime (else $XDG_RUNTIME_DIR/dcclient/<id>.key)
 /// ```
 public struct ManagedClient: Sendable {
-    /// The client's directory, `$XDG_DATA_HOME/dcclient`; everything it keeps is under it.
+    /// The app's container, `$XDG_DATA_HOME/dcclient/apps/<id>`; everything it keeps is under it.
     public let base: String
+    /// The app this client serves: its container's name and its client id.
+    public let app: ClientID
     /// The XDG directories the client lives in and publishes its registration to.
     public let locations: XDGDirectories
     static let iterations = 200_000
     /// How long a delivery stays acceptable after the provider issued it.
     public static let requestTimeLimit: TimeInterval = 600
 
-    /// The client kept under `locations`; nothing is read or created until it is used.
-    public init(locations: XDGDirectories = XDGDirectories()) {
+    /// The client of the app `app` kept under `locations`; nothing is read or created until it
+    /// is used. A command picks the app with ``ManagedApps/choose(_:environment:)``.
+    public init(locations: XDGDirectories = XDGDirectories(), app: ClientID = ManagedApps.defaultApp) {
         self.locations = locations
-        base = locations.dataHome + "/dcclient"
+        self.app = app
+        base = ManagedApps(locations: locations).containers + "/" + app.description
+    }
+
+    /// The single client of a version before containers, kept directly in `legacyBase`: only
+    /// for moving it into its container.
+    init(legacyBase: String, locations: XDGDirectories) {
+        self.locations = locations
+        self.app = ManagedApps.defaultApp
+        base = legacyBase
     }
 
     var store: String { base + "/store" }
@@ -50,14 +65,22 @@ public struct ManagedClient: Sendable {
     /// keyring of the login session, with a timeout the kernel enforces whether or not any
     /// process runs (else a 0600 file in the user's runtime directory carrying its deadline),
     /// never persistent storage. One per store, named by a hash of the store's path.
+    ///
+    /// Without `XDG_RUNTIME_DIR` (an SSH login without systemd-logind, a container, a CI job),
+    /// the kernel keyring is the only holder: there is no private in-memory place for the file.
+    /// Unlocking then works where the process has a session keyring (`pam_keyinit` gives an SSH
+    /// login one; `keyctl session` starts one) and is refused with that fix named otherwise.
+    /// A runtime directory that is set but unsafe is refused as before.
     var unlockedKey: ExpiringSecret {
         get throws {
-            let runtime = try locations.privateRuntimeDirectory()
             // The same store always gets the same name, however its path was spelled.
             let path = URL(fileURLWithPath: base).standardizedFileURL.resolvingSymlinksInPath().path
-            return ExpiringSecret(
-                name: Digests.hex(Array(Digests.sha256(Array(path.utf8)).prefix(16))),
-                runtimeDirectory: runtime + "/dcclient")
+            let name = Digests.hex(Array(Digests.sha256(Array(path.utf8)).prefix(16)))
+            guard locations.runtimeDirectory != nil else {
+                return ExpiringSecret(name: name, runtimeDirectory: "/nonexistent", holders: [.kernelKeyring])
+            }
+            let runtime = try locations.privateRuntimeDirectory()
+            return ExpiringSecret(name: name, runtimeDirectory: runtime + "/dcclient")
         }
     }
     /// Where versions before the runtime directory kept the unlocked key; removed on sight.
@@ -79,11 +102,12 @@ public struct ManagedClient: Sendable {
 
     // MARK: - Setup
 
-    /// Creates the client: a store key sealed under the passphrase, a P-256 key and certificate for
+    /// Creates the app's container and its client (its client id is the app's id): a store key
+    /// sealed under the passphrase, a P-256 key and certificate for
     /// sealing, the registration; then unlocks.
     /// With `trustAnchors`, a delivered credential must chain to one of them (``trust(anchors:)``).
     public func initialize(
-        clientId: ClientID, scheme: URLScheme, providerScheme: URLScheme, executable: String, passphrase: SecretBytes,
+        scheme: URLScheme, providerScheme: URLScheme, executable: String, passphrase: SecretBytes,
         trustAnchors: [Certificate] = []
     ) throws {
         if isRetired {
@@ -97,6 +121,7 @@ public struct ManagedClient: Sendable {
                 remedy: .useExistingClient)
         }
         try AtomicFileSet.ensureDirectory(base)
+        chmod(ManagedApps(locations: locations).root, 0o700)
         chmod(base, 0o700)
         try AtomicFileSet.ensureDirectory(store)
         let storeKey = try Digests.random(32)
@@ -106,13 +131,13 @@ public struct ManagedClient: Sendable {
         let clientKey = try KeyGeneration.generate(.p256)
         let certificate = try CertificateSigner(selfSigningWith: clientKey).issue(
             CertificateProfile(
-                subject: DistinguishedName([.init("CN", "dcclient \(clientId)")]),
+                subject: DistinguishedName([.init("CN", "dcclient \(app)")]),
                 notBefore: Date().addingTimeInterval(-60),
                 notAfter: Date().addingTimeInterval(5 * 365 * 86400), keyUsage: .keyAgreement), for: clientKey)
         let signingKey = try MessageSigningKey.generate()
         let tokenKey = try TokenSigningKey.generate()
         let config = Config(
-            clientId: clientId, scheme: scheme, providerScheme: providerScheme,
+            clientId: app, scheme: scheme, providerScheme: providerScheme,
             signingKey: PinnedKeys.encode(signingKey.publicKey),
             tokenKey: Data(tokenKey.publicKey.uncompressedPoint).base64EncodedString())
         let wrappedJSON = try JSONSerialization.data(withJSONObject: [
@@ -265,10 +290,22 @@ public struct ManagedClient: Sendable {
     /// publishes that secure services are available: what unlocking does once the key is known.
     func unlock(storeKey: SecretBytes) throws {
         let key = try unlockedKey
-        try AtomicFileSet.ensureDirectory(key.runtimeDirectory)
-        chmod(key.runtimeDirectory, 0o700)
+        if key.holders.contains(.runtimeFile) {
+            try AtomicFileSet.ensureDirectory(key.runtimeDirectory)
+            chmod(key.runtimeDirectory, 0o700)
+        }
         let autoLock = (try? currentPolicy())?.autoLock ?? ClientPolicy.defaultAutoLock
-        try key.store(storeKey, lifetime: .seconds(autoLock))
+        do {
+            try key.store(storeKey, lifetime: .seconds(autoLock))
+        } catch let error as DCError where !key.holders.contains(.runtimeFile) {
+            var refusal = DCError(
+                .serviceUnavailable,
+                "XDG_RUNTIME_DIR is not set and the kernel keyring refused the unlocked key: there is no private place for it",
+                hint: "log in through a session that sets XDG_RUNTIME_DIR (systemd does: /run/user/$UID), "
+                    + "or start a session keyring with keyctl session")
+            refusal.underlying = error
+            throw refusal
+        }
         unlink(legacyRunKey)
         try publishStatus(available: true, until: key.expiry())
     }
@@ -692,7 +729,7 @@ public struct ManagedClient: Sendable {
     /// Whether a credential is installed; answered without the store key (it says nothing of
     /// the credential itself, which only ``installed()`` reads).
     public var hasInstalledCredential: Bool { FileManager.default.fileExists(atPath: store + "/credential") }
-    /// The client's id (`dcclient init --client-id`), or nil when the client is not set up.
+    /// The client's id (the app's id, `dcclient init --app`), or nil when the client is not set up.
     public var clientID: ClientID? { try? config().clientId }
     /// The client's URL scheme, or nil when the client is not set up.
     public var scheme: URLScheme? { try? config().scheme }

@@ -101,14 +101,15 @@ extension CredentialService {
     public struct PolicyReceipt: Sendable {
         /// The record after the change (and after the app's acknowledgement, if it came).
         public var record: PolicyRecord
-        /// True when the policy was opened at the client now; false when it waits for the client
-        /// to announce availability.
+        /// True when the policy was opened at the client now; false when it was not (it was
+        /// acknowledged already by the time its turn came).
         public var sent: Bool
     }
 
     /// Changes the policy of the paired client registered for `clientScheme` (a new number; newest
-    /// wins) and sends it at once if the client's secure services are available, otherwise when it
-    /// next announces availability. Nothing changes for a client that is not paired.
+    /// wins) and opens it at the client at once, locked or not (a locked client acknowledges it
+    /// when it next announces availability, and it is opened again then). Nothing changes for a
+    /// client that is not paired.
     public func setPolicy(
         clientScheme: URLScheme, progress: @Sendable (String) -> Void = { _ in },
         _ change: (inout ClientPolicy) throws -> Void
@@ -149,12 +150,16 @@ extension CredentialService {
             let count = try revokeDelegations(of: record.clientId)
             if count > 0 { progress("its \(count) auth-token delegation(s) are revoked: \(revocationsPath)") }
         }
-        guard registration.servicesAvailable else {
-            progress("queued: it goes out when the client announces availability (newest wins)")
-            return PolicyReceipt(record: record, sent: false)
+        // A policy needs only the provider key the client pinned, not its store key: a locked
+        // client applies it (state and message) at once and acknowledges it after its next
+        // unlock, when it announces availability and the provider opens it again.
+        if !registration.servicesAvailable {
+            progress("the client is locked: it applies the policy now and acknowledges it after its next unlock")
         }
         try await pushPolicy(to: registration, progress: progress)
-        if record.policy.state == .authorized { await offerDelegation(to: registration, progress: progress) }
+        if record.policy.state == .authorized, registration.servicesAvailable {
+            await offerDelegation(to: registration, progress: progress)
+        }
         return PolicyReceipt(record: try policyRecord(clientId: record.clientId) ?? record, sent: true)
     }
 

@@ -257,7 +257,9 @@ public struct SchemeHandlers: Sendable {
     /// Opens `url` with the handler registered for `scheme`, which must run `expectedExecutable`
     /// (the one that registered): a different handler claiming the scheme — another default, or a
     /// fallback that sorts first — is refused, and nothing is sent to it. The handler is started
-    /// with an argv array and waited for.
+    /// with an argv array and waited for, in the environment the desktop would give it
+    /// (`ChildEnvironment.desktop`: the short list, and the display and session bus it may need
+    /// to talk to its user).
     public func open(
         _ url: String, scheme: URLScheme, expectedExecutable: String,
         limits: ChildProcess.Limits = .init(timeout: .seconds(60)),
@@ -266,7 +268,7 @@ public struct SchemeHandlers: Sendable {
         let arguments = try checkedArguments(url, scheme: scheme, expectedExecutable: expectedExecutable)
         return try await ChildProcess.run(
             arguments[0], arguments: Array(arguments.dropFirst()),
-            environment: environment ?? ChildEnvironment.minimal(), limits: limits)
+            environment: environment ?? ChildEnvironment.desktop(), limits: limits)
     }
 
     /// Checks that `scheme` resolves to `expectedExecutable` as the explicit default, without

@@ -11,6 +11,19 @@ public enum ChildEnvironment {
     /// categories, p11-kit's settings.
     public static let prefixes: [String] = ["XDG_", "LC_", "P11_KIT_"]
 
+    /// The addresses of the desktop session, which a program that talks to the user needs (a
+    /// scheme handler posting a notification, a pinentry drawing its window): the display, its
+    /// authority file and the session bus. Addresses, not secrets; never given to exec plug-ins.
+    public static let desktopNames: [String] = ["DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS"]
+
+    /// ``minimal(from:)`` and the desktop session's addresses (``desktopNames``): what the
+    /// programs that talk to the user get (scheme handlers, pinentry, the notification waiter).
+    public static func desktop(from environment: [String: String] = ProcessInfo.processInfo.environment)
+        -> [String: String]
+    {
+        minimal(from: environment).merging(environment.filter { desktopNames.contains($0.key) }) { $1 }
+    }
+
     /// The variables of `environment` that the lists above name; nothing else.
     public static func minimal(from environment: [String: String] = ProcessInfo.processInfo.environment)
         -> [String: String]

@@ -27,6 +27,7 @@ extension DCClient {
         var renewWithin: Int?
         @OptionGroup(title: "Revocation") var revocation: RevocationOptions
         @OptionGroup var format: JSONOutputOptions
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         /// What `check --json` prints.
@@ -53,7 +54,7 @@ extension DCClient {
         }
 
         func run() async throws {
-            let client = ManagedClient()
+            let client = try app.client()
             let window = TimeInterval(renewWithin ?? 30) * 86400
             guard let credential = try client.installed() else {
                 throw DCError(

@@ -18,12 +18,12 @@ struct DCClient: AsyncParsableCommand {
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,
             Unlock.self, Status.self, Files.self, Pasteboard.self, Token.self, SharedUserIDCommand.self, JWT.self,
-            Decrypt.self, Check.self,
+            Decrypt.self, Check.self, Apps.self, Acknowledge.self,
         ])
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
     /// keep working, hidden, for one release.
-    static let formerNames = FormerNames(["init": ["scheme": "client-scheme"]])
+    static let formerNames = FormerNames(["init": ["scheme": "client-scheme", "client-id": "app"]])
 
     static func main() async {
         await Tool.main(Self.self, name: "dcclient", formerNames: formerNames, urlHandler: HandleURL.self)
@@ -100,12 +100,15 @@ extension DCClient {
         var clientScheme: URLScheme
         @Option(help: ArgumentHelp("The provider's URL scheme (where requests and results go).", valueName: "scheme"))
         var providerScheme: URLScheme
-        @Option(help: ArgumentHelp("This client's id (lowercase letters, digits, -).", valueName: "id"))
-        var clientId: ClientID = .defaultClient
         @Option(
             help: ArgumentHelp(
                 "CA certificates a delivered credential must chain to (PEM or DER); repeatable.", valueName: "file"))
         var trustAnchor: [String] = []
+        @Option(
+            help: ArgumentHelp(
+                "The new app's id, its container's name and client id (default: $DCCLIENT_APP, else dcclient).",
+                valueName: "id"))
+        var app: ClientID?
         @OptionGroup var passphrase: PassphraseOptions
         @OptionGroup var output: OutputOptions
         /// The fewest characters a new store's passphrase may have.
@@ -123,12 +126,24 @@ extension DCClient {
                         hint: "choose a longer one")
                 }
             }
-            try ManagedClient().initialize(
-                clientId: clientId, scheme: clientScheme, providerScheme: providerScheme,
+            let apps = ManagedApps()
+            try apps.migrateSingleClient()
+            // A new app is the one named (--app, else the variable) or the default one, never
+            // "the only app there is".
+            let named = ProcessInfo.processInfo.environment[ManagedApps.environmentVariable] ?? ""
+            let chosen = try apps.choose(app ?? (named.isEmpty ? ManagedApps.defaultApp : nil))
+            // A URL finds its app by scheme: two apps cannot share one.
+            if let owner = try apps.app(forScheme: clientScheme), owner.app != chosen.app {
+                throw DCError(
+                    .outputExists, "the scheme \(clientScheme): is the app \(owner.app)'s already",
+                    hint: "give this app a scheme of its own")
+            }
+            try chosen.initialize(
+                scheme: clientScheme, providerScheme: providerScheme,
                 executable: Tool.executablePath,
                 passphrase: secret,
                 trustAnchors: trustAnchor.flatMap { try CredentialReader().read(file: $0).certificates })
-            Console.say("client \(clientId) set up; registration published; unlocked")
+            Console.say("app \(chosen.app) set up; registration published; unlocked")
         }
     }
 
@@ -142,10 +157,11 @@ extension DCClient {
                 """)
         @Flag(help: "Forget the pinned provider key and pin the one the provider's registration shows now.")
         var repinProvider = false
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let client = ManagedClient()
+            let client = try app.client()
             let scheme = try client.setUpScheme()
             if repinProvider { try client.forgetProvider() }
             try client.publishRegistration(executable: Tool.executablePath)
@@ -159,10 +175,11 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             commandName: "unregister",
             abstract: "Remove this client's scheme handler and its registration (the store stays).")
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let client = ManagedClient()
+            let client = try app.client()
             let scheme = try client.setUpScheme()
             try SchemeHandlers().unregister(scheme: scheme)
             try client.withdrawRegistration()
@@ -174,10 +191,11 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             commandName: "request",
             abstract: "Ask the provider for a credential (opens <provider-scheme>:/new…).")
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let client = ManagedClient()
+            let client = try app.client()
             let (url, providerScheme) = try client.requestURL()
             guard let provider = try client.registeredProvider() else {
                 throw DCError(
@@ -197,17 +215,31 @@ extension DCClient {
         @Argument var url: String
         @Flag(help: "Install the delivery even if it is older than the installed credential (a rollback).")
         var allowOlder = false
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
-        func run() async throws { try await Self.handle(url, allowOlder: allowOlder) }
+        func run() async throws {
+            try await Self.handle(url, allowOlder: allowOlder, client: app.app == nil ? nil : try app.client())
+        }
 
-        static func handle(url: String) async throws { try await handle(url, allowOlder: false) }
+        static func handle(url: String) async throws { try await handle(url, allowOlder: false, client: nil) }
 
         /// Handles `url` with the library's scheme handler, which answers the provider; prints what
         /// it did before the provider's handler prints anything, and how the answer went after.
-        static func handle(_ url: String, allowOlder: Bool) async throws {
-            let client = ManagedClient()
-            _ = try client.setUpScheme()
+        /// The URL's scheme names the app it is for (each app has its own); `client`, when the
+        /// user named an app, must be that one.
+        static func handle(_ url: String, allowOlder: Bool, client named: ManagedClient?) async throws {
+            let scheme = url.split(separator: ":", maxSplits: 1).first.flatMap { URLScheme(validating: String($0)) }
+            guard let scheme, let client = try ManagedApps().app(forScheme: scheme) else {
+                throw DCError(
+                    .fileNotFound, "no managed app here has the URL's scheme",
+                    subject: String(url.prefix(64)).escapingControlCharacters,
+                    hint: "set one up with dcclient init --client-scheme SCHEME")
+            }
+            if let named, named.app != client.app {
+                throw DCError(
+                    .usage, "the URL is for the app \(client.app), not \(named.app)", subject: scheme.description)
+            }
             let outcome = try await client.handle(
                 url: url, allowOlder: allowOlder, forwardingOutput: !Console.isQuiet,
                 whenHandled: { Console.say(report($0)) })
@@ -277,10 +309,11 @@ extension DCClient {
             commandName: "list",
             abstract: "List the installed credential's entries (never key material).")
         @OptionGroup var format: JSONOutputOptions
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let installed = try ManagedClient().installed()
+            let installed = try app.client().installed()
             if format.json {
                 let view = try installed.map {
                     CredentialView(
@@ -314,10 +347,11 @@ extension DCClient {
         @Flag(help: "Print the certificate as PEM instead (to give to correspondents; never the key).")
         var pem = false
         @OptionGroup var format: JSONOutputOptions
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let client = ManagedClient()
+            let client = try app.client()
             guard let entry = try client.installed()?[tag] else {
                 throw DCError(
                     .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
@@ -342,10 +376,11 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             commandName: "lock",
             abstract: "Make secure services unavailable (destroys the unlocked store key).")
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            try ManagedClient().lock()
+            try app.client().lock()
             Console.say("locked")
         }
     }
@@ -354,10 +389,11 @@ extension DCClient {
         static let configuration = CommandConfiguration(
             commandName: "unlock", abstract: "Make secure services available.")
         @OptionGroup var passphrase: PassphraseOptions
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let client = ManagedClient()
+            let client = try app.client()
             let question = clientPassphraseQuestion(
                 new: false, scheme: client.scheme, providerScheme: client.providerScheme)
             _ = try passphrase.read(
@@ -372,10 +408,4 @@ extension DCClient {
             try await client.open(url, at: provider)
         }
     }
-}
-
-extension ClientID {
-    /// `dcclient`: the id `dcclient init` gives a client when none is named.
-    // cannot fail: a literal that keeps the client-id rule (lowercase letters).
-    static let defaultClient = ClientID(validating: "dcclient")!
 }

@@ -21,11 +21,12 @@ extension DCClient {
                 when no key opens it. On an error nothing is written.
                 """)
         @Argument(help: "The encrypted message (default: standard input).") var file: String?
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
             let message = try BoundedInput.read(file, limit: EnvelopedMessage.defaultMaximumSize)
-            let plaintext = try ManagedClient().decrypt(message)
+            let plaintext = try app.client().decrypt(message)
             _ = plaintext.withUnsafeBytes { StandardStream.output.write(bytes: $0) }
         }
     }

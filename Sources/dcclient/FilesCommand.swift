@@ -19,10 +19,11 @@ extension DCClient {
                 abstract: "Store FILE (or standard input) as the secure file NAME, replacing it atomically.")
             @Argument(help: "The secure file's name (1-255 bytes, no /, no leading .).") var name: String
             @Argument(help: "The file to read (default: standard input).") var file: String?
+            @OptionGroup var app: AppOption
             @OptionGroup var output: OutputOptions
 
             func run() async throws {
-                let files = ManagedClient().secureFiles
+                let files = try app.client().secureFiles
                 guard let file else {
                     try files.write(to: name, fromDescriptor: 0)
                     return Console.say("stored \(name)")
@@ -43,20 +44,22 @@ extension DCClient {
                 abstract: "Write the secure file NAME to standard output.",
                 discussion: "On an error nothing more is written and the exit status says so; discard what came.")
             @Argument(help: "The secure file's name.") var name: String
+            @OptionGroup var app: AppOption
             @OptionGroup var output: OutputOptions
 
             func run() async throws {
-                try ManagedClient().secureFiles.read(name) { StandardStream.output.write(bytes: $0) }
+                try app.client().secureFiles.read(name) { StandardStream.output.write(bytes: $0) }
             }
         }
 
         struct List: AsyncParsableCommand, OutputCommand {
             static let configuration = CommandConfiguration(
                 commandName: "ls", abstract: "List the secure files' names.")
+            @OptionGroup var app: AppOption
             @OptionGroup var output: OutputOptions
 
             func run() async throws {
-                for name in try ManagedClient().secureFiles.list() { Console.print(name) }
+                for name in try app.client().secureFiles.list() { Console.print(name) }
             }
         }
 
@@ -65,10 +68,11 @@ extension DCClient {
                 commandName: "mv", abstract: "Rename the secure file OLD to NEW (refused if NEW exists).")
             @Argument(help: "The current name.") var old: String
             @Argument(help: "The new name.") var new: String
+            @OptionGroup var app: AppOption
             @OptionGroup var output: OutputOptions
 
             func run() async throws {
-                try ManagedClient().secureFiles.rename(old, to: new)
+                try app.client().secureFiles.rename(old, to: new)
                 Console.say("renamed \(old) to \(new)")
             }
         }
@@ -77,10 +81,11 @@ extension DCClient {
             static let configuration = CommandConfiguration(
                 commandName: "rm", abstract: "Remove the secure file NAME.")
             @Argument(help: "The secure file's name.") var name: String
+            @OptionGroup var app: AppOption
             @OptionGroup var output: OutputOptions
 
             func run() async throws {
-                try ManagedClient().secureFiles.remove(name)
+                try app.client().secureFiles.remove(name)
                 Console.say("removed \(name)")
             }
         }

@@ -25,6 +25,7 @@ extension DCClient {
         ) var challenge: String
         @Option(help: "The name of the server the token is for (may be empty).") var server: String = ""
         @OptionGroup var format: JSONOutputOptions
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         /// What `token --json` prints.
@@ -41,7 +42,7 @@ extension DCClient {
         }
 
         func run() async throws {
-            let token = try await ManagedClient().authToken(challenge: challenge, serverName: server)
+            let token = try await try app.client().authToken(challenge: challenge, serverName: server)
             let identity = token.delegation.claims
             try format.printToken(token.compact, as: "authToken") {
                 View(
@@ -62,10 +63,11 @@ extension DCClient {
                 Not reversible to the user's name. Prints an empty line when it cannot be computed \
                 (no delegation from the provider yet, or no /etc/machine-id).
                 """)
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let client = ManagedClient()
+            let client = try app.client()
             _ = try client.setUpScheme()
             StandardStream.output.write(client.sharedUserID() + "\n")
         }
@@ -87,6 +89,7 @@ extension DCClient {
         @Option(help: "The scope the relying party may use (printable ASCII).") var scope: String
         @Flag(help: "Ask the provider for a new token even if a cached one is still valid.") var refresh = false
         @OptionGroup var format: JSONOutputOptions
+        @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
 
         /// What `jwt --json` prints.
@@ -102,7 +105,7 @@ extension DCClient {
         }
 
         func run() async throws {
-            let token = try await ManagedClient().identityToken(clientID: clientId, scope: scope, refresh: refresh)
+            let token = try await try app.client().identityToken(clientID: clientId, scope: scope, refresh: refresh)
             try format.printToken(token.compact, as: "identityToken") {
                 View(
                     token: token.compact, issuer: token.claims.issuer, subject: token.claims.subject,

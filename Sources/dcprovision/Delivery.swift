@@ -280,9 +280,19 @@ struct Send: AsyncParsableCommand, OutputCommand {
         var credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
         if let recoveryKey { credential = try await recovered(into: credential, recoveryKey: recoveryKey) }
         let validator = CredentialValidator(intermediates: provided.chain, revocation: try source.revocationPolicy())
-        _ = try await service.send(
+        let receipt = try await service.send(
             credential, clientScheme: clientScheme, validator: validator, queueIfUnavailable: queue
         ) { Console.say($0) }
+        // Queued for a locked client: knock once, so that it can tell its user a credential
+        // waits for an unlock (a notification with an Unlock action). It cannot install it while
+        // locked; that refusal is expected and not shown. The delivery stays queued either way.
+        if let url = service.ledger.record(receipt.request)?.queuedURL,
+            let registration = try? Registrations.read(
+                ClientRegistration.self, at: XDGDirectories().clientRegistration(clientScheme))
+        {
+            _ = try? await SchemeHandlers().open(url, scheme: clientScheme, expectedExecutable: registration.executable)
+            Console.say("told the client that a credential waits for its unlock")
+        }
     }
 }
 

@@ -46,10 +46,6 @@ func applyPolicy(
             }
         })
     let record = receipt.record
-    guard receipt.sent else {
-        Console.say("client \(record.clientId): \(record.policy.state), queued until the client is available")
-        return
-    }
     let acknowledgement = record.authAcknowledgement.flatMap { $0.sequence == record.policy.sequence ? $0 : nil }
     Console.say(
         "client \(record.clientId): \(record.policy.state) (policy \(record.policy.sequence)); \(acknowledgement.map { "acknowledged: \($0.state)" } ?? "not acknowledged yet")"

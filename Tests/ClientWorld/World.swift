@@ -59,9 +59,9 @@ public struct World: Sendable {
         let runtime = dir.file("run")
         try #require(mkdir(runtime, 0o700) == 0)
         locations = XDGDirectories(environment: ["HOME": dir.file("home"), "XDG_RUNTIME_DIR": runtime])
-        client = ManagedClient(locations: locations)
+        client = ManagedClient(locations: locations, app: try ClientID("dcclient"))
         try client.initialize(
-            clientId: try ClientID("dcclient"), scheme: try URLScheme("org.example.dcclient"),
+            scheme: try URLScheme("org.example.dcclient"),
             providerScheme: try URLScheme("org.example.provider"), executable: "/usr/bin/dcclient",
             passphrase: passphrase)
         let client = client
@@ -84,10 +84,14 @@ public struct World: Sendable {
                     _ = try holder.service!.handleAcknowledgement(
                         try Acknowledgement.parse($0, scheme: try URLScheme("org.example.provider")))
                 }
-                if update.policy.state != .retired, update.becameReady || update.repeated {
-                    try await client.secureFileIOPolicyApplied(.applied, send: send)
+                do {
+                    if update.policy.state != .retired, update.becameReady || update.repeated {
+                        try await client.secureFileIOPolicyApplied(.applied, send: send)
+                    }
+                    try await client.authStateApplied(.applied, send: send)
+                } catch DCError.Code.serviceUnavailable {
+                    // Locked, as the reference app: applied, acknowledged after the next unlock.
                 }
-                try await client.authStateApplied(.applied, send: send)
                 return
             }
             // An auth-token delegation is kept by the client (AuthTokenClientTests).

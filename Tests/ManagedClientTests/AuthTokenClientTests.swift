@@ -140,7 +140,7 @@ struct AuthTokenClientTests {
     /// A delegation URL for `delegation`, its spool file written, signed with `key` (the provider's
     /// by default): what the provider's ``CredentialService/sendDelegation(to:now:progress:)`` sends.
     func delegationURL(_ delegation: Delegation, _ world: World, key: MessageSigningKey? = nil) throws -> String {
-        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/apps/dcclient/spool")
         let id = try RequestID(delegation.claims.id)
         let digest = try spool.write(Array(delegation.compact.utf8), request: id, kind: .delegation)
         let clientScheme = try URLScheme("org.example.dcclient")
@@ -182,9 +182,9 @@ struct AuthTokenClientTests {
         let url = try delegationURL(swapped, world)
         let other = try issue(world)
         unlink(
-            Spool(directory: world.locations.dataHome + "/dcclient/spool").path(
+            Spool(directory: world.locations.dataHome + "/dcclient/apps/dcclient/spool").path(
                 request: try RequestID(swapped.claims.id), kind: .delegation))
-        _ = try Spool(directory: world.locations.dataHome + "/dcclient/spool").write(
+        _ = try Spool(directory: world.locations.dataHome + "/dcclient/apps/dcclient/spool").write(
             Array(other.compact.utf8), request: try RequestID(swapped.claims.id), kind: .delegation)
         #expect(failureNow { try world.client.handleDelegation(url) } == .refusedMessage)
         // Certifying another key than the client's own token key.
@@ -274,7 +274,7 @@ struct AuthTokenClientTests {
         // Cached (no second request), sealed: the cache file does not hold the token in the clear.
         #expect(try await world.client.identityToken(clientID: "mail-web", scope: "openid", send: send) == token)
         #expect(requests.all.count == 1)
-        let cache = world.locations.dataHome + "/dcclient/store/identity-tokens"
+        let cache = world.locations.dataHome + "/dcclient/apps/dcclient/store/identity-tokens"
         for name in try FileManager.default.contentsOfDirectory(atPath: cache) {
             let bytes = try #require(FileManager.default.contents(atPath: cache + "/" + name))
             #expect(!String(decoding: bytes, as: UTF8.self).contains(token.compact.prefix(20)))
@@ -351,7 +351,7 @@ struct AuthTokenClientTests {
     func identityAnswersRemovedOnLock() throws {
         let world = try World()
         defer { world.dir.remove() }
-        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/apps/dcclient/spool")
         let request = try RequestID(String(repeating: "cd", count: 16))
         _ = try spool.write(Array("eyJ.left.behind".utf8), request: request, kind: .identityToken)
         try world.client.lock()

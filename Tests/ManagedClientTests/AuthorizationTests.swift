@@ -97,7 +97,9 @@ struct AuthorizationTests {
         }
         #expect(world.deliveries.all.count == before)
         #expect(
-            try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
+            try FileManager.default.contentsOfDirectory(
+                atPath: world.locations.dataHome + "/dcclient/apps/dcclient/spool"
+            ).isEmpty)
         // Unlocking works (acknowledgements need the signing key) but services stay unavailable.
         try world.client.unlock(passphrase: world.passphrase)
         #expect(await thrownCode { _ = try world.client.secureFiles.read("note") } == .notAuthorized)
@@ -160,7 +162,7 @@ struct AuthorizationTests {
         _ = try await world.service.send(try world.credential(), clientScheme: .exampleClient)
         try client.secureFiles.write(Array("kept".utf8), to: "note")
         try client.pasteboard.copy("copied")
-        let record = world.locations.dataHome + "/dcclient/store/policy.json"
+        let record = world.locations.dataHome + "/dcclient/apps/dcclient/store/policy.json"
         let older = try readBytes(record)  // authorized, genuine
         let authorized = try #require(try client.currentPolicy())
         try await world.setPolicy {
@@ -306,21 +308,22 @@ struct AuthorizationTests {
     }
 
     @Test(
-        "Newest wins: policies set while the client is locked go out as one, the newest, when it announces availability"
+        "A locked client applies each policy at once (its message shows without an unlock); the newest is acknowledged when it announces availability"
     )
     func newestWins() async throws {
         let world = try World()
         defer { world.dir.remove() }
         try world.client.lock()
         try await world.setPolicy { $0.message = "first" }
+        #expect(try world.client.authMessage == "first")
         try await world.setPolicy { $0.message = "second" }
         let newest = try await world.setPolicy { $0.autoLock = 120 }
+        // Applied while locked; the acknowledgement needs the signing key, sealed in the store.
         #expect(newest.isPending)
-        #expect(try world.client.authMessage == "")  // nothing reached the client yet
-        try world.client.unlock(passphrase: world.passphrase)
-        _ = try await world.service.deliverQueued(try world.available())
         #expect(try world.client.currentPolicy() == newest.policy)
         #expect(try world.client.authMessage == "second")
+        try world.client.unlock(passphrase: world.passphrase)
+        _ = try await world.service.deliverQueued(try world.available())
         #expect(try world.service.policyRecord(clientId: .exampleClient)?.isPending == false)
     }
 
@@ -369,7 +372,7 @@ struct AuthorizationTests {
         for entry in credential.entries {
             needles.append(("\(entry.tag) key", entry.privateKey.withPKCS8DER { Array($0) }))
         }
-        let store = world.locations.dataHome + "/dcclient/store"
+        let store = world.locations.dataHome + "/dcclient/apps/dcclient/store"
         for name in ["wrapped-key.json", "client-key", "signing-key", "credential", "pasteboard"] {
             let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: store + "/" + name)))
             needles.append((name, Array(bytes.suffix(64))))
@@ -417,7 +420,7 @@ struct AuthorizationTests {
         #expect(key.publicKey == published)
         // Sealed: the store file does not hold the private key's PKCS#8.
         let sealed = try #require(
-            FileManager.default.contents(atPath: world.locations.dataHome + "/dcclient/store/token-key"))
+            FileManager.default.contents(atPath: world.locations.dataHome + "/dcclient/apps/dcclient/store/token-key"))
         let pkcs8 = key.privateKey.withPKCS8DER { Array($0) }
         #expect(Array(sealed).firstRange(of: pkcs8.suffix(32)) == nil)
         try world.client.lock()
@@ -510,7 +513,7 @@ struct AuthorizationTests {
                 try world.client.acknowledgementURL(.authState, .applied, "", policy: update.policy, now: Date()),
                 scheme: world.service.callbackScheme))
         #expect(try world.service.pairing(clientId: .exampleClient) == nil)
-        let store = world.locations.dataHome + "/dcclient/store"
+        let store = world.locations.dataHome + "/dcclient/apps/dcclient/store"
         #expect(FileManager.default.fileExists(atPath: store + "/wrapped-key.json"))
         #expect(await thrownCode { _ = try world.client.secureFiles.read("mail.db") } == .notAuthorized)
         #expect(
@@ -535,7 +538,7 @@ struct AuthorizationTests {
         #expect(try world.client.handlePolicy(url).policy.state == .retired)
         // The acknowledgement cannot be signed while locked; the erasure does not wait for it.
         #expect(await thrownCode { try await world.client.authStateApplied(.applied) { _ in } } == .serviceUnavailable)
-        let store = world.locations.dataHome + "/dcclient/store"
+        let store = world.locations.dataHome + "/dcclient/apps/dcclient/store"
         #expect(
             Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [
                 ".lock", "client.json", "policy.json", "policy.sequence", "provider.json",

@@ -53,7 +53,7 @@ struct BoundaryTests {
     func staleIsKeptAndAnsweredAlike() async throws {
         let world = try World(deliver: false)
         defer { world.dir.remove() }
-        let spool = world.locations.dataHome + "/dcclient/spool"
+        let spool = world.locations.dataHome + "/dcclient/apps/dcclient/spool"
         func kept() throws -> [String] {
             try FileManager.default.contentsOfDirectory(atPath: spool).filter { $0.hasSuffix(".stale") }.sorted()
         }
@@ -143,7 +143,9 @@ struct BoundaryTests {
         }
     }
 
-    @Test("No runtime directory, one inside HOME, or one others can read: unlocking is refused")
+    @Test(
+        "A runtime directory inside HOME, or one others can read: unlocking is refused; with none, the kernel keyring alone holds the key"
+    )
     func runtimeDirectoryChecked() throws {
         let world = try World()
         defer { world.dir.remove() }
@@ -153,13 +155,21 @@ struct BoundaryTests {
         let open = world.dir.file("open-run")
         try #require(mkdir(open, 0o755) == 0)
         chmod(open, 0o755)
-        for environment in [
-            ["HOME": home], ["HOME": home, "XDG_RUNTIME_DIR": inside], ["HOME": home, "XDG_RUNTIME_DIR": open],
-        ] {
+        for environment in [["HOME": home, "XDG_RUNTIME_DIR": inside], ["HOME": home, "XDG_RUNTIME_DIR": open]] {
             let client = ManagedClient(locations: XDGDirectories(environment: environment))
             let error = try #require(throws: DCError.self) { try client.unlock(passphrase: world.passphrase) }
             #expect(error.code == .serviceUnavailable, "\(environment): \(error)")
         }
+        // No runtime directory at all (an SSH login without logind, a container): the session
+        // keyring the suite runs in holds the key, and nothing is written anywhere else.
+        let keyringOnly = ManagedClient(locations: XDGDirectories(environment: ["HOME": home]))
+        try keyringOnly.lock()
+        #expect(!keyringOnly.isUnlocked)
+        try keyringOnly.unlock(passphrase: world.passphrase)
+        #expect(keyringOnly.isUnlocked)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: inside).isEmpty)
+        try keyringOnly.lock()
+        #expect(!keyringOnly.isUnlocked)
     }
 
     @Test("The handler check runs before sealing: a hijacked scheme gets nothing spooled, nothing queued")
@@ -174,7 +184,7 @@ struct BoundaryTests {
                 try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
         }
         #expect(error == .invalid)
-        let spool = world.locations.dataHome + "/dcclient/spool"
+        let spool = world.locations.dataHome + "/dcclient/apps/dcclient/spool"
         #expect(try FileManager.default.contentsOfDirectory(atPath: spool).isEmpty)
         #expect(world.service.ledger.recent().isEmpty)
     }
@@ -239,7 +249,7 @@ struct BoundaryTests {
         try world.client.lock()
         let queued = try await world.service.send(
             try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
-        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/apps/dcclient/spool")
         #expect(FileManager.default.fileExists(atPath: spool.path(request: queued.request)))
         let recent = try RequestID(String(repeating: "c", count: 32))
         try world.service.ledger.reserve(request: recent, clientScheme: .exampleClient)
@@ -360,7 +370,7 @@ struct BoundaryTests {
             client: parts.client, request: parts.request, digest: parts.digest, sequence: parts.sequence,
             signature: try SignatureHex(String(repeating: "0", count: 128))
         ).url(scheme: clientScheme)
-        let pin = world.locations.dataHome + "/dcclient/store/provider.json"
+        let pin = world.locations.dataHome + "/dcclient/apps/dcclient/store/provider.json"
         #expect(throws: DCError.self) { try world.client.handleDelivery(forged) }
         #expect(!FileManager.default.fileExists(atPath: pin))
         #expect(try world.client.handleDelivery(url).status == .ok)

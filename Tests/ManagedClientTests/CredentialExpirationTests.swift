@@ -25,7 +25,7 @@ struct CredentialExpirationTests {
             await thrownError { _ = try await world.service.send(lapsed, clientScheme: .exampleClient) })
         #expect(error.code == .invalid && error.code.category.exitStatus == 65, "\(error)")
         #expect(error.message.contains("expiration date"), "\(error)")
-        let spool = world.locations.dataHome + "/dcclient/spool"
+        let spool = world.locations.dataHome + "/dcclient/apps/dcclient/spool"
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: spool)) ?? []).isEmpty)
         #expect(world.deliveries.all.isEmpty)
         #expect(try world.client.installed() == nil)

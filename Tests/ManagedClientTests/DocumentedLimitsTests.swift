@@ -142,7 +142,7 @@ struct DocumentedLimitsTests {
     func handledRecords() throws {
         let world = try World()
         defer { world.dir.remove() }
-        let processed = world.locations.dataHome + "/dcclient/store/processed"
+        let processed = world.locations.dataHome + "/dcclient/apps/dcclient/store/processed"
         try FileManager.default.createDirectory(atPath: processed, withIntermediateDirectories: true)
         let now = Date()
         func record(_ name: String, age: TimeInterval) throws {

@@ -174,7 +174,7 @@ struct RequestIdTests {
         try world.client.lock()
         let receipt = try await world.service.send(
             try world.credential(), clientScheme: .exampleClient, queueIfUnavailable: true)
-        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/apps/dcclient/spool")
         #expect(FileManager.default.fileExists(atPath: spool.path(request: receipt.request)))
         try world.client.unlock(passphrase: world.passphrase)
         let later = Date().addingTimeInterval(world.service.ledger.timeLimit + 60)

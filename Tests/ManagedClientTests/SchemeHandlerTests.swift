@@ -63,7 +63,9 @@ struct SchemeHandlerTests {
         let retired = try await client.handle(url: try world.policyURL(policy), send: Self.answering(world, sent))
         #expect(retired.answer == .awaitsUnlock && retired.erased)
         #expect(client.isRetired)
-        #expect(!FileManager.default.fileExists(atPath: world.locations.dataHome + "/dcclient/store/wrapped-key.json"))
+        #expect(
+            !FileManager.default.fileExists(
+                atPath: world.locations.dataHome + "/dcclient/apps/dcclient/store/wrapped-key.json"))
         #expect(sent.all.count == 2)
     }
 

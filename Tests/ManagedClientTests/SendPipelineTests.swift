@@ -104,7 +104,9 @@ struct SendPipelineTests {
             installed[.escrow]?.keyHistory
                 == [try #require(first[.encryption]).certifiedKey, firstEscrow.certifiedKey] + firstEscrow.keyHistory)
         #expect(
-            try FileManager.default.contentsOfDirectory(atPath: world.locations.dataHome + "/dcclient/spool").isEmpty)
+            try FileManager.default.contentsOfDirectory(
+                atPath: world.locations.dataHome + "/dcclient/apps/dcclient/spool"
+            ).isEmpty)
         #expect(world.service.ledger.recent().map(\.outcome) == [.ok, .ok])
         // Locked: the installed credential cannot be read (the store key is gone).
         try world.client.lock()
@@ -169,8 +171,8 @@ struct SendPipelineTests {
             try DeliveryMessage.parse(urls[0], scheme: try URLScheme("org.example.dcclient")).deliverParts)
         let second = try #require(
             try DeliveryMessage.parse(urls[1], scheme: try URLScheme("org.example.dcclient")).deliverParts)
-        let spool = Spool(directory: world.locations.dataHome + "/dcclient/spool")
-        let processed = world.locations.dataHome + "/dcclient/store/processed"
+        let spool = Spool(directory: world.locations.dataHome + "/dcclient/apps/dcclient/spool")
+        let processed = world.locations.dataHome + "/dcclient/apps/dcclient/store/processed"
 
         /// Handles `url` and expects the digest check's refusal of `request`'s spool file, with
         /// nothing installed or recorded.
@@ -324,7 +326,7 @@ struct SendPipelineTests {
         #expect(records.contains { $0.outcome == .ok })
         #expect(Set(world.deliveries.all).count == 20)
         let processed = try FileManager.default.contentsOfDirectory(
-            atPath: world.locations.dataHome + "/dcclient/store/processed")
+            atPath: world.locations.dataHome + "/dcclient/apps/dcclient/store/processed")
         #expect(processed.count == 20)
         // The installed credential is the one delivered with the highest number.
         let numbered = try world.deliveries.all.map { url in

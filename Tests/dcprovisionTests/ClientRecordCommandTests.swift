@@ -28,7 +28,7 @@ struct ClientRecordCommandTests {
         try tools.sandbox.write("note.txt", "kept\n")
         try tools.check("dcclient", ["files", "put", "note", "note.txt"])
         try tools.sandbox.run(Binaries.directory + "/dcclient", ["pasteboard", "copy"], stdin: Array("copied".utf8))
-        let record = tools.sandbox.dataHome + "/dcclient/store/policy.json"
+        let record = tools.sandbox.dataHome + "/dcclient/apps/dcclient/store/policy.json"
         let older = try readBytes(record)  // authorized, signed by the provider
         try tools.check("dcprovision", ["unauthorize"] + Self.scheme + ["--message", "Device out of compliance"])
         // The app locked itself on acknowledging; unlocked again, only the authorization stands in the way.
@@ -88,12 +88,12 @@ struct ClientRecordCommandTests {
         let tools = try Tools("stale-replay")
         defer { tools.sandbox.remove() }
         try tools.setUpManagedClient()
-        let spool = tools.sandbox.dataHome + "/dcclient/spool"
+        let spool = tools.sandbox.dataHome + "/dcclient/apps/dcclient/spool"
         // The client locks after the provider last saw it available: the provider seals and opens
         // the older delivery, which the locked client cannot install yet (its spool file stays).
         try tools.check("dcclient", ["lock"])
         try Data("{\"servicesAvailable\":true}\n".utf8).write(
-            to: URL(fileURLWithPath: tools.sandbox.dataHome + "/dcclient/status.json"))
+            to: URL(fileURLWithPath: tools.sandbox.dataHome + "/dcclient/apps/dcclient/status.json"))
         let missed = try tools.run("dcprovision", Self.send + ["--name", "Older"])
         #expect(missed.status == 69, "\(missed.stderrText)")
         let opened = try #require(

@@ -30,7 +30,7 @@ struct CredentialExpiryCommandTests {
         defer { tools.sandbox.remove() }
         try tools.setUpManagedClient()
         let index = tools.sandbox.file("ca/index.txt")
-        let spool = tools.sandbox.dataHome + "/dcclient/spool"
+        let spool = tools.sandbox.dataHome + "/dcclient/apps/dcclient/spool"
         let before = (try? readText(index)) ?? ""
         for past in [Self.iso(Date() - 60), "2020-01-01"] {
             let refused = try tools.run("dcprovision", Self.send + ["--expires", past])

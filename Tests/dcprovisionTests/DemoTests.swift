@@ -96,8 +96,8 @@ struct DemoTests {
         }
         // The app was retired: no spool, and the store keeps only its configuration and the
         // policy that retired it (with its number and the provider key it verifies with).
-        #expect(!FileManager.default.fileExists(atPath: sandbox + "/home/.local/share/dcclient/spool"))
-        let store = sandbox + "/home/.local/share/dcclient/store"
+        #expect(!FileManager.default.fileExists(atPath: sandbox + "/home/.local/share/dcclient/apps/dcclient/spool"))
+        let store = sandbox + "/home/.local/share/dcclient/apps/dcclient/store"
         #expect(
             Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [
                 ".lock", "client.json", "policy.json", "policy.sequence", "provider.json",

@@ -45,9 +45,14 @@ struct PolicyCommandTests {
             #expect(result.status == 77, "\(hostile): \(result.stderrText)")
         }
         #expect(try tools.run("dcclient", ["files", "get", "note"]).status == 77)
-        // Authorized again: queued (the app locked itself), delivered when it unlocks.
+        // Authorized again while the app is locked (it locked itself): applied at once, without
+        // the store key; acknowledged after the unlock.
         let authorize = try tools.check("dcprovision", ["authorize"] + Self.scheme)
-        #expect((authorize.stdoutText + authorize.stderrText).contains("queued until the client is available"))
+        #expect(
+            (authorize.stdoutText + authorize.stderrText).contains("acknowledges it after its next unlock"),
+            "\(authorize.stdoutText)")
+        let whileLocked = try tools.check("dcclient", ["status", "--json"]).stdoutText
+        #expect(whileLocked.contains("\"authState\" : \"authorized\""), "\(whileLocked)")
         try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])
         #expect(try tools.check("dcclient", ["files", "get", "note"]).stdoutText == "kept\n")
         let provider = try tools.check("dcprovision", ["status"]).stdoutText
@@ -109,7 +114,7 @@ struct PolicyCommandTests {
         try tools.check("dcclient", ["files", "put", "note", "note.txt"])
         let retire = try tools.check("dcprovision", ["retire"] + Self.scheme + ["--message", "Employee left"])
         #expect((retire.stdoutText + retire.stderrText).contains("its pairing has ended"))
-        let store = tools.sandbox.dataHome + "/dcclient/store"
+        let store = tools.sandbox.dataHome + "/dcclient/apps/dcclient/store"
         #expect(
             Set(try FileManager.default.contentsOfDirectory(atPath: store)) == [
                 ".lock", "client.json", "policy.json", "policy.sequence", "provider.json",
@@ -153,7 +158,7 @@ struct PolicyCommandTests {
         #expect(result.stderrText.contains("File too large"), "\(result.stderrText)")
         #expect(result.stderrText.split(separator: "\n").count == 1)
         #expect(try tools.check("dcclient", ["files", "get", "doc"]).stdout == old)
-        let files = tools.sandbox.dataHome + "/dcclient/store/files"
+        let files = tools.sandbox.dataHome + "/dcclient/apps/dcclient/store/files"
         #expect(try FileManager.default.contentsOfDirectory(atPath: files).filter { $0.hasPrefix(".") }.isEmpty)
     }
 }

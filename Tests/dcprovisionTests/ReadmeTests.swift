@@ -109,7 +109,16 @@ struct ReadmeTests {
     @Test(
         "The ```sh blocks run top to bottom in one shell, from the checkout, in a fresh sandbox",
         arguments: Documents.all.filter { ((try? Documents.runnable($0)) ?? []).isEmpty == false })
-    func runs(file: String) throws {
+    func runs(file: String) throws { try Self.runBlocks(file, session: true) }
+
+    /// A login with no desktop session (SSH without systemd-logind, a container, CI): no
+    /// `XDG_RUNTIME_DIR`, no `XDG_*` at all, no D-Bus; only what the test's own session keyring
+    /// gives. `TMPDIR` is kept so that `mktemp` stays inside the sandbox (the issue's `env -i
+    /// HOME=$HOME PATH=$PATH bash --norc`, plus that).
+    @Test("README.md's blocks run as written in env -i HOME=$HOME PATH=$PATH bash --norc (no runtime directory)")
+    func runsWithoutSession() throws { try Self.runBlocks("README.md", session: false) }
+
+    static func runBlocks(_ file: String, session: Bool) throws {
         let blocks = try Documents.runnable(file)
         var sandbox = try Sandbox("readme")
         defer { sandbox.remove() }
@@ -123,8 +132,16 @@ struct ReadmeTests {
             script += "printf '\\n@@@ block %d\\n' \(index)\n" + block.body
         }
         let scriptFile = try sandbox.write("blocks.sh", script)
-        let result = try sandbox.run(
-            "/bin/bash", ["-euo", "pipefail", scriptFile], currentDirectory: checkout, timeout: 480)
+        let result =
+            session
+            ? try sandbox.run(
+                "/bin/bash", ["-euo", "pipefail", scriptFile], currentDirectory: checkout, timeout: 480)
+            : try sandbox.run(
+                "/usr/bin/env",
+                [
+                    "-i", "HOME=" + sandbox.home, "PATH=" + Binaries.directory + ":" + path,
+                    "TMPDIR=" + sandbox.file("tmp"), "/bin/bash", "--norc", "-euo", "pipefail", scriptFile,
+                ], currentDirectory: checkout, timeout: 480)
         if result.status != 0 {
             // The block that failed is the last one that started; its output follows its marker.
             let output = result.stdoutText + result.stderrText

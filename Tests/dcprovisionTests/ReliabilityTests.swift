@@ -110,7 +110,7 @@ struct ReliabilityTests {
             #expect(try sandbox.client.installed() == credential)
             previous = credential
             // No staging file survives a retry.
-            let store = sandbox.locations.dataHome + "/dcclient/store"
+            let store = sandbox.locations.dataHome + "/dcclient/apps/dcclient/store"
             #expect(
                 try FileManager.default.contentsOfDirectory(atPath: store).allSatisfy {
                     !$0.contains(AtomicFileSet.stagingMarker)

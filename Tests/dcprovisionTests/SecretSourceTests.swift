@@ -54,7 +54,7 @@ struct SecretSourceTests {
             #expect(result.stderrText.contains("mode 0\(String(mode, radix: 8))"), "\(result.stderrText)")
             #expect(oneLine(result), "\(result.stderrText)")
         }
-        #expect(!FileManager.default.fileExists(atPath: tools.sandbox.dataHome + "/dcclient/store"))
+        #expect(!FileManager.default.fileExists(atPath: tools.sandbox.dataHome + "/dcclient/apps/dcclient/store"))
     }
 
     @Test("A FIFO nobody writes to does not block the tool: it reads as empty and is refused at once")
@@ -99,7 +99,7 @@ struct SecretSourceTests {
         let tools = try Tools("secret-short-unlock")
         defer { tools.sandbox.remove() }
         try ManagedClient(locations: XDGDirectories(environment: tools.sandbox.environment)).initialize(
-            clientId: try ClientID("dcclient"), scheme: try URLScheme("org.example.dcclient"),
+            scheme: try URLScheme("org.example.dcclient"),
             providerScheme: try URLScheme("org.example.provider"), executable: Binaries.directory + "/dcclient",
             passphrase: SecretBytes(Array("short".utf8)))
         try tools.sandbox.write("pass.txt", "short\n")

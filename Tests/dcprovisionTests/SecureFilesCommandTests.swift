@@ -19,7 +19,7 @@ struct SecureFilesCommandTests {
         #expect(try tools.check("dcclient", ["files", "ls"]).stdoutText == "renamed.bin\n")
         #expect(try tools.run("dcclient", ["files", "get", "report.bin"]).status == 66)
         // The name is nowhere on disk in the clear.
-        let files = tools.sandbox.dataHome + "/dcclient/store/files"
+        let files = tools.sandbox.dataHome + "/dcclient/apps/dcclient/store/files"
         #expect(try FileManager.default.contentsOfDirectory(atPath: files).allSatisfy { !$0.contains("renamed") })
 
         try tools.check("dcclient", ["lock"])
@@ -66,7 +66,7 @@ struct SecureFilesCommandTests {
         #expect(killedMidway > 10, "the kills should land while the write runs (\(killedMidway) did)")
         // The next write removes what a killed one left behind.
         try tools.check("dcclient", ["files", "put", "doc", "in.bin"])
-        let files = tools.sandbox.dataHome + "/dcclient/store/files"
+        let files = tools.sandbox.dataHome + "/dcclient/apps/dcclient/store/files"
         #expect(
             try FileManager.default.contentsOfDirectory(atPath: files).allSatisfy {
                 !$0.contains(AtomicFileSet.stagingMarker)

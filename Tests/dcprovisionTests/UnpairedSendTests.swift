@@ -25,7 +25,7 @@ struct UnpairedSendTests {
             "dcprovision",
             ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
         let index = tools.sandbox.file("ca/index.txt")
-        let spool = tools.sandbox.dataHome + "/dcclient/spool"
+        let spool = tools.sandbox.dataHome + "/dcclient/apps/dcclient/spool"
         let ledger = tools.sandbox.stateHome + "/dcprovision/requests"
         let send = [
             "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",

@@ -249,6 +249,9 @@ extension DCError.Remedy {
     public static let setUpClient = Self(
         "setUpClient", "set the client up: its scheme, its provider's scheme and a store passphrase")
 
+    /// Several managed apps are set up and none was named: name one.
+    public static let nameApp = Self("nameApp", "name the app to act for")
+
     /// No credential is installed: ask the provider for one.
     public static let requestCredential = Self("requestCredential", "ask the provider for one")
 

@@ -1,0 +1,137 @@
+import CredentialDelivery
+import DerivedCredentials
+import Foundation
+import SystemSupport
+
+/// The managed apps of one user: each is a container of its own under
+/// `$XDG_DATA_HOME/dcclient/apps/<id>/` (its scheme, store, pairing, policy, secure files,
+/// pasteboard and tokens), served by a ``ManagedClient`` made for it with
+/// ``client(_:)``. The app's id is its client id (`dcclient init --app ID`).
+///
+/// What every app of the user shares lives outside the containers, so nothing secret is ever
+/// copied from one to another: the shared-user-id secret (`SharedUserID` in AuthTokens) and the
+/// desktop settings.
+///
+/// Versions before containers kept one client directly in `$XDG_DATA_HOME/dcclient/`. The first
+/// use of ``ManagedApps`` moves it, whole, into the container named by its client id
+/// (``migrateSingleClient()``).
+public struct ManagedApps: Sendable {
+    /// The XDG directories the apps live in.
+    public let locations: XDGDirectories
+    /// The environment variable that names the app when `--app` does not (documented in docs/CLI.md).
+    public static let environmentVariable = "DCCLIENT_APP"
+    /// The id an app gets when none is named and none is set up yet.
+    public static let defaultApp = ClientID(validating: "dcclient")!  // cannot fail: a literal that keeps the rule
+
+    /// The apps kept under `locations`; nothing is read until asked.
+    public init(locations: XDGDirectories = XDGDirectories()) { self.locations = locations }
+
+    /// `$XDG_DATA_HOME/dcclient`: the parent of every container.
+    public var root: String { locations.dataHome + "/dcclient" }
+    /// `$XDG_DATA_HOME/dcclient/apps`: one directory per app.
+    public var containers: String { root + "/apps" }
+
+    /// The client serving the app `id`; nothing is read or created until it is used.
+    public func client(_ id: ClientID) -> ManagedClient { ManagedClient(locations: locations, app: id) }
+
+    /// The ids of the apps that have a container, sorted (the single client of an older version
+    /// is moved into its container first).
+    public func list() throws -> [ClientID] {
+        try migrateSingleClient()
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: containers)) ?? []
+        return names.compactMap(ClientID.init(validating:)).sorted { $0.description < $1.description }
+    }
+
+    /// The app a command serves: `requested` (from `--app`) or else the environment variable's
+    /// value; with neither, the only app there is, or ``defaultApp`` when there is none. Several
+    /// apps and none named is a usage error that lists them: guessing could act on the wrong one.
+    public func choose(_ requested: ClientID?, environment: [String: String] = ProcessInfo.processInfo.environment)
+        throws -> ManagedClient
+    {
+        if let requested { return client(requested) }
+        if let named = environment[Self.environmentVariable], !named.isEmpty {
+            guard let id = ClientID(validating: named) else {
+                throw DCError(
+                    .usage, "\(Self.environmentVariable) is not an app id (lowercase letters, digits, -)",
+                    subject: named.escapingControlCharacters)
+            }
+            return client(id)
+        }
+        let apps = try list()
+        switch apps.count {
+        case 0: return client(Self.defaultApp)
+        case 1: return client(apps[0])
+        default:
+            throw DCError(
+                .usage, "several managed apps are set up (\(apps.map(\.description).joined(separator: ", ")))",
+                remedy: .nameApp)
+        }
+    }
+
+    /// The app whose own scheme is `scheme`: the one a URL of that scheme is for. Nil when no
+    /// app has it.
+    public func app(forScheme scheme: URLScheme) throws -> ManagedClient? {
+        try list().lazy.map(client).first { $0.scheme == scheme }
+    }
+
+    /// Moves the single client of an older version (`$XDG_DATA_HOME/dcclient/store/…`) into the
+    /// container named by its client id, all or nothing: the old directory is renamed aside in
+    /// one step, then renamed into place as the container in another. A process that stops
+    /// between the two leaves the aside directory, which the next call finishes moving; no call
+    /// ever sees half a client. The registration is published again with the container's spool
+    /// and status paths, and an unlocked store key follows the client (its name derives from the
+    /// store's path). Safe to call from several processes at once (a lock file serializes them).
+    public func migrateSingleClient() throws {
+        let aside = root + ".moving"
+        let legacyConfig = root + "/store/client.json"
+        let fileManager = FileManager.default
+        guard fileManager.fileExists(atPath: legacyConfig) || fileManager.fileExists(atPath: aside) else { return }
+        try FileLock.withExclusiveLock(at: locations.dataHome + "/.dcclient-migration.lock") { _ in
+            if fileManager.fileExists(atPath: legacyConfig) {
+                let legacy = ManagedClient(legacyBase: root, locations: locations)
+                let unlocked = (try? legacy.unlockedKey).flatMap { key in
+                    (try? key.read()).flatMap { secret in key.expiry().map { (key, secret, $0) } }
+                }
+                guard rename(root, aside) == 0 else {
+                    throw DCError(
+                        .ioError, "cannot move the client into its app container: \(String(cString: strerror(errno)))",
+                        subject: root)
+                }
+                // The key's name follows the store's path: it is stored again under the new one.
+                unlocked?.0.remove()
+                try finishMove(from: aside, keeping: unlocked.map { ($0.1, $0.2) })
+            } else {
+                try finishMove(from: aside, keeping: nil)
+            }
+        }
+    }
+
+    /// The second step of the move: the directory set aside becomes its container.
+    private func finishMove(from aside: String, keeping unlocked: (SecretBytes, Date)?) throws {
+        guard let data = FileManager.default.contents(atPath: aside + "/store/client.json"),
+            let config = try? JSONDecoder().decode(ManagedClient.Config.self, from: data)
+        else {
+            throw DCError(
+                .invalid, "a client being moved into its app container has no readable configuration",
+                subject: aside)
+        }
+        try AtomicFileSet.ensureDirectory(containers)
+        chmod(root, 0o700)
+        let client = client(config.clientId)
+        guard rename(aside, client.base) == 0 else {
+            throw DCError(
+                .ioError,
+                "cannot move the client into its app container: \(String(cString: strerror(errno)))",
+                subject: client.base)
+        }
+        // The registration names the spool and status file, which moved with the client.
+        let registrationPath = locations.clientRegistration(config.scheme)
+        if let registration = try? Registrations.read(ClientRegistration.self, at: registrationPath) {
+            try client.publishRegistration(executable: registration.executable)
+        }
+        if let (secret, expiry) = unlocked, let key = try? client.unlockedKey {
+            let left = expiry.timeIntervalSinceNow
+            if left >= 1 { try? key.store(secret, lifetime: .seconds(Int64(left))) }
+        }
+    }
+}

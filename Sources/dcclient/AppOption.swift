@@ -1,0 +1,16 @@
+import ArgumentParser
+import DerivedCredentials
+import ManagedClient
+
+/// `--app ID`: the managed app (its container) a command acts for. Without it, the
+/// `DCCLIENT_APP` environment variable names the app; with neither, the only app set up is
+/// meant (several are a usage error listing them).
+struct AppOption: ParsableArguments {
+    @Option(
+        help: ArgumentHelp(
+            "The managed app to act for (default: $DCCLIENT_APP, else the only app set up).", valueName: "id"))
+    var app: ClientID?
+
+    /// The client of the app the options name.
+    func client() throws -> ManagedClient { try ManagedApps().choose(app) }
+}

@@ -51,6 +51,8 @@ extension Session {
         // A smart card in a PC/SC reader says how many tries its PIN has left (PKCS#11 only says
         // "low" or "final"): shown before any try, and a blocked PIN is refused without one.
         let pivCard = pcscCard(slot: slot, token: info)
+        // What a person asked for the PIN is told with the question (a pinentry's description).
+        var detail = ""
         if !has(CKF_PROTECTED_AUTHENTICATION_PATH), let card = pivCard, let counter = try? card.pinCounter() {
             switch counter {
             case .blocked:
@@ -61,6 +63,7 @@ extension Session {
                     .pinFinalTry, "one more wrong PIN will block the card; refusing to try", subject: label,
                     remedy: .confirmFinalPINTry)
             case .triesLeft(let n):
+                detail = "PIN: \(counter)"
                 policy.inform(
                     "\(label.escapingControlCharacters) in \(card.reader.escapingControlCharacters): PIN \(counter)")
                 if n == 1 { policy.warn("\(label.escapingControlCharacters): this is the PIN's final try") }
@@ -68,6 +71,7 @@ extension Session {
             }
         }
         if has(CKF_USER_PIN_COUNT_LOW) {
+            if detail.isEmpty { detail = "An incorrect PIN was entered recently; few tries are left." }
             policy.warn("\(label.escapingControlCharacters): an incorrect PIN was entered recently; few tries are left")
         }
         let result: CK_RV
@@ -75,7 +79,7 @@ extension Session {
             policy.warn("\(label.escapingControlCharacters): enter the PIN on the reader's PIN pad")
             result = module.functions.pointee.C_Login(handle, CK_USER_TYPE(CKU_USER), nil, 0)
         } else {
-            guard let pin = try policy.pin.passphrase(for: label) else {
+            guard let pin = try policy.pin.passphrase(for: label, detail: detail) else {
                 throw DCError(
                     .passphraseRequired, "the token needs a PIN and none was given", subject: label,
                     remedy: .givePIN)

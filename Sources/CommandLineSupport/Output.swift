@@ -79,6 +79,9 @@ public enum Console {
     /// Sets the program name that starts error and warning lines.
     static func setTool(_ name: String) { tool = name }
 
+    /// The program's name, as error lines start with it (a pinentry's window title).
+    public static var toolName: String { tool }
+
     /// `text` as it may reach a terminal: every line's control characters escaped (the line
     /// breaks between lines stay).
     public static func escaped(_ text: String) -> String {

@@ -27,8 +27,8 @@ public struct PINOptions: PINSourceOptions {
     /// `--pin-env NAME`: the environment variable NAME.
     @Option(help: ArgumentHelp("Read the PIN from the environment variable NAME.", valueName: "name"))
     public var pinEnv: String?
-    /// `--pin-prompt`: ask on the terminal.
-    @Flag(help: "Prompt for the PIN on the terminal.") public var pinPrompt = false
+    /// `--pin-prompt`: ask on the terminal, else through a pinentry.
+    @Flag(help: "Prompt for the PIN on the terminal (else through a pinentry).") public var pinPrompt = false
     /// `--allow-final-pin-try`.
     @Flag(help: "Try the PIN even when one more wrong PIN would lock the token.") public var allowFinalPinTry = false
 
@@ -44,13 +44,18 @@ public struct PINOptions: PINSourceOptions {
         }
     }
 
-    /// The PIN's source; none given is a token with a PIN pad or no login.
+    /// The PIN's source. With none given, a token that needs a PIN (no PIN pad) has it asked for
+    /// when the login comes: on the terminal, else through a pinentry that can show something,
+    /// else the login is refused as before (`--pin-prompt` refuses at once without a terminal or
+    /// a pinentry).
     public func pinSource() throws -> any PassphraseSource {
         if let pinFile { return FixedPassphrase(try SecretInput.read(file: pinFile)) }
         if let pinFd { return FixedPassphrase(try SecretInput.read(inheritedDescriptor: pinFd)) }
         if let pinEnv { return FixedPassphrase(try SecretInput.read(environment: pinEnv)) }
-        if pinPrompt { return TerminalPassphrase(prompt: "PIN") }
-        return NoPassphrase()
+        return InteractivePassphrase(
+            name: "PIN", title: Console.toolName, description: { "Enter the PIN of \($0.escapingControlCharacters)." },
+            whenNobodyCanAnswer: pinPrompt ? .refuse : .noSecret,
+            remedy: pinPrompt ? .givePassphraseWithoutTerminal : .givePIN)
     }
 }
 
@@ -126,6 +131,34 @@ public struct PassphraseOptions: ParsableArguments {
         guard let secret = try read() else { throw error() }
         return secret
     }
+
+    /// The passphrase the options name, checked with `check`; with none named, `question`'s
+    /// answer (the terminal, else a pinentry) for `subject`, asked up to three times while `check`
+    /// refuses it with a wrong-passphrase or usage error (shown with the next question); `error`
+    /// when nobody can be asked. `ready` runs before anyone is asked: what must hold for an
+    /// answer to be of use.
+    public func read(
+        asking question: InteractivePassphrase, for subject: String, orThrow error: @autoclosure () -> DCError,
+        ready: () throws -> Void = {}, check: (SecretBytes) throws -> Void
+    ) throws -> SecretBytes {
+        if let secret = try read() {
+            try check(secret)
+            return secret
+        }
+        if try question.canAsk() { try ready() }
+        for attempt in 1...3 {
+            guard let secret = try question.passphrase(for: subject) else { throw error() }
+            do {
+                try check(secret)
+                return secret
+            } catch let refusal as DCError
+                where attempt < 3 && (refusal.code == .wrongPassphrase || refusal.code == .usage)
+            {
+                question.retry(refusal.message.prefix(1).uppercased() + refusal.message.dropFirst() + ".")
+            }
+        }
+        throw error()  // not reached: the third refusal is thrown by the loop
+    }
 }
 
 /// ``PassphraseOptions`` and `--passphrase-prompt`: for the commands that read encrypted input,
@@ -134,7 +167,7 @@ public struct PromptingPassphraseOptions: ParsableArguments {
     /// `--passphrase-file` and `--passphrase-fd`.
     @OptionGroup public var given: PassphraseOptions
     /// `--passphrase-prompt`.
-    @Flag(help: "Prompt for the passphrase on the terminal (only when encrypted input needs one).")
+    @Flag(help: "Prompt for the passphrase on the terminal or a pinentry (only when encrypted input needs one).")
     public var passphrasePrompt = false
 
     /// The options as parsed.
@@ -150,7 +183,10 @@ public struct PromptingPassphraseOptions: ParsableArguments {
     /// The passphrase's source: the one given, a prompt, or none.
     public func source() throws -> any PassphraseSource {
         if let secret = try given.read() { return FixedPassphrase(secret) }
-        return passphrasePrompt ? TerminalPassphrase() : NoPassphrase()
+        guard passphrasePrompt else { return NoPassphrase() }
+        return InteractivePassphrase(
+            title: Console.toolName, description: { "Enter the passphrase of \($0.escapingControlCharacters)." },
+            whenNobodyCanAnswer: .refuse)
     }
 }
 
@@ -162,18 +198,19 @@ public struct CardSecretOptions: ParsableArguments {
     var newPINFile: String?
     @Option(name: .customLong("new-pin-fd"), help: ArgumentHelp("Read the new PIN from descriptor N.", valueName: "n"))
     var newPINFd: Int32?
-    @Flag(name: .customLong("new-pin-prompt"), help: "Prompt for the new PIN (twice) on the terminal.")
+    @Flag(name: .customLong("new-pin-prompt"), help: "Prompt for the new PIN (twice) on the terminal, else a pinentry.")
     var newPINPrompt = false
     @Option(name: .customLong("puk-file"), help: ArgumentHelp("Read the PUK from FILE.", valueName: "file"))
     var pukFile: String?
     @Option(name: .customLong("puk-fd"), help: ArgumentHelp("Read the PUK from descriptor N.", valueName: "n"))
     var pukFd: Int32?
-    @Flag(name: .customLong("puk-prompt"), help: "Prompt for the PUK on the terminal.") var pukPrompt = false
+    @Flag(name: .customLong("puk-prompt"), help: "Prompt for the PUK on the terminal, else a pinentry.") var pukPrompt =
+        false
     @Option(name: .customLong("new-puk-file"), help: ArgumentHelp("Read the new PUK from FILE.", valueName: "file"))
     var newPUKFile: String?
     @Option(name: .customLong("new-puk-fd"), help: ArgumentHelp("Read the new PUK from descriptor N.", valueName: "n"))
     var newPUKFd: Int32?
-    @Flag(name: .customLong("new-puk-prompt"), help: "Prompt for the new PUK (twice) on the terminal.")
+    @Flag(name: .customLong("new-puk-prompt"), help: "Prompt for the new PUK (twice) on the terminal, else a pinentry.")
     var newPUKPrompt = false
 
     /// The options as parsed.
@@ -216,16 +253,13 @@ public struct CardSecretOptions: ParsableArguments {
                 .passphraseRequired, "the \(name) is needed and none was given", subject: subject,
                 hint: "give \(flag) FILE, \(stem)fd N or \(stem)prompt")
         }
-        guard
-            let first = try TerminalPassphrase(prompt: name.prefix(1).uppercased() + name.dropFirst())
-                .passphrase(for: subject)
-        else { throw DCError(.passphraseRequired, "no \(name) was entered", subject: subject) }
-        if twice {
-            let again = try TerminalPassphrase(prompt: "The \(name) again").passphrase(for: subject)
-            guard again == first else {
-                throw DCError(.usage, "the two \(name)s differ; nothing was changed", subject: subject)
-            }
+        let question = InteractivePassphrase(
+            name: name, title: Console.toolName,
+            description: { "Enter the \(name) of the card in \($0.escapingControlCharacters)." }, confirming: twice,
+            whenNobodyCanAnswer: .refuse)
+        guard let secret = try question.passphrase(for: subject) else {
+            throw DCError(.passphraseRequired, "no \(name) was entered", subject: subject)
         }
-        return first
+        return secret
     }
 }

@@ -130,10 +130,13 @@ public enum ChildProcess {
     /// executor. `currentDirectory` is where the child starts (the parent's when nil).
     /// `closingStandardStreams` (1, 2 or both) starts the child with that standard output or
     /// error closed, as `2>&-` in a shell would: for tests of a program that must not mind.
+    /// `newSession` starts it in a session of its own (setsid; also a process group of its own),
+    /// without a controlling terminal: a program that opens this process's terminal by name (a
+    /// pinentry-tty) then reads it as any file, not as a background job the kernel stops (SIGTTIN).
     public static func runSynchronously(
         _ executable: String, arguments: [String] = [], stdin: SecretBytes = SecretBytes([]),
         environment: [String: String]? = nil, currentDirectory: String? = nil, limits: Limits = Limits(),
-        closingStandardStreams: Set<Int32> = []
+        closingStandardStreams: Set<Int32> = [], newSession: Bool = false
     ) throws -> Outcome {
         var pipeSignal = sigset_t()
         sigemptyset(&pipeSignal)
@@ -144,7 +147,7 @@ public enum ChildProcess {
         return try runBlocking(
             executable, arguments: arguments, stdin: stdin, environment: environment,
             currentDirectory: currentDirectory, limits: limits, cancellation: CancellationFlag(wakeable: false),
-            closingStandardStreams: closingStandardStreams)
+            closingStandardStreams: closingStandardStreams, newSession: newSession)
     }
 
     /// How long output is still read after the child's process group was killed.
@@ -157,7 +160,7 @@ public enum ChildProcess {
     static func runBlocking(
         _ executable: String, arguments: [String], stdin: SecretBytes, environment: [String: String]?,
         currentDirectory: String? = nil, limits: Limits, confinement: Confinement? = nil,
-        cancellation: CancellationFlag, closingStandardStreams: Set<Int32> = []
+        cancellation: CancellationFlag, closingStandardStreams: Set<Int32> = [], newSession: Bool = false
     ) throws -> Outcome {
         let pipes = try ChildPipes()
         let started = ContinuousClock.now
@@ -165,7 +168,8 @@ public enum ChildProcess {
         do {
             pid = try spawn(
                 executable, arguments: arguments, environment: environment, currentDirectory: currentDirectory,
-                pipes: pipes, closingStandardStreams: closingStandardStreams, confinement: confinement)
+                pipes: pipes, closingStandardStreams: closingStandardStreams, confinement: confinement,
+                newSession: newSession)
         } catch {
             pipes.closeParentEnds()
             throw error
@@ -189,9 +193,10 @@ public enum ChildProcess {
 
     /// Starts the child in a process group of its own, with the pipes on 0, 1 and 2, nothing else
     /// open, default signal handling and an empty signal mask. Closes the child's pipe ends here.
+    /// With `newSession`, the group is a session of its own too (no controlling terminal).
     private static func spawn(
         _ executable: String, arguments: [String], environment: [String: String]?, currentDirectory: String?,
-        pipes: ChildPipes, closingStandardStreams: Set<Int32>, confinement: Confinement?
+        pipes: ChildPipes, closingStandardStreams: Set<Int32>, confinement: Confinement?, newSession: Bool = false
     ) throws -> Int32 {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -218,8 +223,9 @@ public enum ChildProcess {
         sigemptyset(&emptyMask)
         posix_spawnattr_setsigmask(&attributes, &emptyMask)
         posix_spawnattr_setpgroup(&attributes, 0)
-        posix_spawnattr_setflags(
-            &attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+        // setsid makes the child the leader of a new process group as well (its id is the pid).
+        let grouping = newSession ? DC_POSIX_SPAWN_SETSID : POSIX_SPAWN_SETPGROUP
+        posix_spawnattr_setflags(&attributes, Int16(grouping | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
 
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
@@ -461,13 +467,27 @@ private final class RunningChild {
                 killGroup()
                 closeOutput(fd)
             } else {
-                stdoutBytes += chunk.prefix(count)
+                Self.append(chunk.prefix(count), to: &stdoutBytes)
             }
         } else {
             let room = max(0, limits.stderrLimit - stderrBytes.count)
             if count > room { truncated = true }
             stderrBytes += chunk.prefix(min(count, room))
         }
+    }
+
+    /// Appends `bytes` to `buffer` without leaving a copy behind: a buffer too small for them is
+    /// copied into a larger one and wiped, not just freed, since a child's output can be a secret
+    /// (a pinentry's answer).
+    static func append(_ bytes: ArraySlice<UInt8>, to buffer: inout [UInt8]) {
+        if buffer.count + bytes.count > buffer.capacity {
+            var larger: [UInt8] = []
+            larger.reserveCapacity(max(2 * buffer.capacity, buffer.count + bytes.count, 4096))
+            larger += buffer
+            buffer.withUnsafeMutableBytes { SecretBytes.wipe($0) }
+            buffer = larger
+        }
+        buffer += bytes
     }
 
     /// Waits for the child itself, within the deadline: it may still run after closing its

@@ -152,6 +152,15 @@ public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         if let answer { return answer }
+        let secret = try Self.ask("\(prompt) for \(subject.escapingControlCharacters): ", subject: subject)
+        answer = secret
+        return secret
+    }
+
+    /// Writes `note` (when there is one) and `question` to `/dev/tty` and reads the answer with
+    /// echo off. Throws `DCError/Code/passphraseRequired` when standard input is not a terminal or
+    /// the terminal cannot be opened, `DCError/Code/usage` for an empty answer.
+    static func ask(_ question: String, note: String? = nil, subject: String) throws -> SecretBytes {
         guard isatty(STDIN_FILENO) == 1 else {
             throw DCError(
                 .passphraseRequired, "a passphrase prompt needs a terminal on standard input", subject: subject,
@@ -168,11 +177,129 @@ public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
         silent.c_lflag &= ~tcflag_t(ECHO)
         tcsetattr(tty, TCSANOW, &silent)
         defer { tcsetattr(tty, TCSANOW, &saved) }
-        let question = Array("\(prompt) for \(subject.escapingControlCharacters): ".utf8)
-        _ = question.withUnsafeBytes { write(tty, $0.baseAddress, $0.count) }
+        let text = Array(((note.map { $0.escapingControlCharacters + "\n" } ?? "") + question).utf8)
+        _ = text.withUnsafeBytes { write(tty, $0.baseAddress, $0.count) }
         let secret = try SecretInput.nonEmpty(SecretInput.read(descriptor: tty, subject: subject), subject: subject)
         _ = write(tty, "\n", 1)
-        answer = secret
         return secret
+    }
+}
+
+/// Asks the user for a secret that no file, descriptor or variable gave, the way a Linux desktop
+/// asks: on the terminal when standard input is one (with echo off); else through a pinentry
+/// (``Pinentry``) when one can show something (a display, or a pinentry the user configured);
+/// else nobody is asked, and the caller's own error for a missing secret stands (or, for a prompt
+/// the user asked for, the error that there is no terminal).
+///
+/// The answer is kept (in ``SecretBytes``, wiped on release) for the rest of the command, so that
+/// a token logged in to twice asks once; ``retry(_:)`` forgets it after a wrong one.
+public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable {
+    /// What happens when nobody can be asked.
+    public enum Unanswerable: Sendable {
+        /// The source has no secret (nil): the caller's error for a missing secret stands.
+        case noSecret
+        /// A prompt the user asked for (`--passphrase-prompt`) cannot be shown: an error says so.
+        case refuse
+    }
+
+    // `answer` and `error` are guarded by `lock`; the rest is immutable.
+    private let lock = NSLock()
+    private var answer: SecretBytes?
+    private var error: String?
+    private let name: String
+    private let title: String
+    private let description: @Sendable (String) -> String
+    private let confirming: Bool
+    private let unanswerable: Unanswerable
+    private let remedy: DCError.Remedy
+    private let environment: [String: String]
+
+    /// A source that asks for `name` (`passphrase`, `PIN`, `new PIN`). `title` and `description`
+    /// (given the subject) are what a pinentry shows; the terminal shows `Name for <subject>: `.
+    /// `confirming` asks for a new secret twice. `remedy` goes with every refusal. `environment`
+    /// is this process's: it says whether there is a display, where the desktop settings are, and
+    /// what reaches the pinentry (only what ``Pinentry/init(program:from:)`` keeps).
+    public init(
+        name: String = "passphrase", title: String, description: @escaping @Sendable (String) -> String,
+        confirming: Bool = false, whenNobodyCanAnswer unanswerable: Unanswerable = .noSecret,
+        remedy: DCError.Remedy = .givePassphraseWithoutTerminal,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) {
+        self.name = name
+        self.title = title
+        self.description = description
+        self.confirming = confirming
+        self.unanswerable = unanswerable
+        self.remedy = remedy
+        self.environment = environment
+    }
+
+    /// Asks for the secret for `subject` (see ``passphrase(for:detail:)``).
+    public func passphrase(for subject: String) throws -> SecretBytes? {
+        try passphrase(for: subject, detail: "")
+    }
+
+    /// The answer given already, or the user's answer now, with `detail` (a card's PIN tries left)
+    /// in a pinentry's description; nil when nobody can be asked and the source was made with
+    /// ``Unanswerable/noSecret``.
+    public func passphrase(for subject: String, detail: String) throws -> SecretBytes? {
+        try lock.withLock {
+            if let answer { return answer }
+            guard let secret = try ask(for: subject, detail: detail) else { return nil }
+            answer = secret
+            error = nil
+            return secret
+        }
+    }
+
+    /// Forgets the answer, which was wrong: the next ``passphrase(for:detail:)`` asks again, showing
+    /// `error` (a pinentry's `SETERROR`, a line before the terminal's prompt).
+    public func retry(_ error: String) {
+        lock.withLock {
+            answer = nil
+            self.error = error
+        }
+    }
+
+    /// Whether anyone can be asked: standard input is a terminal, or a pinentry can show
+    /// something (``Pinentry/canShow(settings:environment:)``). Throws when the desktop settings
+    /// cannot be read.
+    public func canAsk() throws -> Bool {
+        if isatty(STDIN_FILENO) == 1 { return true }
+        return Pinentry.canShow(settings: try settings(), environment: environment)
+    }
+
+    private var capitalized: String { name.prefix(1).uppercased() + name.dropFirst() }
+
+    private func settings() throws -> DesktopSettings {
+        try DesktopSettings.load(from: XDGDirectories(environment: environment))
+    }
+
+    private func ask(for subject: String, detail: String) throws -> SecretBytes? {
+        if isatty(STDIN_FILENO) == 1 {
+            let first = try TerminalPassphrase.ask(
+                "\(capitalized) for \(subject.escapingControlCharacters): ", note: error, subject: subject)
+            guard confirming else { return first }
+            let again = try TerminalPassphrase.ask(
+                "The \(name) again for \(subject.escapingControlCharacters): ", subject: subject)
+            guard again == first else {
+                throw DCError(.usage, "the two \(name)s differ; nothing was changed", subject: subject)
+            }
+            return first
+        }
+        let settings = try settings()
+        guard Pinentry.canShow(settings: settings, environment: environment),
+            let pinentry = Pinentry.find(settings: settings, environment: environment)
+        else {
+            guard unanswerable == .refuse else { return nil }
+            return try TerminalPassphrase.ask("", subject: subject)
+        }
+        let text = description(subject) + (detail.isEmpty ? "" : "\n\n" + detail)
+        return try pinentry.ask(
+            Pinentry.Question(
+                title: title, description: text, prompt: capitalized, error: error,
+                repeatPrompt: confirming ? "Repeat" : nil,
+                repeatError: confirming ? "The two \(name)s differ; enter them again" : nil),
+            remedy: remedy)
     }
 }

@@ -37,6 +37,21 @@ func passphraseRequired() -> DCError {
         hint: "pass --passphrase-file FILE or --passphrase-fd N")
 }
 
+/// How `init` and `unlock` ask for the client's passphrase when no option gave it: on the
+/// terminal, else through a pinentry (docs/CLI.md).
+func clientPassphraseQuestion(new: Bool, scheme: URLScheme?, providerScheme: URLScheme?) -> InteractivePassphrase {
+    let client = "the managed client \(scheme.map { "\($0)" } ?? "dcclient")"
+    let provider = providerScheme.map { " of the provider \($0)" } ?? ""
+    return InteractivePassphrase(
+        title: "dcclient",
+        description: { _ in
+            new
+                ? "Choose a passphrase for the encrypted store of \(client)\(provider) "
+                    + "(at least \(DCClient.Init.minimumPassphraseLength) characters)."
+                : "Enter the passphrase of \(client)\(provider) to unlock its store."
+        }, confirming: new)
+}
+
 /// The error for a command that needs a client that `dcclient init` has not set up.
 func notSetUp() -> DCError {
     DCError(
@@ -102,11 +117,14 @@ extension DCClient {
         func run() async throws {
             // A new store's passphrase must have some length; unlocking an existing store takes
             // whatever passphrase it was made with.
-            let secret = try passphrase.read(orThrow: passphraseRequired())
-            guard SecretInput.characterCount(secret) >= Self.minimumPassphraseLength else {
-                throw DCError(
-                    .usage, "the passphrase for a new store is shorter than \(Self.minimumPassphraseLength) characters",
-                    hint: "choose a longer one")
+            let question = clientPassphraseQuestion(new: true, scheme: clientScheme, providerScheme: providerScheme)
+            let secret = try passphrase.read(asking: question, for: "\(clientScheme)", orThrow: passphraseRequired()) {
+                guard SecretInput.characterCount($0) >= Self.minimumPassphraseLength else {
+                    throw DCError(
+                        .usage,
+                        "the passphrase for a new store is shorter than \(Self.minimumPassphraseLength) characters",
+                        hint: "choose a longer one")
+                }
             }
             let apps = ManagedApps()
             try apps.migrateSingleClient()
@@ -383,7 +401,11 @@ extension DCClient {
 
         func run() async throws {
             let client = try app.client()
-            try client.unlock(passphrase: try passphrase.read(orThrow: passphraseRequired()))
+            let question = clientPassphraseQuestion(
+                new: false, scheme: client.scheme, providerScheme: client.providerScheme)
+            _ = try passphrase.read(
+                asking: question, for: client.scheme.map { "\($0)" } ?? "dcclient", orThrow: passphraseRequired(),
+                ready: { _ = try client.setUpScheme() }, check: { try client.unlock(passphrase: $0) })
             Console.say("unlocked")
             // The availability notification: queued deliveries may come now.
             guard client.providerScheme != nil, let url = try client.availabilityURL(),

@@ -24,11 +24,10 @@ import Foundation
 /// them is wiped. A cancelled, failed, missing or silent pinentry is one
 /// `DCError/Code/passphraseRequired` error.
 public struct Pinentry: Sendable {
-    /// The variables a pinentry needs to reach the user's display or terminal, passed on when set,
-    /// on top of ``ChildEnvironment/minimal(from:)``; nothing else of this process's environment.
-    public static let displayVariables = [
-        "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "DBUS_SESSION_BUS_ADDRESS", "TERM",
-    ]
+    /// The variables a pinentry needs to reach the user's display or terminal, passed on when set:
+    /// the desktop session's addresses (`ChildEnvironment.desktopNames`) and the terminal's type;
+    /// on top of ``ChildEnvironment/minimal(from:)``, nothing else of this process's environment.
+    public static let displayVariables = ChildEnvironment.desktopNames + ["TERM"]
     /// How long the pinentry waits for the user (`SETTIMEOUT`); the process is killed a little later.
     public static let timeout: Duration = .seconds(120)
     /// Assuan's error code for a cancelled dialog (GPG_ERR_CANCELED from the pinentry source).
@@ -93,8 +92,8 @@ public struct Pinentry: Sendable {
     /// (this process's): the minimal child environment plus ``displayVariables``; the terminal is
     /// `GPG_TTY` when set (as for gpg-agent), else the terminal of standard error or output.
     public init(program: String, from environment: [String: String] = ProcessInfo.processInfo.environment) {
-        var child = ChildEnvironment.minimal(from: environment)
-        for name in Self.displayVariables { if let value = environment[name] { child[name] = value } }
+        var child = ChildEnvironment.desktop(from: environment)
+        if let type = environment["TERM"] { child["TERM"] = type }
         self.init(
             program: program, environment: child,
             terminal: environment["GPG_TTY"].flatMap { $0.hasPrefix("/") ? $0 : nil } ?? Self.controllingTerminal(),

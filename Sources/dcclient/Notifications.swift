@@ -31,22 +31,22 @@ enum ClientNotifications {
     }
 
     /// The notification for the authorization state `policy` states.
-    static func authorization(_ policy: ClientPolicy) -> DesktopNotification {
+    static func authorization(_ policy: ClientPolicy, app: ClientID) -> DesktopNotification {
         let message = policy.message
         switch policy.state {
         case .authorized:
             return DesktopNotification(
-                summary: "dcclient is authorized",
+                summary: "\(app) is authorized",
                 body: message.isEmpty ? "The provider authorized this app: its credential can be used." : message,
                 icon: "dialog-information")
         case .unauthorized:
             return DesktopNotification(
-                summary: "dcclient is not authorized",
+                summary: "\(app) is not authorized",
                 body: message.isEmpty ? "The provider withdrew this app's authorization." : message,
                 urgency: .critical, icon: "dialog-warning")
         case .retired:
             return DesktopNotification(
-                summary: "dcclient was retired",
+                summary: "\(app) was retired",
                 body: (message.isEmpty ? "" : message + "\n") + "Its keys, credential and secure files were erased.",
                 urgency: .critical, icon: "dialog-warning")
         }
@@ -61,16 +61,16 @@ enum ClientNotifications {
             post(
                 DesktopNotification(
                     summary: handled.installedSequence == nil ? "Credential installed" : "Credential renewed",
-                    body: "dcclient installed \"\(name)\".", icon: "dialog-information"))
+                    body: "\(app) installed \"\(name)\".", icon: "dialog-information"))
         case .policy(let update) where outcome.answer == .awaitsUnlock && update.policy.state != .retired:
-            let note = authorization(update.policy)
+            let note = authorization(update.policy, app: app)
             askToUnlock(
-                summary: update.authChanged ? note.summary : "dcclient waits for an unlock",
+                summary: update.authChanged ? note.summary : "\(app) waits for an unlock",
                 body: (update.authChanged ? note.body + "\n" : "")
-                    + "Unlock dcclient to acknowledge the provider's policy.",
+                    + "Unlock \(app) to acknowledge the provider's policy.",
                 replaying: nil, app: app)
         case .policy(let update) where update.authChanged:
-            post(authorization(update.policy))
+            post(authorization(update.policy, app: app))
         default:
             break
         }
@@ -84,7 +84,7 @@ enum ClientNotifications {
         else { return }
         askToUnlock(
             summary: "A credential waits for an unlock",
-            body: "Unlock dcclient to install the credential the provider sent.", replaying: url, app: app)
+            body: "Unlock \(app) to install the credential the provider sent.", replaying: url, app: app)
     }
 
     /// Tells what `check` found: the credential expired or unusable, or ending within the window.
@@ -114,7 +114,8 @@ enum ClientNotifications {
     /// `replaying` to `handle-url` again). The waiter posts it itself: a notification server sends
     /// the action to the connection that posted. Nothing when notifications cannot be posted.
     static func askToUnlock(summary: String, body: String, replaying url: String?, app: ClientID) {
-        let environment = waiterEnvironment()
+        // The toolkit's short list and the desktop's addresses (for the unlock's pinentry).
+        let environment = ChildEnvironment.desktop()
         guard let settings = settings(), DesktopNotifications.mayPost(settings: settings, environment: environment)
         else { return }
         var arguments = ["notification-wait", "--app", "\(app)", "--summary", summary, "--body", body]
@@ -122,16 +123,6 @@ enum ClientNotifications {
         _ = try? ChildProcess.startDetached(Tool.executablePath, arguments: arguments, environment: environment)
     }
 
-    /// The waiter's environment: the toolkit's short list (`ChildEnvironment`) and what reaching
-    /// the session bus and the display takes (for the unlock's pinentry); nothing else of ours.
-    static func waiterEnvironment() -> [String: String] {
-        let inherited = ProcessInfo.processInfo.environment
-        var environment = ChildEnvironment.minimal(from: inherited)
-        for name in ["DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY"] {
-            if let value = inherited[name] { environment[name] = value }
-        }
-        return environment
-    }
 }
 
 extension DCClient {
@@ -160,7 +151,8 @@ extension DCClient {
             // A settings file the user wrote wrong is said here, where they asked for a notification.
             let settings = try DesktopSettings.load()
             DesktopNotifications.post(
-                ClientNotifications.authorization(policy), appName: ClientNotifications.appName, settings: settings)
+                ClientNotifications.authorization(policy, app: client.app), appName: ClientNotifications.appName,
+                settings: settings)
         }
     }
 
@@ -188,7 +180,7 @@ extension DCClient {
             else { return }
             let offersAction = desktop.capabilities.contains("actions")
             let notification = DesktopNotification(
-                summary: summary, body: offersAction ? body : body + "\nRun: dcclient unlock",
+                summary: summary, body: offersAction ? body : body + "\nRun: dcclient unlock --app \(client.app)",
                 actions: [.default("Unlock")], icon: "dialog-password", lifetime: ClientNotifications.unlockLifetime)
             guard let id = desktop.post(notification), offersAction else { return }
             // Unlocked some other way meanwhile (a terminal, another notification): the offer is
@@ -215,11 +207,11 @@ extension DCClient {
                         .map { String($0.dropFirst($0.hasPrefix("dcclient: ") ? 10 : 0)) }
                     desktop.post(
                         DesktopNotification(
-                            summary: "dcclient was not unlocked", body: said ?? "dcclient unlock failed.",
+                            summary: "\(client.app) was not unlocked", body: said ?? "dcclient unlock failed.",
                             icon: "dialog-warning"))
                     return
                 }
-                desktop.post(DesktopNotification(summary: "dcclient is unlocked", urgency: .low))
+                desktop.post(DesktopNotification(summary: "\(client.app) is unlocked", urgency: .low))
             }
             guard let replay else { return }
             _ = try await ChildProcess.run(

@@ -118,7 +118,7 @@ public final class DesktopSession: Sendable {
     }
 
     /// Polls `condition` every 20 ms for at most `timeout`.
-    static func waitUntil(timeout: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
+    public static func waitUntil(timeout: Duration = .seconds(30), _ condition: () -> Bool) -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if condition() { return true }

@@ -115,11 +115,7 @@ public struct ManagedClient: Sendable {
             // policy that retired it) goes first.
             try FileManager.default.removeItem(atPath: base)
         }
-        guard !FileManager.default.fileExists(atPath: configFile) else {
-            throw DCError(
-                .outputExists, "the client is already set up", subject: base,
-                remedy: .useExistingClient)
-        }
+        try checkNotSetUp()
         try AtomicFileSet.ensureDirectory(base)
         chmod(ManagedApps(locations: locations).root, 0o700)
         chmod(base, 0o700)
@@ -163,6 +159,17 @@ public struct ManagedClient: Sendable {
         // Unlocked with the store key in hand: stretching the passphrase again would only prove
         // what was sealed a moment ago, at the cost of a second PBKDF2.
         try unlock(storeKey: storeKey)
+    }
+
+    /// Throws `outputExists` when the app is set up already (a retired one may be set up
+    /// afresh): what ``initialize(scheme:providerScheme:executable:passphrase:trustAnchors:)``
+    /// refuses, asked before anyone is asked to choose a passphrase.
+    public func checkNotSetUp() throws {
+        guard isRetired || !FileManager.default.fileExists(atPath: configFile) else {
+            throw DCError(
+                .outputExists, "the client is already set up", subject: base,
+                remedy: .useExistingClient)
+        }
     }
 
     /// Publishes (again) what providers read: the client's id, scheme, certificate, spool, status

@@ -115,17 +115,6 @@ extension DCClient {
         static let minimumPassphraseLength = 8
 
         func run() async throws {
-            // A new store's passphrase must have some length; unlocking an existing store takes
-            // whatever passphrase it was made with.
-            let question = clientPassphraseQuestion(new: true, scheme: clientScheme, providerScheme: providerScheme)
-            let secret = try passphrase.read(asking: question, for: "\(clientScheme)", orThrow: passphraseRequired()) {
-                guard SecretInput.characterCount($0) >= Self.minimumPassphraseLength else {
-                    throw DCError(
-                        .usage,
-                        "the passphrase for a new store is shorter than \(Self.minimumPassphraseLength) characters",
-                        hint: "choose a longer one")
-                }
-            }
             let apps = ManagedApps()
             try apps.migrateSingleClient()
             // A new app is the one named (--app, else the variable) or the default one, never
@@ -137,6 +126,19 @@ extension DCClient {
                 throw DCError(
                     .outputExists, "the scheme \(clientScheme): is the app \(owner.app)'s already",
                     hint: "give this app a scheme of its own")
+            }
+            // Refused before anyone is asked to choose a passphrase.
+            try chosen.checkNotSetUp()
+            // A new store's passphrase must have some length; unlocking an existing store takes
+            // whatever passphrase it was made with.
+            let question = clientPassphraseQuestion(new: true, scheme: clientScheme, providerScheme: providerScheme)
+            let secret = try passphrase.read(asking: question, for: "\(clientScheme)", orThrow: passphraseRequired()) {
+                guard SecretInput.characterCount($0) >= Self.minimumPassphraseLength else {
+                    throw DCError(
+                        .usage,
+                        "the passphrase for a new store is shorter than \(Self.minimumPassphraseLength) characters",
+                        hint: "choose a longer one")
+                }
             }
             try chosen.initialize(
                 scheme: clientScheme, providerScheme: providerScheme,

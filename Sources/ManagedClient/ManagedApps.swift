@@ -88,6 +88,13 @@ public struct ManagedApps: Sendable {
         guard fileManager.fileExists(atPath: legacyConfig) || fileManager.fileExists(atPath: aside) else { return }
         try FileLock.withExclusiveLock(at: locations.dataHome + "/.dcclient-migration.lock") { _ in
             if fileManager.fileExists(atPath: legacyConfig) {
+                // An older version run again after containers existed: moving its client aside
+                // would carry the containers with it. Refused; the user decides.
+                guard !fileManager.fileExists(atPath: containers) else {
+                    throw DCError(
+                        .outputExists, "both an older version's client and app containers are here", subject: root,
+                        hint: "move store/, spool/ and status.json out of \(root), or set the old client up afresh")
+                }
                 let legacy = ManagedClient(legacyBase: root, locations: locations)
                 let unlocked = (try? legacy.unlockedKey).flatMap { key in
                     (try? key.read()).flatMap { secret in key.expiry().map { (key, secret, $0) } }
@@ -100,9 +107,10 @@ public struct ManagedApps: Sendable {
                 // The key's name follows the store's path: it is stored again under the new one.
                 unlocked?.0.remove()
                 try finishMove(from: aside, keeping: unlocked.map { ($0.1, $0.2) })
-            } else {
+            } else if fileManager.fileExists(atPath: aside) {
                 try finishMove(from: aside, keeping: nil)
             }
+            // Else another process moved it while this one waited for the lock.
         }
     }
 

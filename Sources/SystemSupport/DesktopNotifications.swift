@@ -134,10 +134,25 @@ public final class DesktopNotifications {
     /// How long a call to the server may take (a server started on demand included).
     static let callTimeout: Duration = .seconds(5)
 
-    private init(connection: DBusConnection, appName: String, capabilities: Set<String>) {
+    /// The notification server's unique bus name: the only sender whose signals are believed.
+    private let server: String
+
+    private init(connection: DBusConnection, appName: String, capabilities: Set<String>, server: String) {
         self.connection = connection
         self.appName = appName
         self.capabilities = capabilities
+        self.server = server
+    }
+
+    /// Whether `name` is a unique bus name as the bus daemon gives them (`:1.42`): what may go
+    /// into a match rule between quotes.
+    static func isUniqueName(_ name: String) -> Bool {
+        name.hasPrefix(":") && name.utf8.count <= 255
+            && name.utf8.allSatisfy {
+                $0 == UInt8(ascii: ":") || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_")
+                    || $0 == UInt8(ascii: "-") || (0x30...0x39).contains($0) || (0x41...0x5A).contains($0)
+                    || (0x61...0x7A).contains($0)
+            }
     }
 
     /// The session bus's address in `environment`: `DBUS_SESSION_BUS_ADDRESS`, else the socket
@@ -181,9 +196,19 @@ public final class DesktopNotifications {
                 destination: destination, path: path, interface: destination, method: "GetCapabilities",
                 timeout: callTimeout, append: { _ in true }, read: { $0.strings() })
         else { return nil }
+        // The server's unique name: only its signals count. Any peer on the bus can broadcast an
+        // ActionInvoked; only the bus daemon sets a message's sender.
+        guard
+            let owner = connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                method: "GetNameOwner", timeout: callTimeout, append: { $0.string(destination) },
+                read: { $0.string() }),
+            isUniqueName(owner)
+        else { return nil }
         // Both signals, whether the server sends them to us alone or to everyone.
-        connection.addMatch("type='signal',interface='\(destination)',path='\(path)'")
-        return DesktopNotifications(connection: connection, appName: appName, capabilities: Set(capabilities))
+        connection.addMatch("type='signal',sender='\(owner)',interface='\(destination)',path='\(path)'")
+        return DesktopNotifications(
+            connection: connection, appName: appName, capabilities: Set(capabilities), server: owner)
     }
 
     /// `text` with the characters that markup gives a meaning escaped: `&`, `<`, `>`.
@@ -236,8 +261,8 @@ public final class DesktopNotifications {
         for id: UInt32, timeout: Duration, until: () -> Bool = { false }
     ) -> DesktopNotificationResponse {
         connection.waitForSignal(
-            interface: Self.destination, members: ["ActionInvoked", "NotificationClosed"], timeout: timeout,
-            until: until
+            interface: Self.destination, members: ["ActionInvoked", "NotificationClosed"], sender: server,
+            timeout: timeout, until: until
         ) { member, reader -> DesktopNotificationResponse? in
             guard reader.uint32() == id else { return nil }
             if member == "ActionInvoked" { return reader.string().map { .action($0) } }

@@ -33,6 +33,7 @@ enum DBus {
     typealias ReadWrite = @convention(c) (OpaquePointer, Int32) -> UInt32
     typealias PopMessage = @convention(c) (OpaquePointer) -> OpaquePointer?
     typealias IsSignal = @convention(c) (OpaquePointer, UnsafePointer<CChar>, UnsafePointer<CChar>) -> UInt32
+    typealias GetSender = @convention(c) (OpaquePointer) -> UnsafePointer<CChar>?
 
     /// D-Bus type codes (the signature characters).
     static let typeByte: Int32 = 0x79  // y
@@ -74,6 +75,7 @@ enum DBus {
         let readWrite: ReadWrite
         let pop: PopMessage
         let isSignal: IsSignal
+        let getSender: GetSender
 
         /// Runs `body` with a fresh `DBusError`, freed afterwards; `body` gets the error's buffer
         /// and returns its value; the error's message (never a secret: D-Bus's own text) is passed
@@ -133,7 +135,8 @@ enum DBus {
             let addMatch = symbol("dbus_bus_add_match", AddMatch.self),
             let readWrite = symbol("dbus_connection_read_write", ReadWrite.self),
             let pop = symbol("dbus_connection_pop_message", PopMessage.self),
-            let isSignal = symbol("dbus_message_is_signal", IsSignal.self)
+            let isSignal = symbol("dbus_message_is_signal", IsSignal.self),
+            let getSender = symbol("dbus_message_get_sender", GetSender.self)
         else { return nil }
         return Library(
             errorInit: errorInit, errorFree: errorFree, errorIsSet: errorIsSet, openPrivate: openPrivate,
@@ -141,7 +144,8 @@ enum DBus {
             newMethodCall: newMethodCall, messageUnref: messageUnref, iterInit: iterInit,
             iterInitAppend: iterInitAppend, appendBasic: appendBasic, openContainer: openContainer,
             closeContainer: closeContainer, sendAndBlock: sendAndBlock, argType: argType, getBasic: getBasic,
-            next: next, recurse: recurse, addMatch: addMatch, readWrite: readWrite, pop: pop, isSignal: isSignal)
+            next: next, recurse: recurse, addMatch: addMatch, readWrite: readWrite, pop: pop, isSignal: isSignal,
+            getSender: getSender)
     }()
 
     /// The library, loaded once per process; nil when libdbus is not installed.
@@ -204,12 +208,14 @@ final class DBusConnection {
     /// Adds a match rule for signals (without waiting for the bus's answer).
     func addMatch(_ rule: String) { library.addMatch(connection, rule, nil) }
 
-    /// Waits at most `timeout` for messages and passes each signal of `interface` that arrives
+    /// Waits at most `timeout` for messages and passes each signal of `interface` sent by
+    /// `sender` (a unique bus name: the bus daemon fills it in, so no other peer can claim it)
     /// to `handle` (its member name and its argument reader) until `handle` returns a value.
-    /// Nil at the timeout, at once when the bus went away, or when `until` holds (asked about
-    /// once a second).
+    /// Signals from anyone else — another program broadcasting, or sending to this connection
+    /// alone — are dropped. Nil at the timeout, at once when the bus went away, or when `until`
+    /// holds (asked about once a second).
     func waitForSignal<R>(
-        interface: String, members: [String], timeout: Duration, until: () -> Bool = { false },
+        interface: String, members: [String], sender: String, timeout: Duration, until: () -> Bool = { false },
         _ handle: (String, Reader) -> R?
     ) -> R? {
         let deadline = ContinuousClock.now + timeout
@@ -217,6 +223,7 @@ final class DBusConnection {
             if until() { return nil }
             while let message = library.pop(connection) {
                 defer { library.messageUnref(message) }
+                guard let from = library.getSender(message), String(cString: from) == sender else { continue }
                 for member in members where library.isSignal(message, interface, member) != 0 {
                     let value = DBus.withIter { iter -> R? in
                         guard library.iterInit(message, iter) != 0 else { return nil }

@@ -12,7 +12,9 @@ import Foundation
 /// notifications off
 /// ```
 ///
-/// A missing file means the defaults. An unknown key or a bad value is reported by ``load(from:)``
+/// A missing file means the defaults. The file names the program that is given passphrases and
+/// PINs, so one that is not a regular file of this user, or that group or others can write, is
+/// refused. An unknown key or a bad value is reported by ``load(from:)``
 /// as an error naming the line, never silently ignored: a setting the user wrote and we skipped
 /// would be a surprise (a notification they turned off appearing anyway).
 public struct DesktopSettings: Sendable, Equatable {
@@ -37,6 +39,15 @@ public struct DesktopSettings: Sendable, Equatable {
     /// `DCError/Code/usage` for a line it does not understand, naming the file and line.
     public static func load(from locations: XDGDirectories = XDGDirectories()) throws -> DesktopSettings {
         let path = path(in: locations)
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return DesktopSettings() }
+        // It names the program that is given passphrases and PINs: only this user may have
+        // written it (as ssh asks of its config).
+        guard info.st_mode & S_IFMT == S_IFREG, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
+            throw DCError(
+                .permissionDenied, "the desktop settings are not a regular file only this user can write",
+                subject: path, hint: "chmod go-w the file (and check who wrote it)")
+        }
         guard let data = FileManager.default.contents(atPath: path) else { return DesktopSettings() }
         guard data.count <= 64 * 1024, let text = String(data: data, encoding: .utf8) else {
             throw DCError(.usage, "the desktop settings are not a short UTF-8 text file", subject: path)

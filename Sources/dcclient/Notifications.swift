@@ -118,8 +118,9 @@ enum ClientNotifications {
         let environment = ChildEnvironment.desktop()
         guard let settings = settings(), DesktopNotifications.mayPost(settings: settings, environment: environment)
         else { return }
-        var arguments = ["notification-wait", "--app", "\(app)", "--summary", summary, "--body", body]
-        if let url { arguments += ["--replay", url] }
+        // `--name=value`: a provider's message that starts with "-" stays a value.
+        var arguments = ["notification-wait", "--app=\(app)", "--summary=" + summary, "--body=" + body]
+        if let url { arguments += ["--replay=" + url] }
         _ = try? ChildProcess.startDetached(Tool.executablePath, arguments: arguments, environment: environment)
     }
 
@@ -163,6 +164,24 @@ extension DCClient {
     /// notification of its own. Unlocked some other way meanwhile, it withdraws the notification
     /// and hands the delivery over.
     struct NotificationWait: AsyncParsableCommand, OutputCommand {
+        /// Takes the app's offer lock (`flock` on a file in its container) for the rest of this
+        /// process, waiting at most two seconds for a waiter that is ending; false when another
+        /// waiter holds it. The descriptor is left open on purpose: the lock ends with the process.
+        static func holdTheOffer(of client: ManagedClient) -> Bool {
+            let descriptor = open(
+                client.base + "/.notification-wait.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+            guard descriptor >= 0 else { return false }
+            let deadline = ContinuousClock.now + .seconds(2)
+            while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+                guard ContinuousClock.now < deadline else {
+                    close(descriptor)
+                    return false
+                }
+                usleep(50_000)
+            }
+            return true
+        }
+
         static let configuration = CommandConfiguration(
             commandName: "notification-wait",
             abstract: "Show a notification that offers to unlock, and unlock when asked (started by handle-url).",
@@ -175,6 +194,9 @@ extension DCClient {
 
         func run() async throws {
             let client = try app.client()
+            // One offer per app at a time: a URL replayed a thousand times (any program can open
+            // one) starts a thousand handlers, not a thousand waiting processes and prompts.
+            guard Self.holdTheOffer(of: client) else { return }
             guard let settings = ClientNotifications.settings(),
                 let desktop = DesktopNotifications.connect(appName: ClientNotifications.appName, settings: settings)
             else { return }
@@ -190,8 +212,9 @@ extension DCClient {
             switch desktop.wait(
                 for: id, timeout: ClientNotifications.unlockLifetime + .seconds(5), until: { watcher.isUnlocked() })
             {
-            case .action: break
-            case .closed: return
+            // Only the Unlock (`default`) action unlocks.
+            case .action(let key) where key == "default": break
+            case .action, .closed: return
             case .noAnswer:
                 // The offer's time is up, or the session's bus went away.
                 guard client.isUnlocked else { return }
@@ -201,7 +224,8 @@ extension DCClient {
                 // The same command a person runs; without a terminal it asks through pinentry.
                 let unlock = try await ChildProcess.run(
                     Tool.executablePath, arguments: ["unlock", "--app", "\(client.app)"],
-                    limits: .init(timeout: .seconds(300)))
+                    // Three tries of a pinentry that waits two minutes each, and some room.
+                    limits: .init(timeout: .seconds(3 * (Int64(Pinentry.timeout.components.seconds) + 20))))
                 guard unlock.termination == .exited(0) else {
                     let said = String(decoding: unlock.stderr, as: UTF8.self).split(separator: "\n").first
                         .map { String($0.dropFirst($0.hasPrefix("dcclient: ") ? 10 : 0)) }

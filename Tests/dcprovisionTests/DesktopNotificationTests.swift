@@ -68,9 +68,11 @@ struct DesktopNotificationTests {
 
             // Authorized again while locked (unauthorize locked the app): applied at once, and the
             // acknowledgement waits for an unlock, which the notification offers.
-            try tools.check("dcprovision", ["authorize"] + Self.scheme)
+            // Its message starts with "-": still the body, never an option of the waiter's.
+            try tools.check("dcprovision", ["authorize"] + Self.scheme + ["--message=-- all clear"])
             let offered = try #require(
                 session.waitForNotification { $0.summary == "dcclient is authorized" && !$0.actions.isEmpty })
+            #expect(offered.body.hasPrefix("-- all clear"), "\(offered.body)")
             #expect(offered.actions == ["default", "Unlock"])
             #expect(offered.body.hasSuffix("Unlock dcclient to acknowledge the provider's policy."), "\(offered.body)")
             // Unlocked in a terminal instead: the waiter withdraws its offer and ends.
@@ -139,6 +141,58 @@ struct DesktopNotificationTests {
             try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])
             let installed = try #require(session.waitForNotification { $0.summary == "Credential installed" })
             #expect(installed.body.hasPrefix("dcclient installed \""))
+        }
+    }
+
+    @Test(
+        "Attack: a locked delivery's URL opened ten times makes one offer and one waiting process; an ActionInvoked forged by another program on the bus unlocks nothing; the real click still does"
+    )
+    func replayedAndForged() async throws {
+        try await Self.withDesktop("notify-replay") { tools, session in
+            try tools.setUpManagedClient()
+            try FileManager.default.createDirectory(
+                atPath: tools.sandbox.configHome + "/derived-credentials", withIntermediateDirectories: true)
+            try tools.sandbox.write("home/.config/derived-credentials/desktop.conf", "pinentry-program /bin/false\n")
+            // The set-up's notifications go; the offer is then the only one shown.
+            _ = session.waitForNotification { $0.summary == "dcclient is authorized" }
+            try session.closeAll()
+            try tools.check("dcclient", ["lock"])
+            let queued = try tools.check("dcprovision", Self.send + ["--queue"])
+            let output = queued.stdoutText + queued.stderrText
+            let start = try #require(output.range(of: "org.example.dcclient:/deliver?"))
+            let url = String(output[start.lowerBound...].prefix { !$0.isWhitespace })
+            // The provider's knock made the first offer.
+            _ = session.waitForNotification { $0.summary == "A credential waits for an unlock" }
+            for _ in 0..<10 {
+                let replayed = try Self.run(tools, session, "dcclient", ["handle-url", url])
+                #expect(replayed.status == 69, "\(replayed.stderrText)")
+            }
+            try await Task.sleep(for: .seconds(3))
+            #expect(session.notifications().filter { $0.summary == "A credential waits for an unlock" }.count == 1)
+            let waiters = session.processesLeft().filter { pid in
+                let line = (FileManager.default.contents(atPath: "/proc/\(pid)/cmdline")).map {
+                    String(decoding: $0, as: UTF8.self)
+                }
+                return line?.contains("notification-wait") == true
+            }
+            #expect(waiters.count == 1, "\(waiters)")
+
+            // Another program on the bus broadcasts the click for every likely id: ignored, since
+            // only the notification server's signals count.
+            let environment = tools.sandbox.environment.merging(session.environment) { $1 }
+            for id in 1...40 {
+                _ = try TestSupport.run(
+                    try which("dbus-send"),
+                    [
+                        "--session", "--type=signal", "/org/freedesktop/Notifications",
+                        "org.freedesktop.Notifications.ActionInvoked", "uint32:\(id)", "string:default",
+                    ], environment: environment, timeout: 10)
+            }
+            try await Task.sleep(for: .seconds(2))
+            #expect(!session.notifications().contains { $0.summary == "dcclient was not unlocked" })
+            // The person's click still unlocks (here through a pinentry that fails, and says so).
+            try session.clickTopNotification()
+            #expect(session.waitForNotification { $0.summary == "dcclient was not unlocked" } != nil)
         }
     }
 

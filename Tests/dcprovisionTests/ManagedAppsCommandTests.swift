@@ -119,6 +119,19 @@ struct ManagedAppsCommandTests {
             contentsOfFile: share + "/derived-credentials/clients/org.example.dcclient.json", encoding: .utf8)
         #expect(registration.contains("dcclient/apps/dcclient/spool"), "\(registration)")
 
+        // Several commands at once on a client not yet moved: one moves it, the others wait and
+        // find it moved; none fails.
+        try fileManager.moveItem(atPath: share + "/dcclient/apps/dcclient", toPath: share + "/old")
+        try fileManager.removeItem(atPath: share + "/dcclient")
+        try fileManager.moveItem(atPath: share + "/old", toPath: share + "/dcclient")
+        let racers = try (0..<4).map { _ in
+            try SpawnedProcess(
+                Binaries.directory + "/dcclient", ["status"], environment: tools.sandbox.environment,
+                output: tools.sandbox.file("race.log"))
+        }
+        for racer in racers { #expect(racer.wait(timeout: .seconds(60)) == 0) }
+        #expect(fileManager.fileExists(atPath: share + "/dcclient/apps/dcclient/store/client.json"))
+
         // Cut short after its first step (the directory set aside): the next command finishes it.
         try tools.check("dcclient", ["lock"])
         try fileManager.moveItem(atPath: share + "/dcclient/apps/dcclient", toPath: share + "/old")

@@ -16,8 +16,13 @@ public enum TokenThread {
     /// readers are watched (`CardRemovalWatchdog`). When `distrustingRemoval` (reads), a card
     /// that left during the call makes it fail, since what was read may be partial; a command
     /// that changed the card (a new PIN) keeps its result, which the card confirmed.
+    ///
+    /// pcscd notices a card gone only at its next look at the reader (a few hundred
+    /// milliseconds); a result that `suspicious` calls so (an empty listing: what a card pulled
+    /// out mid-read leaves) is held until pcscd has had that time, as a failure is.
     public static func run<R: Sendable>(
-        distrustingRemoval: Bool = true, _ body: @escaping @Sendable () throws -> R
+        distrustingRemoval: Bool = true, settlingWhen suspicious: @escaping @Sendable (R) -> Bool = { _ in false },
+        _ body: @escaping @Sendable () throws -> R
     ) async throws -> R {
         CardInterruption.enter()
         defer { CardInterruption.leave() }
@@ -36,10 +41,10 @@ public enum TokenThread {
             _ = watchdog.finish()
         case .failure:
             try refuse(removedFrom: watchdog.finish(settling: true), "")
-        case .success:
+        case .success(let value):
             // A card that left its reader during the operation makes what was read untrustworthy,
             // even when the driver answered: OpenSC can then show a token with objects missing.
-            try refuse(removedFrom: watchdog.finish(), "; nothing read from it is used")
+            try refuse(removedFrom: watchdog.finish(settling: suspicious(value)), "; nothing read from it is used")
         }
         return try outcome.get()
     }

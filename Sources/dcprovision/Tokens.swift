@@ -81,9 +81,10 @@ struct Objects: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         let (uri, modules, policy) = (uri.text, module.isEmpty ? nil : module, login ? try pin.policy() : nil)
         // With --login, C_Login may wait for a person at a PIN pad.
-        let objects = try await TokenThread.run {
-            try PKCS11Discovery.objects(matching: uri, modules: modules, login: policy)
-        }
+        // Nothing found may be a card pulled out mid-listing: that is told as such.
+        let objects = try await TokenThread.run(
+            settlingWhen: { $0.isEmpty },
+            { try PKCS11Discovery.objects(matching: uri, modules: modules, login: policy) })
         if format.json { return try printJSON("objects", objects) }
         if objects.isEmpty {
             throw DCError(.noSuchObject, "no object matches the URI", subject: uri.escapingControlCharacters)

@@ -139,7 +139,7 @@ public struct ManagedApps: Sendable {
         }
         if let (secret, expiry) = unlocked, let key = try? client.unlockedKey {
             let left = expiry.timeIntervalSinceNow
-            if left >= 1 { try? key.store(secret, lifetime: .seconds(Int64(left))) }
+            if left >= 1 { _ = try? key.store(secret, lifetime: .seconds(Int64(left))) }
         }
     }
 }

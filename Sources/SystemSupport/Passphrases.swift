@@ -191,7 +191,7 @@ public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
 /// else nobody is asked, and the caller's own error for a missing secret stands (or, for a prompt
 /// the user asked for, the error that there is no terminal).
 ///
-/// The answer is kept (in ``SecretBytes``, wiped on release) for the rest of the command, so that
+/// The answer is kept (in `SecretBytes`, wiped on release) for the rest of the command, so that
 /// a token logged in to twice asks once; ``retry(_:)`` forgets it after a wrong one.
 public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable {
     /// What happens when nobody can be asked.

@@ -20,7 +20,7 @@ import Foundation
 /// reads the next command only after it has answered the previous one): the terminal `OPTION`s
 /// when there is a controlling terminal, `SETTIMEOUT`, `SETTITLE`, `SETDESC`, `SETPROMPT`,
 /// `SETERROR` for a retry, `SETREPEAT` and `SETREPEATERROR` for a new secret, `GETPIN`, `BYE`.
-/// The answer's `D` lines are percent-decoded straight into ``SecretBytes``; every buffer that held
+/// The answer's `D` lines are percent-decoded straight into `SecretBytes`; every buffer that held
 /// them is wiped. A cancelled, failed, missing or silent pinentry is one
 /// `DCError/Code/passphraseRequired` error.
 public struct Pinentry: Sendable {
@@ -230,7 +230,7 @@ public struct Pinentry: Sendable {
     /// order, each after the `D` (data), `S` (status) and `#` (comment) lines that belong to it.
     /// `getPIN` is the number of `GETPIN` among the commands (1 for the first): the answer
     /// with that number is `GETPIN`'s, and only its `D` lines are the secret (percent-decoded into
-    /// one buffer, wiped once it is a ``SecretBytes``). An `ERR` to an earlier command (an
+    /// one buffer, wiped once it is a `SecretBytes`). An `ERR` to an earlier command (an
     /// `OPTION` a pinentry does not know) changes nothing.
     static func answer(in output: [UInt8], getPIN: Int, repeated: Bool) -> Answer {
         var data: [UInt8] = []

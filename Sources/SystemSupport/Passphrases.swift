@@ -133,39 +133,20 @@ public enum SecretInput {
     }
 }
 
-/// Asks on the controlling terminal with echo off, once, and only if there is a terminal.
-/// Used only when the user asked for a prompt (`--passphrase-prompt`).
-public final class TerminalPassphrase: PassphraseSource, @unchecked Sendable {
-    // The cached answer is guarded by `lock`; the class is otherwise immutable.
-    private let lock = NSLock()
-    private var answer: SecretBytes?
-    private let prompt: String
-
-    /// A source that asks with `prompt`, followed by ` for <subject>: `.
-    public init(prompt: String = "Passphrase") {
-        self.prompt = prompt
-    }
-
-    /// Asks once on `/dev/tty` with echo off and caches the answer for later subjects. Throws
-    /// `DCError/Code/passphraseRequired` when standard input is not a terminal or the terminal cannot be opened.
-    public func passphrase(for subject: String) throws -> SecretBytes? {
-        lock.lock()
-        defer { lock.unlock() }
-        if let answer { return answer }
-        let secret = try Self.ask("\(prompt) for \(subject.escapingControlCharacters): ", subject: subject)
-        answer = secret
-        return secret
+/// The terminal prompt behind ``InteractivePassphrase``: a question on `/dev/tty`, read with echo off.
+enum TerminalPrompt {
+    /// The refusal when a prompt was asked for and standard input is not a terminal.
+    static func noTerminal(_ subject: String) -> DCError {
+        DCError(
+            .passphraseRequired, "a passphrase prompt needs a terminal on standard input", subject: subject,
+            remedy: .givePassphraseWithoutTerminal)
     }
 
     /// Writes `note` (when there is one) and `question` to `/dev/tty` and reads the answer with
     /// echo off. Throws `DCError/Code/passphraseRequired` when standard input is not a terminal or
     /// the terminal cannot be opened, `DCError/Code/usage` for an empty answer.
     static func ask(_ question: String, note: String? = nil, subject: String) throws -> SecretBytes {
-        guard isatty(STDIN_FILENO) == 1 else {
-            throw DCError(
-                .passphraseRequired, "a passphrase prompt needs a terminal on standard input", subject: subject,
-                remedy: .givePassphraseWithoutTerminal)
-        }
+        guard isatty(STDIN_FILENO) == 1 else { throw noTerminal(subject) }
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
         guard tty >= 0 else {
             throw DCError(.passphraseRequired, "cannot open the terminal for a passphrase prompt", subject: subject)
@@ -277,10 +258,10 @@ public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable 
 
     private func ask(for subject: String, detail: String) throws -> SecretBytes? {
         if isatty(STDIN_FILENO) == 1 {
-            let first = try TerminalPassphrase.ask(
+            let first = try TerminalPrompt.ask(
                 "\(capitalized) for \(subject.escapingControlCharacters): ", note: error, subject: subject)
             guard confirming else { return first }
-            let again = try TerminalPassphrase.ask(
+            let again = try TerminalPrompt.ask(
                 "The \(name) again for \(subject.escapingControlCharacters): ", subject: subject)
             guard again == first else {
                 throw DCError(.usage, "the two \(name)s differ; nothing was changed", subject: subject)
@@ -292,7 +273,7 @@ public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable 
             let pinentry = Pinentry.find(settings: settings, environment: environment)
         else {
             guard unanswerable == .refuse else { return nil }
-            return try TerminalPassphrase.ask("", subject: subject)
+            throw TerminalPrompt.noTerminal(subject)
         }
         let text = description(subject) + (detail.isEmpty ? "" : "\n\n" + detail)
         return try pinentry.ask(

@@ -138,10 +138,11 @@ public struct Pinentry: Sendable {
         func refusal(_ message: String) -> DCError {
             DCError(.passphraseRequired, message, subject: program, remedy: remedy)
         }
+        let commands = script(for: question)
         var outcome: ChildProcess.Outcome
         do {
             outcome = try ChildProcess.runSynchronously(
-                program, stdin: SecretBytes(Array(script(for: question).utf8)), environment: environment,
+                program, stdin: SecretBytes(Array(commands.utf8)), environment: environment,
                 limits: .init(timeout: Self.timeout + .seconds(10), stdoutLimit: 64 << 10, stderrLimit: 16 << 10),
                 newSession: true)
         } catch let error as DCError {
@@ -152,7 +153,6 @@ public struct Pinentry: Sendable {
             outcome.stdout.removeAll()
         }
         if outcome.timedOut { throw refusal("the pinentry did not answer in \(Self.timeout)") }
-        let commands = script(for: question)
         let getPIN = commands.split(separator: "\n").firstIndex(of: "GETPIN").map { $0 + 1 } ?? 0
         switch Self.answer(in: outcome.stdout, getPIN: getPIN, repeated: question.repeatPrompt != nil) {
         case .secret(let secret):

@@ -2,7 +2,7 @@ import Foundation
 
 /// Where a passphrase comes from. The reader asks only when it meets encrypted input, and at most
 /// once per input; a source that has none returns nil and the input is refused at once. No source
-/// ever prompts unless it was built to (`TerminalPassphrase`, `InteractivePassphrase`).
+/// ever prompts unless it was built to (`InteractivePassphrase`).
 public protocol PassphraseSource: Sendable {
     /// The secret for `subject` (a file name or token label, used in prompts and errors), or nil if
     /// this source has none. Throws when the source exists but cannot deliver, such as an unset variable.

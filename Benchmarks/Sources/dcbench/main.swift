@@ -73,7 +73,7 @@ func secureFiles(_ command: String, name: String?) throws {
     switch (command, name) {
     case ("init", nil):
         try client.initialize(
-            clientId: try ClientID("dcclient"), scheme: try URLScheme("org.example.dcclient"),
+            scheme: try URLScheme("org.example.dcclient"),
             providerScheme: try URLScheme("org.example.provider"),
             executable: "/usr/bin/dcclient", passphrase: SecretBytes(Array("bench passphrase".utf8)))
     case ("write", let name?):

@@ -156,7 +156,16 @@ let package = Package(
             // unloaded and a thread may still be leaving the module when C_Finalize returns.
             // (scripts/install sets the installed module's RUNPATH to the Swift runtime it puts
             // beside it.)
-            linkerSettings: [.unsafeFlags(["-Xlinker", "-z", "-Xlinker", "nodelete"])]),
+            exclude: ["exports.map"],
+            linkerSettings: [
+                .unsafeFlags([
+                    "-Xlinker", "-z", "-Xlinker", "nodelete", "-Xlinker", "-z", "-Xlinker", "defs", "-static-stdlib",
+                    "-Xlinker", "--start-group", "-lFoundation", "-lFoundationInternationalization",
+                    "-lFoundationEssentials", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCShims",
+                    "-l_FoundationCollections", "-Xlinker", "--end-group", "-Xlinker",
+                    "--version-script=\(Context.packageDirectory)/Sources/ClientPKCS11/exports.map",
+                ])
+            ]),
 
         // Auth tokens: the issuing key's delegations, the client's tokens bound to a challenge, the
         // revocation list, and the stateless verifier. OpenSSL does the cryptography.

@@ -1,6 +1,7 @@
 import AuthTokens
 import CredentialCoding
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
@@ -166,30 +167,32 @@ public func curl(_ arguments: [String], sandbox: Sandbox) throws -> ProcessResul
     try sandbox.run(try which("curl"), ["-sS", "-i", "--max-time", "20"] + arguments, timeout: 40)
 }
 
-/// Real tokens, made once per test process with the AuthTokens issuing API (a provider's issuing
-/// key signs a delegation for a client's token key, which signs the token), and the files that
-/// make `dcverify` trust that issuing key and revoke one delegation.
+/// Real tokens, made with the AuthTokens issuing API (a provider's issuing key signs a delegation
+/// for a client's token key, which signs the token), and the files that make `dcverify` trust that
+/// issuing key and revoke one delegation. The keys, the delegations and the files are made once
+/// per test process; the valid token, which lives ten minutes, is made again once it is five
+/// minutes old, so a test that runs late in a long, loaded run still gets a token with time left.
 public enum Tokens {
     /// The challenge the valid token is bound to.
     public static let challenge = "challenge 7f3a: one use"
-    /// 100 OK: issued now, valid for the tokens' ten minutes.
-    public static var valid: String { made.valid }
+    /// 100 OK: issued at most five minutes ago, valid for the tokens' ten minutes.
+    public static var valid: String { fresh().compact }
     /// 102 Expired Token: made two hours ago under a delegation that ended an hour ago.
     public static var expired: String { made.expired }
     /// 103 Revoked: its delegation's id is in the revocation list.
     public static var revoked: String { made.revoked }
     /// The valid token's creation time, as X-Good-GD-AuthTokenCreationTime says it.
-    public static var created: String { String(made.created) }
+    public static var created: String { String(fresh().claims.issuedAt) }
     /// A token the test-only fixture takes two seconds to verify (see `startSlowFixture`).
     public static let slow = "tok-slow"
 
     private struct Made: Sendable {
+        let client: TokenSigningKey
+        let current: Delegation
         let issuers: [UInt8]
         let revocations: [UInt8]
-        let valid: String
         let expired: String
         let revoked: String
-        let created: Int64
     }
 
     private static let made: Made = {
@@ -202,9 +205,6 @@ public enum Tokens {
                     issuer: "org.example.provider", userID: "alice@example.com", appID: "com.example.mail",
                     containerID: "c-42", tokenKey: client.publicKey, issuingKey: issuing, now: time, lifetime: 3600)
             }
-            let current = try delegation(at: now)
-            let valid = try AuthToken.make(
-                challenge: challenge, serverName: "app.example.com", delegation: current, tokenKey: client, now: now)
             let old = try delegation(at: now - 7200)
             let expired = try AuthToken.make(
                 challenge: "old", serverName: "app.example.com", delegation: old, tokenKey: client, now: now - 7100)
@@ -212,16 +212,35 @@ public enum Tokens {
             let revoked = try AuthToken.make(
                 challenge: "revoked", serverName: "app.example.com", delegation: withdrawn, tokenKey: client, now: now)
             return Made(
+                client: client, current: try delegation(at: now),
                 issuers: TrustedIssuers([issuing.publicKey]).jwks(),
                 revocations: RevocationList(
                     issued: Int64(now.timeIntervalSince1970), revokedDelegations: [withdrawn.claims.id]
                 ).json(),
-                valid: valid.compact, expired: expired.compact, revoked: revoked.compact,
-                created: valid.claims.issuedAt)
+                expired: expired.compact, revoked: revoked.compact)
         } catch {
             fatalError("cannot make the test tokens: \(error)")
         }
     }()
+
+    private static let validToken = Mutex<AuthToken?>(nil)
+
+    /// The valid token, made again when it is five minutes old (the delegation lasts an hour).
+    private static func fresh() -> AuthToken {
+        validToken.withLock { token in
+            let now = Date()
+            if let current = token, Int64(now.timeIntervalSince1970) - current.claims.issuedAt < 300 { return current }
+            do {
+                let minted = try AuthToken.make(
+                    challenge: challenge, serverName: "app.example.com", delegation: made.current,
+                    tokenKey: made.client, now: now)
+                token = minted
+                return minted
+            } catch {
+                fatalError("cannot make the test token: \(error)")
+            }
+        }
+    }
 
     /// Writes the issuing keys and the revocation list into `sandbox`: the arguments that name them.
     public static func files(in sandbox: Sandbox) throws -> [String] {

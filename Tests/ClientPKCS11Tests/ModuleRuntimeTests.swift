@@ -1,0 +1,63 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// The module carries its own Swift runtime (linked with `-static-stdlib`, everything but the
+/// PKCS#11 entry points local), so a program that loads it maps no shared Swift runtime and a
+/// Swift program that loads it keeps its own: these tests hold both halves.
+@Suite("The PKCS#11 module carries its own Swift runtime", .ownThreads, .timeLimit(.minutes(5)))
+struct ModuleRuntimeTests {
+    let module = Binaries.directory + "/libdcclient-pkcs11.so"
+
+    @Test(
+        "The module loads no shared Swift runtime and exports only C_GetFunctionList, C_GetInterfaceList and C_GetInterface"
+    )
+    func ownRuntime() throws {
+        try #require(FileManager.default.fileExists(atPath: module), "built by scripts/test: --product dcclient-pkcs11")
+        let libraries = try run("ldd", [module])
+        #expect(libraries.status == 0, "\(libraries.stderrText)")
+        #expect(!libraries.stdoutText.contains("libswift"), "\(libraries.stdoutText)")
+        #expect(!libraries.stdoutText.contains("Foundation"), "\(libraries.stdoutText)")
+        #expect(!libraries.stdoutText.contains("not found"), "\(libraries.stdoutText)")
+        // The dynamic symbols the module defines with global or weak binding: nm's uppercase kinds.
+        let symbols = try run("nm", ["-D", "--defined-only", module])
+        #expect(symbols.status == 0, "\(symbols.stderrText)")
+        let exported = symbols.stdoutText.split(separator: "\n").compactMap { line -> String? in
+            let fields = line.split(separator: " ")
+            guard fields.count == 3, let kind = fields[1].first, kind.isUppercase, kind != "U" else { return nil }
+            return String(fields[2])
+        }
+        #expect(exported.sorted() == ["C_GetFunctionList", "C_GetInterface", "C_GetInterfaceList"])
+    }
+
+    @Test(
+        "One Swift program, two Swift-built modules: dcprovision loads the dcclient module beside the fault module over SoftHSM2 (a shared Swift runtime); tokens lists both, and objects reads the credential's certificates through the module"
+    )
+    func twoSwiftModulesInOneProgram() throws {
+        let tokens = try TwoAppTokens("p11-runtimes", apps: ["mail"])
+        defer { tokens.sandbox.remove() }
+        let fault = Binaries.directory + "/libDCFaultPKCS11.so"
+        try #require(FileManager.default.fileExists(atPath: fault), "built by scripts/test: --product DCFaultPKCS11")
+        // The fault module forwards to SoftHSM2, which finds its tokens through this configuration.
+        let environment = ["SOFTHSM2_CONF": SoftHSM.shared.configuration]
+        let listed = try tokens.sandbox.run(
+            Binaries.dcprovision, ["tokens", "--module", module, "--module", fault, "--json"],
+            environment: environment, timeout: 60)
+        #expect(listed.status == 0, "\(listed.stderrText)")
+        let labels = try #require(try jsonPayload(listed.stdout, "tokens") as? [[String: Any]]).compactMap {
+            $0["label"] as? String
+        }
+        #expect(labels.contains("dcclient mail"), "\(labels)")
+        #expect(labels.contains(SoftHSM.shared.pivCard), "\(labels)")
+
+        let objects = try tokens.sandbox.run(
+            Binaries.dcprovision,
+            ["objects", "pkcs11:token=dcclient%20mail;type=cert", "--module", module, "--module", fault, "--json"],
+            environment: environment, timeout: 60)
+        #expect(objects.status == 0, "\(objects.stderrText)")
+        let ids = try #require(try jsonPayload(objects.stdout, "objects") as? [[String: Any]]).compactMap {
+            $0["id"] as? String
+        }
+        #expect(ids.sorted() == ["01", "02", "03", "04"], "\(ids)")
+    }
+}

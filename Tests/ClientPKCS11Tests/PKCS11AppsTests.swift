@@ -10,8 +10,13 @@ struct TwoAppTokens {
     let module = Binaries.directory + "/libdcclient-pkcs11.so"
     let pin = "correct horse"
 
-    /// A provider, and the apps `apps` each set up and sent a credential.
-    init(_ label: String, apps: [String] = ["mail", "chat"]) throws {
+    /// Options for the test CA of every `dcprovision send` (`key-algorithm=rsa2048`, …).
+    let sendOptions: [String]
+
+    /// A provider, and the apps `apps` each set up and sent a credential; `sendOptions` go to
+    /// the test CA of each send (`--option`).
+    init(_ label: String, apps: [String] = ["mail", "chat"], sendOptions: [String] = []) throws {
+        self.sendOptions = sendOptions
         try #require(
             FileManager.default.fileExists(atPath: module),
             "the module is built by scripts/test: swift build --product dcclient-pkcs11")
@@ -43,7 +48,7 @@ struct TwoAppTokens {
             [
                 "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",
                 "--client-scheme", scheme,
-            ])
+            ] + sendOptions.flatMap { ["--option", $0] })
     }
 
     /// Runs the probe with `steps`, its lines going to `probe.out`.

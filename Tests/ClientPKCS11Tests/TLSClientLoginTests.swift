@@ -173,9 +173,10 @@ struct TLSLoginWorld {
     /// Keeps `file` as `docs/images/NAME` when `DC_SCREENSHOT_DIR` names a directory
     /// (docs/images/firefox-mtls.png and chromium-mtls.png are made so).
     func keepScreenshot(_ file: String, as name: String) throws {
-        guard let keep = ProcessInfo.processInfo.environment["DC_SCREENSHOT_DIR"] else { return }
-        _ = try? FileManager.default.removeItem(atPath: keep + "/" + name)
-        try FileManager.default.copyItem(atPath: file, toPath: keep + "/" + name)
+        if let keep = ProcessInfo.processInfo.environment["DC_SCREENSHOT_DIR"] {
+            _ = try? FileManager.default.removeItem(atPath: keep + "/" + name)
+            try FileManager.default.copyItem(atPath: file, toPath: keep + "/" + name)
+        }
     }
 
     /// Whether `file` is a PNG picture with more than a blank page in it (ImageMagick's `identify`

@@ -79,7 +79,9 @@ public let debianPackages: [String: String] = [
     "desktop-file-validate": "desktop-file-utils", "strace": "strace", "prlimit": "util-linux",
     "script": "bsdutils", "keyctl": "keyutils", "dbus-daemon": "dbus-daemon", "dbus-monitor": "dbus-bin",
     "dbus-send": "dbus-bin", "Xvfb": "xvfb", "dunst": "dunst", "dunstctl": "dunst", "xdotool": "xdotool",
-    "import": "imagemagick",
+    "import": "imagemagick", "identify": "imagemagick", "nginx": "nginx", "curl": "curl",
+    "gnutls-cli": "gnutls-bin", "certutil": "libnss3-tools", "modutil": "libnss3-tools", "firefox-esr": "firefox-esr",
+    "chromium": "chromium",
 ]
 
 /// The absolute path of `name` on `PATH`, or an error that names the Debian package to install.

@@ -5,7 +5,7 @@ import Testing
 /// The module carries its own Swift runtime (linked with `-static-stdlib`, everything but the
 /// PKCS#11 entry points local), so a program that loads it maps no shared Swift runtime and a
 /// Swift program that loads it keeps its own: these tests hold both halves.
-@Suite("The PKCS#11 module carries its own Swift runtime", .ownThreads, .timeLimit(.minutes(5)))
+@Suite("The PKCS#11 module carries its own Swift runtime", .ownThreads, .softHSM, .timeLimit(.minutes(5)))
 struct ModuleRuntimeTests {
     let module = Binaries.directory + "/libdcclient-pkcs11.so"
 

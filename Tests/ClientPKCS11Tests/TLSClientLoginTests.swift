@@ -162,12 +162,16 @@ struct TLSLoginWorld {
         sandbox.remove()
     }
 
-    /// Runs `tool` in the sandbox's environment with `extra`.
+    /// Runs `tool` in the sandbox's environment with `extra`, its temporary files in the sandbox
+    /// too (Chromium leaves a directory of its own in TMPDIR after every run).
     func run(_ tool: String, _ arguments: [String], stdin: String? = nil, environment extra: [String: String] = [:])
         throws -> ProcessResult
     {
-        try sandbox.run(
-            tool, arguments, stdin: stdin.map { Array($0.utf8) }, environment: extra, timeout: 90)
+        let temporary = sandbox.file("tmp")
+        try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
+        return try sandbox.run(
+            tool, arguments, stdin: stdin.map { Array($0.utf8) },
+            environment: ["TMPDIR": temporary].merging(extra) { $1 }, timeout: 90)
     }
 
     /// Keeps `file` as `docs/images/NAME` when `DC_SCREENSHOT_DIR` names a directory

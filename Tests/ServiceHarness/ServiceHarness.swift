@@ -200,10 +200,10 @@ public enum Tokens {
             let issuing = try TokenSigningKey.generate()
             let client = try TokenSigningKey.generate()
             let now = Date()
-            func delegation(at time: Date) throws -> Delegation {
+            func delegation(at time: Date, lasting lifetime: Int64 = 3600) throws -> Delegation {
                 try Delegation.issue(
                     issuer: "org.example.provider", userID: "alice@example.com", appID: "com.example.mail",
-                    containerID: "c-42", tokenKey: client.publicKey, issuingKey: issuing, now: time, lifetime: 3600)
+                    containerID: "c-42", tokenKey: client.publicKey, issuingKey: issuing, now: time, lifetime: lifetime)
             }
             let old = try delegation(at: now - 7200)
             let expired = try AuthToken.make(
@@ -212,7 +212,7 @@ public enum Tokens {
             let revoked = try AuthToken.make(
                 challenge: "revoked", serverName: "app.example.com", delegation: withdrawn, tokenKey: client, now: now)
             return Made(
-                client: client, current: try delegation(at: now),
+                client: client, current: try delegation(at: now, lasting: Delegation.maximumLifetime),
                 issuers: TrustedIssuers([issuing.publicKey]).jwks(),
                 revocations: RevocationList(
                     issued: Int64(now.timeIntervalSince1970), revokedDelegations: [withdrawn.claims.id]
@@ -225,7 +225,7 @@ public enum Tokens {
 
     private static let validToken = Mutex<AuthToken?>(nil)
 
-    /// The valid token, made again when it is five minutes old (the delegation lasts an hour).
+    /// The valid token, made again when it is five minutes old (its delegation lasts a day).
     private static func fresh() -> AuthToken {
         validToken.withLock { token in
             let now = Date()

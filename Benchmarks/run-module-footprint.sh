@@ -13,7 +13,8 @@
 #               policy, where the unlocked client's keys need no PIN.
 #
 # BEFORE_MODULE=PATH (optional): an earlier build of the module, measured in the same rounds (the
-# numbers docs/BENCHMARKS.md gives before and after). Goals: per process at most 2x SoftHSM2's
+# numbers docs/BENCHMARKS.md gives before and after). FIREFOX=1 (optional): the memory each module
+# adds to Firefox ESR's main process too (below). Goals: per process at most 2x SoftHSM2's
 # time, at most 15 MiB resident added. Environment: COUNT (20). SMOKE=1: the debug module, COUNT 3,
 # the same checks, nothing judged (see Benchmarks/common.sh).
 source "$(dirname "$0")/common.sh"
@@ -120,6 +121,43 @@ dcprovision policy --client-scheme org.example.dcclient --token-login secure-ser
 module_sign=$(per_process "module --sign (no login)" pkcs11-tool --module "$module" --token-label "dcclient bench" \
   --sign --id 02 -m ECDSA -i "$work/digest" -o "$work/sig")
 echo "dcclient module: -L $module_list, --login --sign $module_login_sign, --sign without a login (secure-services) $module_sign"
+
+# FIREFOX=1: Firefox ESR, headless, a fresh profile with the module added to its NSS database by
+# modutil (none, SoftHSM2, before, after), about:blank; the main process's VmSize and VmRSS 12 s
+# after start, ROUNDS_FIREFOX (3) times each, medians, and what each module added to the run
+# without one. Firefox loads a module into its main process at start.
+firefox_memory() {
+  local profile pid
+  profile=$(mktemp -d "$work/firefox-XXXXXX")
+  certutil -N -d "sql:$profile" --empty-password
+  if [ "$1" != none ]; then
+    modutil -add module -libfile "$1" -dbdir "sql:$profile" -force </dev/null >/dev/null 2>&1 || fail "modutil -add $1 failed"
+  fi
+  firefox-esr --headless --no-remote --profile "$profile" about:blank >/dev/null 2>&1 &
+  pid=$!
+  sleep 12
+  awk '/^VmSize|^VmRSS/ { printf "%s ", $2 }' "/proc/$pid/status"
+  echo
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+}
+if [ "${FIREFOX:-0}" = 1 ] && [ "$smoke" != 1 ]; then
+  echo "== Firefox ESR $(firefox-esr --version 2>/dev/null | awk '{print $NF}'), main process 12 s after start: medians of ${ROUNDS_FIREFOX:-3} runs"
+  for round in $(seq "${ROUNDS_FIREFOX:-3}"); do
+    for entry in none:none softhsm2:"$softhsm" ${before_module:+before:"$before_module"} after:"$module"; do
+      echo "${entry%%:*} $(firefox_memory "${entry#*:}")"
+    done
+  done | python3 -c '
+import statistics, sys
+rows = {}
+for line in sys.stdin:
+    name, vm, rss = line.split()
+    rows.setdefault(name, []).append((int(vm), int(rss)))
+base = [statistics.median(v for v, _ in rows["none"]), statistics.median(r for _, r in rows["none"])]
+for name, values in rows.items():
+    vm, rss = statistics.median(v for v, _ in values), statistics.median(r for _, r in values)
+    print(f"{name}\tVmRSS {rss / 1024:.1f} MiB\tadded: mapped {(vm - base[0]) / 1024:.1f} MiB, resident {(rss - base[1]) / 1024:.1f} MiB")'
+fi
 echo "load average at the end: $(cut -d" " -f1-3 /proc/loadavg)"
 echo
 

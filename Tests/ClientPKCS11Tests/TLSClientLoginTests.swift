@@ -140,6 +140,10 @@ struct TLSLoginWorld {
     /// The key and certificate a program asks for: the authentication pair of the app's token.
     let certificateURI = "pkcs11:token=dcclient%20web;id=%01;type=cert"
     let keyURI = "pkcs11:token=dcclient%20web;id=%01;type=private"
+    /// The programs' TMPDIR: a directory of this test's own, short-named directly under /tmp and
+    /// removed with the sandbox, because Chromium puts its singleton's Unix socket there, whose
+    /// path may not exceed 107 bytes (the sandbox's path under a deep TMPDIR can be longer).
+    let temporary: String
 
     init(_ label: String) async throws {
         let tokens = try TwoAppTokens(label, apps: ["web"])
@@ -155,21 +159,26 @@ struct TLSLoginWorld {
             try String(contentsOfFile: tokens.sandbox.file("ca/" + $0), encoding: .utf8)
         }.joined()
         server = try await MutualTLSServer(in: tokens.sandbox, clientCA: ca)
+        var template = Array("/tmp/dc-XXXXXX".utf8CString)
+        guard mkdtemp(&template) != nil else {
+            server.stop()
+            throw POSIXError(.init(rawValue: errno) ?? .EIO)
+        }
+        temporary = String(cString: template)
     }
 
     func remove() {
         server.stop()
         sandbox.remove()
+        try? FileManager.default.removeItem(atPath: temporary)
     }
 
-    /// Runs `tool` in the sandbox's environment with `extra`, its temporary files in the sandbox
-    /// too (Chromium leaves a directory of its own in TMPDIR after every run).
+    /// Runs `tool` in the sandbox's environment with `extra`, its temporary files in the test's
+    /// own `temporary` (Chromium leaves a directory of its own in TMPDIR after every run).
     func run(_ tool: String, _ arguments: [String], stdin: String? = nil, environment extra: [String: String] = [:])
         throws -> ProcessResult
     {
-        let temporary = sandbox.file("tmp")
-        try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
-        return try sandbox.run(
+        try sandbox.run(
             tool, arguments, stdin: stdin.map { Array($0.utf8) },
             environment: ["TMPDIR": temporary].merging(extra) { $1 }, timeout: 90)
     }

@@ -150,22 +150,31 @@ let package = Package(
             name: "ClientPKCS11",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "DerivedCredentials", "SystemSupport", "CredentialCoding",
-                "CP11Kit",
+                "CP11Kit", "CModuleAllocator",
             ],
             // -z nodelete: the module stays mapped after dlclose, as the Swift runtime cannot be
-            // unloaded and a thread may still be leaving the module when C_Finalize returns.
-            // (scripts/install sets the installed module's RUNPATH to the Swift runtime it puts
-            // beside it.)
+            // unloaded and a thread may still be leaving the module when C_Finalize returns. The
+            // Swift runtime and Foundation are linked in, and only the PKCS#11 entry points are
+            // exported (exports.map), so a program loading the module maps no shared Swift runtime.
+            // --wrap: the allocation functions the code linked in calls go through CModuleAllocator.
             exclude: ["exports.map"],
             linkerSettings: [
-                .unsafeFlags([
-                    "-Xlinker", "-z", "-Xlinker", "nodelete", "-Xlinker", "-z", "-Xlinker", "defs", "-static-stdlib",
-                    "-Xlinker", "--start-group", "-lFoundation", "-lFoundationInternationalization",
-                    "-lFoundationEssentials", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCShims",
-                    "-l_FoundationCollections", "-Xlinker", "--end-group", "-Xlinker",
-                    "--version-script=\(Context.packageDirectory)/Sources/ClientPKCS11/exports.map",
-                ])
+                .unsafeFlags(
+                    [
+                        "-Xlinker", "-z", "-Xlinker", "nodelete", "-Xlinker", "-z", "-Xlinker", "defs",
+                        "-static-stdlib",
+                        "-Xlinker", "--start-group", "-lFoundation", "-lFoundationInternationalization",
+                        "-lFoundationEssentials", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCShims",
+                        "-l_FoundationCollections", "-Xlinker", "--end-group", "-Xlinker",
+                        "--version-script=\(Context.packageDirectory)/Sources/ClientPKCS11/exports.map",
+                    ]
+                        + ["malloc", "calloc", "realloc", "posix_memalign", "malloc_usable_size"].flatMap {
+                            ["-Xlinker", "--wrap=\($0)"]
+                        })
             ]),
+        // The module's allocation wrappers: sizes asked rounded up to 8, usable sizes heard rounded
+        // down to 8, so the Swift code inside stays clear of a host allocator's bookkeeping.
+        .target(name: "CModuleAllocator"),
 
         // Auth tokens: the issuing key's delegations, the client's tokens bound to a challenge, the
         // revocation list, and the stateless verifier. OpenSSL does the cryptography.

@@ -135,6 +135,8 @@ struct TLSLoginWorld {
     let server: MutualTLSServer
     /// The subject of the authentication certificate as nginx writes it (RFC 2253), read by openssl.
     let subject: String
+    /// The common name of the CA that issued it (what a browser's certificate filter names).
+    let issuerCommonName: String
     var sandbox: Sandbox { tokens.sandbox }
     var module: String { tokens.module }
     /// The key and certificate a program asks for: the authentication pair of the app's token.
@@ -155,6 +157,13 @@ struct TLSLoginWorld {
         subject = try tokens.sandbox.run(
             "openssl", ["x509", "-in", certificate, "-noout", "-subject", "-nameopt", "RFC2253"]
         ).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "subject=", with: "")
+        let issuer = try tokens.sandbox.run(
+            "openssl", ["x509", "-in", certificate, "-noout", "-issuer", "-nameopt", "multiline"]
+        ).stdoutText
+        issuerCommonName = try #require(
+            issuer.split(separator: "\n").lazy.map { $0.trimmingCharacters(in: .whitespaces) }
+                .first { $0.hasPrefix("commonName") }?.split(separator: "=", maxSplits: 1).last
+                .map { $0.trimmingCharacters(in: .whitespaces) })
         let ca = try ["issuing.pem", "root.pem"].map {
             try String(contentsOfFile: tokens.sandbox.file("ca/" + $0), encoding: .utf8)
         }.joined()
@@ -348,7 +357,7 @@ struct TLSClientLoginTests {
     }
 
     @Test(
-        "Chromium, headless, finds the module in its NSS database (modutil) and picks the certificate by the auto-select content setting; --dump-dom shows the subject nginx verified; unauthorized, it has no certificate and nginx serves no subject"
+        "Chromium, headless, finds the module in its NSS database (modutil) and picks the certificate by the AutoSelectCertificateForUrls policy in /etc/chromium (a policy for another issuer picks none); --dump-dom shows the subject nginx verified; unauthorized, it has no certificate and nginx serves no subject"
     )
     func chromium() async throws {
         let world = try await TLSLoginWorld("tls-chromium")
@@ -365,29 +374,47 @@ struct TLSClientLoginTests {
             let result = try world.run(arguments[0], Array(arguments.dropFirst()))
             #expect(result.status == 0, "\(arguments): \(result.stdoutText)\(result.stderrText)")
         }
-        // AutoSelectCertificateForUrls is read from /etc/chromium/policies/managed; the same
-        // choice as the user's own content setting lives in the profile, here in the sandbox.
+        // AutoSelectCertificateForUrls is read from /etc/chromium/policies/managed. Chromium runs
+        // in a mount namespace of its own (a user namespace too when the test is not root, keeping
+        // the test's user id) where a directory of the sandbox is bound over /etc/chromium: the
+        // browser reads the real policy file at its real path, and nothing under /etc changes.
         let profile = world.sandbox.file("chromium")
-        try FileManager.default.createDirectory(atPath: profile + "/Default", withIntermediateDirectories: true)
-        let origin = "https://127.0.0.1:\(world.server.port),*"
-        let preferences: [String: Any] = [
-            "profile": [
-                "content_settings": [
-                    "exceptions": ["auto_select_certificate": [origin: ["setting": ["filters": [[:]]]]]]
-                ]
-            ]
-        ]
-        try world.sandbox.write(
-            "chromium/Default/Preferences",
-            String(decoding: try JSONSerialization.data(withJSONObject: preferences), as: UTF8.self))
-        func chromium(_ arguments: [String]) throws -> ProcessResult {
-            // Chromium's sandbox needs an ordinary user; as root it runs only without.
-            return try world.run(
-                "chromium",
-                ["--headless=new", "--user-data-dir=" + profile, "--no-first-run", "--disable-gpu"]
-                    + (getuid() == 0 ? ["--no-sandbox"] : []) + Self.chromiumWorkaround + arguments
-                    + [world.server.url])
+        let etc = world.sandbox.file("etc-chromium")
+        try FileManager.default.createDirectory(atPath: etc + "/policies/managed", withIntermediateDirectories: true)
+        if FileManager.default.fileExists(atPath: "/etc/chromium/master_preferences") {
+            try FileManager.default.copyItem(
+                atPath: "/etc/chromium/master_preferences", toPath: etc + "/master_preferences")
         }
+        func policy(issuer: String) throws {
+            let rule: [String: Any] = [
+                "pattern": "https://127.0.0.1:\(world.server.port)", "filter": ["ISSUER": ["CN": issuer]],
+            ]
+            let text = String(decoding: try JSONSerialization.data(withJSONObject: rule), as: UTF8.self)
+            let document = ["AutoSelectCertificateForUrls": [text]]
+            try world.sandbox.write(
+                "etc-chromium/policies/managed/dcclient.json",
+                String(decoding: try JSONSerialization.data(withJSONObject: document), as: UTF8.self))
+        }
+        func chromium(_ arguments: [String]) throws -> ProcessResult {
+            let namespace =
+                getuid() == 0
+                ? ["--mount"]
+                : ["--mount", "--user", "--map-user=\(getuid())", "--map-group=\(getgid())", "--keep-caps"]
+            // Chromium's sandbox needs an ordinary user; as root it runs only without.
+            let browser =
+                ["chromium", "--headless=new", "--user-data-dir=" + profile, "--no-first-run", "--disable-gpu"]
+                + (getuid() == 0 ? ["--no-sandbox"] : []) + arguments + [world.server.url]
+            return try world.run(
+                "/usr/bin/unshare",
+                namespace + ["/bin/sh", "-c", "mount --bind \"$0\" /etc/chromium && exec \"$@\"", etc] + browser)
+        }
+        // A policy for another issuer picks nothing: headless Chromium waits for a choice nobody can
+        // make (it is stopped after 5 s), and sends no certificate.
+        try policy(issuer: "Some Other CA")
+        let unpicked = try chromium(["--timeout=5000", "--dump-dom"])
+        #expect(!unpicked.stdoutText.contains("subject="), "\(unpicked.stdoutText)")
+        #expect(world.server.requests().isEmpty)
+        try policy(issuer: world.issuerCommonName)
         let dom = try chromium(["--dump-dom"])
         #expect(dom.status == 0, "\(dom.stderrText.suffix(2000))")
         #expect(dom.stdoutText.contains("<h1 id=\"s\">subject=\(world.subject)</h1>"), "\(dom.stdoutText)")
@@ -405,9 +432,4 @@ struct TLSClientLoginTests {
         #expect(!refused.stdoutText.contains("subject="))
         #expect(world.server.servedSubjects() == [world.subject, world.subject])
     }
-
-    /// Chromium 156's allocator (PartitionAlloc with BackupRefPtr) stops the browser with a
-    /// breakpoint trap inside the module's `C_Initialize`, when a Swift object is freed; without
-    /// BackupRefPtr it runs. See docs/PKCS11-MODULE.md, "Chromium".
-    static let chromiumWorkaround = ["--disable-features=PartitionAllocBackupRefPtr"]
 }

@@ -24,20 +24,7 @@ struct MailPrograms {
         encryption = try sandbox.write(
             "encryption.pem", try tokens.check("dcclient", ["show", "encryption", "--pem", "--app", "mail"]).stdoutText)
         engine = try sandbox.write(
-            "engine.cnf",
-            """
-            openssl_conf = openssl_init
-            [openssl_init]
-            engines = engine_section
-            [engine_section]
-            pkcs11 = pkcs11_section
-            [pkcs11_section]
-            engine_id = pkcs11
-            MODULE_PATH = \(tokens.module)
-            \(pin ? "PIN = \(tokens.pin)" : "")
-            init = 0
-
-            """)
+            "engine.cnf", pkcs11EngineConfiguration(module: tokens.module, pin: pin ? tokens.pin : nil))
         database = "sql:" + sandbox.file("nssdb")
         try FileManager.default.createDirectory(atPath: sandbox.file("nssdb"), withIntermediateDirectories: true)
         let created = try sandbox.run("/usr/bin/certutil", ["-N", "-d", database, "--empty-password"])

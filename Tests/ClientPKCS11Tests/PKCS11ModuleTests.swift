@@ -8,6 +8,25 @@ import TestCAProvider
 import TestSupport
 import Testing
 
+/// An OpenSSL configuration that loads Debian's pkcs11 engine (libengine-pkcs11-openssl) with
+/// `module`, and `pin` for its logins when one is given: what `OPENSSL_CONF` names for the openssl
+/// command and curl.
+func pkcs11EngineConfiguration(module: String, pin: String? = nil) -> String {
+    """
+    openssl_conf = openssl_init
+    [openssl_init]
+    engines = engine_section
+    [engine_section]
+    pkcs11 = pkcs11_section
+    [pkcs11_section]
+    engine_id = pkcs11
+    MODULE_PATH = \(module)
+    \(pin.map { "PIN = \($0)" } ?? "")
+    init = 0
+
+    """
+}
+
 /// A client with an installed credential, and what a program that uses the PKCS#11 module needs
 /// to see it: the module's path and an environment whose `HOME` and `XDG_*` are the client's.
 /// Every program runs as a real process that loads the module (pkcs11-tool, p11tool, ssh-keygen,
@@ -65,21 +84,7 @@ struct ModuleWorld {
 
     /// An OpenSSL configuration that loads the pkcs11 engine with this module and the PIN.
     func engineConfiguration() throws -> String {
-        try world.dir.write(
-            "engine.cnf",
-            """
-            openssl_conf = openssl_init
-            [openssl_init]
-            engines = engine_section
-            [engine_section]
-            pkcs11 = pkcs11_section
-            [pkcs11_section]
-            engine_id = pkcs11
-            MODULE_PATH = \(module)
-            PIN = \(pin)
-            init = 0
-
-            """)
+        try world.dir.write("engine.cnf", pkcs11EngineConfiguration(module: module, pin: pin))
     }
 
     /// The certificate of `tag` as PEM in a file, and its public key.

@@ -14,7 +14,7 @@ struct MutualTLSServer {
     let port: Int
     /// The CA (PEM) that issued the server's certificate, which each client is told to trust.
     let serverCA: String
-    let process: SpawnedProcess
+    let nginx: NginxServer
     let accessLog: String
     var url: String { "https://127.0.0.1:\(port)/" }
 
@@ -55,55 +55,29 @@ struct MutualTLSServer {
             "<!DOCTYPE html><html><head><title>mTLS</title></head><body><h1 id=s>subject=$ssl_client_s_dn</h1>"
             + "<script>document.write('<img width=1 height=1 src=/seen?' + "
             + "encodeURIComponent(document.getElementById('s').textContent) + '>')</script></body></html>"
-        try sandbox.write(
-            "nginx/nginx.conf",
-            """
-            worker_processes 1;
-            pid \(prefix)/nginx.pid;
-            error_log \(prefix)/logs/error.log info;
-            events { worker_connections 64; }
-            http {
-              log_format subject '$ssl_client_verify|$status|$request_uri|$ssl_client_s_dn';
-              access_log \(accessLog) subject;
-              client_body_temp_path \(prefix)/client_body;
-              proxy_temp_path \(prefix)/proxy;
-              fastcgi_temp_path \(prefix)/fastcgi;
-              uwsgi_temp_path \(prefix)/uwsgi;
-              scgi_temp_path \(prefix)/scgi;
-              server {
-                listen 127.0.0.1:\(port) ssl;
-                ssl_certificate \(prefix)/server.pem;
-                ssl_certificate_key \(prefix)/server.key;
-                ssl_client_certificate \(prefix)/client-ca.pem;
-                ssl_verify_client on;
-                ssl_verify_depth 2;
-                location = /seen { return 204; }
-                location / {
-                  default_type text/html;
-                  return 200 "\(page)";
+        nginx = try await NginxServer(
+            in: sandbox, errorLogLevel: "info",
+            http: """
+                log_format subject '$ssl_client_verify|$status|$request_uri|$ssl_client_s_dn';
+                access_log \(accessLog) subject;
+                server {
+                  listen 127.0.0.1:\(port) ssl;
+                  ssl_certificate \(prefix)/server.pem;
+                  ssl_certificate_key \(prefix)/server.key;
+                  ssl_client_certificate \(prefix)/client-ca.pem;
+                  ssl_verify_client on;
+                  ssl_verify_depth 2;
+                  location = /seen { return 204; }
+                  location / {
+                    default_type text/html;
+                    return 200 "\(page)";
+                  }
                 }
-              }
-            }
-
-            """)
-        process = try SpawnedProcess(
-            try Self.nginxPath(),
-            ["-p", prefix, "-e", prefix + "/logs/error.log", "-c", prefix + "/nginx.conf", "-g", "daemon off;"],
-            environment: sandbox.environment, output: sandbox.file("nginx.out"))
-        // nginx writes its pid file once it listens.
-        try await eventually(timeout: .seconds(30)) { FileManager.default.fileExists(atPath: prefix + "/nginx.pid") }
-    }
-
-    static func nginxPath() throws -> String {
-        for path in ["/usr/sbin/nginx", "/usr/bin/nginx"] where access(path, X_OK) == 0 { return path }
-        return try which("nginx")
+                """)
     }
 
     /// Stops nginx (gracefully, then by force).
-    func stop() {
-        process.kill(SIGQUIT)
-        if process.wait(timeout: .seconds(10)) == nil { process.kill() }
-    }
+    func stop() { nginx.stop() }
 
     /// The access log's lines as (verify, status, uri, subject).
     func requests() -> [(verify: String, status: String, uri: String, subject: String)] {
@@ -222,20 +196,7 @@ struct TLSClientLoginTests {
         let world = try await TLSLoginWorld("tls-curl")
         defer { world.remove() }
         // The engine loads the module by its path; no PIN: the operator's policy lets the key sign.
-        let configuration = try world.sandbox.write(
-            "engine.cnf",
-            """
-            openssl_conf = openssl_init
-            [openssl_init]
-            engines = engine_section
-            [engine_section]
-            pkcs11 = pkcs11_section
-            [pkcs11_section]
-            engine_id = pkcs11
-            MODULE_PATH = \(world.module)
-            init = 0
-
-            """)
+        let configuration = try world.sandbox.write("engine.cnf", pkcs11EngineConfiguration(module: world.module))
         func curl() throws -> ProcessResult {
             try world.run(
                 "curl",

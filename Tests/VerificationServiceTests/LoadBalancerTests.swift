@@ -19,48 +19,28 @@ struct LoadBalancerTests {
             first.stop()
             second.stop()
         }
-        let prefix = sandbox.file("nginx")
-        try FileManager.default.createDirectory(atPath: prefix + "/logs", withIntermediateDirectories: true)
         let port = try freeLocalPort()
-        try sandbox.write(
-            "nginx/nginx.conf",
-            """
-            worker_processes 1;
-            pid \(prefix)/nginx.pid;
-            error_log \(prefix)/logs/error.log warn;
-            events { worker_connections 64; }
-            http {
-              access_log off;
-              client_body_temp_path \(prefix)/client_body;
-              proxy_temp_path \(prefix)/proxy;
-              fastcgi_temp_path \(prefix)/fastcgi;
-              uwsgi_temp_path \(prefix)/uwsgi;
-              scgi_temp_path \(prefix)/scgi;
-              upstream dcverify {
-                server 127.0.0.1:\(first.port) max_fails=1 fail_timeout=30s;
-                server 127.0.0.1:\(second.port) max_fails=1 fail_timeout=30s;
-                keepalive 4;
-              }
-              server {
-                listen 127.0.0.1:\(port);
-                location / {
-                  proxy_pass http://dcverify;
-                  proxy_http_version 1.1;
-                  proxy_set_header Connection "";
-                  proxy_next_upstream error timeout;
-                  proxy_connect_timeout 2s;
+        let nginx = try await NginxServer(
+            in: sandbox,
+            http: """
+                access_log off;
+                upstream dcverify {
+                  server 127.0.0.1:\(first.port) max_fails=1 fail_timeout=30s;
+                  server 127.0.0.1:\(second.port) max_fails=1 fail_timeout=30s;
+                  keepalive 4;
                 }
-              }
-            }
-            """)
-        let nginx = try SpawnedProcess(
-            try Self.nginxPath(), ["-p", prefix, "-c", prefix + "/nginx.conf", "-g", "daemon off;"],
-            environment: sandbox.environment, output: sandbox.file("nginx.out"))
-        defer {
-            nginx.kill(SIGQUIT)
-            if nginx.wait(timeout: .seconds(10)) == nil { nginx.kill() }
-        }
-        try await eventually(timeout: .seconds(30)) { (try? RawConnection(port: port)) != nil }
+                server {
+                  listen 127.0.0.1:\(port);
+                  location / {
+                    proxy_pass http://dcverify;
+                    proxy_http_version 1.1;
+                    proxy_set_header Connection "";
+                    proxy_next_upstream error timeout;
+                    proxy_connect_timeout 2s;
+                  }
+                }
+                """)
+        defer { nginx.stop() }
 
         func verifyThroughNginx() throws -> RawResponse? {
             try rawRequest(port: port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)])
@@ -87,10 +67,4 @@ struct LoadBalancerTests {
         #expect(refused.values("X-Good-GD-AuthResponseCode") == ["103 Revoked"])
         #expect(refused.goodFields == ["X-Good-GD-AuthResponseCode"])
     }
-
-    static func nginxPath() throws -> String {
-        for path in ["/usr/sbin/nginx", "/usr/bin/nginx"] where access(path, X_OK) == 0 { return path }
-        return try which("nginx")
-    }
-
 }

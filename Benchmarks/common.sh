@@ -63,6 +63,38 @@ sandbox() {
   chmod 600 "$1/pass"
 }
 
+# softhsm_tokens DIR LABEL...: SoftHSM2 keeping its tokens in DIR/tokens (SOFTHSM2_CONF exported),
+# with an empty token for each LABEL: SO PIN 12345678, user PIN 123456.
+softhsm_tokens() {
+  local dir=$1 label
+  shift
+  mkdir -p "$dir/tokens"
+  printf 'directories.tokendir = %s/tokens\nobjectstore.backend = file\nlog.level = ERROR\n' "$dir" >"$dir/softhsm2.conf"
+  export SOFTHSM2_CONF=$dir/softhsm2.conf
+  for label in "$@"; do
+    softhsm2-util --init-token --free --label "$label" --so-pin 12345678 --pin 123456 >/dev/null
+  done
+}
+
+# bench_client DIR: in the sandbox `sandbox DIR` made (dcprovision and dcclient on PATH), a test CA
+# (DIR/home/ca, P-256) and the managed app `bench` paired with it and holding a credential: its
+# PKCS#11 token is "dcclient bench", its passphrase DIR/pass. The commands' output goes to
+# DIR/setup.log, shown when one fails.
+bench_client() {
+  (
+    cd "$1/home"
+    dcprovision testca init ca --key-algorithm p256 --quiet
+    dcclient init --client-scheme org.example.dcclient --provider-scheme org.example.provider --app bench \
+      --passphrase-file "$1/pass"
+    dcclient register
+    dcprovision register --provider-scheme org.example.provider --brand Bench --testca ca \
+      --option common-name="Bench User"
+    dcprovision pair --client-scheme org.example.dcclient
+    dcclient request
+  ) >"$1/setup.log" 2>&1 || { cat "$1/setup.log" >&2; exit 1; }
+}
+export -f bench_client
+
 # machine: one line saying where and when the numbers were taken.
 machine() {
   echo "machine: $(lscpu | sed -n 's/^Model name: *//p') ($(nproc) cores), $(uname -r), $(openssl version | cut -d' ' -f1-2)," \

@@ -34,12 +34,9 @@ before_module=$([ "$smoke" = 1 ] || echo "${BEFORE_MODULE:-}")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$cc" -O2 -o "$work/module-footprint" Benchmarks/module-footprint.c $(pkg-config --cflags p11-kit-1) -ldl
-mkdir -p "$work/tokens"
 sandbox "$work"
 export PATH="$bin:$PATH"
-printf 'directories.tokendir = %s/tokens\nobjectstore.backend = file\nlog.level = ERROR\n' "$work" >"$work/softhsm2.conf"
-export SOFTHSM2_CONF=$work/softhsm2.conf
-softhsm2-util --init-token --free --label Bench --so-pin 12345678 --pin 123456 >/dev/null
+softhsm_tokens "$work" Bench
 pkcs11-tool --module "$softhsm" --token-label Bench --login --pin 123456 --keypairgen --key-type EC:prime256v1 \
   --id 02 --label sign >/dev/null 2>&1
 # A certificate too, so that both tokens show objects without a login (SoftHSM2 keeps its keys
@@ -50,16 +47,8 @@ pkcs11-tool --module "$softhsm" --token-label Bench --login --pin 123456 --write
   --type cert --id 02 --label sign >/dev/null 2>&1
 head -c 32 /dev/urandom >"$work/digest"
 
+bench_client "$work"
 cd "$work/home"
-{
-  dcprovision testca init ca --key-algorithm p256 --quiet
-  dcclient init --client-scheme org.example.dcclient --provider-scheme org.example.provider --app bench \
-    --passphrase-file "$work/pass"
-  dcclient register
-  dcprovision register --provider-scheme org.example.provider --brand Bench --testca ca --option common-name="Bench User"
-  dcprovision pair --client-scheme org.example.dcclient
-  dcclient request
-} >"$work/setup.log" 2>&1 || { cat "$work/setup.log" >&2; exit 1; }
 pass=$(cat "$work/pass")
 fail() { echo "$*" >&2; exit 1; }
 

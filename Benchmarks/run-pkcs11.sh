@@ -45,12 +45,9 @@ softhsm=/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/tokens"
 sandbox "$work"
 export PATH="$bin:$PATH"
-printf 'directories.tokendir = %s/tokens\nobjectstore.backend = file\nlog.level = ERROR\n' "$work" >"$work/softhsm2.conf"
-export SOFTHSM2_CONF=$work/softhsm2.conf
-softhsm2-util --init-token --free --label Bench --so-pin 12345678 --pin 123456 >/dev/null
+softhsm_tokens "$work" Bench
 pkcs11-tool --module "$softhsm" --token-label Bench --login --pin 123456 --keypairgen --key-type EC:prime256v1 \
   --id 02 --label sign >/dev/null 2>&1
 printf '123456\n' >"$work/softhsm.pin"
@@ -59,16 +56,8 @@ head -c 1000 /dev/urandom >"$work/message"
 
 keyctl session - bash -euo pipefail -c '
 work=$1 module=$2 softhsm=$3 bin=$4 ROUNDS=$5 DURATION=$6 COUNT=$7 SPEED_SECONDS=$8 dcbench=$9
+bench_client "$work"
 cd "$work/home"
-{
-  dcprovision testca init ca --key-algorithm p256 --quiet
-  dcclient init --client-scheme org.example.dcclient --provider-scheme org.example.provider --client-id bench \
-    --passphrase-file "$work/pass"
-  dcclient register
-  dcprovision register --provider-scheme org.example.provider --brand Bench --testca ca --option common-name="Bench User"
-  dcprovision pair --client-scheme org.example.dcclient
-  dcclient request
-} >"$work/setup.log" 2>&1 || { cat "$work/setup.log" >&2; exit 1; }
 
 # The module against the peers: the certificate as the client has it, signatures openssl verifies.
 pass=$(cat "$work/pass")

@@ -26,9 +26,7 @@ module=/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$cc" -O2 -o "$work/put-key" Benchmarks/put-key.c -lcrypto -ldl
-mkdir -p "$work/tokens"
-printf 'directories.tokendir = %s/tokens\nobjectstore.backend = file\nlog.level = ERROR\n' "$work" > "$work/softhsm2.conf"
-export SOFTHSM2_CONF=$work/softhsm2.conf
+softhsm_tokens "$work" Cred Card
 printf '123456\n' > "$work/pin"
 chmod 600 "$work/pin"
 "$bin/dcprovision" testca init "$work/ca" >/dev/null
@@ -49,7 +47,6 @@ issue 02 "-algorithm EC -pkeyopt ec_paramgen_curve:P-384" digitalSignature,nonRe
 issue 03 "-algorithm RSA -pkeyopt rsa_keygen_bits:2048" keyEncipherment emailProtection 30
 issue 05 "$p256" keyAgreement emailProtection 10
 issue 06 "$p256" keyAgreement emailProtection 20
-for token in Cred Card; do softhsm2-util --init-token --free --label $token --so-pin 12345678 --pin 123456 >/dev/null; done
 for id in 01 02 03 05 06; do
   pkcs11-tool --module $module --token-label Cred --login --pin 123456 --write-object "$work/$id.der" --type cert --id $id --label "cert $id" >/dev/null 2>&1
   "$work/put-key" $module Cred 123456 $id "$work/$id.key"

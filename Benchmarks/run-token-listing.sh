@@ -12,10 +12,7 @@ build_products dcprovision
 module=/usr/lib/x86_64-linux-gnu/softhsm/libsofthsm2.so
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/tokens"
-printf 'directories.tokendir = %s/tokens\nobjectstore.backend = file\nlog.level = ERROR\n' "$work" > "$work/softhsm2.conf"
-export SOFTHSM2_CONF=$work/softhsm2.conf
-softhsm2-util --init-token --free --label Bench --so-pin 12345678 --pin 123456 >/dev/null
+softhsm_tokens "$work" Bench
 for i in $(seq -w 1 "$certificates"); do
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null -subj "/CN=Bench $i" -days 30 -outform DER -out "$work/c.der" 2>/dev/null
   pkcs11-tool --module $module --token-label Bench --login --pin 123456 --write-object "$work/c.der" --type cert --id "$(printf '%02x' $((10#$i)))" --label "cert $i" >/dev/null 2>&1

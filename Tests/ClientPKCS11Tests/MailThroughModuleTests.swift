@@ -171,13 +171,18 @@ struct MailThroughModuleTests {
         #expect(mail.bytes("engine.bin") == mailBody)
         #expect(try mail.tokens.check("dcclient", ["decrypt", "--app", "mail", "mail.smime"]).stdout == mailBody)
 
+        // Locked, the token shows no private key: each program fails for that reason, not another.
+        let notFound = "The private key was not found at: pkcs11:token=dcclient%20mail;"
         try mail.tokens.check("dcclient", ["lock", "--app", "mail"])
         let signed = try mail.sign(plain, sandbox.file("locked.smime"))
         #expect(signed.status != 0 && mail.bytes("locked.smime").isEmpty, "\(signed.stderrText)")
+        #expect(signed.stderrText.contains(notFound + "id=%02;type=private"), "\(signed.stderrText)")
         let nss = try mail.nssDecrypt(sandbox.file("mail.der"), sandbox.file("locked-nss.bin"))
         #expect(nss.status != 0 && mail.bytes("locked-nss.bin").isEmpty, "\(nss.stderrText)")
+        #expect(nss.stderrText.contains("SEC_ERROR_NOT_A_RECIPIENT"), "\(nss.stderrText)")
         let engine = try mail.engineDecrypt(sandbox.file("mail.smime"), sandbox.file("locked-engine.bin"))
         #expect(engine.status != 0 && mail.bytes("locked-engine.bin").isEmpty, "\(engine.stderrText)")
+        #expect(engine.stderrText.contains(notFound + "id=%03;type=private"), "\(engine.stderrText)")
         let opened = try sandbox.run(Binaries.directory + "/dcclient", ["decrypt", "--app", "mail", "mail.smime"])
         #expect(opened.status == 69 && opened.stdout.isEmpty, "\(opened.stderrText)")
     }

@@ -77,6 +77,7 @@ struct LocalSSHD {
         for _ in 0..<200 where !log.contains("Server listening") {
             try await Task.sleep(for: .milliseconds(50))
         }
+        if !log.contains("Server listening on 127.0.0.1 port \(port)") { stop() }
         try #require(log.contains("Server listening on 127.0.0.1 port \(port)"), "sshd did not start: \(log)")
     }
 
@@ -126,6 +127,7 @@ struct LocalSSHD {
         for _ in 0..<200 where !FileManager.default.fileExists(atPath: socket) {
             try await Task.sleep(for: .milliseconds(50))
         }
+        if !FileManager.default.fileExists(atPath: socket) { stop(process) }
         try #require(FileManager.default.fileExists(atPath: socket), "ssh-agent did not start")
         return (process, socket)
     }

@@ -221,6 +221,7 @@ struct TLSClientLoginTests {
         try world.tokens.check("dcprovision", ["unauthorize", "--client-scheme", "org.example.web"])
         let unauthorized = try curl()
         #expect(unauthorized.status != 0 && !unauthorized.stdoutText.contains("subject="))
+        #expect(unauthorized.stderrText.contains("cannot load client cert"), "\(unauthorized.stderrText)")
         #expect(world.server.servedSubjects() == [world.subject, world.subject])
     }
 

@@ -181,8 +181,12 @@ public enum Tokens {
     public static var expired: String { made.expired }
     /// 103 Revoked: its delegation's id is in the revocation list.
     public static var revoked: String { made.revoked }
-    /// The valid token's creation time, as X-Good-GD-AuthTokenCreationTime says it.
-    public static var created: String { String(fresh().claims.issuedAt) }
+    /// The valid token and its creation time as X-Good-GD-AuthTokenCreationTime says it, read
+    /// together: `valid` and a separate read of the time could straddle the moment it is made again.
+    public static var validWithCreationTime: (token: String, created: String) {
+        let token = fresh()
+        return (token.compact, String(token.claims.issuedAt))
+    }
     /// A token the test-only fixture takes two seconds to verify (see `startSlowFixture`).
     public static let slow = "tok-slow"
 

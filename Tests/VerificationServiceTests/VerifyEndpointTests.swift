@@ -13,8 +13,9 @@ struct VerifyEndpointTests {
         defer { sandbox.remove() }
         let service = try Tokens.startService(in: sandbox)
         defer { service.stop() }
+        let valid = Tokens.validWithCreationTime
         let response = try #require(
-            try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)]))
+            try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", valid.token)]))
         #expect(response.status == 200)
         #expect(response.values("X-Good-GD-AuthResponseCode") == ["100 OK"])
         #expect(response.values("X-Good-GD-AuthChallenge") == [Tokens.challenge])
@@ -23,7 +24,7 @@ struct VerifyEndpointTests {
         #expect(response.values("X-Good-GD-AppID") == ["com.example.mail"])
         #expect(response.values("X-Good-GD-ContainerID") == ["c-42"])
         #expect(response.values("X-Good-GD-AuthTokenVersion") == ["1"])
-        #expect(response.values("X-Good-GD-AuthTokenCreationTime") == [Tokens.created])
+        #expect(response.values("X-Good-GD-AuthTokenCreationTime") == [valid.created])
         // Exactly these eight, each once, and in exactly this case (app servers compare names
         // case-sensitively).
         #expect(

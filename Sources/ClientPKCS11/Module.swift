@@ -231,7 +231,7 @@ final class Module: Sendable {
         call { state in
             let index = try Self.slotIndex(slot, in: state)
             guard let info else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
-            try state.slots[index].refresh()
+            try state.slots[index].refresh(readingContents: false)
             let token = state.slots[index]
             var value = CK_TOKEN_INFO()
             Text.pad("dcclient " + (token.client.clientID?.text ?? ""), into: &value.label)

@@ -55,7 +55,12 @@ extension Module {
         /// closes every session of the slot (`CKR_DEVICE_REMOVED`); a locked store logs the
         /// application out of this token and hides the objects; an unlocked one has its
         /// credential read (again after a renewal), with the private keys while logged in.
-        mutating func refresh() throws {
+        ///
+        /// `readingContents` false leaves the credential unread: a call that only describes the
+        /// token (C_GetTokenInfo) needs its presence and login state, not its objects, so a
+        /// program that lists tokens decrypts and parses nothing. The next call that uses the
+        /// objects reads them.
+        mutating func refresh(readingContents: Bool = true) throws {
             switch presence() {
             case .absent:
                 let hadSessions = !sessions.isEmpty
@@ -75,6 +80,7 @@ extension Module {
                 } else if automaticLogin {
                     logOut()
                 }
+                guard readingContents else { return }
                 let sequence = watch?.sequence
                 if contents == nil || contents?.sequence != sequence {
                     let credential = try client.installed()

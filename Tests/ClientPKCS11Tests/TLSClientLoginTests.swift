@@ -319,7 +319,7 @@ struct TLSClientLoginTests {
     }
 
     @Test(
-        "Chromium, headless, finds the module in its NSS database (modutil) and picks the certificate by the AutoSelectCertificateForUrls policy in /etc/chromium (a policy for another issuer picks none); --dump-dom shows the subject nginx verified; unauthorized, it has no certificate and nginx serves no subject"
+        "Chromium, headless, finds the module in its NSS database (modutil) and picks the certificate by the AutoSelectCertificateForUrls policy in /etc/chromium (a policy for another issuer picks none); --dump-dom shows the subject nginx verified; locked or unauthorized, it has no certificate and nginx serves no subject"
     )
     func chromium() async throws {
         let world = try await TLSLoginWorld("tls-chromium")
@@ -387,6 +387,13 @@ struct TLSClientLoginTests {
         #expect(shot.status == 0, "\(shot.stderrText.suffix(2000))")
         #expect(try world.isPictureWithText(picture))
         try world.keepScreenshot(picture, as: "chromium-mtls.png")
+
+        // Locked: the token shows no key, so there is nothing to send (and nobody to ask for a PIN).
+        try world.tokens.check("dcclient", ["lock", "--app", "web"])
+        let locked = try chromium(["--timeout=5000", "--dump-dom"])
+        #expect(!locked.stdoutText.contains("subject="), "\(locked.stdoutText)")
+        #expect(world.server.servedSubjects() == [world.subject, world.subject])
+        try world.tokens.check("dcclient", ["unlock", "--app", "web", "--passphrase-file", "pass.txt"])
 
         try world.tokens.check("dcprovision", ["unauthorize", "--client-scheme", "org.example.web"])
         let refused = try chromium(["--dump-dom"])

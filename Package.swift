@@ -154,8 +154,10 @@ let package = Package(
             ],
             // -z nodelete: the module stays mapped after dlclose, as the Swift runtime cannot be
             // unloaded and a thread may still be leaving the module when C_Finalize returns. The
-            // Swift runtime and Foundation are linked in, and only the PKCS#11 entry points are
-            // exported (exports.map), so a program loading the module maps no shared Swift runtime.
+            // Swift runtime and FoundationEssentials are linked in, and only the PKCS#11 entry points
+            // are exported (exports.map), so a program loading the module maps no shared Swift
+            // runtime. The module's targets import FoundationEssentials, never Foundation: Foundation,
+            // CoreFoundation and ICU would add megabytes to every program that loads it.
             // --wrap: the allocation functions the code linked in calls go through CModuleAllocator.
             exclude: ["exports.map"],
             linkerSettings: [
@@ -163,8 +165,7 @@ let package = Package(
                     [
                         "-Xlinker", "-z", "-Xlinker", "nodelete", "-Xlinker", "-z", "-Xlinker", "defs",
                         "-static-stdlib",
-                        "-Xlinker", "--start-group", "-lFoundation", "-lFoundationInternationalization",
-                        "-lFoundationEssentials", "-lCoreFoundation", "-l_FoundationICU", "-l_FoundationCShims",
+                        "-Xlinker", "--start-group", "-lFoundationEssentials", "-l_FoundationCShims",
                         "-l_FoundationCollections", "-Xlinker", "--end-group", "-Xlinker",
                         "--version-script=\(Context.packageDirectory)/Sources/ClientPKCS11/exports.map",
                     ]

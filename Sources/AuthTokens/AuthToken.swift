@@ -1,6 +1,6 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// What a client's token states: the challenge and server name it is bound to, for which
 /// delegation, and when. The payload of the token JWS.

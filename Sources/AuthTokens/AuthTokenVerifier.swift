@@ -1,6 +1,8 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Synchronization
 
 /// Judges auth tokens with public keys and a revocation list only: what the verification service
 /// runs for every request. It keeps no state that changes a verdict, so any number of instances
@@ -170,7 +172,7 @@ public struct AuthTokenVerifier: TokenVerifying {
 /// becomes `older` and the previous `older` is dropped. So at most `capacity` entries are kept,
 /// and an entry used at least once per generation stays.
 final class DelegationCache: @unchecked Sendable {
-    // `recent` and `older` are only touched under `lock`; `half` never changes.
+    // `recent` and `older` are in `generations`, a `Mutex`; `half` never changes.
     struct Key: Hashable {
         var words: (UInt64, UInt64, UInt64, UInt64)
 
@@ -196,32 +198,48 @@ final class DelegationCache: @unchecked Sendable {
         }
     }
 
-    private let lock = NSLock()
     private let half: Int
-    private var recent: [Key: Delegation] = [:]
-    private var older: [Key: Delegation] = [:]
+    private let generations = Mutex(Generations())
+
+    /// The two generations, behind the cache's `Mutex`.
+    private struct Generations {
+        var recent: [Key: Delegation] = [:]
+        var older: [Key: Delegation] = [:]
+
+        /// Stores `delegation`, starting a new generation when `recent` holds `half` already;
+        /// returns the generation dropped, if any, to be freed outside the lock.
+        mutating func store(_ key: Key, _ delegation: Delegation, half: Int) -> [Key: Delegation] {
+            var dropped: [Key: Delegation] = [:]
+            if recent.count >= half, recent[key] == nil {
+                dropped = older
+                older = recent
+                recent = [:]
+            }
+            recent[key] = delegation
+            return dropped
+        }
+    }
 
     init(capacity: Int) { half = max(0, capacity / 2) }
 
     /// How many delegations are held.
-    var count: Int { lock.withLock { recent.count + older.count } }
+    var count: Int { generations.withLock { $0.recent.count + $0.older.count } }
 
     func lookup(_ key: Key) -> Delegation? {
         guard half > 0 else { return nil }
         var dropped: [Key: Delegation] = [:]
         defer { Self.reclaim(dropped) }
-        return lock.withLock { () -> Delegation? in
-            if let hit = recent[key] { return hit }
-            guard let hit = older.removeValue(forKey: key) else { return nil }
-            dropped = store(key, hit)
+        return generations.withLock { generations -> Delegation? in
+            if let hit = generations.recent[key] { return hit }
+            guard let hit = generations.older.removeValue(forKey: key) else { return nil }
+            dropped = generations.store(key, hit, half: half)
             return hit
         }
     }
 
     func insert(_ key: Key, _ delegation: Delegation) {
         guard half > 0 else { return }
-        var dropped: [Key: Delegation] = [:]
-        lock.withLock { dropped = store(key, delegation) }
+        let dropped = generations.withLock { $0.store(key, delegation, half: half) }
         Self.reclaim(dropped)
     }
 
@@ -236,17 +254,5 @@ final class DelegationCache: @unchecked Sendable {
         // worker thread picks the block up), so the freeing happens on the reclaimer's thread.
         let generation = dropped
         reclaimer.async { _ = generation.count }
-    }
-
-    /// Stores under the lock; returns the generation dropped, if any, to be freed outside it.
-    private func store(_ key: Key, _ delegation: Delegation) -> [Key: Delegation] {
-        var dropped: [Key: Delegation] = [:]
-        if recent.count >= half, recent[key] == nil {
-            dropped = older
-            older = recent
-            recent = [:]
-        }
-        recent[key] = delegation
-        return dropped
     }
 }

@@ -1,6 +1,6 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// The provider's short-lived statement that a client's token key speaks for one user, app and
 /// container: a compact JWS signed by the provider's issuing key.

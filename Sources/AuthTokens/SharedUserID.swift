@@ -1,7 +1,11 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The shared user id: the same for every managed app of one user on one device, different for
 /// another user or another device, and not reversible to the user's name.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What a verification service answers about one auth token: the response code and its text
 /// (`100 OK` for a genuine token), and the identity it proves only when it is genuine.

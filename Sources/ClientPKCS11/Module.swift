@@ -2,10 +2,14 @@ internal import CP11Kit
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import ManagedClient
 import Synchronization
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A `CK_RV` other than `CKR_OK`, thrown inside the module and returned at its edge.
 struct ReturnValue: Error, Equatable {
@@ -239,7 +243,7 @@ final class Module: Sendable {
             Text.pad("derived cred", into: &value.model)
             // The delivery number of the installed credential: a renewal is a new token, as a new
             // card would be.
-            Text.pad(String(format: "%016llu", token.watch?.sequence ?? 0), into: &value.serialNumber)
+            Text.pad((token.watch?.sequence ?? 0).zeroPadded(width: 16), into: &value.serialNumber)
             value.flags = CKF_TOKEN_INITIALIZED | CKF_USER_PIN_INITIALIZED | CKF_RNG
             if token.watch?.tokenLogin != .secureServices { value.flags |= CKF_LOGIN_REQUIRED }
             value.ulMaxSessionCount = CK_ULONG(0)

@@ -1,7 +1,7 @@
 internal import CP11Kit
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import ManagedClient
 import SystemSupport
 

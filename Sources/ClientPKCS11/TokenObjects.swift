@@ -1,7 +1,7 @@
 internal import CP11Kit
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import ManagedClient
 
 /// What a key may do, from its tag and its certificate's key usage: an authentication or signing

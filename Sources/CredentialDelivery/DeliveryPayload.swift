@@ -1,6 +1,6 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// What travels sealed in the spool file: the credential and everything that binds it to one
 /// request. Encoded canonically (see ``encode()``) and sealed with `Sealing`.

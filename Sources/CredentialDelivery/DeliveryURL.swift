@@ -1,6 +1,6 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// Any of the eight messages of the conversation, as URLs (each declared once as a ``URLMessage``).
 /// They are world-readable (a launched handler's argv is in `/proc/PID/cmdline`), so they carry

@@ -1,6 +1,10 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What the provider knows each managed client holds: the certificates of the last credential a
 /// client confirmed installing, by serial number. Kept so that revoking certificates (a

@@ -1,6 +1,6 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// How a certificate and its private key are written in the JSON this module stores and sends:
 /// `"certificate":B64,"privateKey":B64` (standard base64 of the DER certificate and the PKCS#8

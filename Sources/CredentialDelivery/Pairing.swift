@@ -1,7 +1,11 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What a provider knows of a client it was paired with: the client's message-signing key as it
 /// was when the operator paired them (`dcprovision pair`), and what the operator allowed. A `new`
@@ -134,12 +138,12 @@ public enum PinnedKeys {
         }
         if let existing = try read() { return existing }
         let key = try Key.generate()
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathText.parent(of: path)
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
         try key.privateKey.withPKCS8DER { bytes in
             var copy = Array(bytes)
-            try files.add((path as NSString).lastPathComponent, .secret(SecretBytes(consuming: &copy)), mode: 0o600)
+            try files.add(PathText.lastComponent(of: path), .secret(SecretBytes(consuming: &copy)), mode: 0o600)
         }
         do {
             try files.commit()

@@ -1,6 +1,6 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// Whether the app's user may use the app: AppConnect's `ACAuthState`, with the same raw values.
 public enum AuthState: Int, Sendable, Codable, CaseIterable, CustomStringConvertible {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SystemSupport
 
 /// The provider's own records (the request ledger, the holdings): one file per record, compact

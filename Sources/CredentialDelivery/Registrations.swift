@@ -1,7 +1,11 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Where the toolkit publishes registrations, under the XDG data directory.
 extension XDGDirectories {
@@ -89,10 +93,26 @@ public struct ClientRegistration: Codable, Sendable, Equatable {
     /// key's lifetime (`until`, seconds since 1970, when the client gives one) has not ended.
     public var servicesAvailable: Bool {
         guard let data = FileManager.default.contents(atPath: status),
-            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+            let object = try? JSONDecoder().decode(ServicesStatus.self, from: data)
         else { return false }
-        if let until = object["until"] as? Double, until <= Date().timeIntervalSince1970 { return false }
-        return object["servicesAvailable"] as? Bool == true
+        if let until = object.until, until <= Date().timeIntervalSince1970 { return false }
+        return object.servicesAvailable == true
+    }
+
+    /// The client's status file: a field that is missing or of another type reads as nil.
+    private struct ServicesStatus: Decodable {
+        var servicesAvailable: Bool?
+        var until: Double?
+
+        init(from decoder: any Decoder) throws {
+            let fields = try decoder.container(keyedBy: CodingKeys.self)
+            servicesAvailable = try? fields.decode(Bool.self, forKey: .servicesAvailable)
+            until = try? fields.decode(Double.self, forKey: .until)
+        }
+
+        private enum CodingKeys: String, CodingKey {
+            case servicesAvailable, until
+        }
     }
 }
 
@@ -126,11 +146,11 @@ public enum Registrations {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathText.parent(of: path)
         try AtomicFileSet.ensureDirectory(directory)
         var files = AtomicFileSet(directory: directory)
         try files.add(
-            (path as NSString).lastPathComponent, .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: mode)
+            PathText.lastComponent(of: path), .bytes(Array(try encoder.encode(value)) + [0x0A]), mode: mode)
         try files.commit(replacingExisting: true)
     }
 

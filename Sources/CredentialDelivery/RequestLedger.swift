@@ -1,7 +1,11 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The provider's record of its sends: one 0600 JSON file per request id in a 0700 directory
 /// (`$XDG_STATE_HOME/dcprovision/requests`). It holds the result key, so a result callback can be

@@ -1,7 +1,11 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The client's spool: a 0700 directory where the provider drops sealed payloads as 0600 files
 /// named `<request>.cms` (and auth-token delegations as `<id>.dlg`, ``Kind``), written atomically (`AtomicFileSet`: `O_EXCL|O_NOFOLLOW`, fsync,
@@ -54,7 +58,7 @@ public struct Spool: Sendable {
     /// Where the file for `request` is (or would be): `<directory>/<request>.cms` for a sealed
     /// payload, `<directory>/<request>.dlg` for a delegation.
     public func path(request: RequestID, kind: Kind = .sealedPayload) -> String {
-        (directory as NSString).appendingPathComponent("\(request).\(kind.fileExtension)")
+        PathText.appending("\(request).\(kind.fileExtension)", to: directory)
     }
 
     /// Writes a sealed payload (or another `kind` of file); returns its SHA-256 as hex.

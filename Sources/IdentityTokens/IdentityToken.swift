@@ -1,7 +1,7 @@
 import AuthTokens
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// The claims of an identity JWT: who the user is (`sub`), for which relying party (`aud`, the
 /// OAuth client id the app named), with which `scope`, from which provider (`iss`), from when

@@ -2,7 +2,7 @@ import AuthTokens
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SchemeHandlers
 import SystemSupport
 

@@ -1,8 +1,12 @@
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The policy a client applied: the provider's signed policy URL exactly as it was received, what
 /// it says, and whether the app's acknowledgement of it went out. Kept in `store/policy.json`
@@ -83,7 +87,7 @@ extension ManagedClient {
     /// The highest policy number applied (`store/policy.sequence`), or nil before the first.
     var appliedPolicySequence: UInt64? {
         FileManager.default.contents(atPath: policySequenceFile).flatMap {
-            UInt64(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+            UInt64(String(decoding: $0, as: UTF8.self).trimmingWhitespaceAndNewlines())
         }
     }
 

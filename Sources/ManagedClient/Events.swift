@@ -1,6 +1,6 @@
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// Something the app should react to (AppConnect's delegate callbacks, as one sequence).
 public enum ManagedClientEvent: Sendable, Equatable {

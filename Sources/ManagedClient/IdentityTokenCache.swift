@@ -1,9 +1,13 @@
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import IdentityTokens
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Identity JWTs (``identityToken(clientID:scope:refresh:now:send:)``): asked of the provider,
 /// cached sealed in the store until they expire.

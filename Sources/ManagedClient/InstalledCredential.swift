@@ -1,7 +1,7 @@
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
 
 /// The installed credential as the client's store keeps it: the payload exactly as it was
@@ -32,7 +32,7 @@ struct InstalledCredential {
     /// installed (or it came before delivery numbers did).
     var sequence: UInt64? {
         FileManager.default.contents(atPath: sequencePath).flatMap {
-            UInt64(String(decoding: $0, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+            UInt64(String(decoding: $0, as: UTF8.self).trimmingWhitespaceAndNewlines())
         }
     }
 

@@ -1,6 +1,6 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// What a renewal keeps: the retired encryption pairs, so that what was encrypted to an old
 /// certificate stays readable after the credential is replaced.

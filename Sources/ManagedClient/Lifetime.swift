@@ -1,6 +1,6 @@
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// Where each certificate of the installed credential stands in its lifetime, and what follows
 /// from it: whether the credential may be used now, and whether a renewal is due.

@@ -1,7 +1,11 @@
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The managed apps of one user: each is a container of its own under
 /// `$XDG_DATA_HOME/dcclient/apps/<id>/` (its scheme, store, pairing, policy, secure files,

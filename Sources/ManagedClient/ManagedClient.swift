@@ -2,8 +2,12 @@ import AuthTokens
 import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The reference managed client: it registers a scheme, asks a provider for a credential,
 /// receives, opens, validates and installs it all-or-nothing, and calls back.
@@ -89,6 +93,37 @@ public struct ManagedClient: Sendable {
     /// `store/client.json`: the client id and the two schemes; its presence means the client is set up.
     public var configFile: String { store + "/client.json" }
 
+    /// `store/wrapped-key.json`: the store key sealed under the key derived from the passphrase,
+    /// and that derivation's salt (both base64) and iterations. A field that is missing or of
+    /// another type reads as nil.
+    struct WrappedKey: Codable {
+        var salt: String?
+        var iterations: Int?
+        var sealed: String?
+
+        init(salt: String, iterations: Int, sealed: String) {
+            self.salt = salt
+            self.iterations = iterations
+            self.sealed = sealed
+        }
+
+        init(from decoder: any Decoder) throws {
+            let fields = try decoder.container(keyedBy: CodingKeys.self)
+            salt = try? fields.decode(String.self, forKey: .salt)
+            iterations = try? fields.decode(Int.self, forKey: .iterations)
+            sealed = try? fields.decode(String.self, forKey: .sealed)
+        }
+
+        /// The file's fields; nil when `data` is JSON but not an object. Throws when it is not JSON.
+        static func read(_ data: Data) throws -> WrappedKey? {
+            do {
+                return try JSONDecoder().decode(WrappedKey.self, from: data)
+            } catch DecodingError.typeMismatch {
+                return nil
+            }
+        }
+    }
+
     struct Config: Codable {
         var clientId: ClientID
         var scheme: URLScheme
@@ -136,10 +171,10 @@ public struct ManagedClient: Sendable {
             clientId: app, scheme: scheme, providerScheme: providerScheme,
             signingKey: PinnedKeys.encode(signingKey.publicKey),
             tokenKey: Data(tokenKey.publicKey.uncompressedPoint).base64EncodedString())
-        let wrappedJSON = try JSONSerialization.data(withJSONObject: [
-            "salt": Data(salt).base64EncodedString(), "iterations": Self.iterations,
-            "sealed": Data(wrapped).base64EncodedString(),
-        ])
+        let wrappedJSON = try JSONEncoder().encode(
+            WrappedKey(
+                salt: Data(salt).base64EncodedString(), iterations: Self.iterations,
+                sealed: Data(wrapped).base64EncodedString()))
         var files = AtomicFileSet(directory: store)
         try files.add("wrapped-key.json", .bytes(Array(wrappedJSON)), mode: 0o600)
         // Each private key sealed under the store key, in the file of its name (also its context).
@@ -272,10 +307,10 @@ public struct ManagedClient: Sendable {
                 remedy: .setUpRetiredClientAgain)
         }
         guard let data = FileManager.default.contents(atPath: store + "/wrapped-key.json"),
-            let object = try JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let salt = (object["salt"] as? String).flatMap({ Data(base64Encoded: $0) }),
-            let sealed = (object["sealed"] as? String).flatMap({ Data(base64Encoded: $0) }),
-            let iterations = object["iterations"] as? Int
+            let object = try WrappedKey.read(data),
+            let salt = object.salt.flatMap({ Data(base64Encoded: $0) }),
+            let sealed = object.sealed.flatMap({ Data(base64Encoded: $0) }),
+            let iterations = object.iterations
         else {
             throw DCError(
                 .fileNotFound, "the client is not set up", subject: base,

@@ -1,7 +1,7 @@
 import AuthTokens
 import CredentialDelivery
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SchemeHandlers
 
 extension ManagedClient {

@@ -1,7 +1,8 @@
 internal import CSystemShims
 import CredentialCoding
 import DerivedCredentials
-import Foundation
+import Dispatch
+import FoundationEssentials
 import SystemSupport
 
 #if canImport(Glibc)

@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// The parts of a `.desktop` file (Desktop Entry spec) that matter for URL-scheme handlers.
 public struct DesktopEntry: Sendable, Equatable {
@@ -19,16 +19,16 @@ public struct DesktopEntry: Sendable, Equatable {
         var group = ""
         var values: [String: String] = [:]
         for rawLine in contents.split(separator: "\n", omittingEmptySubsequences: false) {
-            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            let line = rawLine.trimmingWhitespace()
             if line.isEmpty || line.hasPrefix("#") { continue }
             if line.hasPrefix("[") && line.hasSuffix("]") {
                 group = String(line.dropFirst().dropLast())
                 continue
             }
             guard group == "Desktop Entry", let equals = line.firstIndex(of: "=") else { continue }
-            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            let key = line[..<equals].trimmingWhitespace()
             if values[key] == nil {
-                values[key] = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+                values[key] = line[line.index(after: equals)...].trimmingWhitespace()
             }
         }
         guard values["Type"] == "Application", let exec = values["Exec"], !exec.isEmpty else { return nil }

@@ -1,6 +1,10 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Registers, resolves and launches URL-scheme handlers the freedesktop way (`x-scheme-handler/…`
 /// MIME types in `.desktop` files, defaults in `mimeapps.list`), headless and without xdg-utils:
@@ -25,7 +29,7 @@ public struct SchemeHandlers: Sendable {
         if let refused {
             throw DCError(
                 .usage,
-                "\(what) has a character a desktop entry cannot hold (U+\(String(format: "%04X", refused.value)))",
+                "\(what) has a character a desktop entry cannot hold (U+\(refused.value.zeroPadded(width: 4, radix: 16, uppercase: true)))",
                 subject: name.escapingControlCharacters, hint: "give it as one line of printable text")
         }
         guard let first = name.unicodeScalars.first, let last = name.unicodeScalars.last,
@@ -89,20 +93,20 @@ public struct SchemeHandlers: Sendable {
             }
             program =
                 "\""
-                + launcher.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"")
-                .replacingOccurrences(of: "`", with: "\\`").replacingOccurrences(of: "$", with: "\\$") + "\""
+                + launcher.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"").replacing("`", with: "\\`")
+                .replacing("$", with: "\\$") + "\""
         }
         let entry = """
             [Desktop Entry]
             Type=Application
-            Name=\(name.replacingOccurrences(of: "\\", with: "\\\\"))
+            Name=\(name.replacing("\\", with: "\\\\"))
             Exec=\(program) handle-url %u
             MimeType=\(Self.mimeType(scheme));
             NoDisplay=true
             Terminal=false
 
             """
-        let launchers = (launcher as NSString).deletingLastPathComponent
+        let launchers = PathText.parent(of: launcher)
         try AtomicFileSet.ensureDirectory(launchers)
         let staged = launchers + "/.\(scheme).\(getpid()).new"
         unlink(staged)
@@ -136,7 +140,7 @@ public struct SchemeHandlers: Sendable {
         let existing = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
         var groups: [(name: String, lines: [String])] = [("", [])]
         for line in existing.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            let trimmed = line.trimmingWhitespace()
             if trimmed.hasPrefix("[") && trimmed.hasSuffix("]") {
                 groups.append((String(trimmed.dropFirst().dropLast()), []))
             } else {
@@ -151,8 +155,8 @@ public struct SchemeHandlers: Sendable {
         var order: [String] = []
         for line in groups[index].lines {
             guard let equals = line.firstIndex(of: "=") else { continue }
-            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
-            defaults[key] = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            let key = line[..<equals].trimmingWhitespace()
+            defaults[key] = line[line.index(after: equals)...].trimmingWhitespace()
             order.append(key)
         }
         change(&defaults)
@@ -161,7 +165,7 @@ public struct SchemeHandlers: Sendable {
         var text = ""
         for group in groups {
             if !group.name.isEmpty { text += "[\(group.name)]\n" }
-            let lines = group.lines.reversed().drop { $0.trimmingCharacters(in: .whitespaces).isEmpty }.reversed()
+            let lines = group.lines.reversed().drop { $0.trimmingWhitespace().isEmpty }.reversed()
             for line in lines { text += line + "\n" }
             if !group.name.isEmpty { text += "\n" }
         }
@@ -236,16 +240,16 @@ public struct SchemeHandlers: Sendable {
         var groups: [String: [String: [String]]] = [:]
         var group = ""
         for rawLine in contents.split(separator: "\n") {
-            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            let line = rawLine.trimmingWhitespace()
             if line.isEmpty || line.hasPrefix("#") { continue }
             if line.hasPrefix("[") && line.hasSuffix("]") {
                 group = String(line.dropFirst().dropLast())
                 continue
             }
             guard let equals = line.firstIndex(of: "=") else { continue }
-            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            let key = line[..<equals].trimmingWhitespace()
             let ids = line[line.index(after: equals)...].split(separator: ";").map {
-                $0.trimmingCharacters(in: .whitespaces)
+                $0.trimmingWhitespace()
             }.filter { !$0.isEmpty }
             groups[group, default: [:]][key, default: []] += ids
         }

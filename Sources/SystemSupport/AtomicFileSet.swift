@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 #if canImport(Glibc)
@@ -88,7 +88,7 @@ public struct AtomicFileSet {
         guard dirfd >= 0 else { return }
         defer { close(dirfd) }
         for name in names where name.hasPrefix(prefix) {
-            guard let marker = name.range(of: stagingMarker) else { continue }
+            guard let marker = name.firstRange(of: stagingMarker) else { continue }
             let pid = name[marker.upperBound...].split(separator: "-").first.flatMap { pid_t($0) }
             if let pid, pid > 0, kill(pid, 0) == 0 || errno == EPERM { continue }  // its writer is alive
             if unlinkat(dirfd, name, 0) == 0 || errno != EISDIR { continue }  // a file, or a link: itself

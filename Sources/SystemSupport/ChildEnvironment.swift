@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The environment the toolkit gives the programs it starts on the user's behalf (exec plug-ins,
 /// scheme handlers): a short list of variables copied from ours, never the whole of it, so that

@@ -1,6 +1,8 @@
 internal import CSystemShims
 import DerivedCredentials
-import Foundation
+import Dispatch
+import FoundationEssentials
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -77,7 +79,7 @@ public enum ChildProcess {
         let cancellation = CancellationFlag()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let thread = Thread {
+                let failed = DetachedThread.start {
                     // A plug-in that exits without reading its input makes our write raise SIGPIPE,
                     // which would kill the whole process. The signal goes to the writing thread:
                     // blocked here, the write fails with EPIPE instead. This thread ends with the run.
@@ -93,7 +95,13 @@ public enum ChildProcess {
                                 cancellation: cancellation)
                         })
                 }
-                thread.start()
+                if let failed {
+                    continuation.resume(
+                        throwing: DCError(
+                            .providerFailed,
+                            "cannot start a thread for the program: \(String(cString: strerror(failed)))",
+                            subject: executable))
+                }
             }
         } onCancel: {
             cancellation.cancel()
@@ -104,9 +112,7 @@ public enum ChildProcess {
     /// waits on ``wakeDescriptor``: the child is killed at the cancellation, not at the poll's next
     /// timeout.
     final class CancellationFlag: @unchecked Sendable {
-        // Guarded by `lock`.
-        private let lock = NSLock()
-        private var cancelled = false
+        private let cancelled = Atomic(false)
         /// An eventfd that turns readable at the cancellation; -1 if none could be made, and the
         /// cancellation is then seen at the poll's next timeout.
         let wakeDescriptor: Int32
@@ -117,11 +123,11 @@ public enum ChildProcess {
         deinit { if wakeDescriptor >= 0 { close(wakeDescriptor) } }
 
         func cancel() {
-            lock.withLock { cancelled = true }
+            cancelled.store(true, ordering: .sequentiallyConsistent)
             var one: UInt64 = 1
             if wakeDescriptor >= 0 { _ = write(wakeDescriptor, &one, MemoryLayout<UInt64>.size) }
         }
-        var isCancelled: Bool { lock.withLock { cancelled } }
+        var isCancelled: Bool { cancelled.load(ordering: .sequentiallyConsistent) }
     }
 
     /// Runs `executable` on the calling thread and blocks until it ends or its deadline passes.
@@ -270,8 +276,9 @@ extension ChildProcess {
         let ruleset = try confinement.makeRuleset()
         defer { if let ruleset { close(ruleset) } }
         let run = ConfinedRun(ruleset: ruleset ?? -1, body: body)
-        let thread = Thread { run.main() }
-        thread.start()
+        if let failed = DetachedThread.start({ run.main() }) {
+            throw DCError(.sandboxUnavailable, "cannot confine the program: \(String(cString: strerror(failed)))")
+        }
         run.done.wait()
         if let failure = run.failure {
             throw DCError(.sandboxUnavailable, "cannot confine the program: \(String(cString: strerror(failure)))")
@@ -570,10 +577,10 @@ extension ChildProcess {
                 "cannot start the program: \(String(cString: strerror(spawned)))", subject: executable)
         }
         let child = pid
-        Thread {
+        DetachedThread.start {
             var status: Int32 = 0
             while waitpid(child, &status, 0) < 0 && errno == EINTR {}
-        }.start()
+        }
         return pid
     }
 }

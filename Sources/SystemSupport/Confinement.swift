@@ -1,6 +1,6 @@
 internal import CSystemShims
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 #if canImport(Glibc)
     import Glibc
@@ -64,7 +64,7 @@ public struct Confinement: Sendable, Equatable {
         // The executable as named and as its links resolve (a plug-in installed as a link to
         // where its files are); the system's resolver configuration, often a link out of /etc.
         let own = [executable, canonical(executable)].map { path in
-            let directory = (path as NSString).deletingLastPathComponent
+            let directory = PathText.parent(of: path)
             return overlaps(directory, withheld) ? path : directory
         }
         let resolver = [canonical("/etc/resolv.conf")]
@@ -88,7 +88,7 @@ public struct Confinement: Sendable, Equatable {
         if let equals = value.firstIndex(of: "=") { candidates.append(String(value[value.index(after: equals)...])) }
         candidates += candidates.flatMap { $0.split(separator: ",").map(String.init) }
         return candidates.filter { !$0.isEmpty }.map {
-            $0.hasPrefix("/") ? $0 : (workingDirectory as NSString).appendingPathComponent($0)
+            $0.hasPrefix("/") ? $0 : PathText.appending($0, to: workingDirectory)
         }
     }
 
@@ -102,9 +102,7 @@ public struct Confinement: Sendable, Equatable {
 
     /// `path` with every symbolic link resolved, as far as it exists.
     static func canonical(_ path: String) -> String {
-        guard let resolved = realpath(path, nil) else { return (path as NSString).standardizingPath }
-        defer { free(resolved) }
-        return String(cString: resolved)
+        PathText.resolvingLinks(path)
     }
 
     /// Whether `path` is `ancestor` or below it.

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One desktop notification as the toolkit posts it (freedesktop's Desktop Notifications
 /// specification): a short summary, a body, the actions offered, an urgency.
@@ -169,8 +173,10 @@ public final class DesktopNotifications {
     /// `value` as a D-Bus address value: bytes other than `-0-9A-Za-z_/.\*` as `%XX`.
     static func addressEscaped(_ value: String) -> String {
         let allowed = Set("-0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_/.\\*".utf8)
-        return value.utf8.map { allowed.contains($0) ? String(UnicodeScalar($0)) : String(format: "%%%02X", $0) }
-            .joined()
+        return value.utf8.map {
+            allowed.contains($0) ? String(UnicodeScalar($0)) : "%" + $0.zeroPadded(width: 2, radix: 16, uppercase: true)
+        }
+        .joined()
     }
 
     /// Whether a notification could be posted at all: on in `settings`, a session bus in

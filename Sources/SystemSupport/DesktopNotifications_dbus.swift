@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The session bus through `libdbus-1.so.3`, loaded on first use: nothing of D-Bus is needed to
 /// build, and a machine without it posts no notification. Only the few non-variadic calls that

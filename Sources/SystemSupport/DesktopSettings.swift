@@ -1,5 +1,9 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The user's desktop settings for both tools: which `pinentry` asks for secrets when there is no
 /// terminal, and whether notifications are shown. One small file,

@@ -1,6 +1,6 @@
 internal import CSystemShims
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 #if canImport(Glibc)
     import Glibc

@@ -1,5 +1,9 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// An exclusive advisory lock on a file (`flock`), held for the length of a closure. `flock`
 /// locks belong to the open file description, so two opens in one process exclude each other
@@ -9,7 +13,7 @@ public enum FileLock {
     /// Runs `body` with `path` locked exclusively, passing the open descriptor (for a caller that
     /// keeps its data in the lock file itself). Waits for the lock; never times out.
     public static func withExclusiveLock<T>(at path: String, _ body: (Int32) throws -> T) throws -> T {
-        try AtomicFileSet.ensureDirectory((path as NSString).deletingLastPathComponent)
+        try AtomicFileSet.ensureDirectory(PathText.parent(of: path))
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard descriptor >= 0 else {
             throw DCError(.cannotCreateOutput, "cannot open the lock file", subject: path)
@@ -27,7 +31,7 @@ public enum FileLock {
     /// thread: it tries, and sleeps between tries, so that the holder's own tasks, which may need
     /// the same few threads, can finish. Waits as long as the holder holds the lock.
     public static func withExclusiveLock<T>(at path: String, _ body: () async throws -> T) async throws -> T {
-        try AtomicFileSet.ensureDirectory((path as NSString).deletingLastPathComponent)
+        try AtomicFileSet.ensureDirectory(PathText.parent(of: path))
         let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard descriptor >= 0 else {
             throw DCError(.cannotCreateOutput, "cannot open the lock file", subject: path)
@@ -53,7 +57,7 @@ public enum FileLock {
             let count = read(descriptor, &buffer, buffer.count)
             guard count >= 0 else { throw DCError(.ioError, "cannot read", subject: path) }
             let value = try next(
-                String(decoding: buffer.prefix(count), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
+                String(decoding: buffer.prefix(count), as: UTF8.self).trimmingWhitespaceAndNewlines())
             let output = Array("\(value)\n".utf8)
             guard ftruncate(descriptor, 0) == 0, pwrite(descriptor, output, output.count, 0) == output.count,
                 fsync(descriptor) == 0

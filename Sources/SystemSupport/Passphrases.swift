@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 #if canImport(Glibc)
@@ -183,10 +183,9 @@ public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable 
         case refuse
     }
 
-    // `answer` and `error` are guarded by `lock`; the rest is immutable.
-    private let lock = NSLock()
-    private var answer: SecretBytes?
-    private var error: String?
+    // The answer given and the error to show with the next question, behind a `Mutex`; the rest
+    // is immutable.
+    private let asked = Mutex<(answer: SecretBytes?, error: String?)>((nil, nil))
     private let name: String
     private let title: String
     private let description: @Sendable (String) -> String
@@ -224,11 +223,10 @@ public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable 
     /// in a pinentry's description; nil when nobody can be asked and the source was made with
     /// ``Unanswerable/noSecret``.
     public func passphrase(for subject: String, detail: String) throws -> SecretBytes? {
-        try lock.withLock {
-            if let answer { return answer }
-            guard let secret = try ask(for: subject, detail: detail) else { return nil }
-            answer = secret
-            error = nil
+        try asked.withLock { asked in
+            if let answer = asked.answer { return answer }
+            guard let secret = try ask(for: subject, detail: detail, error: asked.error) else { return nil }
+            asked = (secret, nil)
             return secret
         }
     }
@@ -236,10 +234,7 @@ public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable 
     /// Forgets the answer, which was wrong: the next ``passphrase(for:detail:)`` asks again, showing
     /// `error` (a pinentry's `SETERROR`, a line before the terminal's prompt).
     public func retry(_ error: String) {
-        lock.withLock {
-            answer = nil
-            self.error = error
-        }
+        asked.withLock { $0 = (nil, error) }
     }
 
     /// Whether anyone can be asked: standard input is a terminal, or a pinentry can show
@@ -256,7 +251,7 @@ public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable 
         try DesktopSettings.load(from: XDGDirectories(environment: environment))
     }
 
-    private func ask(for subject: String, detail: String) throws -> SecretBytes? {
+    private func ask(for subject: String, detail: String, error: String?) throws -> SecretBytes? {
         if isatty(STDIN_FILENO) == 1 {
             let first = try TerminalPrompt.ask(
                 "\(capitalized) for \(subject.escapingControlCharacters): ", note: error, subject: subject)

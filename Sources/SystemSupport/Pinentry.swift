@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 #if canImport(Glibc)
     import Glibc
@@ -202,7 +202,7 @@ public struct Pinentry: Sendable {
         var out: [UInt8] = []
         for byte in text.utf8.prefix(800) {
             if byte < 0x20 || byte == UInt8(ascii: "%") || byte == 0x7F {
-                out += Array(String(format: "%%%02X", byte).utf8)
+                out += Array(("%" + byte.zeroPadded(width: 2, radix: 16, uppercase: true)).utf8)
             } else {
                 out.append(byte)
             }

@@ -1,5 +1,9 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The XDG base directories (freedesktop's XDG Base Directory specification), read from an
 /// environment, with the specification's defaults. This is the one place the toolkit computes
@@ -32,7 +36,7 @@ public struct XDGDirectories: Sendable, Equatable {
             let entries = (environment[name] ?? "").split(separator: ":").map(String.init).filter { $0.hasPrefix("/") }
             return entries.isEmpty ? fallback : entries
         }
-        home = value("HOME") ?? NSHomeDirectory()
+        home = value("HOME") ?? FileManager.default.homeDirectoryForCurrentUser.path
         dataHome = value("XDG_DATA_HOME") ?? home + "/.local/share"
         configHome = value("XDG_CONFIG_HOME") ?? home + "/.config"
         stateHome = value("XDG_STATE_HOME") ?? home + "/.local/state"
@@ -61,8 +65,8 @@ extension XDGDirectories {
                 .serviceUnavailable, "XDG_RUNTIME_DIR is not a private directory of this user (mode 0700)",
                 subject: runtime, hint: "log in through a session that sets it up (systemd does: /run/user/$UID)")
         }
-        let resolved = (runtime as NSString).resolvingSymlinksInPath
-        let resolvedHome = (home as NSString).resolvingSymlinksInPath
+        let resolved = PathText.resolvingLinks(runtime)
+        let resolvedHome = PathText.resolvingLinks(home)
         guard resolved != resolvedHome,
             !resolved.hasPrefix(resolvedHome.hasSuffix("/") ? resolvedHome : resolvedHome + "/")
         else {

@@ -31,6 +31,44 @@ struct ModuleRuntimeTests {
     }
 
     @Test(
+        "The module links FoundationEssentials and none of Foundation, FoundationInternationalization, CoreFoundation or ICU: it defines none of their symbols"
+    )
+    func noFoundation() throws {
+        try #require(FileManager.default.fileExists(atPath: module), "built by scripts/test: --product dcclient-pkcs11")
+        // The toolchain's static libraries, which the module's link line names.
+        let toolchain = URL(fileURLWithPath: try which("swiftc")).resolvingSymlinksInPath()
+            .deletingLastPathComponent().deletingLastPathComponent()
+        let libraries = ["Foundation", "FoundationInternationalization", "CoreFoundation", "_FoundationICU"].map {
+            toolchain.appendingPathComponent("lib/swift_static/linux/lib\($0).a").path
+        }
+        for library in libraries {
+            try #require(FileManager.default.fileExists(atPath: library), "the toolchain has no \(library)")
+        }
+        // What those libraries define for others: their global code and data, not the weak
+        // definitions every Swift module may carry a copy of.
+        let archives = try run("nm", ["-g", "--defined-only"] + libraries, timeout: 120)
+        #expect(archives.status == 0, "\(archives.stderrText)")
+        let theirs = Set(Self.symbols(in: archives.stdoutText, kinds: "TDBR"))
+        // Everything the module defines, local symbols too: what it linked in is local in it.
+        let listed = try run("nm", ["--defined-only", module], timeout: 120)
+        #expect(listed.status == 0, "\(listed.stderrText)")
+        let own = Self.symbols(in: listed.stdoutText, kinds: nil)
+        #expect(own.contains { $0.hasPrefix("$s20FoundationEssentials") }, "the module lists no symbols: stripped?")
+        let linked = own.filter(theirs.contains)
+        let count = linked.count
+        #expect(count == 0, "symbols of Foundation's libraries, such as \(linked.prefix(5))")
+    }
+
+    /// The names in `nm` output whose kind is one of `kinds` (any kind when nil).
+    static func symbols(in listing: String, kinds: String?) -> [String] {
+        listing.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ")
+            guard fields.count == 3, kinds.map({ $0.contains(fields[1]) }) ?? true else { return nil }
+            return String(fields[2])
+        }
+    }
+
+    @Test(
         "One Swift program, two Swift-built modules: dcprovision loads the dcclient module beside the fault module over SoftHSM2 (a shared Swift runtime); tokens lists both, and objects reads the credential's certificates through the module"
     )
     func twoSwiftModulesInOneProgram() throws {

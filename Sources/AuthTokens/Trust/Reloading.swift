@@ -1,7 +1,11 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import Synchronization
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// How often a ``Reloading`` file is looked at (one `stat`) unless told otherwise: a replaced
 /// revocation list or issuer set takes effect within this time, without a restart. A look costs
@@ -52,21 +56,18 @@ public final class Reloading<Value: Sendable>: Sendable {
     /// A thread rather than a task: a reading blocks on the disk, which must not take a thread of
     /// the concurrency pool or an event loop.
     private static func watch(_ reloading: Reloading, every interval: Duration) {
-        let (seconds, attoseconds) = interval.components
-        let pause = Double(seconds) + Double(attoseconds) / 1e18
-        let thread = Thread { [weak reloading] in
+        DetachedThread.start { [weak reloading] in
             // Named for `top -H` and the tests; a new thread would keep its creator's name.
             if let comm = fopen("/proc/thread-self/comm", "w") {
                 fputs("trust-file", comm)
                 fclose(comm)
             }
             while true {
-                Thread.sleep(forTimeInterval: pause)
+                DetachedThread.sleep(for: interval)
                 guard let reloading else { return }
                 try? reloading.read(force: false)
             }
         }
-        thread.start()
     }
 
     /// The value in force. Does no I/O and never waits for a reading.

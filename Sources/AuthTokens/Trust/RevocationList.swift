@@ -1,6 +1,10 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What the verifier must refuse although it is signed and unexpired: revoked issuing keys,
 /// revoked delegations and retired containers. The provider writes it as `revocations.json`.

@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// A derived credential (NIST SP 800-157) from any card that can prove possession of its key and
 /// any CA that can certify keys generated elsewhere:

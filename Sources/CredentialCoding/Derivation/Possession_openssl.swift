@@ -1,6 +1,6 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// Checking an SP 800-157 proof of possession with OpenSSL: the challenge, the signature, and the
 /// certificate it rests on.

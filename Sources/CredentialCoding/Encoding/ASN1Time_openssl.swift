@@ -1,5 +1,5 @@
 internal import COpenSSL
-import Foundation
+import FoundationEssentials
 
 /// Times as X.509 spells them, and as OpenSSL's CA database (`index.txt`) stores them: UTCTime,
 /// `YYMMDDHHMMSSZ`, for 1950 through 2049, and GeneralizedTime, `YYYYMMDDHHMMSSZ`, otherwise

@@ -1,6 +1,10 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Generates private keys with OpenSSL.
 public enum KeyGeneration {

@@ -1,6 +1,10 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Private keys rebuilt from the raw components a token gives out, and AES-key-wrapped keys
 /// unwrapped: the two ways a PKCS#11 key becomes PKCS#8 (where the token allows it at all).

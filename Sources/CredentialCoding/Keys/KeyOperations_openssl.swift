@@ -1,6 +1,7 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+import Synchronization
 
 /// A digest algorithm a signature or a padding names.
 public enum DigestAlgorithm: String, Sendable, CaseIterable {
@@ -161,10 +162,9 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
     // `key` is never modified after init; OpenSSL allows concurrent operations on one EVP_PKEY
     // when each has its own EVP_PKEY_CTX, which every method makes, except raw ECDSA: its
     // contexts, initialised once (fetching the implementation costs as much as a tenth of the
-    // signature), wait in `idle`, touched only under `lock`, each used by one thread at a time.
+    // signature), wait in `idle` (a `Mutex`), each used by one thread at a time.
     private let key: PKey
-    private let lock = NSLock()
-    private var idle: [OpaquePointer] = []
+    private let idle = Mutex<[PooledContext]>([])
     /// The public half, in PKCS#11's encodings.
     public let publicParts: PublicKeyParts
 
@@ -338,12 +338,12 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
     }
 
     deinit {
-        for context in idle { EVP_PKEY_CTX_free(context) }
+        idle.withLock { $0.forEach { EVP_PKEY_CTX_free($0.pointer) } }
     }
 
     /// ECDSA over `input` as the digest, with a context from `idle` (made when none waits).
     private func pooledECDSA(_ input: [UInt8]) throws -> [UInt8] {
-        var context = lock.withLock { idle.popLast() }
+        var context = idle.withLock { $0.popLast() }?.pointer
         if context == nil {
             guard let made = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else {
                 throw OpenSSL.failure("EVP_PKEY_CTX_new_from_pkey")
@@ -361,7 +361,7 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
             EVP_PKEY_CTX_free(context)
             throw DCError(.usage, "the input does not fit the signature", underlying: OpenSSLError.drain())
         }
-        lock.withLock { idle.append(context) }
+        idle.withLock { $0.append(PooledContext(pointer: context)) }
         return Array(signature.prefix(length))
     }
 

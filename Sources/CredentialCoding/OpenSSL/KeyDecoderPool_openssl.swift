@@ -1,5 +1,10 @@
 internal import COpenSSL
-import Foundation
+import FoundationEssentials
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Reusable OpenSSL 3 key decoders.
 ///
@@ -9,7 +14,7 @@ import Foundation
 /// the same key in ≈0.09 ms. A context serves one thread at a time: it is taken from the pool,
 /// used, and given back; one that saw a failure is freed instead, so no state survives an error.
 final class KeyDecoderPool: @unchecked Sendable {
-    // `idle` is only touched under `lock`; each decoder is used by one thread at a time.
+    // `idle` is a `Mutex`; each decoder is used by one thread at a time.
     static let shared = KeyDecoderPool()
 
     /// What is decoded: the DER structure (`PrivateKeyInfo`, `type-specific`) and the key type
@@ -23,8 +28,7 @@ final class KeyDecoderPool: @unchecked Sendable {
         static let ec = Kind(structure: "type-specific", keyType: "EC")
     }
 
-    private let lock = NSLock()
-    private var idle: [Kind: [Decoder]] = [:]
+    private let idle = Mutex<[Kind: [Decoder]]>([:])
 
     /// Decodes exactly `der` (no trailing bytes) as a private key of `kind`, or returns nil.
     func decode(_ der: UnsafeRawBufferPointer, as kind: Kind) -> PKey? {
@@ -35,15 +39,16 @@ final class KeyDecoderPool: @unchecked Sendable {
     }
 
     private func take(_ kind: Kind) -> Decoder? {
-        lock.withLock { idle[kind]?.popLast() }
+        idle.withLock { $0[kind]?.popLast() }
     }
 
     private func give(_ decoder: Decoder, _ kind: Kind) {
-        lock.withLock { idle[kind, default: []].append(decoder) }
+        idle.withLock { $0[kind, default: []].append(decoder) }
     }
 
-    /// One decoder context and the stable slot it writes its result to.
-    private final class Decoder {
+    /// One decoder context and the stable slot it writes its result to. Sendable as the pool
+    /// hands each to one thread at a time, which uses it alone until it gives it back.
+    private final class Decoder: @unchecked Sendable {
         let context: OpaquePointer
         let output: UnsafeMutablePointer<OpaquePointer?>
         // OpenSSL keeps the input-type, structure and key-type strings it is given (a temporary

@@ -29,6 +29,12 @@ public struct OpenSSLError: Error, Sendable, CustomStringConvertible {
     static func clear() { ERR_clear_error() }
 }
 
+/// An OpenSSL context waiting in a pool (`Mutex<[PooledContext]>`): the pool hands each to one
+/// thread at a time, which uses it alone until it gives it back.
+struct PooledContext: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
 enum OpenSSL {
     /// Loads the `default` and `legacy` providers once per process. Legacy PKCS#12 (RC2-40, 3DES)
     /// needs `legacy`, and loading `legacy` alone would disable everything else, so both are loaded.

@@ -1,6 +1,6 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// The one owner of an `X509`.
 final class X509Certificate {

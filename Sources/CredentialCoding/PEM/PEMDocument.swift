@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// A strict reading of a PEM file (RFC 7468, plus the RFC 1421 headers of legacy encrypted keys).
 ///
@@ -17,7 +17,7 @@ struct PEMDocument {
         var line: Int
 
         func header(_ name: String) -> String? {
-            headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+            headers.first { $0.name.lowercased() == name.lowercased() }?.value
         }
     }
 
@@ -91,7 +91,7 @@ struct PEMDocument {
                     if let colon = line.firstIndex(of: UInt8(ascii: ":")), block.body.isEmpty {
                         let name = String(decoding: line[line.startIndex..<colon], as: UTF8.self)
                         let value = String(decoding: line[(colon + 1)...], as: UTF8.self)
-                            .trimmingCharacters(in: .whitespaces)
+                            .trimmingWhitespace()
                         block.headers.append((name, value))
                         open = block
                         continue

@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import SystemSupport
 
 /// How `convert` names what it writes: for an input `alice.p12`, the leaf certificate is
@@ -10,9 +10,9 @@ public enum ConversionOutputs {
 
     /// The file name without directories and without a known certificate/key extension.
     public static func stem(of path: String) -> String {
-        var name = (path as NSString).lastPathComponent
-        let ext = (name as NSString).pathExtension.lowercased()
-        if knownExtensions.contains(ext) { name = (name as NSString).deletingPathExtension }
+        var name = PathText.lastComponent(of: path)
+        let ext = PathText.pathExtension(of: name).lowercased()
+        if knownExtensions.contains(ext) { name = PathText.deletingExtension(of: name) }
         return name
     }
 
@@ -66,11 +66,19 @@ extension ConversionOutputs {
         if !provided.chain.isEmpty {
             try set.add("chain.pem", .bytes(provided.chain.flatMap(PEM.certificate)), mode: 0o644)
         }
-        var manifest: [String: Any] = ["version": 1, "entries": manifestEntries]
-        if let name = provided.suggestedName { manifest["name"] = name }
-        if let serial = provided.suggestedSerialNumber { manifest["serialNumber"] = serial }
-        let json = try JSONSerialization.data(
-            withJSONObject: manifest, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let json = try encoder.encode(
+            Manifest(
+                entries: manifestEntries, name: provided.suggestedName, serialNumber: provided.suggestedSerialNumber))
         try set.add("manifest.json", .bytes(Array(json) + [0x0A]), mode: 0o644)
+    }
+
+    /// `manifest.json`: the names that are absent are left out.
+    private struct Manifest: Encodable {
+        var version = 1
+        var entries: [[String: String]]
+        var name: String?
+        var serialNumber: String?
     }
 }

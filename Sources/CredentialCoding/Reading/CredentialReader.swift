@@ -1,7 +1,11 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 import Logging
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Reads certificate and key files — PEM, DER or PKCS#12 — and converts what they hold to DER
 /// certificates and PKCS#8 DER keys, strictly.

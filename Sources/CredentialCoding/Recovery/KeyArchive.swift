@@ -1,5 +1,9 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Escrow of encryption keys for key recovery: a pair sealed to a recovery certificate, whose
 /// private key is kept away from the machine that archives.

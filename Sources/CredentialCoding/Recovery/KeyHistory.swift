@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// The one rule for an escrow key history, wherever one is put together (a renewal on the client,
 /// recovered pairs on the provider): each certificate once, none that `excluding` holds, newest

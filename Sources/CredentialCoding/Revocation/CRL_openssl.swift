@@ -1,6 +1,10 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A certificate revocation list (RFC 5280 `CertificateList`), as DER.
 ///

@@ -1,6 +1,6 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// One OCSP exchange (RFC 6960, HTTP POST): a request with a nonce for one certificate, and the
 /// response checked by OpenSSL before anything in it is believed.

@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// Why a certificate was revoked: the RFC 5280 `CRLReason` values that OpenSSL's CA database
 /// (`index.txt`) can hold, under the names `openssl ca -crl_reason` uses.

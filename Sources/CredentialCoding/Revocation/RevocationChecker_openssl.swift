@@ -1,6 +1,6 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// Decides whether a certificate was revoked, from CRLs and OCSP responders, with OpenSSL doing
 /// every check: a CRL is used through `X509_verify_cert` with `X509_V_FLAG_CRL_CHECK` (issuer,

@@ -1,6 +1,7 @@
 internal import COpenSSL
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
+import Synchronization
 
 /// A P-256 key that signs auth tokens with ES256 (ECDSA over P-256 with SHA-256, RFC 7518 §3.4):
 /// the provider's issuing key signs delegations, a client's token key signs its tokens.
@@ -214,11 +215,10 @@ private final class SharedPKey: @unchecked Sendable {
 /// that is initialised once can verify again and again, as `openssl speed` does; each is used by
 /// one thread at a time, taken from and given back to `idle`.
 private final class ES256Verifier: @unchecked Sendable {
-    // `key` is never modified after init. `idle` is only touched under `lock`; a context is used
+    // `key` is never modified after init. `idle` is a `Mutex`; a context is used
     // by the one thread that took it out.
     let key: PKey
-    private let lock = NSLock()
-    private var idle: [OpaquePointer] = []
+    private let idle = Mutex<[PooledContext]>([])
     /// Contexts kept for later (more are freed after use): about one per thread that verifies at once.
     private static let maximumIdle = 64
 
@@ -256,7 +256,7 @@ private final class ES256Verifier: @unchecked Sendable {
         return SharedPKey(PKey(taking: made))
     }()
 
-    deinit { idle.forEach { EVP_PKEY_CTX_free($0) } }
+    deinit { idle.withLock { $0.forEach { EVP_PKEY_CTX_free($0.pointer) } } }
 
     private func makeContext() -> OpaquePointer? {
         guard let context = EVP_PKEY_CTX_new_from_pkey(nil, key.pointer, nil) else { return nil }
@@ -283,16 +283,16 @@ private final class ES256Verifier: @unchecked Sendable {
                 return false
             }
             let derLength = ES256Signature.der(fromRaw: signature, into: der)
-            guard let context = lock.withLock({ idle.popLast() }) ?? makeContext() else {
+            guard let context = idle.withLock({ $0.popLast() })?.pointer ?? makeContext() else {
                 OpenSSLError.clear()
                 return false
             }
             let result = EVP_PKEY_verify(context, der.baseAddress, derLength, digest.baseAddress, 32)
             if result >= 0 {
                 // 1 (valid) or 0 (not valid): the context holds no state from the call and is reused.
-                let kept = lock.withLock { () -> Bool in
+                let kept = idle.withLock { idle -> Bool in
                     guard idle.count < ES256Verifier.maximumIdle else { return false }
-                    idle.append(context)
+                    idle.append(PooledContext(pointer: context))
                     return true
                 }
                 if !kept { EVP_PKEY_CTX_free(context) }

@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// What a person wants to see about a certificate. Strings from inside the certificate (subject,
 /// issuer) are as found: escape them with `escapingControlCharacters` before printing.

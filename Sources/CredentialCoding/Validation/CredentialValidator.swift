@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// Checks credential entries against the FPKI derived-PIV certificate profiles and
 /// returns every finding. A profile violation is an error; advisories are warnings.

@@ -1,5 +1,5 @@
 import DerivedCredentials
-import Foundation
+import FoundationEssentials
 
 /// What `inspect` shows: each entry's certificate details and findings, and the verdict.
 /// Encodes to the documented `inspect --json` format.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A certificate with its private key.
 public struct CertifiedKey: Sendable, Equatable {
@@ -81,10 +81,10 @@ public struct Credential: Sendable, Equatable {
     /// ``DCError/Code/emptySerialNumber``, ``DCError/Code/missingExpirationDate`` (a nil date),
     /// ``DCError/Code/noEntries`` or ``DCError/Code/duplicateTag``.
     public init(name: String, serialNumber: String, expirationDate: Date?, entries: [CredentialEntry]) throws {
-        guard !name.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+        guard !name.trimmingWhitespaceAndNewlines().isEmpty else {
             throw DCError(.emptyName, "the credential name is empty", hint: "give the credential a name")
         }
-        guard !serialNumber.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+        guard !serialNumber.trimmingWhitespaceAndNewlines().isEmpty else {
             throw DCError(.emptySerialNumber, "the credential serial number is empty", subject: name)
         }
         guard let expirationDate else {

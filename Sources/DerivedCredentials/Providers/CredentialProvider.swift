@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Where a credential comes from: files, a smart card, a CA, a vendor's service.
 ///
@@ -157,7 +157,7 @@ public struct ProviderRequest: Sendable {
 
     /// `path` resolved against ``workingDirectory``.
     public func resolve(_ path: String) -> String {
-        path.hasPrefix("/") ? path : (workingDirectory as NSString).appendingPathComponent(path)
+        path.hasPrefix("/") ? path : PathText.appending(path, to: workingDirectory)
     }
 }
 

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Where a passphrase comes from. The reader asks only when it meets encrypted input, and at most
 /// once per input; a source that has none returns nil and the input is refused at once. No source

@@ -62,10 +62,12 @@ public struct SecureFiles: Sendable {
     // MARK: - Names
 
     /// Checks that `name` can name a secure file: 1 to 255 bytes of UTF-8, no `/`, not starting
-    /// with `.`, no control character. Throws `DCError/Code/usage` otherwise.
+    /// with `.`, no control character. Throws `DCError/Code/usage` otherwise. The bytes are
+    /// checked, not the characters: a `/` followed by a combining mark is one character to Swift
+    /// but a separator to the kernel.
     public static func validate(name: String) throws {
         let bytes = name.utf8.count
-        guard (1...255).contains(bytes), !name.contains("/"), !name.hasPrefix("."),
+        guard (1...255).contains(bytes), !name.utf8.contains(UInt8(ascii: "/")), name.utf8.first != UInt8(ascii: "."),
             !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
         else {
             // The name is not repeated: an app's file names may be as private as its files.

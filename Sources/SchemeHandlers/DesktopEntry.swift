@@ -41,20 +41,22 @@ public struct DesktopEntry: Sendable, Equatable {
 
     /// The command line for opening `url`, as an argv array (Desktop Entry spec, "The Exec key"):
     /// double-quoted arguments with `\"`, a backslash before a backquote, `\$`, `\\` escapes; `%u`/`%U`/`%f`/`%F` become
-    /// the URL as one argument; `%%` is `%`; other field codes are dropped. Never a shell.
+    /// the URL as one argument; `%%` is `%`; other field codes are dropped. Never a shell. Read
+    /// scalar by scalar, as a desktop reads bytes: a combining mark after a quote, a backslash or a
+    /// space does not hide it.
     public func arguments(for url: String) throws -> [String] {
         var arguments: [String] = []
-        var current = ""
+        var current = String.UnicodeScalarView()
         var inArgument = false
         var quoted = false
-        var iterator = Array(exec).makeIterator()
+        var iterator = Array(exec.unicodeScalars).makeIterator()
         var usedURL = false
         while let character = iterator.next() {
             if quoted {
                 switch character {
                 case "\"": quoted = false
                 case "\\":
-                    guard let next = iterator.next(), "\"`$\\".contains(next) else {
+                    guard let next = iterator.next(), "\"`$\\".unicodeScalars.contains(next) else {
                         throw DCError(
                             .invalid, "invalid escape in Exec", subject: path,
                             hint:
@@ -69,8 +71,8 @@ public struct DesktopEntry: Sendable, Equatable {
             switch character {
             case " ", "\t":
                 if inArgument {
-                    arguments.append(current)
-                    current = ""
+                    arguments.append(String(current))
+                    current = String.UnicodeScalarView()
                     inArgument = false
                 }
             case "\"":
@@ -119,7 +121,7 @@ public struct DesktopEntry: Sendable, Equatable {
                     "fix or remove the desktop entry; the program that owns the scheme writes it again when it registers"
             )
         }
-        if inArgument { arguments.append(current) }
+        if inArgument { arguments.append(String(current)) }
         guard let program = arguments.first, !program.isEmpty else {
             throw DCError(
                 .invalid, "an empty Exec", subject: path,

@@ -58,6 +58,18 @@ public struct SchemeHandlers: Sendable {
         }
     }
 
+    /// `text` with a backslash before each of `reserved`'s characters, scalar by scalar: a mark
+    /// that combines with a quote or a backslash hides it from Swift's character comparison, not
+    /// from a desktop's parser, which reads bytes.
+    static func backslashEscaped(_ text: String, _ reserved: String) -> String {
+        var escaped = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            if reserved.unicodeScalars.contains(scalar) { escaped.append("\\") }
+            escaped.append(scalar)
+        }
+        return String(escaped)
+    }
+
     // MARK: - Registration
 
     /// Installs a desktop entry for `scheme` in the user's applications folder and makes it the
@@ -84,22 +96,19 @@ public struct SchemeHandlers: Sendable {
         if Self.isPlain(launcher) {
             program = launcher
         } else {
-            guard !launcher.contains("%"),
+            guard !launcher.unicodeScalars.contains("%"),
                 !launcher.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
             else {
                 throw DCError(
                     .usage, "XDG_DATA_HOME has a % or a control character, which a desktop entry's Exec cannot hold",
                     subject: directories.dataHome.escapingControlCharacters)
             }
-            program =
-                "\""
-                + launcher.replacing("\\", with: "\\\\").replacing("\"", with: "\\\"").replacing("`", with: "\\`")
-                .replacing("$", with: "\\$") + "\""
+            program = "\"" + Self.backslashEscaped(launcher, "\\\"`$") + "\""
         }
         let entry = """
             [Desktop Entry]
             Type=Application
-            Name=\(name.replacing("\\", with: "\\\\"))
+            Name=\(Self.backslashEscaped(name, "\\"))
             Exec=\(program) handle-url %u
             MimeType=\(Self.mimeType(scheme));
             NoDisplay=true

@@ -38,9 +38,11 @@ public struct AtomicFileSet {
     /// The file names added so far, in the order they were added.
     public var names: [String] { files.map(\.name) }
 
-    /// Adds a file. `name` must be a plain file name, not a path.
+    /// Adds a file. `name` must be a plain file name, not a path. Its bytes are checked, not its
+    /// characters: a `/` or a leading `.` followed by a combining mark is one character to Swift
+    /// but still a separator or a dot to the kernel.
     public mutating func add(_ name: String, _ contents: Contents, mode: mode_t) throws {
-        guard !name.isEmpty, !name.contains("/"), name != ".", name != "..", !name.hasPrefix(".") else {
+        guard !name.isEmpty, !name.utf8.contains(UInt8(ascii: "/")), name.utf8.first != UInt8(ascii: ".") else {
             throw DCError(.usage, "invalid output file name", subject: name)
         }
         guard !files.contains(where: { $0.name == name }) else {

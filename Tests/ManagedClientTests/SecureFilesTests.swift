@@ -147,7 +147,9 @@ struct SecureFilesTests {
         #expect(world.entries().count == 2)
     }
 
-    @Test("names are checked", arguments: ["", "a/b", ".hidden", "tab\there", "nul\u{0}", "del\u{7F}", "c1\u{85}"])
+    @Test(
+        "names are checked (bytes, not characters: a slash or a leading dot with a combining mark is still one)",
+        arguments: ["", "a/b", ".hidden", "tab\there", "nul\u{0}", "del\u{7F}", "c1\u{85}", "a/\u{301}b", ".\u{301}x"])
     func badNames(name: String) async throws {
         let world = try SecureFilesWorld()
         defer { world.dir.remove() }

@@ -163,6 +163,49 @@ struct SchemeHandlersOracleTests {
         }
     }
 
+    @Test(
+        "A combining mark after a quote, a backslash or a space hides nothing: our Exec argv is the one gio launch runs, and a registration under an XDG_DATA_HOME with a quote and a mark launches"
+    )
+    func execScalarByScalar() throws {
+        var sandbox = try Sandbox("exec-marks")
+        defer { sandbox.remove() }
+        // The recorder writes its argv, one argument per line, where the test reads it.
+        let record = sandbox.file("argv")
+        let recorder = try sandbox.write("recorder", "#!/bin/sh\nprintf '%s\\n' \"$@\" > '\(record)'\n")
+        chmod(recorder, 0o755)
+        let url = "org.example.dc:/new?v=1"
+        func gioLaunch(_ entry: String) throws -> [String] {
+            try? FileManager.default.removeItem(atPath: record)
+            let launched = try sandbox.run("gio", ["launch", entry, url])
+            try #require(launched.status == 0, "gio launch: \(launched.stderrText)")
+            for _ in 0..<250 where !FileManager.default.fileExists(atPath: record) { usleep(20_000) }
+            return try readText(record).split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(
+                String.init)
+        }
+        let mark = "\u{301}"
+        for (index, exec) in [
+            "\(recorder) \"x\\\"\(mark)y\" %u", "\(recorder) a \"\(mark)b\" %u", "\(recorder) a \(mark)b %u",
+        ].enumerated() {
+            let path = try sandbox.write(
+                "entry\(index).desktop", "[Desktop Entry]\nType=Application\nName=x\nExec=\(exec)\nTerminal=false\n")
+            let ours = try #require(
+                DesktopEntry(id: "entry\(index).desktop", path: path, contents: try readText(path))
+            ).arguments(for: url)
+            #expect(try gioLaunch(path) == Array(ours.dropFirst()), "\(exec)")
+        }
+        // Registered under a data home whose path has a quote and a backslash, each followed by a
+        // mark: the launcher is quoted and escaped scalar by scalar, and gio runs it.
+        sandbox.extra["XDG_DATA_HOME"] = sandbox.file("data \"\(mark)\\\(mark)")
+        let handlers = SchemeHandlers(directories: XDGDirectories(environment: sandbox.environment))
+        try handlers.register(scheme: try URLScheme("org.example.dc"), executable: recorder, name: "Ours \\\(mark)")
+        let entry = try #require(try handlers.resolve(scheme: try URLScheme("org.example.dc"))).entry
+        #expect(
+            try entry.arguments(for: url) == [
+                handlers.launcherPath(scheme: try URLScheme("org.example.dc")), "handle-url", url,
+            ])
+        #expect(try gioLaunch(entry.path) == ["handle-url", url])
+    }
+
     /// The id in gio's `Default application for “TYPE”: ID` line; `.some(nil)` for `No default
     /// applications…`; nil when the output is neither.
     static func gioDefault(_ output: String) -> String?? {

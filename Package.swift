@@ -70,7 +70,7 @@ let package = Package(
         // PKCS#11 plug-in) imports them, and no C type appears in a public API.
         .systemLibrary(
             name: "COpenSSL",
-            pkgConfig: "openssl",
+            pkgConfig: "libcrypto",
             providers: [.apt(["libssl-dev"])]
         ),
         .systemLibrary(
@@ -78,6 +78,8 @@ let package = Package(
             pkgConfig: "p11-kit-1",
             providers: [.apt(["libp11-kit-dev"])]
         ),
+        // p11-kit's PKCS#11 header alone, for the module: types, nothing linked.
+        .systemLibrary(name: "CPKCS11Types", providers: [.apt(["libp11-kit-dev"])]),
 
         // glibc calls Swift does not import (close-on-exec pipes, descriptors closed in a spawned
         // child); header-only, nothing to link. Not `CSystem`: swift-system (through NIO) has a target of that name.
@@ -150,7 +152,7 @@ let package = Package(
             name: "ClientPKCS11",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "DerivedCredentials", "SystemSupport", "CredentialCoding",
-                "CP11Kit", "CModuleAllocator",
+                "CPKCS11Types", "CModuleAllocator",
             ],
             // -z nodelete: the module stays mapped after dlclose, as the Swift runtime cannot be
             // unloaded and a thread may still be leaving the module when C_Finalize returns. The

@@ -5,12 +5,4 @@
 #include <p11-kit/p11-kit.h>
 #include <p11-kit/pkcs11.h>
 #include <p11-kit/uri.h>
-
-// PKCS#11 3.0's CK_INTERFACE, which p11-kit 0.24's header does not have yet: the module answers
-// C_GetInterfaceList with its 2.40 function list under the name "PKCS 11".
-typedef struct DCInterface {
-    CK_UTF8CHAR *pInterfaceName;
-    void *pFunctionList;
-    CK_FLAGS flags;
-} DCInterface;
 #endif

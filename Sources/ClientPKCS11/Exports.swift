@@ -1,4 +1,4 @@
-internal import CP11Kit
+internal import CPKCS11Types
 
 /// The module's table of functions, made once and never freed: callers keep the pointer for as
 /// long as the library stays loaded.

@@ -1,4 +1,4 @@
-internal import CP11Kit
+internal import CPKCS11Types
 import CredentialCoding
 import DerivedCredentials
 import FoundationEssentials

@@ -31,6 +31,25 @@ struct ModuleRuntimeTests {
     }
 
     @Test(
+        "The module needs no library but libcrypto and the C and C++ runtimes: not libssl, not libp11-kit, whose code it does not call"
+    )
+    func neededLibraries() throws {
+        try #require(FileManager.default.fileExists(atPath: module), "built by scripts/test: --product dcclient-pkcs11")
+        // readelf -d lists DT_NEEDED: what the loader maps into every program that loads the module.
+        let dynamic = try run("readelf", ["-d", "-W", module])
+        #expect(dynamic.status == 0, "\(dynamic.stderrText)")
+        let needed = dynamic.stdoutText.split(separator: "\n").filter { $0.contains("(NEEDED)") }.compactMap {
+            $0.split(separator: "[").last?.split(separator: "]").first.map(String.init)
+        }
+        #expect(
+            Set(needed)
+                == [
+                    "libcrypto.so.3", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6",
+                    "ld-linux-x86-64.so.2",
+                ], "\(needed)")
+    }
+
+    @Test(
         "The module links FoundationEssentials and none of Foundation, FoundationInternationalization, CoreFoundation or ICU: it defines none of their symbols"
     )
     func noFoundation() throws {

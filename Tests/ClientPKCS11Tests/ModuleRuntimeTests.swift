@@ -31,6 +31,27 @@ struct ModuleRuntimeTests {
     }
 
     @Test(
+        "Every allocation the code inside the module makes goes through its wrappers: no allocation function it calls is left unwrapped"
+    )
+    func allocationsWrapped() throws {
+        try #require(FileManager.default.fileExists(atPath: module), "built by scripts/test: --product dcclient-pkcs11")
+        // The wrappers round sizes to 8 bytes each way (Sources/CModuleAllocator): an allocation
+        // function they do not cover would hand Swift a size the host's allocator may not honour.
+        let wrapped: Set = ["malloc", "calloc", "realloc", "posix_memalign", "malloc_usable_size"]
+        let unwrappable: Set = ["aligned_alloc", "memalign", "valloc", "pvalloc", "reallocarray"]
+        let undefined = try run("nm", ["-D", "--undefined-only", module])
+        #expect(undefined.status == 0, "\(undefined.stderrText)")
+        let called = Set(
+            undefined.stdoutText.split(separator: "\n").compactMap { line in
+                line.split(separator: " ").last.map { String($0.split(separator: "@").first ?? $0) }
+            })
+        #expect(called.isDisjoint(with: unwrappable), "\(called.intersection(unwrappable))")
+        let listed = try run("nm", ["--defined-only", module], timeout: 120)
+        let own = Set(Self.symbols(in: listed.stdoutText, kinds: nil))
+        for name in wrapped.intersection(called) { #expect(own.contains("__wrap_" + name), "\(name) is not wrapped") }
+    }
+
+    @Test(
         "The module needs no library but libcrypto and the C and C++ runtimes: not libssl, not libp11-kit, whose code it does not call"
     )
     func neededLibraries() throws {

@@ -296,12 +296,17 @@ public struct SchemeHandlers: Sendable {
             throw DCError(.missingClient, "no handler is registered for \(scheme):", hint: "register it first")
         }
         let arguments = try resolved.entry.arguments(for: url)
-        // Our own entry runs our launcher, which must still point at the expected executable.
+        // Our own entry runs exactly `PROGRAM handle-url URL`, PROGRAM being our launcher (which
+        // must still point at the expected executable) or the executable itself. Compared byte for
+        // byte: Swift calls canonically equivalent strings equal (U+212A and K, NFC and NFD), the
+        // kernel runs the bytes.
+        func same(_ one: String, _ other: String) -> Bool { one.utf8.elementsEqual(other.utf8) }
         let launcher = launcherPath(scheme: scheme)
         let runs =
-            arguments[0] == launcher
+            same(arguments[0], launcher)
             ? (try? FileManager.default.destinationOfSymbolicLink(atPath: launcher)) ?? launcher : arguments[0]
-        guard resolved.choice == .explicitDefault, runs == expectedExecutable else {
+        let ours = arguments.count == 3 && same(arguments[1], "handle-url") && same(arguments[2], url)
+        guard resolved.choice == .explicitDefault, same(runs, expectedExecutable), ours else {
             throw DCError(
                 .invalid,
                 "another handler claims \(scheme): (\(resolved.entry.id.escapingControlCharacters) runs \(runs.escapingControlCharacters)); refusing to send to it",

@@ -160,6 +160,41 @@ struct SchemeHandlersTests {
         #expect(!FileManager.default.fileExists(atPath: desktopSandbox.dir.file("evil.argv")))
     }
 
+    @Test(
+        "A hijacker is refused when its Exec spells our program's path with other bytes that Swift calls equal (U+212A for K), or runs our program with other arguments"
+    )
+    func hijackBySpelling() async throws {
+        let sandbox = try HandlerSandbox()
+        defer { sandbox.dir.remove() }
+        for directory in ["K", "\u{212A}"] {
+            try FileManager.default.createDirectory(
+                atPath: sandbox.dir.file(directory), withIntermediateDirectories: true)
+        }
+        // Two files: the Kelvin sign's directory is another directory to the kernel.
+        let ours = try sandbox.recorder("K/handler")
+        let evil = try sandbox.recorder("\u{212A}/handler")
+        #expect(ours == evil, "Swift compares canonically equivalent strings as equal")
+        #expect(!ours.utf8.elementsEqual(evil.utf8))
+        try sandbox.handlers.register(scheme: try URLScheme("org.example.dc"), executable: ours, name: "Ours")
+        let applications = sandbox.handlers.directories.dataHome + "/applications"
+        let list = sandbox.handlers.directories.configHome + "/mimeapps.list"
+        for (id, exec) in [
+            ("evil.desktop", "\(evil) handle-url %u"), ("other.desktop", "\(ours) remove --everything %u"),
+        ] {
+            try sandbox.desktopFile(applications, id, exec: exec, scheme: "org.example.dc")
+            _ = try TemporaryDirectory.write(list, "[Default Applications]\nx-scheme-handler/org.example.dc=\(id)\n")
+            do {
+                _ = try await sandbox.handlers.open(
+                    "org.example.dc:/x?v=1", scheme: try URLScheme("org.example.dc"), expectedExecutable: ours)
+                Issue.record("sent to \(exec)")
+            } catch let error as DCError {
+                #expect(error.description.contains("another handler claims org.example.dc:"), "\(error)")
+            }
+        }
+        #expect(!FileManager.default.fileExists(atPath: sandbox.dir.file("\u{212A}/handler.argv")))
+        #expect(!FileManager.default.fileExists(atPath: sandbox.dir.file("K/handler.argv")))
+    }
+
     @Test("Removed Associations hide a fallback; no handler at all is missingClient")
     func removedAndMissing() async throws {
         let sandbox = try HandlerSandbox()

@@ -49,14 +49,15 @@ public final class Reloading<Value: Sendable>: Sendable {
         self.report = report
         reading = Mutex(FileStamp(path: path))
         published = Mutex((try load(path), nil))
-        Self.watch(self, every: checkInterval)
+        try Self.watch(self, every: checkInterval)
     }
 
     /// Starts the thread that looks at the file every `interval` for as long as `reloading` lives.
     /// A thread rather than a task: a reading blocks on the disk, which must not take a thread of
-    /// the concurrency pool or an event loop.
-    private static func watch(_ reloading: Reloading, every interval: Duration) {
-        DetachedThread.start { [weak reloading] in
+    /// the concurrency pool or an event loop. Throws when no thread can be made: a trust file
+    /// nobody watches would keep, say, a revocation list from ever reaching the service.
+    private static func watch(_ reloading: Reloading, every interval: Duration) throws {
+        let failed = DetachedThread.start { [weak reloading] in
             // Named for `top -H` and the tests; a new thread would keep its creator's name.
             if let comm = fopen("/proc/thread-self/comm", "w") {
                 fputs("trust-file", comm)
@@ -67,6 +68,11 @@ public final class Reloading<Value: Sendable>: Sendable {
                 guard let reloading else { return }
                 try? reloading.read(force: false)
             }
+        }
+        if let failed {
+            throw DCError(
+                .serviceUnavailable, "cannot start the thread that watches \(reloading.path) (error \(failed))",
+                hint: "the process may have reached its thread limit")
         }
     }
 

@@ -85,7 +85,9 @@ public struct ExpiringSecret: Sendable {
         guard seconds <= Int64(UInt32.max) else {
             throw DCError(.usage, "a secret's lifetime is too long", subject: keyDescription)
         }
-        let deadline = Int64(time(nil)) + seconds
+        // The precise clock, as `expiry()` and every reader compare with: time(2) reads the
+        // kernel's coarse clock, which may still say the last second for a few milliseconds.
+        let deadline = Int64(Date().timeIntervalSince1970) + seconds
         var payload = Self.payload(deadline: deadline, secret: secret)
         defer { payload.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
 

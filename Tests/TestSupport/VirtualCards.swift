@@ -58,7 +58,7 @@ public final class VirtualCards: Sendable {
     }
 
     /// Sends one line to card `card`'s emulator and returns its one-line answer: `remove`,
-    /// `insert`, `delay MS`, `remove-on INS [SKIP]`, `stats`, `reset-stats`.
+    /// `insert`, `delay MS`, `remove-on INS [SKIP] [lc=N]`, `stats`, `reset-stats`.
     @discardableResult
     public func control(_ command: String, card: Int = 1) throws -> String {
         let path = directory.file("card-\(card).control")
@@ -119,7 +119,10 @@ public final class VirtualCards: Sendable {
         let answer = try control("stats", card: card)
         let json = answer.hasPrefix("ok ") ? String(answer.dropFirst(3)) : answer
         let object = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] ?? [:]
-        return (object["apdus"] as? Int ?? 0, object["by_ins"] as? [String: Int] ?? [:])
+        guard let total = object["total"] as? Int, let byINS = object["by_ins"] as? [String: Int] else {
+            throw Failure(description: "card \(card): stats: not the emulator's counts: \(answer)")
+        }
+        return (total, byINS)
     }
 
     /// The emulator's APDU log for card `card` (headers and status words, never secret data).

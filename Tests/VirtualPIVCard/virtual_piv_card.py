@@ -731,7 +731,7 @@ class Emulator:
         self.inserted.set()
         self.quit = threading.Event()
         self.sock = None
-        self.remove_on = None  # [ins, skip]
+        self.remove_on = None  # [ins, skip, lc or None]
         self.stats_total = 0
         self.stats_by_ins = {}
         self.unknown_seen = set()
@@ -789,15 +789,24 @@ class Emulator:
             if cmd == "delay" and len(words) == 2 and words[1].isdigit():
                 self.delay_ms = int(words[1])
                 return "ok"
-            if cmd == "remove-on" and len(words) in (2, 3):
+            if cmd == "remove-on" and len(words) in (2, 3, 4):
+                usage = "error usage: remove-on INS-HEX [SKIP] [lc=N]"
+                lc = None
+                if len(words) >= 3 and words[-1].startswith("lc="):
+                    if not words[-1][3:].isdigit():
+                        return usage
+                    lc = int(words[-1][3:])
+                    words = words[:-1]
+                if len(words) == 4:
+                    return usage
                 try:
                     ins = int(words[1], 16)
                     skip = int(words[2]) if len(words) == 3 else 0
                 except ValueError:
-                    return "error usage: remove-on INS-HEX [SKIP]"
+                    return usage
                 if not 0 <= ins <= 0xFF or skip < 0:
-                    return "error usage: remove-on INS-HEX [SKIP]"
-                self.remove_on = [ins, skip]
+                    return usage
+                self.remove_on = [ins, skip, lc]
                 return "ok"
             if cmd == "stats" and len(words) == 1:
                 by_ins = {"%02X" % k: v for k, v in sorted(self.stats_by_ins.items())}
@@ -898,7 +907,9 @@ class Emulator:
                 continue
             with self.lock:
                 ins = msg[1] if len(msg) > 1 else -1
-                if self.remove_on and self.remove_on[0] == ins:
+                # lc: the data length of a short APDU (the log's "lc="), 0 when it has none
+                lc = msg[4] if len(msg) > 5 else 0
+                if self.remove_on and self.remove_on[0] == ins and self.remove_on[2] in (None, lc):
                     if self.remove_on[1] == 0:
                         self.remove_on = None
                         self.inserted.clear()

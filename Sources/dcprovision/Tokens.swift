@@ -21,16 +21,17 @@ struct Tokens: AsyncParsableCommand, OutputCommand {
         let (tokens, empty) = try await TokenThread.run {
             (try PKCS11Discovery.tokens(modules: modules), try PKCS11Discovery.emptyReaders(modules: modules))
         }
-        // Readers with no card: one line for them all, on standard error (the listing stays the tokens).
-        if !empty.isEmpty {
-            let readers = empty.map { "\($0.reader) (\($0.module))" }.joined(separator: ", ")
-            Console.error("tokens: no card in \(readers.escapingControlCharacters)")
-        }
+        // What is missing, in one line on standard error (the listing stays the tokens): readers with
+        // no card, and, when no token is found at all, where to look.
+        let readers = empty.map { "\($0.reader) (\($0.module))" }.joined(separator: ", ")
         if tokens.isEmpty {
             let searched = module.isEmpty ? "the modules registered with p11-kit" : module.joined(separator: ", ")
+            let place = (searched + (empty.isEmpty ? "" : "; no card in \(readers)")).escapingControlCharacters
             Console.error(
-                "tokens: no token in \(searched.escapingControlCharacters); insert the card (is pcscd running?), "
+                "tokens: no token in \(place); insert the card (is pcscd running?), "
                     + "or name its module with --module NAME|PATH (p11-kit list-modules shows the registered ones)")
+        } else if !empty.isEmpty {
+            Console.error("tokens: no card in \(readers.escapingControlCharacters)")
         }
         if format.json { return try printJSON("tokens", tokens) }
         if tokens.isEmpty { Console.print("no tokens") }

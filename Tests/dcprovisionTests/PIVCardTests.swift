@@ -16,9 +16,14 @@ struct PIVCardTests {
         let sandbox: Sandbox
         let pin: String
 
-        init(_ label: String, cards count: Int = 1, slots: String? = nil, delayMilliseconds: Int? = nil) throws {
+        /// `slots` for every card, or `cardSlots[K]` for card K (the script's default set for a
+        /// card given neither).
+        init(
+            _ label: String, cards count: Int = 1, slots: String? = nil, cardSlots: [Int: String] = [:],
+            delayMilliseconds: Int? = nil
+        ) throws {
             cards = try VirtualCards(label, cards: count, delayMilliseconds: delayMilliseconds)
-            for card in 1...count { try cards.provision(card: card, slots: slots) }
+            for card in 1...count { try cards.provision(card: card, slots: cardSlots[card] ?? slots) }
             sandbox = try Sandbox(label, extra: cards.environment)
             pin = try sandbox.directory.write("pin", VirtualCards.pin + "\n")
         }
@@ -150,6 +155,62 @@ struct PIVCardTests {
     }
 
     @Test(
+        "send from a PIV card to a real managed client: without --derive one line pointing at it and nothing sent; with it, installed"
+    )
+    func sendFromCard() throws {
+        let world = try World("piv-send")
+        let directory = world.sandbox.directory
+        let passphrase = try directory.write("client-passphrase", "client passphrase\n")
+        func tool(_ name: String, _ arguments: [String]) throws -> ProcessResult {
+            try run(
+                Binaries.directory + "/" + name, arguments, environment: world.sandbox.environment,
+                currentDirectory: directory.path, timeout: 120)
+        }
+        for (name, arguments) in [
+            ("dcprovision", ["testca", "init", "ca"]),
+            (
+                "dcclient",
+                [
+                    "init", "--scheme", "org.example.dcclient", "--provider-scheme", "org.example.dcprovision",
+                    "--passphrase-file", passphrase,
+                ]
+            ),
+            ("dcclient", ["register"]),
+            (
+                "dcprovision",
+                ["register", "--scheme", "org.example.dcprovision", "--brand", "Card Provider", "--testca", "ca"]
+            ),
+            ("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"]),
+        ] {
+            let result = try tool(name, arguments)
+            try #require(result.status == 0, "\(name) \(arguments): \(result.stderrText)")
+        }
+        let crl = try OpenSSLFixtures.shared.crl(revoking: [], name: "card.crl", in: directory)
+        let send = [
+            "send", "--pkcs11", try world.tokenURI(), "--layout", "piv", "--pin-file", world.pin, "--brand",
+            "Card Provider",
+            "--callback-scheme", "org.example.dcprovision", "--client-scheme", "org.example.dcclient",
+        ]
+        let refused = try tool("dcprovision", send)
+        #expect(refused.status == 65, "\(refused.stderrText)")
+        #expect(Self.lines(refused).count == 1 && refused.stderrText.contains("--derive"), "\(refused.stderrText)")
+        let nothing = try tool("dcclient", ["list"])
+        #expect(!nothing.stdoutText.contains("authentication"), "\(nothing.stdoutText)")
+
+        let sent = try tool(
+            "dcprovision",
+            send + [
+                "--derive", "--testca", "ca", "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate, "--crl",
+                crl,
+            ])
+        #expect(sent.status == 0, "\(sent.stderrText)")
+        let installed = try tool("dcclient", ["list"])
+        // The card's cardholder on the new certificates; the keys are new (none left the card).
+        #expect(installed.stdoutText.contains("authentication  EC P-256  CN=PIV Cardholder"), "\(installed.stdoutText)")
+        #expect(!(sent.stdoutText + sent.stderrText + installed.stdoutText).contains(VirtualCards.pin))
+    }
+
+    @Test(
         "--derive: the card's 9A key signs the CA's challenge through GENERAL AUTHENTICATE; new keys, certified, written"
     )
     func derive() throws {
@@ -237,6 +298,17 @@ struct PIVCardTests {
         #expect(wrongPUK.status == 77, "\(wrongPUK.stderrText)")
         #expect(wrongPUK.stderrText.contains("PUK"), "\(wrongPUK.stderrText)")
         #expect(wrongPUK.stderrText.contains("2 tries left"), "\(wrongPUK.stderrText)")
+        // A new PUK: the old one unblocks no more, the new one does (its counter is back at 3 after
+        // the right PUK).
+        let oldPUK = puk
+        let newPUK = try world.sandbox.directory.write("new-puk", "87654321\n")
+        let pukChanged = try world.dcprovision(["card", "change-puk", "--puk-file", oldPUK, "--new-puk-file", newPUK])
+        #expect(pukChanged.status == 0, "\(pukChanged.stderrText)")
+        let oldRefused = try world.dcprovision(["card", "unblock", "--puk-file", oldPUK, "--new-pin-file", world.pin])
+        #expect(oldRefused.status == 77, "\(oldRefused.stderrText)")
+        let newWorks = try world.dcprovision(["card", "unblock", "--puk-file", newPUK, "--new-pin-file", world.pin])
+        #expect(newWorks.status == 0, "\(newWorks.stderrText)")
+        #expect(!world.cards.apduLog().contains("87654321"))
         let short = try world.sandbox.directory.write("short", "123\n")
         let refused = try world.dcprovision(["card", "change-pin", "--pin-file", world.pin, "--new-pin-file", short])
         #expect(refused.status == 64, "\(refused.stderrText)")
@@ -246,9 +318,12 @@ struct PIVCardTests {
 
     @Test(
         "The card pulled out during login, during a listing, and between the CA's challenge and the certification: exit 75, one line, nothing issued; put back, the next run works",
-        arguments: [("login", "20", 1), ("listing", "CB", 3), ("derivation", "87", 0)])
-    func removed(_ phase: String, _ instruction: String, _ skip: Int) throws {
-        let world = try World("piv-removed-\(phase)")
+        arguments: [
+            ("login, reading the PIN's counter", "20 1"), ("login, the VERIFY that carries the PIN", "20 0 lc=8"),
+            ("listing", "CB 3"), ("derivation", "87 0"),
+        ])
+    func removed(_ phase: String, _ removeOn: String) throws {
+        let world = try World("piv-removed-\(phase.prefix(while: { $0.isLetter }))")
         let uri = try world.tokenURI()
         let ca = world.sandbox.file("ca")
         #expect(try world.dcprovision(["testca", "init", ca]).status == 0)
@@ -261,8 +336,9 @@ struct PIVCardTests {
                 "convert", "--pkcs11", uri, "--layout", "piv", "--derive", "--testca", ca, "--card-trust-anchor",
                 OpenSSLFixtures.shared.ca.certificate, "--crl", crl, "--pin-file", world.pin, "--out-dir", out,
             ]
-        try world.cards.control("remove-on \(instruction) \(skip)")
+        try world.cards.control("remove-on \(removeOn)")
         let pulled = try world.dcprovision(command, timeout: 60)
+        #expect(world.cards.apduLog().contains("removed"), "the card was not pulled out at \(removeOn)")
         #expect(pulled.status == 75, "\(pulled.stdoutText)\(pulled.stderrText)")
         #expect(Self.lines(pulled).count == 1, "\(pulled.stderrText)")
         #expect(pulled.stderrText.contains("removed") || pulled.stderrText.contains("reset"), "\(pulled.stderrText)")
@@ -271,13 +347,20 @@ struct PIVCardTests {
         let issued = (try? FileManager.default.contentsOfDirectory(atPath: ca + "/issued")) ?? []
         #expect(issued.isEmpty, "\(issued)")
         try world.cards.insert()
+        // A PIN the card never answered was not counted, and is not tried again by us: the tries
+        // left are the card's three.
+        let status = try world.dcprovision(["card", "status"])
+        #expect(status.stdoutText.contains("PIN 3 tries left"), "\(status.stdoutText)\(status.stderrText)")
         let again = try world.dcprovision(command, timeout: 60)
         #expect(again.status == 0, "\(again.stderrText)")
     }
 
-    @Test("Two readers, two cards with the same label: the URI's serial picks one; without it, one line asking for it")
+    @Test(
+        "Two readers, two cards with the same label: the URI's serial or slot-id picks the right one, --reader the right reader; without them, one line asking"
+    )
     func twoCards() throws {
-        let world = try World("piv-two", cards: 2)
+        // The cards differ where the oracle can see it: card 1's 9A is EC P-256, card 2's RSA 2048.
+        let world = try World("piv-two", cards: 2, cardSlots: [1: "9a:p256,9c:p384", 2: "9a:rsa2048,9c:p256"])
         let tokens = try world.dcprovision(["tokens", "--json"])
         let listed = try jsonPayload(tokens.stdout, "tokens") as? [[String: Any]] ?? []
         let piv = listed.filter { $0["label"] as? String == VirtualCards.label }
@@ -291,17 +374,153 @@ struct PIVCardTests {
         ])
         #expect(ambiguous.status == 64, "\(ambiguous.stderrText)")
         #expect(ambiguous.stderrText.contains("2 tokens match"), "\(ambiguous.stderrText)")
+        // Which card a token is, by OpenSC's own account: the type of its 9A key (pkcs11-tool on
+        // the slot the listing names). Then our listing through each URI, by serial and by slot-id,
+        // must show that card's key.
+        func authenticationKeyType(_ objects: ProcessResult) throws -> String? {
+            let listed = try jsonPayload(objects.stdout, "objects") as? [[String: Any]] ?? []
+            return listed.first { $0["id"] as? String == "01" && $0["kind"] as? String == "public-key" }?["keyType"]
+                as? String
+        }
+        var typeBySlot: [Int: String] = [:]
         for token in piv {
             let uri = try #require(token["uri"] as? String)
-            let objects = try world.dcprovision(["objects", uri + ";type=cert", "--json"])
-            #expect(objects.status == 0, "\(objects.stderrText)")
+            let slot = try #require(token["slot"] as? Int)
+            let oracle = try world.pkcs11Tool([
+                "--slot", String(slot), "--list-objects", "--type", "pubkey", "--id", "01",
+            ])
+            #expect(oracle.status == 0, "\(oracle.stderrText)")
+            let expected = try #require(
+                ["RSA", "EC"].first { oracle.stdoutText.contains("Public Key Object; \($0)") }, "\(oracle.stdoutText)")
+            typeBySlot[slot] = expected
+            let bySerial = try world.dcprovision(["objects", uri + ";type=public", "--json"])
+            #expect(bySerial.status == 0, "\(bySerial.stderrText)")
+            #expect(try authenticationKeyType(bySerial) == expected, "\(uri): \(bySerial.stdoutText)")
+            let bySlot = try world.dcprovision([
+                "objects", "pkcs11:token=PIV%20Cardholder;slot-id=\(slot);type=public", "--json",
+            ])
+            #expect(bySlot.status == 0, "\(bySlot.stderrText)")
+            #expect(try authenticationKeyType(bySlot) == expected, "slot-id=\(slot): \(bySlot.stdoutText)")
         }
+        #expect(Set(typeBySlot.values) == ["RSA", "EC"], "\(typeBySlot)")
+
         let two = try world.dcprovision(["card", "status"])
         #expect(
             two.stdoutText.split(separator: "\n").filter { $0.contains("PIV card") }.count == 2, "\(two.stdoutText)")
         let which = try world.dcprovision(["card", "change-pin", "--pin-file", world.pin, "--new-pin-file", world.pin])
         #expect(which.status == 64, "\(which.stderrText)")
         #expect(which.stderrText.contains("--reader"), "\(which.stderrText)")
+        // --reader picks the second reader's card, and only that card hears the command.
+        let reader = "DC Virtual Reader 00 01"
+        let one = try world.dcprovision(["card", "status", "--reader", reader])
+        #expect(one.status == 0, "\(one.stderrText)")
+        #expect(
+            one.stdoutText.split(separator: "\n").count == 1 && one.stdoutText.contains(reader), "\(one.stdoutText)")
+        let newPIN = try world.sandbox.directory.write("new-pin", "24681357\n")
+        let changed = try world.dcprovision([
+            "card", "change-pin", "--reader", reader, "--pin-file", world.pin, "--new-pin-file", newPIN,
+        ])
+        #expect(changed.status == 0, "\(changed.stderrText)")
+        #expect(world.cards.apduLog(card: 2).contains("00240080"), "card 2 was not asked to change its PIN")
+        #expect(!world.cards.apduLog(card: 1).contains("00240080"), "card 1 was asked to change its PIN")
+        // Card 2 now takes the new PIN and card 1 still the old one, as OpenSC sees them.
+        let slots = typeBySlot.keys.sorted()
+        for (slot, pin) in [(slots[0], VirtualCards.pin), (slots[1], "24681357")] {
+            let login = try world.pkcs11Tool(["--slot", String(slot), "--login", "--pin", pin, "--list-objects"])
+            #expect(login.status == 0, "slot \(slot): \(login.stderrText)")
+        }
+    }
+
+    @Test(
+        "The card's keys work as OpenSC drives them: P-384 and RSA 2048 signatures, RSA decipher, ECDH; openssl checks each with the card's certificate"
+    )
+    func keyOperations() throws {
+        // Card 1: the default set (9A P-256, 9C P-384, 9D RSA 2048, 82 P-256); its 9A made RSA 2048 on
+        // card 2, so an RSA signature is checked too.
+        let world = try World("piv-keys", cards: 2, cardSlots: [2: "9a:rsa2048"])
+        let tokens = try jsonPayload(try world.dcprovision(["tokens", "--json"]).stdout, "tokens") as? [[String: Any]]
+        let slots = try #require(
+            tokens?.filter { $0["label"] as? String == VirtualCards.label }.compactMap { $0["slot"] as? Int })
+        #expect(slots.count == 2)
+        for card in 1...2 { try world.cards.control("reset-stats", card: card) }
+        let directory = world.sandbox.directory
+        let data = try directory.write("data", Array("derived credentials".utf8))
+        func publicKey(card: Int, slot: String) throws -> String {
+            let certificate = world.cards.directory.file("card-\(card).\(slot).pem")
+            let key = directory.file("card-\(card)-\(slot).pub.pem")
+            let extracted = try run("openssl", ["x509", "-in", certificate, "-noout", "-pubkey", "-out", key])
+            #expect(extracted.status == 0, "\(extracted.stderrText)")
+            return key
+        }
+        // The slot id of card K's reader, as pkcs11-tool lists it: "Slot 1 (0x4): DC Virtual Reader 00 01".
+        func slot(card: Int) throws -> String {
+            let listed = try world.pkcs11Tool(["--list-slots"])
+            let line = try #require(
+                listed.stdoutText.split(separator: "\n").first { $0.contains("DC Virtual Reader 00 0\(card - 1)") },
+                "\(listed.stdoutText)")
+            let id = try #require(line.split(separator: "(").dropFirst().first?.split(separator: ")").first)
+            return String(id)
+        }
+        func tool(card: Int, _ arguments: [String]) throws -> ProcessResult {
+            let result = try world.pkcs11Tool(
+                ["--slot", try slot(card: card), "--login", "--pin", VirtualCards.pin] + arguments)
+            #expect(result.status == 0, "\(arguments): \(result.stderrText)")
+            return result
+        }
+
+        // P-384 (9C, PIN Always: pkcs11-tool logs in again for the one use).
+        let p384 = directory.file("p384.sig")
+        try tool(
+            card: 1,
+            ["--sign", "--id", "02", "-m", "ECDSA-SHA384", "--signature-format", "openssl", "-i", data, "-o", p384])
+        let p384Checked = try run(
+            "openssl", ["dgst", "-sha384", "-verify", try publicKey(card: 1, slot: "9c"), "-signature", p384, data])
+        #expect(p384Checked.stdoutText.contains("Verified OK"), "\(p384Checked.stdoutText)\(p384Checked.stderrText)")
+
+        // RSA 2048 (card 2's 9A), PKCS#1 v1.5 over SHA-256.
+        let rsa = directory.file("rsa.sig")
+        try tool(card: 2, ["--sign", "--id", "01", "-m", "SHA256-RSA-PKCS", "-i", data, "-o", rsa])
+        let rsaChecked = try run(
+            "openssl", ["dgst", "-sha256", "-verify", try publicKey(card: 2, slot: "9a"), "-signature", rsa, data])
+        #expect(rsaChecked.stdoutText.contains("Verified OK"), "\(rsaChecked.stdoutText)\(rsaChecked.stderrText)")
+
+        // RSA decipher (9D): openssl encrypts to the certificate, the card opens it.
+        let sealed = directory.file("sealed")
+        let encrypted = try run(
+            "openssl",
+            [
+                "pkeyutl", "-encrypt", "-pubin", "-inkey", try publicKey(card: 1, slot: "9d"), "-in", data, "-out",
+                sealed,
+            ])
+        #expect(encrypted.status == 0, "\(encrypted.stderrText)")
+        let opened = directory.file("opened")
+        try tool(card: 1, ["--decrypt", "--id", "03", "-m", "RSA-PKCS", "-i", sealed, "-o", opened])
+        #expect(FileManager.default.contents(atPath: opened) == FileManager.default.contents(atPath: data))
+
+        // ECDH (retired 82, P-256, id 05): the card's shared secret with a key of openssl's is the
+        // one openssl computes with the card's certificate.
+        let peer = directory.file("peer.key")
+        let peerPublic = directory.file("peer.pub.der")
+        #expect(
+            try run("openssl", ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", peer])
+                .status == 0)
+        #expect(
+            try run("openssl", ["pkey", "-in", peer, "-pubout", "-outform", "DER", "-out", peerPublic]).status == 0)
+        let cardSecret = directory.file("card.secret")
+        try tool(card: 1, ["--derive", "--id", "05", "-m", "ECDH1-DERIVE", "-i", peerPublic, "-o", cardSecret])
+        let opensslSecret = directory.file("openssl.secret")
+        let derived = try run(
+            "openssl",
+            [
+                "pkeyutl", "-derive", "-inkey", peer, "-peerkey", try publicKey(card: 1, slot: "82"), "-out",
+                opensslSecret,
+            ])
+        #expect(derived.status == 0, "\(derived.stderrText)")
+        let secret = FileManager.default.contents(atPath: cardSecret)
+        #expect(secret?.count == 32 && secret == FileManager.default.contents(atPath: opensslSecret))
+        // Every operation went through GENERAL AUTHENTICATE on the cards.
+        #expect(try world.cards.apduCount(card: 1).byINS["87", default: 0] >= 3)
+        #expect(try world.cards.apduCount(card: 2).byINS["87", default: 0] >= 1)
     }
 
     @Test("No card in any reader: tokens and card status each say so in one line")
@@ -310,6 +529,7 @@ struct PIVCardTests {
         try world.cards.remove()
         let tokens = try world.dcprovision(["tokens"])
         #expect(tokens.stderrText.contains("no card in DC Virtual Reader 00 00"), "\(tokens.stderrText)")
+        #expect(Self.lines(tokens).count == 1, "\(tokens.stderrText)")
         let status = try world.dcprovision(["card", "status"])
         #expect(status.status == 69, "\(status.stderrText)")
         #expect(status.stdoutText.contains("no card"), "\(status.stdoutText)")

@@ -665,5 +665,14 @@ struct PIVCardTests {
         #expect(Self.lines(missing).count == 1, "\(missing.stderrText)")
         #expect(missing.stderrText.contains("pcscd is not running"), "\(missing.stderrText)")
         #expect(missing.stderrText.contains("virtual-card start"), "\(missing.stderrText)")
+
+        // pcscd running, its readers empty (vpcd always gives two): one line, naming what is missing.
+        try world.cards.remove()
+        let empty = try world.dcprovision(
+            ["demo", "--card", "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate, "--pin-file", world.pin],
+            timeout: 60)
+        #expect(empty.status == 69, "\(empty.stderrText)")
+        #expect(Self.lines(empty).count == 1, "\(empty.stderrText)")
+        #expect(empty.stderrText.contains("needs a PIV card: none in the 2 reader(s)"), "\(empty.stderrText)")
     }
 }

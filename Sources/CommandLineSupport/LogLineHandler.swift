@@ -22,6 +22,14 @@ import SystemSupport
 /// printable ASCII is quoted, with `"` and `\` escaped and control characters written as `\n`,
 /// `\t` or `\u{…}`: a line is always one line, and nothing a request carries can forge another
 /// line or another field.
+///
+/// With ``Format/json`` each event is one JSON object on one line (JSON Lines), for log
+/// collectors: `time`, `level`, `label`, `message`, then the metadata with the `dc.` prefix left
+/// out, every value a string:
+///
+/// ```text
+/// {"time":"2026-11-23T23:10:04.125Z","level":"info","label":"dcverify","message":"verified","app":"org.example.mail","code":"100"}
+/// ```
 public struct LogLineHandler: LogHandler {
     /// The least severe level written.
     public var logLevel: Logger.Level
@@ -29,13 +37,23 @@ public struct LogLineHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     private let label: String
     private let descriptor: Int32
+    private let format: Format
+
+    /// How a line is written.
+    public enum Format: Sendable {
+        /// The message, then `key=value` pairs.
+        case text
+        /// One JSON object a line.
+        case json
+    }
 
     /// A handler for the logger `label`, writing lines of at least `level` to `descriptor`
-    /// (standard error unless told).
-    public init(label: String, level: Logger.Level, descriptor: Int32 = 2) {
+    /// (standard error unless told), as `format` says.
+    public init(label: String, level: Logger.Level, descriptor: Int32 = 2, format: Format = .text) {
         self.label = label
         self.logLevel = level
         self.descriptor = descriptor
+        self.format = format
     }
 
     /// One metadata value of this logger.
@@ -46,6 +64,7 @@ public struct LogLineHandler: LogHandler {
 
     /// Writes `event` as one line.
     public func log(event: LogEvent) {
+        if format == .json { return logJSON(event) }
         var line = [UInt8]()
         line.reserveCapacity(160)
         Self.appendTimestamp(to: &line)
@@ -67,6 +86,52 @@ public struct LogLineHandler: LogHandler {
         }
         line.append(UInt8(ascii: "\n"))
         Self.write(line, to: descriptor)
+    }
+
+    /// Writes `event` as one JSON object on one line.
+    private func logJSON(_ event: LogEvent) {
+        var line = [UInt8]()
+        line.reserveCapacity(200)
+        line.append(contentsOf: #"{"time":""#.utf8)
+        Self.appendTimestamp(to: &line)
+        line.append(contentsOf: #"","level":"#.utf8)
+        Self.appendJSONString(event.level.rawValue, to: &line)
+        line.append(contentsOf: #","label":"#.utf8)
+        Self.appendJSONString(label, to: &line)
+        line.append(contentsOf: #","message":"#.utf8)
+        Self.appendJSONString("\(event.message)", to: &line)
+        var all = event.metadata ?? metadata
+        if let explicit = event.metadata, !metadata.isEmpty { all = metadata.merging(explicit) { _, new in new } }
+        for (key, value) in all.sorted(by: { $0.key < $1.key }) {
+            line.append(UInt8(ascii: ","))
+            Self.appendJSONString(key.hasPrefix("dc.") ? String(key.dropFirst(3)) : key, to: &line)
+            line.append(UInt8(ascii: ":"))
+            Self.appendJSONString(value.description, to: &line)
+        }
+        line.append(contentsOf: "}\n".utf8)
+        Self.write(line, to: descriptor)
+    }
+
+    /// `text` as a JSON string (RFC 8259): quoted, with `"`, `\\`, control characters, the C1
+    /// controls and the Unicode line separators escaped, so that a line is always one line.
+    static func appendJSONString(_ text: String, to line: inout [UInt8]) {
+        line.append(UInt8(ascii: "\""))
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": line.append(contentsOf: #"\""#.utf8)
+            case "\\": line.append(contentsOf: #"\\"#.utf8)
+            case "\n": line.append(contentsOf: #"\n"#.utf8)
+            case "\r": line.append(contentsOf: #"\r"#.utf8)
+            case "\t": line.append(contentsOf: #"\t"#.utf8)
+            case _
+            where scalar.value < 32 || scalar.value == 127 || (0x80...0x9F).contains(scalar.value)
+                || scalar.value == 0x2028 || scalar.value == 0x2029:
+                let hex = String(scalar.value, radix: 16)
+                line.append(contentsOf: ("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).utf8)
+            default: line.append(contentsOf: String(scalar).utf8)
+            }
+        }
+        line.append(UInt8(ascii: "\""))
     }
 
     /// `YYYY-MM-DDTHH:MM:SS.mmmZ`, from the real-time clock, without the time zone database. The

@@ -20,6 +20,8 @@ struct ConfigurationFile: Decodable, Equatable {
     var maxConnections: Int?
     var maxConnectionsPerAddress: Int?
     var logLevel: String?
+    var logFormat: String?
+    var metricsListen: String?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case issuers, revocations, jwks, listen, threads
@@ -31,6 +33,8 @@ struct ConfigurationFile: Decodable, Equatable {
         case maxConnections = "max-connections"
         case maxConnectionsPerAddress = "max-connections-per-address"
         case logLevel = "log-level"
+        case logFormat = "log-format"
+        case metricsListen = "metrics-listen"
     }
 
     init() {}

@@ -1,9 +1,11 @@
 import ArgumentParser
 import AuthTokens
 import CommandLineSupport
+import CoreMetrics
 import DerivedCredentials
 import Foundation
 import Logging
+import Prometheus
 import VerificationService
 
 struct Serve: AsyncParsableCommand {
@@ -14,18 +16,23 @@ struct Serve: AsyncParsableCommand {
             Paths: GET /verifyGDAuthToken (the token in X-Good-GD-AuthToken, exactly once, at most 4096 \
             bytes, else 400; otherwise 200 with X-Good-GD-AuthResponseCode: 100 OK and the identity headers \
             \(identityHeaders), or 101 Invalid Token, 102 Expired Token or 103 Revoked and no identity), \
-            GET /health (200), GET /.well-known/jwks.json (the --jwks file). Other paths 404, other methods 405. \
+            GET or HEAD /health (liveness: 200 while serving; the body says where the trust stands), GET or HEAD \
+            /ready (readiness: 200 when the trust is loaded and fresh, else 503), GET /.well-known/jwks.json (the \
+            --jwks file), and GET /metrics (Prometheus text) on the --metrics-listen address only. Other paths \
+            404, other methods 405. \
             SIGHUP re-reads the revocation list and the JWKS file (both are also re-read when they change, \
             checked at most every 10 ms). SIGTERM or SIGINT stops accepting, lets the requests in flight \
             finish (10 s at most) and exits 0. Logs go to standard error (label dcverify); they never \
             contain a token, a challenge or a key. At info, at most 10 per-request lines a second are written; \
             every request is counted in a summary line (requests by outcome code, connections cut or refused, \
             lines not written) each minute and at exit; errors are always written; debug writes every request. \
+            A request's line names the client address, the path, the HTTP status, the answer code and the time \
+            taken (dc.latency-us); --log-format json writes each line as one JSON object. \
             --config FILE reads the same settings from a JSON object whose keys are the long flag names \
             without the dashes, such as {"issuers": "issuers.jwks", "revocations": "revocations.json", \
             "listen": "0.0.0.0:8443", "tls-certificate": "server.pem", "tls-key": "server.key", "threads": 2, \
             "request-timeout": 10, "head-timeout": 2, "max-connections": 1024, "max-connections-per-address": 256, \
-            "log-level": "info"}; flags win over the file, relative paths are relative to the file, an unknown key is an error.
+            "log-level": "info", "log-format": "json", "metrics-listen": "127.0.0.1:9464"}; flags win over the file, relative paths are relative to the file, an unknown key is an error.
             """
     )
 
@@ -119,13 +126,39 @@ struct Serve: AsyncParsableCommand {
             """, valueName: "level"))
     var logLevel: LogLevelArgument?
 
+    @Option(
+        help: ArgumentHelp(
+            "text (default: one line of key=value pairs) or json (one JSON object a line).", valueName: "format"))
+    var logFormat: LogFormat?
+
+    @Option(
+        help: ArgumentHelp(
+            """
+            Serve GET /metrics (Prometheus text: verifications by answer code, their duration, open connections, \
+            the trust's number and age) on this HOST:PORT, a listener of its own (default: no metrics).
+            """, valueName: "host:port"))
+    var metricsListen: ListenAddress?
+
     func run() async throws {
         let file = try config.map { try ConfigurationFile.read($0) } ?? ConfigurationFile()
         let level = try logLevel?.level ?? Self.logLevel(file.logLevel ?? "info")
-        LoggingSystem.bootstrap { LogLineHandler(label: $0, level: level) }
+        let format = try logFormat ?? file.logFormat.map(LogFormat.parse) ?? .text
+        LoggingSystem.bootstrap { LogLineHandler(label: $0, level: level, format: format.lineFormat) }
         let logger = Logger(label: "dcverify")
         var configuration = ServiceConfiguration(threads: ServiceConfiguration.availableCores)
         if let listen = try listen ?? file.listen.map(ListenAddress.init(parsing:)) { configuration.listen = listen }
+        configuration.metricsListen = try metricsListen ?? file.metricsListen.map(ListenAddress.init(parsing:))
+        let registry = PrometheusCollectorRegistry()
+        if configuration.metricsListen != nil {
+            var factory = PrometheusMetricsFactory(registry: registry)
+            // A verification takes about a tenth of a millisecond: buckets from 50 µs to 1 s.
+            factory.defaultDurationHistogramBuckets = [
+                .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1),
+                .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(100),
+                .seconds(1),
+            ]
+            MetricsSystem.bootstrap(factory)
+        }
         switch (tlsCertificate ?? file.tlsCertificate, tlsKey ?? file.tlsKey) {
         case (nil, nil):
             guard passphrase.passphraseFile == nil, passphrase.passphraseFd == nil else {
@@ -157,9 +190,16 @@ struct Serve: AsyncParsableCommand {
         guard let issuers = issuers ?? file.issuers, let revocations = revocations ?? file.revocations else {
             throw DCError(.usage, "give --issuers FILE and --revocations FILE (or both in --config)")
         }
-        let (verifier, reload) = try Self.verifier(issuers: issuers, revocations: revocations, logger: logger)
+        let (verifier, reload, trust) = try Self.verifier(issuers: issuers, revocations: revocations, logger: logger)
+        let trustGauges = TrustGauges(registry: registry)
         let server = try VerificationServer(
-            configuration: configuration, verifier: verifier, logger: logger, onReload: reload)
+            configuration: configuration, verifier: verifier, logger: logger, onReload: reload, trust: trust,
+            exposition: {
+                trustGauges.record(trust())
+                var bytes: [UInt8] = []
+                registry.emit(into: &bytes)
+                return bytes
+            })
         do {
             try await server.run()
         } catch let error as DCError {
@@ -169,12 +209,13 @@ struct Serve: AsyncParsableCommand {
         }
     }
 
-    /// The verifier the service asks, and what SIGHUP calls: the trusted issuing keys (a JWKS) and
-    /// the revocation list, each read now (an unreadable or malformed file is an error here) and
-    /// read again when it changes or on SIGHUP. A broken update keeps the last good list in force
-    /// and is logged.
+    /// The verifier the service asks, what SIGHUP calls, and where the trust stands: the trusted
+    /// issuing keys (a JWKS) and the revocation list, each read now (an unreadable or malformed
+    /// file is an error here) and read again when it changes or on SIGHUP. A broken update keeps
+    /// the last good list in force and is logged. Local files are always ready; their age is the
+    /// revocation list's, from its issue time.
     static func verifier(issuers: String, revocations: String, logger: Logger) throws -> (
-        any TokenVerifying, @Sendable () -> Void
+        any TokenVerifying, @Sendable () -> Void, @Sendable () -> TrustStatus
     ) {
         let trusted = try Reloading(issuersAt: issuers)
         let revoked = try Reloading(revocationsAt: revocations)
@@ -188,7 +229,16 @@ struct Serve: AsyncParsableCommand {
                 }
             }
         }
-        return (AuthTokenVerifier(issuers: trusted, revocations: revoked), reload)
+        let trust: @Sendable () -> TrustStatus = {
+            let list = revoked.value
+            var status = TrustStatus.localFiles
+            status.ageSeconds = max(0, Date().timeIntervalSince1970 - Double(list.issued))
+            if let error = revoked.lastError ?? trusted.lastError {
+                status.summary += "; the last change was refused, the last good copy is in force: \(error.message)"
+            }
+            return status
+        }
+        return (AuthTokenVerifier(issuers: trusted, revocations: revoked), reload, trust)
     }
 
     static func logLevel(_ name: String) throws -> Logger.Level {
@@ -205,4 +255,51 @@ extension DCError.Code {
     /// The service cannot listen: the address is in use, or not one of this host's (exit 69).
     static let cannotServe = Self(
         "cannotServe", .unavailable, hint: "choose another address or port with --listen, or stop what uses it")
+}
+
+/// `--log-format`: how each log line is written.
+enum LogFormat: String, ExpressibleByArgument, CaseIterable {
+    case text, json
+
+    /// The log handler's format.
+    var lineFormat: LogLineHandler.Format { self == .json ? .json : .text }
+
+    /// The format a configuration file names.
+    static func parse(_ name: String) throws -> LogFormat {
+        guard let format = LogFormat(rawValue: name) else {
+            throw DCError(
+                .usage, "unknown log format '\(name.escapingControlCharacters)'", hint: "use text or json")
+        }
+        return format
+    }
+}
+
+/// The trust's gauges, set from its ``TrustStatus`` at each scrape: they change between scrapes
+/// without a request to count.
+struct TrustGauges: Sendable {
+    private let ready: Prometheus.Gauge
+    private let failingClosed: Prometheus.Gauge
+    private let age: Prometheus.Gauge
+    private let number: Prometheus.Gauge
+    private let fetchErrors: Prometheus.Gauge
+
+    init(registry: PrometheusCollectorRegistry) {
+        ready = registry.makeGauge(name: "dcverify_trust_ready", help: "1 while the trust is loaded and fresh")
+        failingClosed = registry.makeGauge(
+            name: "dcverify_trust_failing_closed", help: "1 while every token is answered 101: the trust is stale")
+        age = registry.makeGauge(
+            name: "dcverify_trust_age_seconds", help: "Seconds since the trust in force was issued")
+        number = registry.makeGauge(
+            name: "dcverify_trust_number", help: "The revocation list's number, 0 when it has none")
+        fetchErrors = registry.makeGauge(
+            name: "dcverify_trust_fetch_errors", help: "Fetches of the trust that failed since the service started")
+    }
+
+    func record(_ status: TrustStatus) {
+        ready.set(Double(status.isReady ? 1 : 0))
+        failingClosed.set(Double(status.isFailingClosed ? 1 : 0))
+        age.set(status.ageSeconds ?? 0)
+        number.set(Double(status.number ?? 0))
+        fetchErrors.set(Double(status.fetchErrors))
+    }
 }

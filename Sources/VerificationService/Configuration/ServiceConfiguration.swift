@@ -20,6 +20,9 @@ public struct ServiceConfiguration: Sendable, Equatable {
 
     /// Where to listen. Port 0 asks the kernel for a free port (see ``portFile``).
     public var listen: ListenAddress
+    /// Where `GET /metrics` is served, on a listener of its own; `nil` serves no metrics. Keep it
+    /// off the address app servers reach (loopback, or an address only the monitoring reaches).
+    public var metricsListen: ListenAddress?
     /// The certificate and key to serve HTTPS with; `nil` serves plain HTTP (behind a proxy that
     /// terminates TLS, or on localhost).
     public var tls: TLSFiles?
@@ -129,6 +132,9 @@ public struct ServiceConfiguration: Sendable, Equatable {
             maximumHeaderListSize >= maximumHeaderFieldSize, "the header list limit must not be below the field limit")
         try require(maximumHeaderCount >= 8, "the header count limit must be at least 8")
         try require(shutdownGracePeriod >= .zero, "the shutdown grace period must not be negative")
+        try require(
+            metricsListen == nil || metricsListen != listen || listen.port == 0,
+            "the metrics must listen on another address or port than the verification service")
     }
 }
 

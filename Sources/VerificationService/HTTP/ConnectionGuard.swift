@@ -44,20 +44,29 @@ final class ConnectionsPerAddress: Sendable {
         }
     }
 
-    init(limit: Int) { self.limit = limit }
+    /// Where the connections open now are reported.
+    private let metrics: ServiceMetrics?
+
+    init(limit: Int, metrics: ServiceMetrics? = nil) {
+        self.limit = limit
+        self.metrics = metrics
+    }
 
     /// Counts a new connection from `key`; false (and not counted) when `key` is at the limit.
     func open(_ key: Key) -> Bool {
-        counts.withLock { counts in
+        let opened = counts.withLock { counts in
             let open = counts[key, default: 0]
             guard open < limit else { return false }
             counts[key] = open + 1
             return true
         }
+        if opened { metrics?.connectionsChanged(by: 1) }
+        return opened
     }
 
     /// Uncounts a connection ``open(_:)`` counted.
     func close(_ key: Key) {
+        metrics?.connectionsChanged(by: -1)
         counts.withLock { counts in
             let open = counts[key, default: 1] - 1
             counts[key] = open > 0 ? open : nil

@@ -34,8 +34,9 @@ final class VerificationFastPath: ChannelDuplexHandler, RemovableChannelHandler 
     /// What happens to the parts of the request being read.
     private enum Reading {
         case betweenRequests
-        /// A verification, answered at its end; its body (a GET has none) is dropped.
-        case verification(HTTPRequest)
+        /// A verification, answered at its end; its body (a GET has none) is dropped. `started`
+        /// is when its head came.
+        case verification(HTTPRequest, started: ContinuousClock.Instant)
         /// A request for Hummingbird.
         case handingOn
     }
@@ -56,16 +57,16 @@ final class VerificationFastPath: ChannelDuplexHandler, RemovableChannelHandler 
         switch (reading, part) {
         case (.betweenRequests, .head(let head)):
             if handedOnUnanswered == 0, head.method == .get, Self.isVerification(head.path) {
-                reading = .verification(head)
+                reading = .verification(head, started: .now)
                 return
             }
             reading = .handingOn
             handedOnUnanswered += 1
         case (.verification, .body):
             return
-        case (.verification(let head), .end):
+        case (.verification(let head, let started), .end):
             reading = .betweenRequests
-            answer(head, context: context)
+            answer(head, started: started, context: context)
             return
         case (.handingOn, .end):
             reading = .betweenRequests
@@ -80,8 +81,12 @@ final class VerificationFastPath: ChannelDuplexHandler, RemovableChannelHandler 
         context.write(data, promise: promise)
     }
 
-    private func answer(_ head: HTTPRequest, context: ChannelHandlerContext) {
-        let answer = VerificationAnswer(to: head.headerFields, verifier: verifier, now: now(), log: log)
+    private func answer(_ head: HTTPRequest, started: ContinuousClock.Instant, context: ChannelHandlerContext) {
+        let path = head.path.map { String($0.prefix { $0 != "?" }) } ?? ""
+        let answer = VerificationAnswer(
+            to: head.headerFields, verifier: verifier, now: now(), log: log,
+            request: VerificationAnswer.RequestFacts(
+                client: context.channel.remoteAddress, path: path, started: started))
         var headers = answer.headers
         headers.append(HTTPField(name: .contentLength, value: "0"))
         headers.append(HTTPField(name: .date, value: date.now()))

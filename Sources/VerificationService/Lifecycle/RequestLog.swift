@@ -55,18 +55,26 @@ final class RequestLog: Sendable {
     private let clock = ContinuousClock()
     private let start: ContinuousClock.Instant
 
-    /// A log writing to `logger`, at most `linesPerSecond` per-request lines a second.
-    init(logger: Logger, linesPerSecond: Int) {
+    /// The metrics every event is counted in too.
+    let metrics: ServiceMetrics
+
+    /// A log writing to `logger`, at most `linesPerSecond` per-request lines a second, counting
+    /// every event in `metrics` as well.
+    init(logger: Logger, linesPerSecond: Int, metrics: ServiceMetrics = ServiceMetrics()) {
         self.logger = logger
+        self.metrics = metrics
         self.linesPerSecond = linesPerSecond
         start = clock.now
     }
 
-    /// Counts `event` and, when this second's budget allows (or the logger is at `debug` or
-    /// below), writes `message` with `metadata` at `info`.
+    /// Counts `event` (with the time since `started` in the metrics) and, when this second's
+    /// budget allows (or the logger is at `debug` or below), writes `message` with `metadata` at
+    /// `info`.
     func record(
-        _ event: Event, _ message: @autoclosure () -> Logger.Message, metadata: @autoclosure () -> Logger.Metadata
+        _ event: Event, _ message: @autoclosure () -> Logger.Message, metadata: @autoclosure () -> Logger.Metadata,
+        started: ContinuousClock.Instant
     ) {
+        metrics.record(event, started: started)
         let everything = logger.logLevel <= .debug
         let second = (clock.now - start).components.seconds
         let write = state.withLock { state -> Bool in
@@ -88,6 +96,7 @@ final class RequestLog: Sendable {
 
     /// Counts `event` without a line of its own (connections cut or refused).
     func count(_ event: Event) {
+        metrics.record(event, started: nil)
         state.withLock { $0.counts[event, default: 0] += 1 }
     }
 

@@ -9,8 +9,9 @@ import NIOPosix
 import ServiceLifecycle
 import SystemSupport
 
-/// The verification service: `GET /verifyGDAuthToken`, `GET /health` and
-/// `GET /.well-known/jwks.json` over HTTP/1.1 (HTTPS with ``ServiceConfiguration/tls``), until
+/// The verification service: `GET /verifyGDAuthToken`, `GET`/`HEAD /health` and `/ready`, and
+/// `GET /.well-known/jwks.json` over HTTP/1.1 (HTTPS with ``ServiceConfiguration/tls``), and
+/// `GET /metrics` on a listener of its own (``ServiceConfiguration/metricsListen``), until
 /// SIGTERM or SIGINT.
 ///
 /// ```swift
@@ -31,18 +32,33 @@ public struct VerificationServer: Sendable {
     private let jwks: WatchedFile?
     private let tls: ServerTLS?
     private let now: @Sendable () -> Date
+    private let trust: @Sendable () -> TrustStatus
+    private let exposition: (@Sendable () -> [UInt8])?
+    private let metrics: ServiceMetrics
 
     /// Checks `configuration` and reads what it names now (the TLS certificate and key, the JWKS
     /// file), so that a mistake stops the service before it listens. `onReload` runs on each
-    /// SIGHUP, after the JWKS file is re-read; `now` is the verifier's clock.
+    /// SIGHUP, after the JWKS file is re-read; `now` is the verifier's clock; `trust` says where
+    /// the verifier's trust stands (for `/health` and `/ready`); `exposition` gives the text
+    /// `/metrics` answers (Prometheus' text format), asked at each scrape, and is needed when the
+    /// configuration names a metrics listener. The service's own metrics go to the
+    /// `MetricsSystem` bootstrapped before this call.
     public init(
         configuration: ServiceConfiguration,
         verifier: any TokenVerifying,
         logger: Logger,
         onReload: @escaping @Sendable () -> Void = {},
-        now: @escaping @Sendable () -> Date = { Date() }
+        now: @escaping @Sendable () -> Date = { Date() },
+        trust: @escaping @Sendable () -> TrustStatus = { .localFiles },
+        exposition: (@Sendable () -> [UInt8])? = nil
     ) throws {
         try configuration.validate()
+        guard configuration.metricsListen == nil || exposition != nil else {
+            throw DCError(.usage, "a metrics listener needs the metrics to expose")
+        }
+        self.trust = trust
+        self.exposition = exposition
+        metrics = ServiceMetrics()
         self.configuration = configuration
         self.verifier = verifier
         self.logger = logger
@@ -78,8 +94,9 @@ public struct VerificationServer: Sendable {
         let verifier = self.verifier
         let now = self.now
         let logger = self.logger
-        let log = RequestLog(logger: logger, linesPerSecond: configuration.requestLogLinesPerSecond)
-        let addresses = ConnectionsPerAddress(limit: configuration.maximumConnectionsPerAddress)
+        let log = RequestLog(
+            logger: logger, linesPerSecond: configuration.requestLogLinesPerSecond, metrics: metrics)
+        let addresses = ConnectionsPerAddress(limit: configuration.maximumConnectionsPerAddress, metrics: metrics)
         let headTimeout = TimeAmount(configuration.headTimeout)
         let tls = self.tls
         // Every connection gets a ConnectionGuardHandler first (per-address limit, head timeout),
@@ -103,7 +120,7 @@ public struct VerificationServer: Sendable {
                     VerificationFastPath(verifier: verifier, now: now, log: log)
                 })
         }
-        let responder = VerificationResponder(verifier: verifier, jwks: jwks, now: now, log: log)
+        let responder = VerificationResponder(verifier: verifier, jwks: jwks, now: now, log: log, trust: trust)
         let portFile = configuration.portFile
         let scheme = tls == nil ? "http" : "https"
         let application = Application(
@@ -140,8 +157,12 @@ public struct VerificationServer: Sendable {
         }
         // Services stop in reverse order: the last summary follows the last request.
         let summaries = RequestLogSummaries(log: log, interval: configuration.logSummaryInterval)
+        var services: [any Service] = [summaries, application, reloader]
+        if let listen = configuration.metricsListen, let exposition {
+            services.append(MetricsEndpoint.application(listen: listen, exposition: exposition, logger: logger))
+        }
         var group = ServiceGroupConfiguration(
-            services: [summaries, application, reloader], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         group.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
         try await ServiceGroup(configuration: group).run()
         logger.notice("stopped")

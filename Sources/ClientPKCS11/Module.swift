@@ -155,7 +155,11 @@ final class Module: Sendable {
                 // Pinned to one app: its slot alone, whether or not it is set up. A name that is no
                 // app id names no app: no slot.
                 state.discovery = nil
-                state.slots = ClientID(validating: named).map { [Slot(id: 1, client: apps.client($0))] } ?? []
+                // An older version's client is moved into its container first, as for every command;
+                // a move that cannot be made leaves the slot as the container is.
+                state.slots =
+                    ClientID(validating: named).map { [Slot(id: 1, client: (try? apps.open($0)) ?? apps.client($0))] }
+                    ?? []
             } else {
                 state.discovery = apps
                 let listed = (try? apps.list()) ?? []

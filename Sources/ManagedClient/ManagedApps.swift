@@ -76,6 +76,17 @@ public struct ManagedApps: Sendable {
         }
     }
 
+    /// The apps a command that can serve each in turn serves (`dcclient check`): the one named, as
+    /// ``choose(_:environment:)`` names it; with none named, every app set up, sorted by id (or
+    /// ``defaultApp`` when there is none).
+    public func chooseEvery(
+        _ requested: ClientID?, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> [ManagedClient] {
+        if let named = try named(requested, environment: environment) { return [try open(named)] }
+        let apps = try list()
+        return apps.isEmpty ? [client(Self.defaultApp)] : apps.map(client)
+    }
+
     /// The app `requested` names, else the one the environment variable names; nil for neither.
     private func named(_ requested: ClientID?, environment: [String: String]) throws -> ClientID? {
         if let requested { return requested }

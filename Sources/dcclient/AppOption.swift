@@ -13,4 +13,8 @@ struct AppOption: ParsableArguments {
 
     /// The client of the app the options name.
     func client() throws -> ManagedClient { try ManagedApps().choose(app) }
+
+    /// The clients of the apps a command that serves each in turn acts for: the app the options
+    /// name, else every app set up.
+    func clients() throws -> [ManagedClient] { try ManagedApps().chooseEvery(app) }
 }

@@ -63,6 +63,12 @@ struct ManagedAppsCommandTests {
         #expect(mailUser.count > 40 && mailUser == chatUser, "\(mailUser) \(chatUser)")
         let status = try tools.check("dcclient", ["status", "--app", "chat", "--json"]).stdoutText
         #expect(status.contains("\"userId\" : \"alice@example.com\""), "\(status)")
+        // The user id is the provider's to tell, not the store's: readable while the app is locked.
+        try tools.check("dcclient", ["lock", "--app", "chat"])
+        let locked = try tools.check("dcclient", ["status", "--app", "chat", "--json"]).stdoutText
+        #expect(locked.contains("\"unlocked\" : false"), "\(locked)")
+        #expect(locked.contains("\"userId\" : \"alice@example.com\""), "\(locked)")
+        try tools.check("dcclient", ["unlock", "--app", "chat", "--passphrase-file", "pass.txt"])
 
         // Unauthorize one, retire the other: each hears only its own policy.
         try tools.check(

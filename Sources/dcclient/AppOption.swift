@@ -4,11 +4,12 @@ import ManagedClient
 
 /// `--app ID`: the managed app (its container) a command acts for. Without it, the
 /// `DCCLIENT_APP` environment variable names the app; with neither, the only app set up is
-/// meant (several are a usage error listing them).
+/// meant (several are a usage error listing them), except by `check`, which then checks each.
 struct AppOption: ParsableArguments {
     @Option(
         help: ArgumentHelp(
-            "The managed app to act for (default: $DCCLIENT_APP, else the only app set up).", valueName: "id"))
+            "The managed app to act for (default: $DCCLIENT_APP, else the only app set up; check: every app).",
+            valueName: "id"))
     var app: ClientID?
 
     /// The client of the app the options name.

@@ -31,7 +31,8 @@ enum TokenPresence: Equatable {
 /// The module's one state, behind one lock: PKCS#11 allows calls from any thread
 /// (`CKF_OS_LOCKING_OK`), and every call takes the lock for its whole length except
 /// `C_WaitForSlotEvent`'s waiting. It has one slot per managed app (``Slot``), or only the one
-/// `DCCLIENT_APP` names in the environment of the program that loads it.
+/// `C_Initialize`'s `pReserved` names (`app=ID`, a p11-kit module configuration's
+/// `x-init-reserved`), else `DCCLIENT_APP` in the environment of the program that loads it.
 final class Module: Sendable {
     static let shared = Module()
     /// The longest passphrase `C_Login` takes.
@@ -135,9 +136,11 @@ final class Module: Sendable {
 
     func initialize(_ arguments: UnsafeMutableRawPointer?) -> CK_RV {
         call(needsInitialization: false) { state in
+            var pinned: String?
             if let arguments {
                 let given = arguments.loadUnaligned(as: CK_C_INITIALIZE_ARGS.self)
-                guard given.pReserved == nil else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
+                // p11-kit passes a module configuration's `x-init-reserved: app=ID` here.
+                if let reserved = given.pReserved { pinned = try Self.pinnedApp(reserved) }
                 let functions = [
                     given.CreateMutex == nil, given.DestroyMutex == nil, given.LockMutex == nil,
                     given.UnlockMutex == nil,
@@ -150,12 +153,16 @@ final class Module: Sendable {
             guard !state.initialized else { throw ReturnValue(CKR_CRYPTOKI_ALREADY_INITIALIZED) }
             state.initialized = true
             let apps = ManagedApps(locations: XDGDirectories())
-            let named = ProcessInfo.processInfo.environment[ManagedApps.environmentVariable] ?? ""
+            let named = pinned ?? ProcessInfo.processInfo.environment[ManagedApps.environmentVariable] ?? ""
             if !named.isEmpty {
                 // Pinned to one app: its slot alone, whether or not it is set up. A name that is no
                 // app id names no app: no slot.
                 state.discovery = nil
-                state.slots = ClientID(validating: named).map { [Slot(id: 1, client: apps.client($0))] } ?? []
+                // An older version's client is moved into its container first, as for every command;
+                // a move that cannot be made leaves the slot as the container is.
+                state.slots =
+                    ClientID(validating: named).map { [Slot(id: 1, client: (try? apps.open($0)) ?? apps.client($0))] }
+                    ?? []
             } else {
                 state.discovery = apps
                 let listed = (try? apps.list()) ?? []
@@ -166,6 +173,24 @@ final class Module: Sendable {
             }
             for index in state.slots.indices { state.slots[index].reported = state.slots[index].presence() }
         }
+    }
+
+    /// The longest `pReserved` text ``pinnedApp(_:)`` reads, its NUL included: `app=` and an id.
+    static let maximumReservedLength = 256
+
+    /// The app `C_Initialize`'s `pReserved` pins the module to: a NUL-terminated `app=ID` (what a
+    /// p11-kit module configuration's `x-init-reserved: app=ID` passes), read up to
+    /// ``maximumReservedLength`` bytes. Any other text, or an id that is not one, is
+    /// `CKR_ARGUMENTS_BAD`: a configuration that means something else must not offer every app.
+    static func pinnedApp(_ reserved: UnsafeMutableRawPointer) throws -> String {
+        let bytes = reserved.assumingMemoryBound(to: CChar.self)
+        let length = strnlen(bytes, maximumReservedLength)
+        guard length < maximumReservedLength else { throw ReturnValue(CKR_ARGUMENTS_BAD) }
+        let text = String(decoding: UnsafeRawBufferPointer(start: reserved, count: length), as: UTF8.self)
+        guard text.hasPrefix("app="), let id = ClientID(validating: String(text.dropFirst(4))) else {
+            throw ReturnValue(CKR_ARGUMENTS_BAD)
+        }
+        return id.description
     }
 
     /// Ends the module's use. The threads still in C_WaitForSlotEvent see it within 10 ms and

@@ -17,7 +17,7 @@ import SystemSupport
 /// desktop settings.
 ///
 /// Versions before containers kept one client directly in `$XDG_DATA_HOME/dcclient/`. The first
-/// use of ``ManagedApps`` moves it, whole, into the container named by its client id
+/// command that opens a container moves it, whole, into the container named by its client id
 /// (``migrateSingleClient()``).
 public struct ManagedApps: Sendable {
     /// The XDG directories the apps live in.
@@ -35,8 +35,18 @@ public struct ManagedApps: Sendable {
     /// `$XDG_DATA_HOME/dcclient/apps`: one directory per app.
     public var containers: String { root + "/apps" }
 
-    /// The client serving the app `id`; nothing is read or created until it is used.
+    /// The client serving the app `id`; nothing is read or created until it is used. A command
+    /// opens its app with ``open(_:)`` or ``choose(_:environment:)`` instead, which first move an
+    /// older version's single client into its container.
     public func client(_ id: ClientID) -> ManagedClient { ManagedClient(locations: locations, app: id) }
+
+    /// The client serving the app `id`, once the single client of an older version is in its
+    /// container (``migrateSingleClient()``): the way into a container for a command, a URL or
+    /// the PKCS#11 module that names its app.
+    public func open(_ id: ClientID) throws -> ManagedClient {
+        try migrateSingleClient()
+        return client(id)
+    }
 
     /// The ids of the apps that have a container, sorted (the single client of an older version
     /// is moved into its container first).
@@ -49,18 +59,12 @@ public struct ManagedApps: Sendable {
     /// The app a command serves: `requested` (from `--app`) or else the environment variable's
     /// value; with neither, the only app there is, or ``defaultApp`` when there is none. Several
     /// apps and none named is a usage error that lists them: guessing could act on the wrong one.
+    /// Whichever way it is named, an older version's single client is moved into its container
+    /// first (``open(_:)``).
     public func choose(_ requested: ClientID?, environment: [String: String] = ProcessInfo.processInfo.environment)
         throws -> ManagedClient
     {
-        if let requested { return client(requested) }
-        if let named = environment[Self.environmentVariable], !named.isEmpty {
-            guard let id = ClientID(validating: named) else {
-                throw DCError(
-                    .usage, "\(Self.environmentVariable) is not an app id (lowercase letters, digits, -)",
-                    subject: named.escapingControlCharacters)
-            }
-            return client(id)
-        }
+        if let named = try named(requested, environment: environment) { return try open(named) }
         let apps = try list()
         switch apps.count {
         case 0: return client(Self.defaultApp)
@@ -72,6 +76,29 @@ public struct ManagedApps: Sendable {
         }
     }
 
+    /// The apps a command that can serve each in turn serves (`dcclient check`): the one named, as
+    /// ``choose(_:environment:)`` names it; with none named, every app set up, sorted by id (or
+    /// ``defaultApp`` when there is none).
+    public func chooseEvery(
+        _ requested: ClientID?, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> [ManagedClient] {
+        if let named = try named(requested, environment: environment) { return [try open(named)] }
+        let apps = try list()
+        return apps.isEmpty ? [client(Self.defaultApp)] : apps.map(client)
+    }
+
+    /// The app `requested` names, else the one the environment variable names; nil for neither.
+    private func named(_ requested: ClientID?, environment: [String: String]) throws -> ClientID? {
+        if let requested { return requested }
+        guard let named = environment[Self.environmentVariable], !named.isEmpty else { return nil }
+        guard let id = ClientID(validating: named) else {
+            throw DCError(
+                .usage, "\(Self.environmentVariable) is not an app id (lowercase letters, digits, -)",
+                subject: named.escapingControlCharacters)
+        }
+        return id
+    }
+
     /// The app whose own scheme is `scheme`: the one a URL of that scheme is for. Nil when no
     /// app has it.
     public func app(forScheme scheme: URLScheme) throws -> ManagedClient? {
@@ -80,11 +107,15 @@ public struct ManagedApps: Sendable {
 
     /// Moves the single client of an older version (`$XDG_DATA_HOME/dcclient/store/…`) into the
     /// container named by its client id, all or nothing: the old directory is renamed aside in
-    /// one step, then renamed into place as the container in another. A process that stops
-    /// between the two leaves the aside directory, which the next call finishes moving; no call
-    /// ever sees half a client. The registration is published again with the container's spool
-    /// and status paths, and an unlocked store key follows the client (its name derives from the
-    /// store's path). Safe to call from several processes at once (a lock file serializes them).
+    /// one step, its registration is published again naming the container's spool and status
+    /// file, and it is renamed into place as the container in a last step. A process that stops
+    /// (or fails) anywhere between leaves the client whole in the aside directory, which the next
+    /// call finishes moving; no call ever sees half a client. An unlocked store key follows the
+    /// client (its name derives from the store's path); a stop before it is stored again leaves
+    /// the client locked. Safe to call from several processes at once (a lock file serializes
+    /// them). Two clients where one is being moved (the older layout beside the containers, or a
+    /// container already taken by the client's id) are refused with `conflictingLayouts`: moving
+    /// either would mix them, so the user decides.
     public func migrateSingleClient() throws {
         let aside = root + ".moving"
         let legacyConfig = root + "/store/client.json"
@@ -92,12 +123,15 @@ public struct ManagedApps: Sendable {
         guard fileManager.fileExists(atPath: legacyConfig) || fileManager.fileExists(atPath: aside) else { return }
         try FileLock.withExclusiveLock(at: locations.dataHome + "/.dcclient-migration.lock") { _ in
             if fileManager.fileExists(atPath: legacyConfig) {
-                // An older version run again after containers existed: moving its client aside
-                // would carry the containers with it. Refused; the user decides.
-                guard !fileManager.fileExists(atPath: containers) else {
+                // An older version run again after containers existed (or while a move waits to be
+                // finished): moving its client aside would carry the containers with it, or land on
+                // the other client. Refused; the user decides.
+                for other in [containers, aside] where fileManager.fileExists(atPath: other) {
                     throw DCError(
-                        .outputExists, "both an older version's client and app containers are here", subject: root,
-                        hint: "move store/, spool/ and status.json out of \(root), or set the old client up afresh")
+                        .conflictingLayouts,
+                        "both an older version's client and \(other == aside ? "a client being moved into its app container" : "app containers") are here",
+                        subject: root,
+                        hint: "move store/, spool/ and status.json out of \(root), or \(other) out of the way")
                 }
                 let legacy = ManagedClient(legacyBase: root, locations: locations)
                 let unlocked = (try? legacy.unlockedKey).flatMap { key in
@@ -118,28 +152,35 @@ public struct ManagedApps: Sendable {
         }
     }
 
-    /// The second step of the move: the directory set aside becomes its container.
+    /// The last steps of the move: the registration names the container's spool and status file,
+    /// then the directory set aside becomes its container.
     private func finishMove(from aside: String, keeping unlocked: (SecretBytes, Date)?) throws {
-        guard let data = FileManager.default.contents(atPath: aside + "/store/client.json"),
-            let config = try? JSONDecoder().decode(ManagedClient.Config.self, from: data)
-        else {
+        let moving = ManagedClient(legacyBase: aside, locations: locations)
+        guard let config = try? moving.config() else {
             throw DCError(
                 .invalid, "a client being moved into its app container has no readable configuration",
                 subject: aside)
         }
+        let client = client(config.clientId)
+        if FileManager.default.fileExists(atPath: client.configFile) {
+            throw DCError(
+                .conflictingLayouts, "the app container of a client being moved holds another client already",
+                subject: client.base, hint: "move \(aside) or \(client.base) out of the way")
+        }
         try AtomicFileSet.ensureDirectory(containers)
         chmod(root, 0o700)
-        let client = client(config.clientId)
-        guard rename(aside, client.base) == 0 else {
-            throw DCError(
-                .ioError,
-                "cannot move the client into its app container: \(String(cString: strerror(errno)))",
-                subject: client.base)
-        }
-        // The registration names the spool and status file, which moved with the client.
+        // Before the rename: a stop between the two leaves a registration naming where the spool
+        // is about to be (the next call finishes the move), never one naming where it was.
         let registrationPath = locations.clientRegistration(config.scheme)
         if let registration = try? Registrations.read(ClientRegistration.self, at: registrationPath) {
-            try client.publishRegistration(executable: registration.executable)
+            try moving.publishRegistration(executable: registration.executable, servedFrom: client)
+        }
+        guard rename(aside, client.base) == 0 else {
+            let failure = errno
+            throw DCError(
+                failure == ENOTEMPTY || failure == EEXIST ? .conflictingLayouts : .ioError,
+                "cannot move the client into its app container: \(String(cString: strerror(failure)))",
+                subject: client.base)
         }
         if let (secret, expiry) = unlocked, let key = try? client.unlockedKey {
             let left = expiry.timeIntervalSinceNow

@@ -210,6 +210,13 @@ public struct ManagedClient: Sendable {
     /// Publishes (again) what providers read: the client's id, scheme, certificate, spool, status
     /// and the executable that must handle its scheme. `dcclient init` and `dcclient register` do it.
     public func publishRegistration(executable: String) throws {
+        try publishRegistration(executable: executable, servedFrom: self)
+        _ = try pinnedProvider(pinning: true)
+    }
+
+    /// Publishes the registration of the client whose files are under ``base``, naming the spool
+    /// and status file of `container`: where they are about to be, for a client being moved.
+    func publishRegistration(executable: String, servedFrom container: ManagedClient) throws {
         let config = try config()
         let certificate = try CredentialReader().read(file: store + "/client.pem").certificates[0]
         guard let signingKey = config.signingKey.flatMap(PinnedKeys.decode) else {
@@ -224,9 +231,8 @@ public struct ManagedClient: Sendable {
                 signingKey: signingKey,
                 tokenKey: try config.tokenKey.flatMap { Data(base64Encoded: $0) }.map {
                     try TokenPublicKey(uncompressedPoint: Array($0))
-                }, spool: spool.directory, status: statusFile),
+                }, spool: container.spool.directory, status: container.statusFile),
             at: locations.clientRegistration(config.scheme))
-        _ = try pinnedProvider(pinning: true)
     }
 
     // MARK: - The provider's key

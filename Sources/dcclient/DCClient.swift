@@ -116,7 +116,6 @@ extension DCClient {
 
         func run() async throws {
             let apps = ManagedApps()
-            try apps.migrateSingleClient()
             // A new app is the one named (--app, else the variable) or the default one, never
             // "the only app there is".
             let named = ProcessInfo.processInfo.environment[ManagedApps.environmentVariable] ?? ""

@@ -87,24 +87,27 @@ enum ClientNotifications {
             body: "Unlock \(app) to install the credential the provider sent.", replaying: url, app: app)
     }
 
-    /// Tells what `check` found: the credential expired or unusable, or ending within the window.
-    static func checked(_ lifetime: CredentialLifetime, renewalRequested: Bool) {
+    /// Tells what `check` found for `app`: its credential expired or unusable, or ending within
+    /// the window. Each notification names the app: a daily check of several apps posts one per app.
+    static func checked(_ lifetime: CredentialLifetime, renewalRequested: Bool, app: ClientID) {
         let days = Int(lifetime.expirationDate.timeIntervalSince(lifetime.checked) / 86400)
         if !lifetime.usable {
             post(
                 DesktopNotification(
-                    summary: "The credential cannot be used",
+                    summary: "\(app): the credential cannot be used",
                     body: "It expired or a certificate is outside its validity."
-                        + (renewalRequested ? " A renewal was requested." : " Ask for a new one: dcclient request."),
+                        + (renewalRequested
+                            ? " A renewal was requested." : " Ask for a new one: dcclient request --app \(app)."),
                     urgency: .critical, icon: "dialog-warning"))
         } else if lifetime.renewalDue {
             post(
                 DesktopNotification(
-                    summary: "The credential expires soon",
+                    summary: "\(app): the credential expires soon",
                     body:
                         "A certificate ends within \(Int(lifetime.window / 86400)) days; the credential's expiration date is in \(days) days."
                         + (renewalRequested
-                            ? " A renewal was requested." : " Renew it: dcclient check --renew-within 30."),
+                            ? " A renewal was requested."
+                            : " Renew it: dcclient check --app \(app) --renew-within 30."),
                     icon: "dialog-warning"))
         }
     }

@@ -147,6 +147,84 @@ struct PKCS11AppsTests {
     }
 
     @Test(
+        "C_Initialize's pReserved \"app=mail\" pins the module to mail's slot alone, over DCCLIENT_APP=chat; any other text (no app=, an id that is none, empty, longer than 255 bytes) is CKR_ARGUMENTS_BAD"
+    )
+    func pinnedByReserved() throws {
+        let tokens = try TwoAppTokens("p11-apps-reserved")
+        defer { tokens.sandbox.remove() }
+        let long = "app=" + String(repeating: "m", count: 300)
+        let probe = try SpawnedProcess(
+            Binaries.directory + "/PKCS11Probe",
+            [
+                tokens.module, "init-reserved:app=mail", "slot-count", "token-label", "finalize", "init-reserved:mail",
+                "init-reserved:app=Mail", "init-reserved:app=mail x", "init-reserved:", "init-reserved:" + long,
+                "init-reserved:app=chat", "slot-count", "token-label", "finalize",
+            ],
+            environment: tokens.sandbox.environment.merging(["DCCLIENT_APP": "chat"]) { $1 },
+            output: tokens.sandbox.file("probe.out"))
+        #expect(probe.wait(timeout: .seconds(60)) == 0)
+        #expect(
+            try tokens.probeLines() == [
+                "init-reserved CKR_OK", "slot-count 1", "token-label dcclient mail", "finalize CKR_OK",
+                "init-reserved CKR_ARGUMENTS_BAD", "init-reserved CKR_ARGUMENTS_BAD", "init-reserved CKR_ARGUMENTS_BAD",
+                "init-reserved CKR_ARGUMENTS_BAD", "init-reserved CKR_ARGUMENTS_BAD", "init-reserved CKR_OK",
+                "slot-count 1", "token-label dcclient chat", "finalize CKR_OK",
+            ])
+    }
+
+    @Test(
+        "A p11-kit module configuration with x-init-reserved: app=mail offers mail's token alone to every p11-kit program (p11-kit list-modules, pkcs11-tool through p11-kit-proxy), over DCCLIENT_APP=chat; x-init-reserved: mail makes the module fail to initialize, offering no token (p11-kit fails when it is critical)",
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/p11-kit"))
+    )
+    func pinnedByModuleConfiguration() throws {
+        let tokens = try TwoAppTokens("p11-apps-p11kit")
+        defer { tokens.sandbox.remove() }
+        // The user's module configurations, where p11-kit reads them for an ordinary user. For root
+        // it reads none of the user's: there the directory is bound over p11-kit's system one, in
+        // a mount namespace of the one command (the system's modules are then out of sight).
+        let modules = tokens.sandbox.home + "/.config/pkcs11/modules"
+        try FileManager.default.createDirectory(atPath: modules, withIntermediateDirectories: true)
+        func p11kit(_ program: String, _ arguments: [String]) throws -> ProcessResult {
+            let command = getuid() == 0 ? "/usr/bin/unshare" : program
+            let prefix =
+                getuid() == 0
+                ? [
+                    "--mount", "--propagation", "private", "/bin/sh", "-c",
+                    "mount --bind \"$0\" /usr/share/p11-kit/modules && exec \"$@\"", modules, program,
+                ] : []
+            return try tokens.sandbox.run(command, prefix + arguments, environment: ["DCCLIENT_APP": "chat"])
+        }
+        func configure(_ reserved: String, critical: Bool = false) throws {
+            let text = [
+                "module: \(tokens.module)", "critical: \(critical ? "yes" : "no")", "trust-policy: no",
+                "x-init-reserved: \(reserved)", "",
+            ]
+            try text.joined(separator: "\n").write(
+                toFile: modules + "/dcclient.module", atomically: true, encoding: .utf8)
+        }
+        try configure("app=mail")
+        let listed = try p11kit("/usr/bin/p11-kit", ["list-modules"])
+        #expect(listed.status == 0, "\(listed.stderrText)")
+        #expect(listed.stdoutText.contains("dcclient mail"), "\(listed.stdoutText)\(listed.stderrText)")
+        #expect(!listed.stdoutText.contains("dcclient chat"), "\(listed.stdoutText)")
+        let proxy = try #require(
+            ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"].map { $0 + "/p11-kit-proxy.so" }
+                .first { FileManager.default.fileExists(atPath: $0) })
+        let slots = try p11kit("/usr/bin/pkcs11-tool", ["--module", proxy, "-L"])
+        #expect(slots.stdoutText.contains("dcclient mail"), "\(slots.stdoutText)\(slots.stderrText)")
+        #expect(!slots.stdoutText.contains("dcclient chat"), "\(slots.stdoutText)")
+
+        // Text that is not app=ID: the module refuses to start (CKR_ARGUMENTS_BAD), which p11-kit
+        // skips (critical: no) or, for a critical module, fails on as a whole.
+        try configure("mail")
+        let skipped = try p11kit("/usr/bin/p11-kit", ["list-modules"])
+        #expect(!skipped.stdoutText.contains("dcclient "), "\(skipped.stdoutText)")
+        try configure("mail", critical: true)
+        let refused = try p11kit("/usr/bin/p11-kit", ["list-modules"])
+        #expect(refused.status != 0 && !refused.stdoutText.contains("dcclient "), "\(refused.stdoutText)")
+    }
+
+    @Test(
         "Locking one app logs out only its token (CKR_USER_NOT_LOGGED_IN) while the other's session still signs; unauthorizing one removes only its token (CKR_DEVICE_REMOVED); C_WaitForSlotEvent names the slot that changed"
     )
     func eachTokenFollowsItsApp() async throws {

@@ -95,7 +95,7 @@ struct ErrorTests {
     func exitStatuses() {
         let expected: [(DCError.Category, Int32)] = [
             (.usage, 64), (.dataError, 65), (.inputMissing, 66), (.unavailable, 69), (.internalError, 70),
-            (.cannotCreate, 73), (.ioError, 74), (.refused, 77),
+            (.cannotCreate, 73), (.ioError, 74), (.refused, 77), (.configuration, 78),
         ]
         for (category, status) in expected { #expect(category.exitStatus == status) }
         #expect(DCError.Code.wrongPassphrase.category.exitStatus == 77)

@@ -6,7 +6,8 @@
 //
 //   PKCS11Probe MODULE STEP...
 //
-// Steps: init, init-bad-locking, finalize, open, close, login:PIN, logout, count-objects, sign:ID
+// Steps: init, init-reserved:TEXT (pReserved the C string TEXT), init-bad-locking, finalize,
+// slot-count (every slot), token-label (the current slot's), open, close, login:PIN, logout, count-objects, sign:ID
 // (32 bytes with the key whose CKA_ID is the hex ID, CKM_ECDSA or CKM_RSA_PKCS by key type),
 // sign-again (the same key handle again), session-state,
 // slots-present, wait-nonblock, wait-block, event (a blocking C_WaitForSlotEvent that prints the
@@ -248,6 +249,25 @@ for step in arguments.dropFirst(2) {
         var arguments = CK_C_INITIALIZE_ARGS()
         arguments.flags = CKF_OS_LOCKING_OK
         say(step, name(p11.C_Initialize(&arguments)))
+    case "init-reserved":
+        // pReserved as p11-kit passes a module configuration's x-init-reserved: a C string.
+        var arguments = CK_C_INITIALIZE_ARGS()
+        arguments.flags = CKF_OS_LOCKING_OK
+        let text = parts.dropFirst().joined(separator: ":")
+        let rv = text.withCString { reserved in
+            arguments.pReserved = UnsafeMutableRawPointer(mutating: reserved)
+            return p11.C_Initialize(&arguments)
+        }
+        say(parts[0], name(rv))
+    case "slot-count":
+        var count: CK_ULONG = 0
+        let rv = p11.C_GetSlotList(0, nil, &count)
+        say(step, rv == CKR_OK ? String(count) : name(rv))
+    case "token-label":
+        var info = CK_TOKEN_INFO()
+        let rv = p11.C_GetTokenInfo(currentSlot, &info)
+        let label = withUnsafeBytes(of: info.label) { String(decoding: $0, as: UTF8.self) }
+        say(step, rv == CKR_OK ? label.trimmingCharacters(in: .whitespaces) : name(rv))
     case "finalize": say(step, name(p11.C_Finalize(nil)))
     case "open": say(step, name(p11.C_OpenSession(currentSlot, CKF_SERIAL_SESSION, nil, nil, &session)))
     case "slot":

@@ -177,6 +177,11 @@ public final class DesktopSession: Sendable {
         RunningService.readLog(monitorLog).components(separatedBy: "member=\(member)\n").count - 1
     }
 
+    /// Everything the monitor recorded so far, as dbus-monitor printed it: every call to
+    /// `org.freedesktop.Notifications` with all its arguments (for a test that looks for what
+    /// must never be there, such as a passphrase).
+    public func monitorText() -> String { RunningService.readLog(monitorLog) }
+
     /// Every `Notify` call so far, in order.
     public func notifications() -> [Notify] { Self.parse(RunningService.readLog(monitorLog)) }
 

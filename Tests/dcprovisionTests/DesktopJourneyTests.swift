@@ -94,6 +94,11 @@ struct DesktopJourneyTests {
         let installed = session.waitForNotification { $0.summary == "Credential installed" }
         #expect(installed != nil, "\(session.notifications())")
         #expect(try tool("dcclient", ["list", "--app", "mail"]).stdoutText.contains("serial"))
+        // The passphrase typed into pinentry is in no notification, nor in any argument of any
+        // call the bus carried to the notification server.
+        #expect(session.calls("Notify") > 0)
+        #expect(!session.monitorText().contains("correct horse"))
+        #expect(!session.monitorText().lowercased().contains("correct%20horse"))
 
         // The provider withdraws the authorization with a reason: it is shown, and on request again.
         try tool(
@@ -110,14 +115,22 @@ struct DesktopJourneyTests {
 
         // Two apps retired one at a time: each hears only its own.
         try tool("dcprovision", ["retire", "--client-scheme", "org.example.chat"])
-        #expect(session.waitForNotification { $0.summary.contains("retired") } != nil)
+        let chatRetired = session.waitForNotification { $0.summary.contains("retired") }
+        #expect(chatRetired?.summary == "chat was retired", "\(session.notifications())")
+        #expect(chatRetired?.body.hasSuffix("Its keys, credential and secure files were erased.") == true)
         let apps = try tool("dcclient", ["apps", "--json"]).stdoutText
         #expect(apps.contains("\"authState\" : \"retired\"") && apps.contains("\"authState\" : \"unauthorized\""))
+        // Retiring chat said nothing of mail.
+        #expect(!session.notifications().contains { $0.summary.hasPrefix("mail") && $0.summary.contains("retired") })
         try tool("dcprovision", ["retire", "--client-scheme", "org.example.mail"])
         #expect(
             DesktopSession.waitUntil {
-                session.notifications().filter { $0.summary.contains("retired") }.count == 2
-            })
+                session.notifications().filter { $0.summary.contains("retired") }.map(\.summary) == [
+                    "chat was retired", "mail was retired",
+                ]
+            }, "\(session.notifications().map(\.summary))")
+        // Still no secret anywhere the bus carried.
+        #expect(!session.monitorText().contains("correct horse"))
         // `DC_SCREENSHOT_DIR=DIR` keeps the pictures (docs/images/journey-*.png are made so).
         if let keep = ProcessInfo.processInfo.environment["DC_SCREENSHOT_DIR"] {
             for name in ["waiting", "pinentry", "unauthorized"] {

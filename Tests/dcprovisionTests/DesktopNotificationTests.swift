@@ -16,8 +16,11 @@ struct DesktopNotificationTests {
 
     /// A managed client set up in a sandbox with a desktop session of its own; `body` runs, then
     /// the session stops and no process the test started may be left.
-    static func withDesktop(_ label: String, _ body: (Tools, DesktopSession) async throws -> Void) async throws {
-        let tools = try Tools(label)
+    static func withDesktop(
+        _ label: String, tools make: (String) throws -> Tools = { try Tools($0) },
+        _ body: (Tools, DesktopSession) async throws -> Void
+    ) async throws {
+        let tools = try make(label)
         defer { tools.sandbox.remove() }
         let session = try DesktopSession(in: tools.sandbox)
         do {
@@ -209,13 +212,71 @@ struct DesktopNotificationTests {
             #expect(session.waitForNotification { $0.summary == "Credential installed" } != nil)
             let checked = try Self.run(tools, session, "dcclient", ["check"])
             #expect(checked.status == 0, "\(checked.stderrText)")
-            let soon = try #require(session.waitForNotification { $0.summary == "The credential expires soon" })
+            let soon = try #require(
+                session.waitForNotification { $0.summary == "dcclient: the credential expires soon" })
             #expect(soon.body.hasPrefix("A certificate ends within 30 days"), "\(soon.body)")
-            #expect(soon.body.hasSuffix("Renew it: dcclient check --renew-within 30."), "\(soon.body)")
+            #expect(soon.body.hasSuffix("Renew it: dcclient check --app dcclient --renew-within 30."), "\(soon.body)")
             let before = session.notifications().count
             try Self.run(tools, session, "dcclient", ["check", "--renew-within", "1"])
             try await Task.sleep(for: .milliseconds(500))
             #expect(session.notifications().count == before)
+        }
+    }
+
+    @Test(
+        "The daily check with two apps, as the systemd unit runs it (no app named): each app's expiry is told naming it; one app locked fails alone (exit 69, said naming it) while the other is renewed and its renewal told"
+    )
+    func checkEveryApp() async throws {
+        try await Self.withDesktop("notify-check-apps", tools: ManagedAppsCommandTests.twoApps) { tools, session in
+            for app in ["mail", "chat"] {
+                try tools.check(
+                    "dcprovision",
+                    [
+                        "send", "--testca", "ca", "--brand", "Example", "--provider-scheme", "org.example.provider",
+                        "--client-scheme", "org.example.\(app)", "--option", "validity-days=3",
+                    ])
+                #expect(
+                    session.waitForNotification {
+                        $0.summary == "Credential installed" && $0.body.hasPrefix("\(app) installed")
+                    } != nil, "\(session.notifications())")
+            }
+            // Without --renew-within: a report of each app, and a notification for each, naming it.
+            let reported = try Self.run(tools, session, "dcclient", ["check"])
+            #expect(reported.status == 0, "\(reported.stderrText)")
+            #expect(reported.stdoutText.contains("app chat:\n") && reported.stdoutText.contains("app mail:\n"))
+            #expect(reported.stdoutText.components(separatedBy: "renewal: due").count == 3, "\(reported.stdoutText)")
+            for app in ["mail", "chat"] {
+                let soon = session.waitForNotification { $0.summary == "\(app): the credential expires soon" }
+                #expect(soon?.body.hasSuffix("dcclient check --app \(app) --renew-within 30.") == true)
+            }
+            let json = try Self.run(tools, session, "dcclient", ["check", "--json"])
+            let checks = try #require(try jsonPayload(json.stdout, "checks") as? [[String: Any]])
+            #expect(checks.map { $0["app"] as? String } == ["chat", "mail"])
+            #expect(checks.allSatisfy { $0["exitStatus"] as? Int == 0 && $0["report"] != nil })
+
+            // The unit's own command line, with chat locked: mail is renewed, chat fails alone.
+            let unit = try readText(Repository.root + "/packaging/systemd/dcclient-check.service.in")
+            let execStart = try #require(unit.split(separator: "\n").first { $0.hasPrefix("ExecStart=") })
+            let words = execStart.split(separator: " ").map(String.init)
+            #expect(words.first == "ExecStart=@bindir@/dcclient", "\(execStart)")
+            try tools.check("dcclient", ["lock", "--app", "chat"])
+            let daily = try Self.run(tools, session, "dcclient", Array(words.dropFirst()))
+            #expect(daily.status == 69, "\(daily.stderrText)")
+            #expect(daily.stderrText.contains("dcclient: chat: "), "\(daily.stderrText)")
+            #expect(daily.stdoutText.contains("app mail:\n"), "\(daily.stdoutText)")
+            #expect(daily.stdoutText.contains("renewal: due (a certificate ends within 30 days): requested"))
+            let renewed = try #require(session.waitForNotification { $0.summary == "Credential renewed" })
+            #expect(renewed.body.hasPrefix("mail installed \""), "\(renewed.body)")
+            #expect(
+                !session.notifications().contains { $0.summary == "Credential renewed" && $0.body.hasPrefix("chat") })
+            // Renewed, mail is not due any more; chat still is, and is renewed once unlocked.
+            try tools.check("dcclient", ["unlock", "--app", "chat", "--passphrase-file", "pass.txt"])
+            let again = try Self.run(tools, session, "dcclient", Array(words.dropFirst()))
+            #expect(again.status == 0, "\(again.stderrText)")
+            #expect(
+                session.waitForNotification {
+                    $0.summary == "Credential renewed" && $0.body.hasPrefix("chat installed")
+                } != nil)
         }
     }
 

@@ -63,6 +63,12 @@ struct ManagedAppsCommandTests {
         #expect(mailUser.count > 40 && mailUser == chatUser, "\(mailUser) \(chatUser)")
         let status = try tools.check("dcclient", ["status", "--app", "chat", "--json"]).stdoutText
         #expect(status.contains("\"userId\" : \"alice@example.com\""), "\(status)")
+        // The user id is the provider's to tell, not the store's: readable while the app is locked.
+        try tools.check("dcclient", ["lock", "--app", "chat"])
+        let locked = try tools.check("dcclient", ["status", "--app", "chat", "--json"]).stdoutText
+        #expect(locked.contains("\"unlocked\" : false"), "\(locked)")
+        #expect(locked.contains("\"userId\" : \"alice@example.com\""), "\(locked)")
+        try tools.check("dcclient", ["unlock", "--app", "chat", "--passphrase-file", "pass.txt"])
 
         // Unauthorize one, retire the other: each hears only its own policy.
         try tools.check(
@@ -142,6 +148,128 @@ struct ManagedAppsCommandTests {
         #expect(!fileManager.fileExists(atPath: share + "/dcclient.moving"))
         try tools.check("dcclient", ["unlock", "--passphrase-file", "pass.txt"])
         #expect(try tools.check("dcclient", ["files", "get", "note"]).stdoutText == "kept across the move\n")
+    }
+
+    /// Moves the client of the container `dcclient` back where the versions before containers kept
+    /// it: `$XDG_DATA_HOME/dcclient` itself (its registration is left as it is).
+    static func backToSingleLayout(_ tools: Tools) throws {
+        let share = tools.sandbox.dataHome
+        let fileManager = FileManager.default
+        try fileManager.moveItem(atPath: share + "/dcclient/apps/dcclient", toPath: share + "/old")
+        try fileManager.removeItem(atPath: share + "/dcclient")
+        try fileManager.moveItem(atPath: share + "/old", toPath: share + "/dcclient")
+    }
+
+    @Test(
+        "An upgraded user who names the app (DCCLIENT_APP=dcclient, --app dcclient) finds the older version's client moved into its container, not a client never set up"
+    )
+    func migrationWhenNamed() throws {
+        let tools = try Tools("apps-migration-named")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.sandbox.write("note.txt", "kept across the move\n")
+        try tools.check("dcclient", ["files", "put", "note", "note.txt"])
+        let share = tools.sandbox.dataHome
+        try Self.backToSingleLayout(tools)
+        let viaVariable = try tools.sandbox.run(
+            Binaries.directory + "/dcclient", ["files", "get", "note"], environment: ["DCCLIENT_APP": "dcclient"])
+        #expect(viaVariable.status == 0, "\(viaVariable.stderrText)")
+        #expect(viaVariable.stdoutText == "kept across the move\n")
+        #expect(!FileManager.default.fileExists(atPath: share + "/dcclient/store"))
+        try Self.backToSingleLayout(tools)
+        let viaOption = try tools.run("dcclient", ["status", "--app", "dcclient"])
+        #expect(viaOption.status == 0, "\(viaOption.stderrText)")
+        #expect(viaOption.stdoutText.contains("authorization:    authorized"), "\(viaOption.stdoutText)")
+    }
+
+    @Test(
+        "Attack: the move fails or is killed midway (strace injects EIO into its final rename, or SIGKILL at the registration's rename or the final one): the client is whole in one place, old or new, and the next command naming the app finishes the move",
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/strace"))
+    )
+    func migrationInterrupted() throws {
+        let tools = try Tools("apps-migration-cut")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.sandbox.write("note.txt", "kept across the move\n")
+        try tools.check("dcclient", ["files", "put", "note", "note.txt"])
+        let share = tools.sandbox.dataHome
+        let registration = share + "/derived-credentials/clients/org.example.dcclient.json"
+        let places = [share + "/dcclient", share + "/dcclient.moving", share + "/dcclient/apps/dcclient"]
+        // strace's fault injection makes the kernel's own call fail or the process die at it: EIO
+        // stands in for a failing disk, SIGKILL for a crash or power cut at exactly that step. The
+        // move's two renames are the process's only rename(2) calls (the atomic file writer uses
+        // renameat); the registration is the first file it writes (renameat).
+        let faults: [(String, [String])] = [
+            ("the final rename fails", ["-e", "inject=rename:error=EIO:when=2"]),
+            ("killed at the final rename", ["-e", "inject=rename:signal=KILL:when=2"]),
+            ("killed at the registration's rename", ["-e", "inject=renameat:signal=KILL:when=1"]),
+        ]
+        for (what, fault) in faults {
+            try Self.backToSingleLayout(tools)
+            let cut = try tools.sandbox.run(
+                "/usr/bin/strace",
+                ["-f", "-qq", "-o", tools.sandbox.file("strace.log"), "-e", "trace=rename,renameat,renameat2"] + fault
+                    + ["--", Binaries.directory + "/dcclient", "status"],
+                environment: ["DCCLIENT_APP": "dcclient"])
+            let trace = (try? readText(tools.sandbox.file("strace.log"))) ?? ""
+            #expect(cut.status != 0, "\(what): \(cut.stdoutText) \(cut.stderrText) \(trace)")
+            // The fault was injected where it was meant to be.
+            #expect(trace.contains("(INJECTED)") || trace.contains("killed by SIGKILL"), "\(what): \(trace)")
+            // Whole in one place: one configuration, and the secure file beside it.
+            let whole = places.filter { FileManager.default.fileExists(atPath: $0 + "/store/client.json") }
+            #expect(whole.count == 1, "\(what): \(whole) \(trace)")
+            if let place = whole.first {
+                #expect(
+                    try FileManager.default.contentsOfDirectory(atPath: place + "/store/files").count == 1,
+                    "\(what)")
+            }
+            // The next command, naming the app, finishes the move: the registration names the container.
+            let next = try tools.sandbox.run(
+                Binaries.directory + "/dcclient", ["files", "get", "note"], environment: ["DCCLIENT_APP": "dcclient"])
+            #expect(next.status == 0 && next.stdoutText == "kept across the move\n", "\(what): \(next.stderrText)")
+            #expect(!FileManager.default.fileExists(atPath: share + "/dcclient.moving"), "\(what)")
+            #expect(!FileManager.default.fileExists(atPath: share + "/dcclient/store"), "\(what)")
+            #expect(
+                try readText(registration).contains("dcclient/apps/dcclient/spool"), "\(what): \(trace)")
+        }
+    }
+
+    @Test(
+        "Both layouts at once (an older version set up again beside the containers, or a container taken by the client being moved): one line naming both and what to do, exit 78, nothing moved"
+    )
+    func migrationConflict() throws {
+        let tools = try Tools("apps-migration-both")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        let share = tools.sandbox.dataHome
+        let fileManager = FileManager.default
+        // An older version's client beside the containers: a copy of the store at the old place.
+        try fileManager.copyItem(atPath: share + "/dcclient/apps/dcclient/store", toPath: share + "/dcclient/store")
+        for arguments in [["status"], ["status", "--app", "dcclient"], ["apps"]] {
+            let refused = try tools.run("dcclient", arguments)
+            #expect(refused.status == 78, "\(arguments): \(refused.stderrText)")
+            #expect(refused.stderrText.split(separator: "\n").count == 1, "\(refused.stderrText)")
+            #expect(
+                refused.stderrText.contains("both an older version's client and app containers are here"),
+                "\(refused.stderrText)")
+        }
+        let named = try tools.sandbox.run(
+            Binaries.directory + "/dcclient", ["status"], environment: ["DCCLIENT_APP": "dcclient"])
+        #expect(named.status == 78, "\(named.stderrText)")
+        #expect(fileManager.fileExists(atPath: share + "/dcclient/store/client.json"))
+        #expect(fileManager.fileExists(atPath: share + "/dcclient/apps/dcclient/store/client.json"))
+        // A move cut short whose container is set up meanwhile: the aside client is not poured into it.
+        try fileManager.moveItem(atPath: share + "/dcclient/store", toPath: share + "/aside-store")
+        try fileManager.createDirectory(atPath: share + "/dcclient.moving", withIntermediateDirectories: false)
+        try fileManager.moveItem(atPath: share + "/aside-store", toPath: share + "/dcclient.moving/store")
+        let taken = try tools.run("dcclient", ["status", "--app", "dcclient"])
+        #expect(taken.status == 78, "\(taken.stderrText)")
+        #expect(taken.stderrText.split(separator: "\n").count == 1, "\(taken.stderrText)")
+        #expect(taken.stderrText.contains("holds another client already"), "\(taken.stderrText)")
+        #expect(fileManager.fileExists(atPath: share + "/dcclient.moving/store/client.json"))
+        // Settled by the user (the copy removed), every command works again.
+        try fileManager.removeItem(atPath: share + "/dcclient.moving")
+        try tools.check("dcclient", ["status"])
     }
 
     @Test(

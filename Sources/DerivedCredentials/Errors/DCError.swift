@@ -112,6 +112,9 @@ extension DCError {
         case revoked
         /// The credential is expired or not valid yet where it is to be used (80; beyond sysexits too).
         case expired
+        /// The user's files are in a state only the user can settle, such as two layouts of the
+        /// managed client at once (EX_CONFIG, 78).
+        case configuration
 
         /// The sysexits status the command-line tools exit with (docs/CLI.md).
         public var exitStatus: Int32 {
@@ -127,6 +130,7 @@ extension DCError {
             case .temporaryFailure: 75
             case .revoked: 79
             case .expired: 80
+            case .configuration: 78
             }
         }
     }
@@ -414,6 +418,12 @@ extension DCError.Code {
     public static let outputExists = Self(
         "outputExists", .cannotCreate,
         hint: "remove it or choose another path")
+    /// An older version's single managed client and the app containers that replaced it are
+    /// both present, or a client being moved into its container finds that container taken:
+    /// moving either would mix two clients, so nothing is done until the user settles it (exit 78).
+    public static let conflictingLayouts = Self(
+        "conflictingLayouts", .configuration,
+        hint: "keep one of the two clients: move the other out of the way")
     /// An output file or directory cannot be created (exit 73).
     public static let cannotCreateOutput = Self(
         "cannotCreateOutput", .cannotCreate,

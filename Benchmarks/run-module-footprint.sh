@@ -107,6 +107,11 @@ pkcs11-tool --module "$module" --token-label "dcclient bench" --login --pin "$pa
   fail "the module's signature does not verify with openssl"
 dcprovision policy --client-scheme org.example.dcclient --token-login secure-services >>"$work/setup.log" 2>&1 ||
   fail "dcprovision policy --token-login secure-services failed: $(tail -n 3 "$work/setup.log")"
+if [ -n "$before_module" ]; then
+  echo "dcclient module, before: --sign without a login (secure-services) $(per_process "before --sign (no login)" \
+    pkcs11-tool --module "$before_module" --token-label "dcclient bench" --sign --id 02 -m ECDSA -i "$work/digest" \
+    -o "$work/sig")"
+fi
 module_sign=$(per_process "module --sign (no login)" pkcs11-tool --module "$module" --token-label "dcclient bench" \
   --sign --id 02 -m ECDSA -i "$work/digest" -o "$work/sig")
 echo "dcclient module: -L $module_list, --login --sign $module_login_sign, --sign without a login (secure-services) $module_sign"

@@ -54,7 +54,8 @@ extension Module {
         /// Brings the slot's view up to date before a call that uses its token: a token gone
         /// closes every session of the slot (`CKR_DEVICE_REMOVED`); a locked store logs the
         /// application out of this token and hides the objects; an unlocked one has its
-        /// credential read (again after a renewal), with the private keys while logged in.
+        /// credential read (again after a renewal). No private key is read here: each is decoded
+        /// at its first use while logged in (``privateKey(_:for:mechanism:)``).
         ///
         /// `readingContents` false leaves the credential unread: a call that only describes the
         /// token (C_GetTokenInfo) needs its presence and login state, not its objects, so a
@@ -83,20 +84,17 @@ extension Module {
                 guard readingContents else { return }
                 let sequence = watch?.sequence
                 if contents == nil || contents?.sequence != sequence {
-                    let credential = try client.installed()
-                    guard let credential else { throw ReturnValue(CKR_TOKEN_NOT_PRESENT) }
-                    let history = try client.keyHistory()
-                    var read = try TokenContents(credential: credential, history: history, sequence: sequence)
-                    if loggedIn { try read.loadKeys(credential: credential, history: history) }
-                    contents = read
+                    // The pairs as the client sealed them: only the certificates are parsed here,
+                    // and a key is decoded, and checked against its certificate, at its first use.
+                    guard let (credential, history) = try client.installedWithKeyHistory(reading: .asSealed) else {
+                        throw ReturnValue(CKR_TOKEN_NOT_PRESENT)
+                    }
+                    contents = try TokenContents(credential: credential, history: history, sequence: sequence)
                     // Operations begun on the keys of a credential that was replaced end with it.
                     for handle in sessions.keys {
                         sessions[handle]?.signing = nil
                         sessions[handle]?.decrypting = nil
                     }
-                } else if loggedIn, contents?.pairs.first?.key == nil {
-                    guard let credential = try client.installed() else { throw ReturnValue(CKR_TOKEN_NOT_PRESENT) }
-                    try contents?.loadKeys(credential: credential, history: try client.keyHistory())
                 }
             }
         }
@@ -151,12 +149,16 @@ extension Module {
         /// The key pair whose private key `handle` names, checked for `use` (and `mechanism`, when
         /// one is being set up): logged in, a private key, allowed to do it, and for signing within
         /// its certificate's validity and the credential's expiration date (the client's rule,
-        /// `CredentialLifetime`).
-        func privateKey(_ handle: CK_OBJECT_HANDLE, for use: KeyUse, mechanism: CK_MECHANISM_TYPE?) throws
+        /// `CredentialLifetime`). The key is decoded from the store at its first use since the
+        /// login, and checked against its certificate then (`CKR_GENERAL_ERROR` when it does not
+        /// match); it stays decoded until logout, lock or a renewal.
+        mutating func privateKey(_ handle: CK_OBJECT_HANDLE, for use: KeyUse, mechanism: CK_MECHANISM_TYPE?) throws
             -> TokenKeyPair
         {
             guard loggedIn else { throw ReturnValue(CKR_USER_NOT_LOGGED_IN) }
-            guard let (pair, kind) = contents?.object(handle) else { throw ReturnValue(CKR_KEY_HANDLE_INVALID) }
+            guard let (index, kind) = contents?.pairIndex(handle), var pair = contents?.pairs[index] else {
+                throw ReturnValue(CKR_KEY_HANDLE_INVALID)
+            }
             guard kind == .privateKey else {
                 throw ReturnValue(kind == .publicKey ? CKR_KEY_FUNCTION_NOT_PERMITTED : CKR_KEY_HANDLE_INVALID)
             }
@@ -170,6 +172,14 @@ extension Module {
             let now = Date()
             let lapsed = !pair.isValid(at: now) || (contents.map { now > $0.expirationDate } ?? true)
             guard !(use == .sign && lapsed) else { throw ReturnValue(CKR_KEY_FUNCTION_NOT_PERMITTED) }
+            if pair.key == nil {
+                guard let (credential, history) = try client.installedWithKeyHistory(reading: .asSealed) else {
+                    throw ReturnValue(CKR_TOKEN_NOT_PRESENT)
+                }
+                try contents?.loadKey(at: index, credential: credential, history: history)
+                guard let loaded = contents?.pairs[index] else { throw ReturnValue(CKR_GENERAL_ERROR) }
+                pair = loaded
+            }
             return pair
         }
     }

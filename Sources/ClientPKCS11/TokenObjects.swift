@@ -42,7 +42,8 @@ struct TokenKeyPair {
     /// The certificate's validity period (a bound the certificate lacks is open).
     var notBefore: Date?
     var notAfter: Date?
-    /// The private key: only while the token is logged in.
+    /// The private key: only while the token is logged in, and only once it was used (decoded
+    /// from the store at its first use, ``TokenContents/loadKey(at:from:)``).
     var key: KeyOperations?
 
     /// Whether the certificate is within its validity period at `date`.
@@ -102,14 +103,14 @@ struct TokenContents {
         expirationDate = credential.expirationDate
         pairs = try Self.certifiedKeys(credential: credential, history: history).enumerated().map { index, entry in
             let historyNumber = entry.tag == nil ? index + 1 - credential.entries.count : nil
-            let parts = try PublicKeyParts(entry.certificate)
-            let details = try CertificateDetails(entry.certificate)
+            // One parse per certificate: OpenSSL 3 decodes its public key through a decoder chain.
+            let summary = try TokenCertificate(entry.certificate)
             return TokenKeyPair(
                 tag: entry.tag, historyNumber: historyNumber,
                 id: TokenKeyPair.id(tag: entry.tag, historyNumber: historyNumber), certificate: entry.certificate,
-                names: try CertificateNames(entry.certificate), publicParts: parts,
-                permissions: KeyPermissions(tag: entry.tag, keyUsage: details.keyUsage, kind: parts.kind),
-                notBefore: details.notBefore, notAfter: details.notAfter)
+                names: summary.names, publicParts: summary.publicParts,
+                permissions: KeyPermissions(tag: entry.tag, keyUsage: summary.keyUsage, kind: summary.publicParts.kind),
+                notBefore: summary.notBefore, notAfter: summary.notAfter)
         }
     }
 
@@ -123,20 +124,20 @@ struct TokenContents {
             + history.prefix(CredentialEntry.maximumKeyHistory).map { (nil, $0.certificate, $0.privateKey) }
     }
 
-    /// Loads the private keys of `credential` and `history` into the pairs (on login). A key
-    /// whose public half is not its certificate's is refused (`CKR_GENERAL_ERROR`), whatever
-    /// the store says: a key never signs under another key's certificate.
-    mutating func loadKeys(credential: Credential, history: [CertifiedKey]) throws {
-        KeyOperations.useLockedMemory()
+    /// Decodes the private key of pair `index` from `credential` and `history` (read again from
+    /// the store at the key's first use: the token holds no key it was not asked to use). A key
+    /// whose public half is not its certificate's is refused (`CKR_GENERAL_ERROR`), whatever the
+    /// store says: a key never signs under another key's certificate. So is a store whose pairs
+    /// are no longer the token's (a renewal in between).
+    mutating func loadKey(at index: Int, credential: Credential, history: [CertifiedKey]) throws {
         let keys = Self.certifiedKeys(credential: credential, history: history)
-        guard keys.count == pairs.count else { throw ReturnValue(CKR_GENERAL_ERROR) }
-        var loaded: [KeyOperations] = []
-        for (pair, entry) in zip(pairs, keys) {
-            let key = try KeyOperations(entry.privateKey)
-            guard key.isCertified(by: pair.certificate) else { throw ReturnValue(CKR_GENERAL_ERROR) }
-            loaded.append(key)
-        }
-        for index in pairs.indices { pairs[index].key = loaded[index] }
+        guard keys.count == pairs.count, pairs.indices.contains(index),
+            keys[index].certificate == pairs[index].certificate
+        else { throw ReturnValue(CKR_GENERAL_ERROR) }
+        KeyOperations.useLockedMemory()
+        let key = try KeyOperations(keys[index].privateKey)
+        guard key.isCertified(by: pairs[index].certificate) else { throw ReturnValue(CKR_GENERAL_ERROR) }
+        pairs[index].key = key
     }
 
     /// Drops every private key (on logout, lock, finalize).
@@ -146,11 +147,16 @@ struct TokenContents {
 
     /// The pair and kind behind a handle, if it names one.
     func object(_ handle: CK_OBJECT_HANDLE) -> (pair: TokenKeyPair, kind: ObjectKind)? {
+        pairIndex(handle).map { (pairs[$0.index], $0.kind) }
+    }
+
+    /// The index of the pair behind a handle and the kind it names, if it names one.
+    func pairIndex(_ handle: CK_OBJECT_HANDLE) -> (index: Int, kind: ObjectKind)? {
         guard handle >= 1 else { return nil }
         let index = Int((handle - 1) / 3)
         guard index < pairs.count else { return nil }
         let kind: ObjectKind = [.certificate, .publicKey, .privateKey][Int((handle - 1) % 3)]
-        return (pairs[index], kind)
+        return (index, kind)
     }
 
     /// Every handle, in order.

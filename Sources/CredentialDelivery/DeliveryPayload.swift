@@ -79,8 +79,9 @@ public struct DeliveryPayload: Sendable {
     }
 
     /// Decodes and checks a payload: the version, the shape, and every certificate and key
-    /// through the strict reader (a key must match its certificate).
-    public static func decode(_ bytes: SecretBytes) throws -> DeliveryPayload {
+    /// through the strict reader (a key must match its certificate), unless `reading` is
+    /// ``PairReading/asSealed`` (the client's own sealed copy of a payload that passed).
+    public static func decode(_ bytes: SecretBytes, reading: PairReading = .strict) throws -> DeliveryPayload {
         struct Pair: Decodable {
             var certificate: String
             var privateKey: String
@@ -121,7 +122,7 @@ public struct DeliveryPayload: Sendable {
         func pair(_ certificate: String, _ key: String, _ place: String) throws -> CertifiedKey {
             try PairCoding.decode(
                 certificate: certificate, privateKey: key, place: place,
-                hint: "nothing was installed; ask the provider to send again")
+                hint: "nothing was installed; ask the provider to send again", reading: reading)
         }
         var entries: [CredentialEntry] = []
         for entry in wire.credential.entries {

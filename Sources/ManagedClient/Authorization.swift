@@ -2,6 +2,7 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import FoundationEssentials
+import Synchronization
 import SystemSupport
 
 #if canImport(Glibc)
@@ -11,9 +12,10 @@ import SystemSupport
 /// The policy a client applied: the provider's signed policy URL exactly as it was received, what
 /// it says, and whether the app's acknowledgement of it went out. Kept in `store/policy.json`
 /// (`{"url", "acknowledged"}`) and believed only once the URL verifies again, each time it is read
-/// (``ManagedClient/keptPolicy()``); `store/policy.sequence` keeps the highest number applied, so
+/// (``ManagedClient/keptPolicy()``, again whenever a file the verdict rests on changed);
+/// `store/policy.sequence` keeps the highest number applied, so
 /// that an older genuine policy put in its place reads as damaged too.
-struct AppliedPolicy {
+struct AppliedPolicy: Sendable {
     /// The `<client-scheme>:/policy?…` URL as received, with its signature.
     var url: String
     /// What the URL says.
@@ -32,7 +34,7 @@ private struct StoredPolicy: Codable {
 }
 
 /// What the store holds of the provider's policy.
-enum KeptPolicy {
+enum KeptPolicy: Sendable {
     /// No policy yet: the client is not ready.
     case none
     /// The provider's policy, verified now.
@@ -68,7 +70,30 @@ extension ManagedClient {
     /// signed by the pinned provider key (`store/provider.json`, never the registration) and is not
     /// older than the highest number applied. Its time is not checked again: a policy stays in
     /// force until a newer one comes.
+    ///
+    /// The verdict is kept for the process with the bytes of the files it rests on (the record,
+    /// the sequence, the provider pin, the configuration), and given again while they are the
+    /// same: a long-lived user (the PKCS#11 module) asks at every call, and reading four small
+    /// files costs little next to parsing the URL and checking its signature again. The files are
+    /// read before they are verified, so a change in between is seen at the next call.
     func keptPolicy() throws -> KeptPolicy {
+        let files = [policyFile, policySequenceFile, providerPinFile, configFile].map {
+            FileManager.default.contents(atPath: $0)
+        }
+        if let kept = Self.verifiedPolicies.withLock({ $0[policyFile] }), kept.files == files {
+            return kept.policy
+        }
+        let policy = try verifyKeptPolicy()
+        Self.verifiedPolicies.withLock { $0[policyFile] = (files, policy) }
+        return policy
+    }
+
+    /// The verdicts of ``keptPolicy()`` in this process, by policy file, with the bytes of the
+    /// files each rests on.
+    private static let verifiedPolicies = Mutex<[String: (files: [Data?], policy: KeptPolicy)]>([:])
+
+    /// ``keptPolicy()`` read and verified from the files, now.
+    private func verifyKeptPolicy() throws -> KeptPolicy {
         let highest = appliedPolicySequence
         guard let data = FileManager.default.contents(atPath: policyFile) else {
             return highest == nil ? .none : .damaged

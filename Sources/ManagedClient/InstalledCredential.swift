@@ -23,9 +23,9 @@ struct InstalledCredential {
         return try AtRest.open(Array(data), key: key, context: "credential")
     }
 
-    /// The installed credential, decoded; nil when nothing is installed.
-    func credential(key: SecretBytes) throws -> Credential? {
-        try payload(key: key).map { try DeliveryPayload.decode($0).credential }
+    /// The installed credential, decoded as `reading` says; nil when nothing is installed.
+    func credential(key: SecretBytes, reading: PairReading = .strict) throws -> Credential? {
+        try payload(key: key).map { try DeliveryPayload.decode($0, reading: reading).credential }
     }
 
     /// The number of the delivery that brought the installed credential; nil when nothing is
@@ -39,9 +39,10 @@ struct InstalledCredential {
     /// The retired encryption pairs the client keeps, newest first; nil when nothing is installed
     /// or the credential was installed before the client kept a history (its escrow entry's
     /// history is then the whole history).
-    func keyHistory(key: SecretBytes) throws -> [CertifiedKey]? {
+    func keyHistory(key: SecretBytes, reading: PairReading = .strict) throws -> [CertifiedKey]? {
         guard let data = FileManager.default.contents(atPath: keyHistoryPath) else { return nil }
-        return try KeyHistoryCoding.decode(try AtRest.open(Array(data), key: key, context: "key-history"))
+        return try KeyHistoryCoding.decode(
+            try AtRest.open(Array(data), key: key, context: "key-history"), reading: reading)
     }
 
     /// Replaces the installed credential, its number and the key history with `payload`,

@@ -748,6 +748,25 @@ public struct ManagedClient: Sendable {
         return try installation.keyHistory(key: key) ?? installation.credential(key: key)?[.escrow]?.keyHistory ?? []
     }
 
+    /// ``installed()`` and ``keyHistory()`` in one reading, for a long-lived user that shows them
+    /// (the PKCS#11 module): secure services are checked once and each sealed file is opened
+    /// once. With `reading` ``PairReading/asSealed`` the pairs are the bytes the client sealed
+    /// after checking them, unparsed; whoever uses a key then checks it against its certificate.
+    /// Nil when nothing is installed.
+    public func installedWithKeyHistory(reading: PairReading = .strict) throws
+        -> (credential: Credential, keyHistory: [CertifiedKey])?
+    {
+        _ = try config()
+        let key = try secureServicesKey()
+        guard FileManager.default.fileExists(atPath: store + "/credential"),
+            let credential = try installation.credential(key: key, reading: reading)
+        else { return nil }
+        guard let history = try installation.keyHistory(key: key, reading: reading) else {
+            return (credential, credential[.escrow]?.keyHistory ?? [])
+        }
+        return (try KeyContinuity.credential(credential, carrying: history), history)
+    }
+
     /// Opens a message encrypted to this client's credential (CMS EnvelopedData or
     /// AuthEnvelopedData, as DER, PEM or S/MIME, such as `openssl cms -encrypt` and mail clients
     /// make): with the installed encryption pair, then the escrow pair, then the key history,

@@ -3,10 +3,11 @@ import CredentialCoding
 import CredentialDelivery
 import DerivedCredentials
 import Foundation
-import ManagedClient
 import TestCAProvider
 import TestSupport
 import Testing
+
+@testable import ManagedClient
 
 /// An OpenSSL configuration that loads Debian's pkcs11 engine (libengine-pkcs11-openssl) with
 /// `module`, and `pin` for its logins when one is given: what `OPENSSL_CONF` names for the openssl
@@ -421,6 +422,44 @@ struct PKCS11ModuleTests {
             serverLog.contains("depth=0 O = Derived Credentials Test, OU = Derived PIV, CN = Alice Module"),
             "\(serverLog)")
         #expect(!serverLog.contains("verify error"))
+    }
+
+    @Test(
+        "A store that pairs a certificate with another key's private key: that key never signs, its first use fails with CKR_GENERAL_ERROR, the certificates still show and the keys that match still sign"
+    )
+    func mismatchedKeyNeverSigns() async throws {
+        let token = try await ModuleWorld()
+        defer { token.world.dir.remove() }
+        // The store as a hostile hand with the store key could leave it, sealed as the client
+        // seals it: the signing certificate with the authentication key.
+        let client = token.world.client
+        let key = try client.storeKey()
+        var delivered = try DeliveryPayload.decode(try #require(try client.installation.payload(key: key)))
+        let authentication = try #require(delivered.credential[.authentication])
+        let entries = try delivered.credential.entries.map { entry in
+            entry.tag == .signing
+                ? try CredentialEntry(
+                    tag: .signing, certificate: entry.certificate, privateKey: authentication.privateKey)
+                : entry
+        }
+        delivered.credential = try Credential(
+            name: delivered.credential.name, serialNumber: delivered.credential.serialNumber,
+            expirationDate: delivered.credential.expirationDate, entries: entries)
+        try client.installation.replace(
+            with: try delivered.encode(), sequence: client.installation.sequence ?? 1,
+            keyHistory: try client.keyHistory(), key: key)
+
+        let digest = try token.world.dir.write("digest", Digests.sha256(Array("mismatch".utf8)))
+        func sign(_ id: String) throws -> ProcessResult {
+            try token.pkcs11Tool(["--sign", "--id", id, "-m", "ECDSA", "-i", digest, "-o", "sig"], login: true)
+        }
+        let listed = try token.pkcs11Tool(["--list-objects", "--type", "cert"])
+        #expect(listed.status == 0 && listed.stdoutText.contains("Certificate for Digital Signature"), "\(listed)")
+        let refused = try sign("02")
+        #expect(refused.status != 0)
+        #expect(refused.stderrText.contains("CKR_GENERAL_ERROR"), "\(refused.stderrText)")
+        let signed = try sign("01")
+        #expect(signed.status == 0, "\(signed.stderrText)")
     }
 
     @Test(

@@ -84,8 +84,10 @@ public struct PublicKeyParts: Sendable, Equatable {
         try self.init(key)
     }
 
-    init(_ key: PKey) throws {
-        subjectPublicKeyInfo = try key.subjectPublicKeyInfo()
+    /// The parts of `key`; `subjectPublicKeyInfo` is its encoding when the caller has it (a
+    /// certificate's own), which spares OpenSSL's encoder.
+    init(_ key: PKey, subjectPublicKeyInfo: [UInt8]? = nil) throws {
+        self.subjectPublicKeyInfo = try subjectPublicKeyInfo ?? key.subjectPublicKeyInfo()
         ecParameters = []
         ecPoint = []
         modulus = []
@@ -140,7 +142,10 @@ public struct CertificateNames: Sendable, Equatable {
     /// The names of `certificate`. Throws `DCError/Code/malformedInput` unless it is one
     /// strict-DER certificate.
     public init(_ certificate: Certificate) throws {
-        let x509 = try X509Certificate(certificate)
+        try self.init(try X509Certificate(certificate))
+    }
+
+    init(_ x509: X509Certificate) throws {
         guard let subject = encodeDER({ i2d_X509_NAME(X509_get_subject_name(x509.pointer), $0) }),
             let issuer = encodeDER({ i2d_X509_NAME(X509_get_issuer_name(x509.pointer), $0) }),
             let serial = encodeDER({ i2d_ASN1_INTEGER(X509_get0_serialNumber(x509.pointer), $0) })
@@ -148,6 +153,37 @@ public struct CertificateNames: Sendable, Equatable {
         self.subject = subject
         self.issuer = issuer
         self.serialNumber = serial
+    }
+}
+
+/// What a PKCS#11 token shows of a certificate, read in one parse of it: its names, its public
+/// key's parts, its key usage and its validity. Parsing a certificate is the costly part (OpenSSL 3
+/// decodes its public key through a decoder chain), so a token reads these once per certificate.
+public struct TokenCertificate: Sendable, Equatable {
+    /// The subject, the issuer and the serial number, DER.
+    public var names: CertificateNames
+    /// The public key, in PKCS#11's encodings; its SubjectPublicKeyInfo is the certificate's own.
+    public var publicParts: PublicKeyParts
+    /// The keyUsage bits; nil when the extension is absent.
+    public var keyUsage: KeyUsage?
+    /// The start of validity; nil if OpenSSL cannot read the time.
+    public var notBefore: Date?
+    /// The end of validity; nil if OpenSSL cannot read the time.
+    public var notAfter: Date?
+
+    /// What a token shows of `certificate`. Throws `DCError/Code/malformedInput` unless it is one
+    /// strict-DER certificate whose key is RSA or EC on a named curve.
+    public init(_ certificate: Certificate) throws {
+        let x509 = try X509Certificate(certificate)
+        names = try CertificateNames(x509)
+        guard let key = x509.publicKey else {
+            throw DCError(
+                .malformedInput, "the certificate's public key cannot be read", underlying: OpenSSLError.drain())
+        }
+        publicParts = try PublicKeyParts(key, subjectPublicKeyInfo: try x509.subjectPublicKeyInfo())
+        keyUsage = x509.keyUsage
+        notBefore = x509.notBefore
+        notAfter = x509.notAfter
     }
 }
 

@@ -20,6 +20,9 @@ struct ConfigurationFile: Decodable, Equatable {
     var maxConnections: Int?
     var maxConnectionsPerAddress: Int?
     var logLevel: String?
+    var trustURL: String?
+    var trustKey: String?
+    var trustMaxAge: Double?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case issuers, revocations, jwks, listen, threads
@@ -31,6 +34,9 @@ struct ConfigurationFile: Decodable, Equatable {
         case maxConnections = "max-connections"
         case maxConnectionsPerAddress = "max-connections-per-address"
         case logLevel = "log-level"
+        case trustURL = "trust-url"
+        case trustKey = "trust-key"
+        case trustMaxAge = "trust-max-age"
     }
 
     init() {}
@@ -76,6 +82,7 @@ struct ConfigurationFile: Decodable, Equatable {
         file.tlsCertificate = resolve(file.tlsCertificate)
         file.tlsKey = resolve(file.tlsKey)
         file.portFile = resolve(file.portFile)
+        file.trustKey = resolve(file.trustKey)
         return file
     }
 }

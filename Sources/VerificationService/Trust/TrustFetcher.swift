@@ -14,7 +14,7 @@ import Synchronization
     /// ``trust``: what the verifier reads on every call.
     ///
     /// Each fetch is a conditional `GET` (`If-None-Match` with the last accepted `ETag`); a `304`
-    /// confirms the list in force, a `200` is verified (``FetchedTrust/offer(_:at:)``) before it
+    /// confirms the list in force, a `200` is verified (AuthTokens' `FetchedTrust.offer(_:at:)`) before it
     /// replaces the list in one swap, and anything else, or a refused document, keeps the list in
     /// force. The next fetch is the answer's `Cache-Control: max-age` later, within the settings'
     /// floor and ceiling; after a failure, one second later, doubling to that ceiling. Every outcome

@@ -187,6 +187,7 @@ import Synchronization
         /// Never called: no value of this type exists.
         public func fetchSoon() {}
         /// Never called: no value of this type exists.
+        @discardableResult
         public func fetchOnce() async -> Bool { false }
         /// Never called: no value of this type exists.
         public func run() async {}

@@ -44,10 +44,12 @@ let package = Package(
         .trait(
             name: "TLS",
             description: """
-                dcverify can serve HTTPS itself (--tls-certificate), through swift-nio-ssl. That package compiles \
+                dcverify can serve HTTPS itself (--tls-certificate), through swift-nio-ssl, and fetch its trust \
+                from a URL (--trust-url) with AsyncHTTPClient, which needs swift-nio-ssl too. That package compiles \
                 its own copy of BoringSSL, about 340 CPU-seconds, which would add two thirds to a fresh clone's \
                 `swift build`, so it is off by default: without it dcverify serves HTTP (behind a \
-                proxy that terminates TLS, such as nginx) and refuses --tls-certificate with one line (exit 69). \
+                proxy that terminates TLS, such as nginx), reads its trust from local files, and refuses \
+                --tls-certificate and --trust-url with one line each (exit 69). \
                 scripts/install and scripts/test build with it.
                 """),
     ],
@@ -67,6 +69,9 @@ let package = Package(
         // dcverify's metrics: recorded through swift-metrics, exposed in Prometheus' text format.
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // dcverify serve --trust-url: fetching the provider's signed trust list (with the TLS trait:
+        // AsyncHTTPClient needs swift-nio-ssl).
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // C engines, as system libraries. Nothing outside CredentialCoding (and later the
@@ -202,6 +207,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl", condition: .when(traits: ["TLS"])),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: .when(traits: ["TLS"])),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -380,7 +386,7 @@ let package = Package(
             dependencies: [
                 "dcprovision", "dcclient", "dcverify", "TestSupport", "DerivedCredentials", "CredentialCoding",
                 "CredentialDelivery", "ProviderService", "CommandLineSupport", "SystemSupport",
-                "ManagedClient", "TestCAProvider",
+                "ManagedClient", "TestCAProvider", "AuthTokens", "ServiceHarness",
             ]
         ),
     ]

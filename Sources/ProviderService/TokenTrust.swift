@@ -35,6 +35,7 @@ extension CredentialService {
         try AtomicFileSet.ensureDirectory(verifierDirectory)
         if (try? TrustedIssuers.load(from: issuersPath)) != TrustedIssuers([key.publicKey]) {
             try TrustedIssuers([key.publicKey]).write(to: issuersPath)
+            if FileManager.default.fileExists(atPath: revocationsPath) { try republishTrust() }
         }
         if !FileManager.default.fileExists(atPath: revocationsPath) {
             try updateRevocations { _ in }
@@ -70,7 +71,8 @@ extension CredentialService {
             ? try RevocationList.load(from: revocationsPath) : .empty
     }
 
-    /// Changes the revocation list under its lock and replaces the file atomically, stamped now.
+    /// Changes the revocation list under its lock and replaces the file atomically, stamped now,
+    /// then publishes it again where the provider publishes (``publishTrust(to:validity:now:)``).
     /// `expiring` gives the expiry (seconds since 1970) of delegation ids being revoked: once a
     /// revoked delegation has expired (with ten minutes to spare for clocks), no verifier accepts it
     /// anyway and its id leaves the list, so the list does not grow without end. Ids whose expiry
@@ -92,6 +94,8 @@ extension CredentialService {
             try list.write(to: revocationsPath)
             try PinnedKeys.write(expiries, to: revokedExpiriesPath)
         }
+        // Outside the list's lock, as ``publishTrust(to:validity:now:)`` reads the list under its own.
+        try republishTrust()
     }
 
     /// When each revoked delegation expires, for pruning the list (private to the provider).

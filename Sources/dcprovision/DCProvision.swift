@@ -16,7 +16,7 @@ struct DCProvision: AsyncParsableCommand {
             Demo.self, Send.self, HandleURL.self, Register.self, Pair.self, Unregister.self,
             SetClientState<Authorize>.self, SetClientState<Unauthorize>.self, SetClientState<Retire>.self,
             Terminate.self, Policy.self, Status.self, Convert.self, Inspect.self, Providers.self, TestCACommand.self,
-            Tokens.self, Objects.self, Card.self,
+            Tokens.self, Objects.self, Card.self, Publish.self,
         ]
     )
 

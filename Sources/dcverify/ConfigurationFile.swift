@@ -22,6 +22,9 @@ struct ConfigurationFile: Decodable, Equatable {
     var logLevel: String?
     var logFormat: String?
     var metricsListen: String?
+    var trustURL: String?
+    var trustKey: String?
+    var trustMaxAge: Double?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case issuers, revocations, jwks, listen, threads
@@ -35,6 +38,9 @@ struct ConfigurationFile: Decodable, Equatable {
         case logLevel = "log-level"
         case logFormat = "log-format"
         case metricsListen = "metrics-listen"
+        case trustURL = "trust-url"
+        case trustKey = "trust-key"
+        case trustMaxAge = "trust-max-age"
     }
 
     init() {}
@@ -80,6 +86,7 @@ struct ConfigurationFile: Decodable, Equatable {
         file.tlsCertificate = resolve(file.tlsCertificate)
         file.tlsKey = resolve(file.tlsKey)
         file.portFile = resolve(file.portFile)
+        file.trustKey = resolve(file.trustKey)
         return file
     }
 }

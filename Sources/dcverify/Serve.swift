@@ -21,7 +21,12 @@ struct Serve: AsyncParsableCommand {
             --jwks file), and GET /metrics (Prometheus text) on the --metrics-listen address only. Other paths \
             404, other methods 405. \
             SIGHUP re-reads the revocation list and the JWKS file (both are also re-read when they change, \
-            checked at most every 10 ms). SIGTERM or SIGINT stops accepting, lets the requests in flight \
+            checked at most every 10 ms). With --trust-url instead of --issuers and --revocations, the trust \
+            is the signed list dcprovision publish writes (trust.jws under that URL), fetched with conditional \
+            requests as often as its Cache-Control max-age says (1 s to 5 min), accepted only when signed by \
+            --trust-key and numbered above the one in force; while the source is down the last good list \
+            stays, and past --trust-max-age without a confirmation (or past the list's next update by as much) \
+            every token answers 101 until a fresh list arrives; SIGHUP fetches at once. SIGTERM or SIGINT stops accepting, lets the requests in flight \
             finish (10 s at most) and exits 0. Logs go to standard error (label dcverify); they never \
             contain a token, a challenge or a key. At info, at most 10 per-request lines a second are written; \
             every request is counted in a summary line (requests by outcome code, connections cut or refused, \
@@ -56,6 +61,24 @@ struct Serve: AsyncParsableCommand {
             "The revocation list (revoked issuing keys and delegations, retired containers), re-read without a restart.",
             valueName: "file"))
     var revocations: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Fetch the trust from this URL (the directory dcprovision publish writes) instead of --issuers and --revocations; needs the TLS trait.",
+            valueName: "url"))
+    var trustURL: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "With --trust-url: the key that must sign the list, the trust-key.jwks dcprovision publish writes.",
+            valueName: "file"))
+    var trustKey: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "With --trust-url: how long the last good list serves without a confirmation from the source before every token answers 101 (default 15m; 2 s to 7 days; a bare number is seconds).",
+            valueName: "duration"))
+    var trustMaxAge: DurationArgument<BareSeconds>?
 
     @Option(help: ArgumentHelp("A JWKS document to serve at /.well-known/jwks.json (default: 404).", valueName: "file"))
     var jwks: String?
@@ -187,26 +210,95 @@ struct Serve: AsyncParsableCommand {
         if let count = maxConnectionsPerAddress ?? file.maxConnectionsPerAddress {
             configuration.maximumConnectionsPerAddress = count
         }
-        guard let issuers = issuers ?? file.issuers, let revocations = revocations ?? file.revocations else {
-            throw DCError(.usage, "give --issuers FILE and --revocations FILE (or both in --config)")
-        }
-        let (verifier, reload, trust) = try Self.verifier(issuers: issuers, revocations: revocations, logger: logger)
         let trustGauges = TrustGauges(registry: registry)
-        let server = try VerificationServer(
-            configuration: configuration, verifier: verifier, logger: logger, onReload: reload, trust: trust,
-            exposition: {
+        /// The text /metrics answers: the trust's gauges as they are now, then every metric.
+        func exposition(_ trust: @escaping @Sendable () -> TrustStatus) -> @Sendable () -> [UInt8] {
+            {
                 trustGauges.record(trust())
                 var bytes: [UInt8] = []
                 registry.emit(into: &bytes)
                 return bytes
-            })
+            }
+        }
+        if let url = trustURL ?? file.trustURL {
+            let fetcher = try fetcher(url: url, file: file, logger: logger)
+            // One fetch before listening, so that a verifier that reaches its source answers from the first request.
+            await fetcher.fetchOnce()
+            let fetched = fetcher.trust
+            let verifier = AuthTokenVerifier(issuers: { fetched.issuers() }, revocations: { fetched.revocations })
+            let trust: @Sendable () -> TrustStatus = { Self.status(of: fetched.freshness(), from: url) }
+            let server = try VerificationServer(
+                configuration: configuration, verifier: verifier, logger: logger,
+                onReload: {
+                    logger.notice("fetching the trust list now (SIGHUP)")
+                    fetcher.fetchSoon()
+                }, trust: trust, exposition: exposition(trust))
+            let fetching = Task { await fetcher.run() }
+            defer { fetching.cancel() }
+            return try await Self.serve(server, on: configuration.listen)
+        }
+        guard trustKey == nil, file.trustKey == nil, trustMaxAge == nil, file.trustMaxAge == nil else {
+            throw DCError(.usage, "--trust-key and --trust-max-age are for --trust-url")
+        }
+        guard let issuers = issuers ?? file.issuers, let revocations = revocations ?? file.revocations else {
+            throw DCError(.usage, "give --issuers FILE and --revocations FILE, or --trust-url URL (or in --config)")
+        }
+        let (verifier, reload, trust) = try Self.verifier(issuers: issuers, revocations: revocations, logger: logger)
+        let server = try VerificationServer(
+            configuration: configuration, verifier: verifier, logger: logger, onReload: reload, trust: trust,
+            exposition: exposition(trust))
+        try await Self.serve(server, on: configuration.listen)
+    }
+
+    /// Where fetched trust stands, for /health, /ready and /metrics: ready while a list is in force
+    /// and fresh; past the staleness bound, failing closed (every token 101), and saying why.
+    static func status(of freshness: TrustFreshness, from url: String) -> TrustStatus {
+        var summary = "trust list from \(url.escapingControlCharacters)"
+        if let number = freshness.number { summary += ", number \(number)" }
+        if let age = freshness.age { summary += ", confirmed \(Int(age.rounded())) s ago" }
+        if freshness.isStale {
+            summary += "; failing closed, every token is refused: \(freshness.staleReason ?? "stale")"
+        }
+        if let error = freshness.lastError { summary += "; the last fetch failed: \(error.escapingControlCharacters)" }
+        return TrustStatus(
+            isReady: freshness.loaded && !freshness.isStale, isFailingClosed: freshness.isStale, summary: summary,
+            number: freshness.number, ageSeconds: freshness.age, fetchErrors: freshness.failures)
+    }
+
+    /// Runs `server` until it stops.
+    static func serve(_ server: VerificationServer, on listen: ListenAddress) async throws {
         do {
             try await server.run()
         } catch let error as DCError {
             throw error
         } catch {
-            throw DCError(.cannotServe, "cannot serve on \(configuration.listen): \(error)")
+            throw DCError(.cannotServe, "cannot serve on \(listen): \(error)")
         }
+    }
+
+    /// The fetcher of `--trust-url`, its settings checked: a build without the TLS trait refuses
+    /// first (exit 69), then the key file, the bound, and local trust files given as well.
+    func fetcher(url text: String, file: ConfigurationFile, logger: Logger) throws -> TrustFetcher {
+        let url = try TrustURL(parsing: text)
+        try TrustFetcher.checkBuilt(url)
+        guard issuers == nil, revocations == nil, file.issuers == nil, file.revocations == nil else {
+            throw DCError(.usage, "--trust-url replaces --issuers and --revocations: give one or the other")
+        }
+        guard let keyPath = trustKey ?? file.trustKey else {
+            throw DCError(
+                .usage, "--trust-url needs --trust-key FILE", hint: "give the trust-key.jwks dcprovision publish writes"
+            )
+        }
+        var settings = TrustSourceSettings(
+            url: url, key: try TrustSourceSettings.trustKey(at: keyPath),
+            maximumAge: TrustSourceSettings.defaultMaximumAge)
+        if let seconds = trustMaxAge?.seconds ?? file.trustMaxAge {
+            guard seconds.isFinite, seconds >= 2, seconds <= 7 * 86_400 else {
+                throw DCError(.usage, "the trust max age must be between 2 seconds and 7 days")
+            }
+            settings.maximumAge = .milliseconds(Int64((seconds * 1000).rounded()))
+        }
+        return try TrustFetcher(settings: settings, logger: logger)
     }
 
     /// The verifier the service asks, what SIGHUP calls, and where the trust stands: the trusted

@@ -9,35 +9,36 @@ public struct NginxServer: Sendable {
     /// The nginx master process (its workers are in its process group).
     public let process: SpawnedProcess
 
-    /// Writes `PREFIX/nginx.conf`, where `PREFIX` is the sandbox's `directory`: one worker, the
+    /// Writes `PREFIX/nginx.conf`, where `PREFIX` is the sandbox's `directory`: one worker (as root,
+    /// its workers stay root with `servesFiles`, so they read files the sandbox keeps private), the
     /// pid file and error log (at `errorLogLevel`) under the prefix, and an `http` block with every
     /// temporary path under the prefix and `http` (access log, upstreams, servers) inside it. Then
     /// starts nginx and returns once it listens (its pid file exists: nginx writes it after it has
     /// opened its listening sockets). When nginx exits or does not start within `timeout`, it is
     /// stopped and the error says what it wrote.
     public init(
-        in sandbox: Sandbox, directory: String = "nginx", errorLogLevel: String = "warn", http: String,
-        timeout: Duration = .seconds(30)
+        in sandbox: Sandbox, directory: String = "nginx", errorLogLevel: String = "warn", servesFiles: Bool = false,
+        http: String, timeout: Duration = .seconds(30)
     ) async throws {
         let prefix = sandbox.file(directory)
         try FileManager.default.createDirectory(atPath: prefix + "/logs", withIntermediateDirectories: true)
         try sandbox.write(
             directory + "/nginx.conf",
-            """
-            worker_processes 1;
-            pid \(prefix)/nginx.pid;
-            error_log \(prefix)/logs/error.log \(errorLogLevel);
-            events { worker_connections 64; }
-            http {
-              client_body_temp_path \(prefix)/client_body;
-              proxy_temp_path \(prefix)/proxy;
-              fastcgi_temp_path \(prefix)/fastcgi;
-              uwsgi_temp_path \(prefix)/uwsgi;
-              scgi_temp_path \(prefix)/scgi;
-            \(http.split(separator: "\n", omittingEmptySubsequences: false).map { "  " + $0 }.joined(separator: "\n"))
-            }
+            (servesFiles && getuid() == 0 ? "user root;\n" : "") + """
+                worker_processes 1;
+                pid \(prefix)/nginx.pid;
+                error_log \(prefix)/logs/error.log \(errorLogLevel);
+                events { worker_connections 64; }
+                http {
+                  client_body_temp_path \(prefix)/client_body;
+                  proxy_temp_path \(prefix)/proxy;
+                  fastcgi_temp_path \(prefix)/fastcgi;
+                  uwsgi_temp_path \(prefix)/uwsgi;
+                  scgi_temp_path \(prefix)/scgi;
+                \(http.split(separator: "\n", omittingEmptySubsequences: false).map { "  " + $0 }.joined(separator: "\n"))
+                }
 
-            """)
+                """)
         let output = prefix + "/nginx.out"
         let process = try SpawnedProcess(
             try Self.path(),

@@ -17,7 +17,7 @@ struct DCVerifyCommandTests {
         for option in [
             "--config", "--issuers", "--revocations", "--jwks", "--listen", "--tls-certificate", "--tls-key",
             "--port-file", "--threads", "--request-timeout", "--max-connections", "--log-level", "SIGHUP", "SIGTERM",
-            "\"tls-certificate\"", "X-Good-GD-AuthToken",
+            "\"tls-certificate\"", "X-Good-GD-AuthToken", "--trust-url", "--trust-key", "--trust-max-age",
         ] {
             #expect(help.contains(option), "serve --help does not mention \(option)")
         }
@@ -186,6 +186,11 @@ struct DCVerifyCommandTests {
             arguments: ["serve", "--issuers", "/nonexistent/i.jwks", "--revocations", "/nonexistent/r.json"], status: 66
         ),
         Failing(arguments: ["serve", "--jwks", "/nonexistent/published.jwks"], status: 66),
+        Failing(arguments: ["serve", "--trust-url", "ftp://trust.example/"], status: 64),
+        Failing(arguments: ["serve", "--trust-url", "https://user@trust.example/"], status: 64),
+        // With --issuers and --revocations (added below): one trust source or the other.
+        Failing(arguments: ["serve", "--trust-url", "http://127.0.0.1:1/"], status: 64),
+        Failing(arguments: ["serve", "--trust-max-age", "60"], status: 64),
         Failing(
             arguments: ["serve", "--tls-certificate", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"],
             status: 66),

@@ -81,34 +81,42 @@ public struct RevocationList: Sendable, Equatable, Codable {
     public init(json: [UInt8]) throws {
         do throws(FormatError) {
             let fields = try JSONFields(
-                StrictJSON.parse(json),
-                required: ["v", "issued", "revokedIssuerKeys", "revokedDelegations", "retiredContainers"],
-                what: "the revocation list")
+                StrictJSON.parse(json), required: RevocationList.members, what: "the revocation list")
             guard try fields.integer("v") == Int64(RevocationList.version) else {
                 throw FormatError("an unknown revocation list version")
             }
-            func strings(_ name: String) throws(FormatError) -> Set<String> {
-                var result = Set<String>()
-                for element in try fields.array(name) {
-                    guard case .string(let text) = element, !text.isEmpty else {
-                        throw FormatError("\"\(name)\" holds something other than a non-empty string")
-                    }
-                    result.insert(text)
-                }
-                return result
-            }
-            var containers = Set<RetiredContainer>()
-            for element in try fields.array("retiredContainers") {
-                let container = try JSONFields(element, required: ["app", "ctr"], what: "a retired container")
-                containers.insert(
-                    RetiredContainer(appID: try container.string("app"), containerID: try container.string("ctr")))
-            }
-            self.init(
-                issued: try fields.integer("issued"), revokedIssuerKeys: try strings("revokedIssuerKeys"),
-                revokedDelegations: try strings("revokedDelegations"), retiredContainers: containers)
+            try self.init(fields: fields)
         } catch {
             throw DCError(.invalid, "not a valid revocation list: \(error.description)")
         }
+    }
+
+    /// The members of the unsigned list, every one required.
+    static let members: Set<String> = ["v", "issued", "revokedIssuerKeys", "revokedDelegations", "retiredContainers"]
+
+    /// Reads `issued` and the three arrays from `fields` strictly (the caller checked the members
+    /// and the version): the one reading of a list's contents, for the unsigned file and the
+    /// payload of a ``SignedTrustList`` alike.
+    package init(fields: JSONFields) throws(FormatError) {
+        func strings(_ name: String) throws(FormatError) -> Set<String> {
+            var result = Set<String>()
+            for element in try fields.array(name) {
+                guard case .string(let text) = element, !text.isEmpty else {
+                    throw FormatError("\"\(name)\" holds something other than a non-empty string")
+                }
+                result.insert(text)
+            }
+            return result
+        }
+        var containers = Set<RetiredContainer>()
+        for element in try fields.array("retiredContainers") {
+            let container = try JSONFields(element, required: ["app", "ctr"], what: "a retired container")
+            containers.insert(
+                RetiredContainer(appID: try container.string("app"), containerID: try container.string("ctr")))
+        }
+        self.init(
+            issued: try fields.integer("issued"), revokedIssuerKeys: try strings("revokedIssuerKeys"),
+            revokedDelegations: try strings("revokedDelegations"), retiredContainers: containers)
     }
 
     /// Reads and checks the list at `path` (at most ``maximumFileSize`` bytes).
@@ -123,16 +131,21 @@ public struct RevocationList: Sendable, Equatable, Codable {
 
     /// The list as canonical JSON: members in the documented order, arrays sorted, no white space.
     public func json() -> [UInt8] {
+        let text = JSONText.object(
+            [("v", String(RevocationList.version)), ("issued", String(issued))] + contentMembers())
+        return Array((text + "\n").utf8)
+    }
+
+    /// The three arrays as JSON members, sorted: what the unsigned file and a signed list's payload share.
+    func contentMembers() -> [(String, String)] {
         let containers = retiredContainers.sorted().map {
             JSONText.object([("app", JSONText.string($0.appID)), ("ctr", JSONText.string($0.containerID))])
         }
-        let text = JSONText.object([
-            ("v", String(RevocationList.version)), ("issued", String(issued)),
+        return [
             ("revokedIssuerKeys", JSONText.array(revokedIssuerKeys.sorted().map(JSONText.string))),
             ("revokedDelegations", JSONText.array(revokedDelegations.sorted().map(JSONText.string))),
             ("retiredContainers", JSONText.array(containers)),
-        ])
-        return Array((text + "\n").utf8)
+        ]
     }
 
     /// Replaces the file at `path` with ``json()`` atomically (mode 0644): a reader sees the old

@@ -31,36 +31,42 @@ public struct TrustedIssuers: Sendable, Equatable {
     /// Reads a JWKS strictly. Throws `DCError.Code.invalid` naming the first rule broken.
     public init(jwks: [UInt8]) throws {
         do throws(FormatError) {
-            let set = try JSONFields(StrictJSON.parse(jwks), required: ["keys"], what: "the JWKS")
-            var keys: [String: TokenPublicKey] = [:]
-            for element in try set.array("keys") {
-                let jwk = try JSONFields(
-                    element, required: ["kty", "crv", "x", "y"], optional: ["kid", "use", "alg"], what: "a key")
-                guard try jwk.string("kty") == "EC", try jwk.string("crv") == "P-256" else {
-                    throw FormatError("a key is not an EC P-256 key")
-                }
-                if jwk.has("use") {
-                    guard try jwk.string("use") == "sig" else { throw FormatError("a key's use is not sig") }
-                }
-                if jwk.has("alg") {
-                    guard try jwk.string("alg") == "ES256" else { throw FormatError("a key's alg is not ES256") }
-                }
-                guard let key = try? TokenPublicKey(jwkX: jwk.string("x"), jwkY: jwk.string("y")) else {
-                    throw FormatError("a key is not a P-256 point in canonical base64url")
-                }
-                if jwk.has("kid") {
-                    guard try jwk.string("kid") == key.thumbprint else {
-                        throw FormatError("a key's kid is not its RFC 7638 thumbprint")
-                    }
-                }
-                guard keys.updateValue(key, forKey: key.thumbprint) == nil else {
-                    throw FormatError("a key appears twice")
-                }
-            }
-            self.keys = keys
+            try self.init(parsed: StrictJSON.parse(jwks))
         } catch {
             throw DCError(.invalid, "not a valid JWKS of issuing keys: \(error.description)")
         }
+    }
+
+    /// Reads a parsed JWKS strictly: the one reading, for the JWKS file and the issuers a
+    /// ``SignedTrustList`` carries alike.
+    package init(parsed: JSONValue) throws(FormatError) {
+        let set = try JSONFields(parsed, required: ["keys"], what: "the JWKS")
+        var keys: [String: TokenPublicKey] = [:]
+        for element in try set.array("keys") {
+            let jwk = try JSONFields(
+                element, required: ["kty", "crv", "x", "y"], optional: ["kid", "use", "alg"], what: "a key")
+            guard try jwk.string("kty") == "EC", try jwk.string("crv") == "P-256" else {
+                throw FormatError("a key is not an EC P-256 key")
+            }
+            if jwk.has("use") {
+                guard try jwk.string("use") == "sig" else { throw FormatError("a key's use is not sig") }
+            }
+            if jwk.has("alg") {
+                guard try jwk.string("alg") == "ES256" else { throw FormatError("a key's alg is not ES256") }
+            }
+            guard let key = try? TokenPublicKey(jwkX: jwk.string("x"), jwkY: jwk.string("y")) else {
+                throw FormatError("a key is not a P-256 point in canonical base64url")
+            }
+            if jwk.has("kid") {
+                guard try jwk.string("kid") == key.thumbprint else {
+                    throw FormatError("a key's kid is not its RFC 7638 thumbprint")
+                }
+            }
+            guard keys.updateValue(key, forKey: key.thumbprint) == nil else {
+                throw FormatError("a key appears twice")
+            }
+        }
+        self.keys = keys
     }
 
     /// Reads and checks the JWKS at `path` (at most ``maximumFileSize`` bytes).
@@ -84,8 +90,13 @@ public struct TrustedIssuers: Sendable, Equatable {
 
     /// The keys as a JWKS, sorted by key id: what the provider writes and the service publishes.
     public func jwks() -> [UInt8] {
+        Array((jwksText() + "\n").utf8)
+    }
+
+    /// The JWKS as one line of JSON, without the final newline (a signed list's `issuers` member).
+    func jwksText() -> String {
         let members = keys.sorted { $0.key < $1.key }.map { TrustedIssuers.jwk($0.value) }
-        return Array((JSONText.object([("keys", JSONText.array(members))]) + "\n").utf8)
+        return JSONText.object([("keys", JSONText.array(members))])
     }
 
     /// Replaces the file at `path` with ``jwks()`` atomically (mode 0644).

@@ -1,0 +1,195 @@
+import AuthTokens
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+import Logging
+import Synchronization
+
+#if TLS
+    import AsyncHTTPClient
+    import NIOCore
+    import NIOHTTP1
+
+    /// Fetches the signed trust list from a ``TrustURL`` for as long as ``run()`` runs, into
+    /// ``trust``: what the verifier reads on every call.
+    ///
+    /// Each fetch is a conditional `GET` (`If-None-Match` with the last accepted `ETag`); a `304`
+    /// confirms the list in force, a `200` is verified (AuthTokens' `FetchedTrust.offer(_:at:)`) before it
+    /// replaces the list in one swap, and anything else, or a refused document, keeps the list in
+    /// force. The next fetch is the answer's `Cache-Control: max-age` later, within the settings'
+    /// floor and ceiling; after a failure, one second later, doubling to that ceiling. Every outcome
+    /// is logged (never a token), and so is each passage into and out of staleness. Built only
+    /// with the `TLS` trait: AsyncHTTPClient needs swift-nio-ssl.
+    public final class TrustFetcher: Sendable {
+        /// The trust the verifier reads.
+        public let trust: FetchedTrust
+        /// Where and how it fetches.
+        public let settings: TrustSourceSettings
+        private let client: HTTPClient
+        private let logger: Logger
+        /// Set by ``fetchSoon()`` (SIGHUP), taken by the loop.
+        private let woken = Atomic<Bool>(false)
+
+        /// A fetcher for `settings`; nothing is fetched before ``fetchOnce()`` or ``run()``.
+        public init(settings: TrustSourceSettings, logger: Logger) throws {
+            self.settings = settings
+            self.trust = FetchedTrust(key: settings.key, maximumAge: settings.maximumAge)
+            self.logger = logger
+            var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+            configuration.timeout = .init(connect: .seconds(5), read: .seconds(10))
+            client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        }
+
+        /// Returns: this build can fetch `url` (the stub without the `TLS` trait throws).
+        public static func checkBuilt(_ url: TrustURL) throws {}
+
+        /// Makes the loop fetch at its next tick, whatever the last answer's `max-age` said (SIGHUP).
+        public func fetchSoon() { woken.store(true, ordering: .relaxed) }
+
+        /// What one fetch did, for the loop's timing.
+        private struct Answer {
+            var ok: Bool
+            var maxAge: Int?
+        }
+
+        /// The ETag of the list in force, sent as `If-None-Match`.
+        private let etag = Mutex<String?>(nil)
+
+        /// Fetches once, hands the answer to ``trust`` and logs the outcome; returns whether the list in
+        /// force is now confirmed.
+        @discardableResult
+        public func fetchOnce() async -> Bool { await fetch().ok }
+
+        private func fetch() async -> Answer {
+            let url = settings.url.listURL
+            var request = HTTPClientRequest(url: url)
+            request.headers.add(name: "User-Agent", value: "dcverify")
+            let sent = etag.withLock { $0 }
+            if let sent, trust.number != nil { request.headers.add(name: "If-None-Match", value: sent) }
+            // A fetch never waits past half the staleness bound (AsyncHTTPClient retries a refused
+            // connection until the deadline), so a source that comes back is asked again in time.
+            let limit = min(settings.requestTimeout, max(settings.minimumInterval, settings.maximumAge / 2))
+            let timeout = TimeAmount.nanoseconds(
+                limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000)
+            do {
+                let response = try await client.execute(request, timeout: timeout)
+                let maxAge = response.headers.first(name: "Cache-Control").flatMap(TrustSourceSettings.maxAge)
+                switch response.status.code {
+                case 304:
+                    trust.confirm()
+                    logger.debug("trust list \(trust.number ?? 0) not modified at \(url)")
+                    return Answer(ok: true, maxAge: maxAge)
+                case 200:
+                    let body = try await response.body.collect(upTo: SignedTrustList.maximumLength + 1)
+                    do {
+                        switch try trust.offer(Array(buffer: body)) {
+                        case .accepted(let number):
+                            logger.notice("accepted trust list \(number) from \(url)")
+                        case .unchanged(let number):
+                            logger.debug("trust list \(number) unchanged at \(url)")
+                        }
+                        etag.withLock { $0 = response.headers.first(name: "ETag") }
+                        return Answer(ok: true, maxAge: maxAge)
+                    } catch {
+                        logger.error(
+                            "refused the trust list from \(url): \(Self.reason(error)); kept \(trust.number.map { "list \($0)" } ?? "no list")"
+                        )
+                        return Answer(ok: false, maxAge: nil)
+                    }
+                default:
+                    _ = try? await response.body.collect(upTo: 1 << 16)
+                    let reason = "HTTP \(response.status.code) from \(url)"
+                    trust.failed(reason)
+                    logger.error("cannot fetch the trust list: \(reason)")
+                    return Answer(ok: false, maxAge: nil)
+                }
+            } catch {
+                let reason = "\(url): \(error)"
+                trust.failed(reason)
+                logger.error("cannot fetch the trust list from \(reason)")
+                return Answer(ok: false, maxAge: nil)
+            }
+        }
+
+        /// Fetches until the task is cancelled, then shuts the HTTP client down. Beside the fetches,
+        /// a watch logs each passage into and out of staleness within 50 ms, also while a fetch waits
+        /// for a source that does not answer.
+        public func run() async {
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.fetchLoop() }
+                group.addTask { await self.watchLoop() }
+                await group.waitForAll()
+            }
+            try? await client.shutdown()
+        }
+
+        /// Fetches when the last answer's interval has passed, or at once after ``fetchSoon()``.
+        private func fetchLoop() async {
+            var retry = settings.minimumInterval
+            var next = ContinuousClock.now
+            while !Task.isCancelled {
+                if ContinuousClock.now >= next || woken.exchange(false, ordering: .relaxed) {
+                    let answer = await fetch()
+                    if answer.ok {
+                        retry = settings.minimumInterval
+                        next = .now + settings.interval(maxAge: answer.maxAge)
+                    } else {
+                        next = .now + retry
+                        retry = min(retry * 2, settings.interval(maxAge: nil))
+                    }
+                }
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+        }
+
+        /// Logs each passage into and out of staleness.
+        private func watchLoop() async {
+            var wasStale = trust.freshness().isStale
+            while !Task.isCancelled {
+                let freshness = trust.freshness()
+                if freshness.isStale != wasStale {
+                    wasStale = freshness.isStale
+                    if let reason = freshness.staleReason {
+                        logger.critical("the trust is stale (\(reason)): every token is refused until a fresh list")
+                    } else {
+                        logger.notice("the trust is fresh again: trust list \(freshness.number ?? 0)")
+                    }
+                }
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+        }
+
+        /// An error's message, without the error type's decoration.
+        private static func reason(_ error: any Error) -> String {
+            (error as? DCError)?.message ?? "\(error)"
+        }
+    }
+#else
+    /// Fetching trust in a build without the `TLS` trait: AsyncHTTPClient needs swift-nio-ssl, which
+    /// compiles its own BoringSSL, so asking for `--trust-url` stops the service before it listens,
+    /// with one line that says how to get it.
+    public final class TrustFetcher: Sendable {
+        /// The trust the verifier would read.
+        public let trust: FetchedTrust
+
+        /// Refuses: this build cannot fetch trust.
+        public init(settings: TrustSourceSettings, logger: Logger) throws {
+            trust = FetchedTrust(key: settings.key, maximumAge: settings.maximumAge)
+            try Self.checkBuilt(settings.url)
+        }
+
+        /// Throws `notInThisBuild` (exit 69): this build cannot fetch `url`.
+        public static func checkBuilt(_ url: TrustURL) throws {
+            throw DCError(
+                .notInThisBuild, "this build cannot fetch trust (it was built without the TLS trait)",
+                subject: url.text)
+        }
+        /// Never called: no value of this type exists.
+        public func fetchSoon() {}
+        /// Never called: no value of this type exists.
+        @discardableResult
+        public func fetchOnce() async -> Bool { false }
+        /// Never called: no value of this type exists.
+        public func run() async {}
+    }
+#endif

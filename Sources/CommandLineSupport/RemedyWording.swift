@@ -25,6 +25,10 @@ enum RemedyWording {
             "build with the TLS trait (swift build --traits DemoCompanions,TLS; scripts/install does), "
                 + "or serve HTTP behind a TLS-terminating proxy such as nginx"
         },
+        DCError.Remedy.buildWithTLSOrUseFiles.name: { _ in
+            "build with the TLS trait (swift build --traits DemoCompanions,TLS; scripts/install does), "
+                + "or give the trust as files with --issuers and --revocations"
+        },
         DCError.Remedy.unlockOrQueue.name: { _ in
             "unlock the client (dcclient unlock) and try again, or send with --queue"
         },

@@ -64,6 +64,10 @@ extension DCError.Remedy {
     public static let buildWithTLS = Self(
         "buildWithTLS", "use a build with TLS, or serve HTTP behind a proxy that terminates TLS")
 
+    /// Fetching trust needs a build with TLS (its HTTP client comes with it), or local trust files.
+    public static let buildWithTLSOrUseFiles = Self(
+        "buildWithTLSOrUseFiles", "use a build with TLS, or give the trust as local files")
+
     /// The client is locked: unlock it, or queue the delivery for later.
     public static let unlockOrQueue = Self(
         "unlockOrQueue", "unlock the client and try again, or queue the delivery for later")

@@ -182,7 +182,7 @@ import Synchronization
         public static func checkBuilt(_ url: TrustURL) throws {
             throw DCError(
                 .notInThisBuild, "this build cannot fetch trust (it was built without the TLS trait)",
-                subject: url.text)
+                subject: url.text, remedy: .buildWithTLSOrUseFiles)
         }
         /// Never called: no value of this type exists.
         public func fetchSoon() {}

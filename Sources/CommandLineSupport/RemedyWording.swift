@@ -29,6 +29,14 @@ enum RemedyWording {
             "build with the TLS trait (swift build --traits DemoCompanions,TLS; scripts/install does), "
                 + "or give the trust as files with --issuers and --revocations"
         },
+        DCError.Remedy.fixTrustSigningKey.name: { _ in
+            "make it mode 0600, or remove it (every verifier must then be given the new --trust-key)"
+        },
+        DCError.Remedy.namePublicationDirectory.name: { _ in "give --out-dir DIR once; it is remembered" },
+        DCError.Remedy.givePublishedTrustURL.name: { _ in
+            "give the URL of the directory dcprovision publish writes, such as https://trust.example.com/dc/"
+        },
+        DCError.Remedy.givePublishedTrustKey.name: { _ in "give the trust-key.jwks that dcprovision publish writes" },
         DCError.Remedy.unlockOrQueue.name: { _ in
             "unlock the client (dcclient unlock) and try again, or send with --queue"
         },

@@ -67,7 +67,7 @@ extension CredentialService {
             at: path,
             refusal: DCError(
                 .permissionDenied, "the trust-signing key is not a private regular file of this user", subject: path,
-                hint: "make it mode 0600, or remove it (every verifier must then be given the new --trust-key)"))
+                remedy: .fixTrustSigningKey))
     }
 
     /// The last publication's record, if the provider has published.
@@ -88,7 +88,7 @@ extension CredentialService {
         return try FileLock.withExclusiveLock(at: publicationPath + ".lock") { _ in
             let record = try publication()
             guard let directory = directory ?? record?.directory else {
-                throw DCError(.usage, "no publication directory", hint: "give --out-dir DIR once; it is remembered")
+                throw DCError(.usage, "no publication directory", remedy: .namePublicationDirectory)
             }
             let validity = validity ?? record?.validity ?? Self.defaultTrustValidity
             let key = try trustSigningKey()

@@ -68,6 +68,25 @@ extension DCError.Remedy {
     public static let buildWithTLSOrUseFiles = Self(
         "buildWithTLSOrUseFiles", "use a build with TLS, or give the trust as local files")
 
+    /// The provider's trust-signing key file is not private: make it so, or let a new one be made.
+    public static let fixTrustSigningKey = Self(
+        "fixTrustSigningKey",
+        "make the trust-signing key mode 0600, or remove it (every verifier then needs the new key)")
+
+    /// Publishing needs a directory, named once.
+    public static let namePublicationDirectory = Self(
+        "namePublicationDirectory", "name the publication directory once; it is remembered")
+
+    /// A verifier fetches trust from the directory the provider publishes into.
+    public static let givePublishedTrustURL = Self(
+        "givePublishedTrustURL",
+        "give the http or https URL of the directory the provider publishes its trust into, such as https://trust.example.com/dc/"
+    )
+
+    /// A verifier trusts the one key the provider publishes beside its trust.
+    public static let givePublishedTrustKey = Self(
+        "givePublishedTrustKey", "give the trust key file the provider publishes beside its trust")
+
     /// The client is locked: unlock it, or queue the delivery for later.
     public static let unlockOrQueue = Self(
         "unlockOrQueue", "unlock the client and try again, or queue the delivery for later")

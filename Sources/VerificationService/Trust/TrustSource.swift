@@ -21,7 +21,7 @@ public struct TrustURL: Sendable, Hashable, CustomStringConvertible {
         else {
             throw DCError(
                 .usage, "'\(text.escapingControlCharacters)' is not an http or https URL with a host",
-                hint: "give the URL of the directory dcprovision publish writes, such as https://trust.example.com/dc/")
+                remedy: .givePublishedTrustURL)
         }
         guard components.user == nil, components.password == nil, components.query == nil,
             components.fragment == nil
@@ -96,7 +96,7 @@ public struct TrustSourceSettings: Sendable {
         guard set.keys.count == 1, let key = set.keys.values.first else {
             throw DCError(
                 .invalid, "the trust key file holds \(set.keys.count) keys, not one", subject: path,
-                hint: "give the trust-key.jwks that dcprovision publish writes")
+                remedy: .givePublishedTrustKey)
         }
         return key
     }

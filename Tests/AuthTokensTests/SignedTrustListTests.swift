@@ -2,9 +2,10 @@ import AuthTokens
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import TestSupport
 import Testing
 
-@Suite("The signed trust list and the fetched trust it feeds", .timeLimit(.minutes(1)))
+@Suite("The signed trust list and the fetched trust it feeds", .ownThreads, .timeLimit(.minutes(1)))
 struct SignedTrustListTests {
     let provider: TokenSigningKey
     let issuing: TokenSigningKey

@@ -31,8 +31,14 @@ import SystemSupport
 /// {"time":"2026-11-23T23:10:04.125Z","level":"info","label":"dcverify","message":"verified","app":"org.example.mail","code":"100"}
 /// ```
 public struct LogLineHandler: LogHandler {
-    /// The least severe level written.
-    public var logLevel: Logger.Level
+    /// The least severe level written: the shared ``LevelSetting``'s, when the handler follows
+    /// one, until this logger sets a level of its own.
+    public var logLevel: Logger.Level {
+        get { ownLevel ?? setting?.level ?? .info }
+        set { ownLevel = newValue }
+    }
+    private var ownLevel: Logger.Level?
+    private let setting: LevelSetting?
     /// Metadata added to every line of this logger.
     public var metadata: Logger.Metadata = [:]
     private let label: String
@@ -51,9 +57,42 @@ public struct LogLineHandler: LogHandler {
     /// (standard error unless told), as `format` says.
     public init(label: String, level: Logger.Level, descriptor: Int32 = 2, format: Format = .text) {
         self.label = label
-        self.logLevel = level
+        self.ownLevel = level
+        self.setting = nil
         self.descriptor = descriptor
         self.format = format
+    }
+
+    /// A handler for the logger `label` whose level is `setting`'s, now and after it changes (a
+    /// service that re-reads its configuration on SIGHUP).
+    public init(label: String, following setting: LevelSetting, descriptor: Int32 = 2, format: Format = .text) {
+        self.label = label
+        self.ownLevel = nil
+        self.setting = setting
+        self.descriptor = descriptor
+        self.format = format
+    }
+
+    /// A log level that every handler following it reads at each event, so that changing it
+    /// changes what every logger writes from then on.
+    public final class LevelSetting: Sendable {
+        private let value: Atomic<UInt8>
+
+        /// A setting of `level`.
+        public init(_ level: Logger.Level) { value = Atomic(Self.index(level)) }
+
+        /// The level in force.
+        public var level: Logger.Level {
+            let index = Int(value.load(ordering: .relaxed))
+            return Logger.Level.allCases[min(index, Logger.Level.allCases.count - 1)]
+        }
+
+        /// Makes `level` the level in force.
+        public func set(_ level: Logger.Level) { value.store(Self.index(level), ordering: .relaxed) }
+
+        private static func index(_ level: Logger.Level) -> UInt8 {
+            UInt8(Logger.Level.allCases.firstIndex(of: level) ?? 0)
+        }
     }
 
     /// One metadata value of this logger.

@@ -20,7 +20,8 @@ struct Serve: AsyncParsableCommand {
             /ready (readiness: 200 when the trust is loaded and fresh, else 503), GET /.well-known/jwks.json (the \
             --jwks file), and GET /metrics (Prometheus text) on the --metrics-listen address only. Other paths \
             404, other methods 405. \
-            SIGHUP re-reads the revocation list and the JWKS file (both are also re-read when they change, \
+            SIGHUP re-reads the configuration file's log level, the revocation list and the JWKS file (the files \
+            are also re-read when they change, \
             checked at most every 10 ms). With --trust-url instead of --issuers and --revocations, the trust \
             is the signed list dcprovision publish writes (trust.jws under that URL), fetched with conditional \
             requests as often as its Cache-Control max-age says (1 s to 5 min), accepted only when signed by \
@@ -166,8 +167,27 @@ struct Serve: AsyncParsableCommand {
         let file = try config.map { try ConfigurationFile.read($0) } ?? ConfigurationFile()
         let level = try logLevel?.level ?? Self.logLevel(file.logLevel ?? "info")
         let format = try logFormat ?? file.logFormat.map(LogFormat.parse) ?? .text
-        LoggingSystem.bootstrap { LogLineHandler(label: $0, level: level, format: format.lineFormat) }
+        let levelSetting = LogLineHandler.LevelSetting(level)
+        LoggingSystem.bootstrap { LogLineHandler(label: $0, following: levelSetting, format: format.lineFormat) }
         let logger = Logger(label: "dcverify")
+        // SIGHUP re-reads the configuration file too: its log level takes effect at once (unless
+        // --log-level set one); the other settings need a restart, and a file that cannot be read
+        // keeps the level in force.
+        let configPath = config
+        let levelFlag = logLevel != nil
+        let reloadConfiguration: @Sendable () -> Void = {
+            guard let configPath, !levelFlag else { return }
+            do {
+                let reread = try ConfigurationFile.read(configPath)
+                let level = try Self.logLevel(reread.logLevel ?? "info")
+                if level != levelSetting.level {
+                    levelSetting.set(level)
+                    logger.notice("re-read the configuration file: log level \(level)")
+                }
+            } catch {
+                logger.error("kept the configuration in force: \(error)")
+            }
+        }
         var configuration = ServiceConfiguration(threads: ServiceConfiguration.availableCores)
         if let listen = try listen ?? file.listen.map(ListenAddress.init(parsing:)) { configuration.listen = listen }
         configuration.metricsListen = try metricsListen ?? file.metricsListen.map(ListenAddress.init(parsing:))
@@ -230,6 +250,7 @@ struct Serve: AsyncParsableCommand {
             let server = try VerificationServer(
                 configuration: configuration, verifier: verifier, logger: logger,
                 onReload: {
+                    reloadConfiguration()
                     logger.notice("fetching the trust list now (SIGHUP)")
                     fetcher.fetchSoon()
                 }, trust: trust, exposition: exposition(trust))
@@ -245,8 +266,11 @@ struct Serve: AsyncParsableCommand {
         }
         let (verifier, reload, trust) = try Self.verifier(issuers: issuers, revocations: revocations, logger: logger)
         let server = try VerificationServer(
-            configuration: configuration, verifier: verifier, logger: logger, onReload: reload, trust: trust,
-            exposition: exposition(trust))
+            configuration: configuration, verifier: verifier, logger: logger,
+            onReload: {
+                reloadConfiguration()
+                reload()
+            }, trust: trust, exposition: exposition(trust))
         try await Self.serve(server, on: configuration.listen)
     }
 

@@ -167,6 +167,39 @@ struct DCVerifyCommandTests {
         #expect(try sandbox.run(Binaries.dcverify, ["serve", "--config", wrongType]).status == 64)
     }
 
+    @Test(
+        "SIGHUP re-reads the configuration file's log level: warning writes no request line, debug then writes each; a broken file keeps the level"
+    )
+    func reloadedLogLevel() async throws {
+        let sandbox = try Sandbox("dcverify-reload-level")
+        defer { sandbox.remove() }
+        _ = try verifierFiles(in: sandbox)
+        func settings(_ level: String) -> String {
+            #"{"issuers": "issuers.jwks", "revocations": "revocations.json", "log-level": "\#(level)"}"#
+        }
+        let config = try sandbox.write("dcverify.json", settings("warning"))
+        let service = try RunningService.start(Binaries.dcverify, ["serve", "--config", config], in: sandbox)
+        defer { service.stop() }
+        func verify() throws {
+            _ = try rawRequest(
+                port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)])
+        }
+        func verifiedLines() -> Int { service.logText.split(separator: "\n").filter { $0.contains(" verified") }.count }
+        try verify()
+        #expect(verifiedLines() == 0, "\(service.logText)")
+        try sandbox.write("dcverify.json", settings("debug"))
+        service.process.kill(SIGHUP)
+        try await eventually(timeout: .seconds(10)) { service.logText.contains("log level debug") }
+        try verify()
+        try await eventually(timeout: .seconds(10)) { verifiedLines() == 1 }
+        // A file that no longer reads keeps the level in force, and says so.
+        try sandbox.write("dcverify.json", "{broken")
+        service.process.kill(SIGHUP)
+        try await eventually(timeout: .seconds(10)) { service.logText.contains("kept the configuration in force") }
+        try verify()
+        try await eventually(timeout: .seconds(10)) { verifiedLines() == 2 }
+    }
+
     /// A command line that must fail, and the exit status it must fail with.
     struct Failing: Sendable, CustomTestStringConvertible {
         var arguments: [String]

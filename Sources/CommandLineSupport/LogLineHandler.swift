@@ -155,21 +155,7 @@ public struct LogLineHandler: LogHandler {
     /// controls and the Unicode line separators escaped, so that a line is always one line.
     static func appendJSONString(_ text: String, to line: inout [UInt8]) {
         line.append(UInt8(ascii: "\""))
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": line.append(contentsOf: #"\""#.utf8)
-            case "\\": line.append(contentsOf: #"\\"#.utf8)
-            case "\n": line.append(contentsOf: #"\n"#.utf8)
-            case "\r": line.append(contentsOf: #"\r"#.utf8)
-            case "\t": line.append(contentsOf: #"\t"#.utf8)
-            case _
-            where scalar.value < 32 || scalar.value == 127 || (0x80...0x9F).contains(scalar.value)
-                || scalar.value == 0x2028 || scalar.value == 0x2029:
-                let hex = String(scalar.value, radix: 16)
-                line.append(contentsOf: ("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).utf8)
-            default: line.append(contentsOf: String(scalar).utf8)
-            }
-        }
+        appendEscaped(text, to: &line, json: true)
         line.append(UInt8(ascii: "\""))
     }
 
@@ -243,8 +229,9 @@ public struct LogLineHandler: LogHandler {
         line.append(UInt8(ascii: "\""))
     }
 
-    /// `text` with `"`, `\` and control characters (and the Unicode line separators) escaped.
-    static func appendEscaped(_ text: String, to line: inout [UInt8]) {
+    /// `text` with `"`, `\` and control characters (and the Unicode line separators) escaped;
+    /// the other control characters as `\u{…}`, or with `json` as JSON's `\uXXXX`.
+    static func appendEscaped(_ text: String, to line: inout [UInt8], json: Bool = false) {
         for scalar in text.unicodeScalars {
             switch scalar {
             case "\"": line.append(contentsOf: #"\""#.utf8)
@@ -255,7 +242,9 @@ public struct LogLineHandler: LogHandler {
             case _
             where scalar.value < 32 || scalar.value == 127 || (0x80...0x9F).contains(scalar.value)
                 || scalar.value == 0x2028 || scalar.value == 0x2029:
-                line.append(contentsOf: "\\u{\(String(scalar.value, radix: 16))}".utf8)
+                let hex = String(scalar.value, radix: 16)
+                let escape = json ? "\\u" + String(repeating: "0", count: 4 - hex.count) + hex : "\\u{\(hex)}"
+                line.append(contentsOf: escape.utf8)
             default: line.append(contentsOf: String(scalar).utf8)
             }
         }

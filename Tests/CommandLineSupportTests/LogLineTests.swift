@@ -8,11 +8,16 @@ import Testing
 @Suite("Log lines", .ownThreads, .timeLimit(.minutes(1)))
 struct LogLineTests {
     /// Logs `message` with `metadata` through a handler writing to a pipe, and returns what came.
-    func logged(_ message: Logger.Message, _ metadata: Logger.Metadata, level: Logger.Level = .info) throws -> String {
+    func logged(
+        _ message: Logger.Message, _ metadata: Logger.Metadata, level: Logger.Level = .info,
+        format: LogLineHandler.Format = .text
+    ) throws -> String {
         var ends: [Int32] = [0, 0]
         #expect(pipe(&ends) == 0)
         defer { close(ends[0]) }
-        var logger = Logger(label: "test") { LogLineHandler(label: $0, level: .info, descriptor: ends[1]) }
+        var logger = Logger(label: "test") {
+            LogLineHandler(label: $0, level: .info, descriptor: ends[1], format: format)
+        }
         logger[metadataKey: "dc.logger"] = "base"
         logger.log(level: level, message, metadata: metadata)
         close(ends[1])
@@ -25,6 +30,29 @@ struct LogLineTests {
         #expect(line.firstMatch(of: #/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z /#) != nil, "\(line)")
         #expect(line.hasSuffix(" info test: verified dc.app=org.example.mail dc.code=100 dc.logger=base\n"), "\(line)")
         #expect(try logged("quiet", [:], level: .debug).isEmpty, "a level below the handler's is written")
+    }
+
+    @Test(
+        "JSON lines: one object a line that Python's json module reads back to the same text, whatever the message and values hold"
+    )
+    func jsonLines() throws {
+        let hostile = "a \"quote\", a \\ backslash\nnew line\r\t\u{1}\u{7F}\u{85}\u{2028}\u{2029} é 𝄞 {\"k\":1}"
+        let line = try logged("\(hostile)", ["dc.reason": .string(hostile), "plain": "x"], format: .json)
+        #expect(line.split(separator: "\n").count == 1 && line.hasSuffix("}\n"), "\(line)")
+        let read = try run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import json, sys
+                entry = json.loads(sys.stdin.read())
+                assert entry["message"] == entry["reason"] == sys.argv[1], entry
+                assert entry["level"] == "info" and entry["label"] == "test" and entry["plain"] == "x"
+                assert entry["logger"] == "base" and entry["time"].endswith("Z")
+                print("ok")
+                """, hostile,
+            ], stdin: Array(line.utf8))
+        #expect(read.stdoutText == "ok\n", "\(read.stderrText) \(line)")
     }
 
     @Test(

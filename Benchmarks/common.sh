@@ -78,20 +78,23 @@ softhsm_tokens() {
 
 # bench_client DIR: in the sandbox `sandbox DIR` made (dcprovision and dcclient on PATH), a test CA
 # (DIR/home/ca, P-256) and the managed app `bench` paired with it and holding a credential: its
-# PKCS#11 token is "dcclient bench", its passphrase DIR/pass. The commands' output goes to
-# DIR/setup.log, shown when one fails.
+# PKCS#11 token is "dcclient bench", its passphrase DIR/pass. Arguments after DIR go to
+# `dcprovision pair` (such as --user-id ID). The commands' output goes to DIR/setup.log, shown when
+# one fails.
 bench_client() {
+  local dir=$1
+  shift
   (
-    cd "$1/home"
+    cd "$dir/home"
     dcprovision testca init ca --key-algorithm p256 --quiet
     dcclient init --client-scheme org.example.dcclient --provider-scheme org.example.provider --app bench \
-      --passphrase-file "$1/pass"
+      --passphrase-file "$dir/pass"
     dcclient register
     dcprovision register --provider-scheme org.example.provider --brand Bench --testca ca \
       --option common-name="Bench User"
-    dcprovision pair --client-scheme org.example.dcclient
+    dcprovision pair --client-scheme org.example.dcclient "$@"
     dcclient request
-  ) >"$1/setup.log" 2>&1 || { cat "$1/setup.log" >&2; exit 1; }
+  ) >"$dir/setup.log" 2>&1 || { cat "$dir/setup.log" >&2; exit 1; }
 }
 export -f bench_client
 

@@ -39,7 +39,10 @@
 # revocation rounds, 6 s of memory sampled every 2 s; the same checks (see Benchmarks/common.sh).
 source "$(dirname "$0")/common.sh"
 if [ "$(id -u)" -ne 0 ]; then
+  # scripts/test as an ordinary user runs every smoke run: this one says it cannot, and is not a
+  # failure there (CI runs as root, where it runs); a real run without root is an error.
   echo "run-fleet.sh needs root: it makes network namespaces (ip netns) for its three hosts" >&2
+  [ "$smoke" = 1 ] && { echo "(smoke run not run as $(id -un))"; exit 0; }
   exit 1
 fi
 if [ "$smoke" = 1 ]; then

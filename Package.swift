@@ -164,7 +164,7 @@ let package = Package(
             name: "ClientPKCS11",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "DerivedCredentials", "SystemSupport", "CredentialCoding",
-                "CPKCS11Types", "CModuleAllocator",
+                "CPKCS11Types", "CModuleAllocator", "CModuleImage",
             ],
             // -z nodelete: the module stays mapped after dlclose, as the Swift runtime cannot be
             // unloaded and a thread may still be leaving the module when C_Finalize returns. The
@@ -191,6 +191,8 @@ let package = Package(
         // The module's allocation wrappers: sizes asked rounded up to 8, usable sizes heard rounded
         // down to 8, so the Swift code inside stays clear of a host allocator's bookkeeping.
         .target(name: "CModuleAllocator"),
+        // The module gives back the pages of its relocations once the dynamic linker has read them.
+        .target(name: "CModuleImage", publicHeadersPath: "."),
 
         // Auth tokens: the issuing key's delegations, the client's tokens bound to a challenge, the
         // revocation list, and the stateless verifier. OpenSSL does the cryptography.

@@ -1,6 +1,15 @@
 // swift-tools-version: 6.1
 import PackageDescription
 
+// The targets the PKCS#11 module links in: each public function in its own section, and none
+// marked used. On ELF swiftc marks every public symbol used (SHF_GNU_RETAIN), so the module's
+// `--gc-sections` keeps each public function of these targets whether the module calls it or not
+// (AuthTokens, the command paths of ManagedClient). Every product links these targets statically
+// and the module exports only the PKCS#11 entry points, so no caller is outside the link.
+let moduleGraph: [SwiftSetting] = [
+    .unsafeFlags(["-Xfrontend", "-function-sections", "-Xfrontend", "-internalize-at-link"])
+]
+
 let package = Package(
     name: "DerivedCredentials",
     platforms: [.macOS(.v13)],
@@ -95,11 +104,12 @@ let package = Package(
 
         // Core: what a credential is: tags, credential, errors, verdicts, secret values, the
         // provider protocols. No C, no operating-system machinery.
-        .target(name: "DerivedCredentials"),
+        .target(name: "DerivedCredentials", swiftSettings: moduleGraph),
 
         // What is about the operating system: child processes, all-or-nothing file writes,
         // reading PINs and passphrases, the XDG base directories. Errors are the core's DCError.
-        .target(name: "SystemSupport", dependencies: ["DerivedCredentials", "CSystemShims"]),
+        .target(
+            name: "SystemSupport", dependencies: ["DerivedCredentials", "CSystemShims"], swiftSettings: moduleGraph),
 
         // OpenSSL-backed parsing, conversion and validation.
         .target(
@@ -109,12 +119,13 @@ let package = Package(
                 "SystemSupport",
                 "COpenSSL",
                 .product(name: "Logging", package: "swift-log"),
-            ]
-        ),
+            ], swiftSettings: moduleGraph),
 
         // Delivery, the wire protocol both sides speak: the URL messages, the sealed canonical
         // payload, the spool, registrations, pairing, the provider's ledger. No token code.
-        .target(name: "CredentialDelivery", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
+        .target(
+            name: "CredentialDelivery", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"],
+            swiftSettings: moduleGraph),
 
         // The provider's runtime over that protocol: the send pipeline, client policies, auth-token
         // delegations, identity JWTs and the files a verification service trusts.
@@ -126,7 +137,8 @@ let package = Package(
             ]),
 
         // freedesktop x-scheme-handler registration, resolution and launch.
-        .target(name: "SchemeHandlers", dependencies: ["DerivedCredentials", "SystemSupport"]),
+        .target(
+            name: "SchemeHandlers", dependencies: ["DerivedCredentials", "SystemSupport"], swiftSettings: moduleGraph),
 
         // What both command-line tools share: the version, the table of renamed flags, the error and
         // exit-status mapping, the one output writer, the secret and output option groups.
@@ -144,7 +156,7 @@ let package = Package(
             dependencies: [
                 "DerivedCredentials", "SystemSupport", "CredentialCoding", "CredentialDelivery", "CSystemShims",
                 "AuthTokens", "SchemeHandlers", "IdentityTokens",
-            ]),
+            ], swiftSettings: moduleGraph),
         .executableTarget(
             name: "dcclient",
             dependencies: [
@@ -160,7 +172,7 @@ let package = Package(
             name: "ClientPKCS11",
             dependencies: [
                 "ManagedClient", "CredentialDelivery", "DerivedCredentials", "SystemSupport", "CredentialCoding",
-                "CPKCS11Types", "CModuleAllocator",
+                "CPKCS11Types", "CModuleAllocator", "CModuleImage",
             ],
             // -z nodelete: the module stays mapped after dlclose, as the Swift runtime cannot be
             // unloaded and a thread may still be leaving the module when C_Finalize returns. The
@@ -170,6 +182,7 @@ let package = Package(
             // CoreFoundation and ICU would add megabytes to every program that loads it.
             // --wrap: the allocation functions the code linked in calls go through CModuleAllocator.
             exclude: ["exports.map"],
+            swiftSettings: moduleGraph,
             linkerSettings: [
                 .unsafeFlags(
                     [
@@ -186,14 +199,19 @@ let package = Package(
         // The module's allocation wrappers: sizes asked rounded up to 8, usable sizes heard rounded
         // down to 8, so the Swift code inside stays clear of a host allocator's bookkeeping.
         .target(name: "CModuleAllocator"),
+        // The module gives back the pages of its relocations once the dynamic linker has read them.
+        .target(name: "CModuleImage", publicHeadersPath: "."),
 
         // Auth tokens: the issuing key's delegations, the client's tokens bound to a challenge, the
         // revocation list, and the stateless verifier. OpenSSL does the cryptography.
         .target(
-            name: "AuthTokens", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"]),
+            name: "AuthTokens", dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"],
+            swiftSettings: moduleGraph),
         // Identity JWTs: signed by the provider, cached by the client; the same ES256 JWS as auth
         // tokens (AuthTokens' CompactJWS over OpenSSL).
-        .target(name: "IdentityTokens", dependencies: ["AuthTokens", "DerivedCredentials", "CredentialCoding"]),
+        .target(
+            name: "IdentityTokens", dependencies: ["AuthTokens", "DerivedCredentials", "CredentialCoding"],
+            swiftSettings: moduleGraph),
 
         // The verification service app servers call: HTTP(S) on Hummingbird, limits, reloads, logs.
         .target(

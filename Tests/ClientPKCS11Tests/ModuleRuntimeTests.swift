@@ -31,6 +31,39 @@ struct ModuleRuntimeTests {
     }
 
     @Test(
+        "Once loaded, the module keeps none of its relocations' pages resident: the dynamic linker has read them and nothing reads them again"
+    )
+    func relocationsReleased() throws {
+        try #require(FileManager.default.fileExists(atPath: module), "built by scripts/test: --product dcclient-pkcs11")
+        // Python loads the module (its constructor runs, Sources/CModuleImage) and counts the whole
+        // pages of its .rela.dyn that /proc/self/pagemap says are present.
+        let script = """
+            import ctypes, os, struct, subprocess, sys
+            module = os.path.realpath(sys.argv[1])
+            sections = subprocess.run(["readelf", "-S", "-W", module], capture_output=True, text=True, check=True)
+            for line in sections.stdout.splitlines():
+                fields = line.replace("[ ", "[").split()
+                if len(fields) > 5 and fields[1] == ".rela.dyn":
+                    address, size = int(fields[3], 16), int(fields[5], 16)
+            ctypes.CDLL(module)
+            base = next(int(line.split("-")[0], 16) for line in open("/proc/self/maps")
+                        if line.split()[-1] == module and int(line.split()[2], 16) == 0)
+            first, last = (base + address + 4095) // 4096, (base + address + size) // 4096
+            with open("/proc/self/pagemap", "rb") as pagemap:
+                pagemap.seek(first * 8)
+                entries = pagemap.read((last - first) * 8)
+            present = sum(struct.unpack_from("<Q", entries, 8 * page)[0] >> 63 for page in range(last - first))
+            print(last - first, present)
+            """
+        let counted = try run("/usr/bin/python3", ["-c", script, module])
+        #expect(counted.status == 0, "\(counted.stderrText)")
+        let numbers = counted.stdoutText.split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
+        try #require(numbers.count == 2, "\(counted.stdoutText)")
+        #expect(numbers[0] > 100, "the module's relocations fill \(numbers[0]) pages")
+        #expect(numbers[1] == 0, "\(numbers[1]) of the \(numbers[0]) pages of relocations are resident")
+    }
+
+    @Test(
         "Every allocation the code inside the module makes goes through its wrappers: no allocation function it calls is left unwrapped"
     )
     func allocationsWrapped() throws {

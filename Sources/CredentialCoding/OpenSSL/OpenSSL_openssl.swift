@@ -36,17 +36,31 @@ struct PooledContext: @unchecked Sendable {
 }
 
 enum OpenSSL {
-    /// Loads the `default` and `legacy` providers once per process. Legacy PKCS#12 (RC2-40, 3DES)
-    /// needs `legacy`, and loading `legacy` alone would disable everything else, so both are loaded.
+    /// Loads the `default` provider once per process. Loading a provider by name turns off the
+    /// `default` OpenSSL would otherwise load by itself, so `legacy` needs it loaded first.
     static let initialized: Bool = {
         let defaultProvider = OSSL_PROVIDER_load(nil, "default")
+        OpenSSLError.clear()
+        return defaultProvider != nil
+    }()
+
+    /// Loads `legacy` too, once per process, for the files that may use its ciphers: a PKCS#12 file
+    /// (RC2-40), a key encrypted with DES. Only their readers load it: it is another library
+    /// (`ossl-modules/legacy.so`, 0.1 MiB resident) in every process that does, the PKCS#11
+    /// module's host programs among them.
+    static let legacyInitialized: Bool = {
+        ensureInitialized()
         let legacyProvider = OSSL_PROVIDER_load(nil, "legacy")
         OpenSSLError.clear()
-        return defaultProvider != nil && legacyProvider != nil
+        return legacyProvider != nil
     }()
 
     static func ensureInitialized() {
         _ = initialized
+    }
+
+    static func ensureLegacyInitialized() {
+        _ = legacyInitialized
     }
 
     /// An internal failure: an OpenSSL call that no input should make fail.

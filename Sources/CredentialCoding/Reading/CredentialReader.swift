@@ -21,7 +21,8 @@ public struct CredentialReader: Sendable {
     public var limits: ReadLimits
     private let logger: Logger
 
-    /// A reader that refuses encrypted input unless `passphrase` can open it; loads OpenSSL's providers once.
+    /// A reader that refuses encrypted input unless `passphrase` can open it; loads OpenSSL's `default` provider once
+    /// (and `legacy` at the first encrypted key or PKCS#12 file).
     public init(
         passphrase: any PassphraseSource = NoPassphrase(),
         limits: ReadLimits = ReadLimits(),

@@ -19,6 +19,7 @@ enum KeyDecoding {
     /// PKCS#8 EncryptedPrivateKeyInfo DER. The KDF iteration count is checked before anything is derived.
     static func encryptedPKCS8(_ der: [UInt8], passphrase: () throws -> SecretBytes, limits: ReadLimits) throws -> PKey
     {
+        OpenSSL.ensureLegacyInitialized()
         try DER.validate(der, what: "encrypted PKCS#8 private key")
         guard let sig = der.decodeDER({ d2i_X509_SIG(nil, $0, $1) }) else {
             throw DCError(.malformedInput, "not an encrypted PKCS#8 private key", underlying: OpenSSLError.drain())
@@ -98,6 +99,7 @@ enum KeyDecoding {
     static func legacyEncrypted(
         _ block: PEMDocument.Block, type: Int32, parameters: [UInt8]?, passphrase: () throws -> SecretBytes
     ) throws -> PKey {
+        OpenSSL.ensureLegacyInitialized()
         guard block.header("Proc-Type") == "4,ENCRYPTED", let dekInfo = block.header("DEK-Info") else {
             throw DCError(.malformedInput, "unsupported PEM headers on the \(block.label) block")
         }

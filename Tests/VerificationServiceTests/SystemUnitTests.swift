@@ -38,6 +38,80 @@ struct SystemUnitTests {
         #expect(try sandbox.run("/usr/bin/systemd-analyze", ["verify", "--man=no", broken], timeout: 60).status != 0)
     }
 
+    /// The system calls a group of systemd's names (`@system-service`), its nested groups expanded,
+    /// as `systemd-analyze syscall-filter` lists them.
+    static func syscalls(in group: String, sandbox: Sandbox) throws -> Set<String> {
+        let listed = try sandbox.run("/usr/bin/systemd-analyze", ["syscall-filter", group], timeout: 60)
+        var names: Set<String> = []
+        for line in listed.stdoutText.split(separator: "\n").dropFirst() {
+            let word = line.trimmingCharacters(in: .whitespaces)
+            guard !word.isEmpty, !word.hasPrefix("#") else { continue }
+            if word.hasPrefix("@") {
+                names.formUnion(try syscalls(in: word, sandbox: sandbox))
+            } else {
+                names.insert(word)
+            }
+        }
+        return names
+    }
+
+    @Test(
+        "Every system call dcverify makes serving (strace -f) is one the unit's filter allows, and none it denies: the filter cannot kill it"
+    )
+    func systemCallsAllowed() throws {
+        let sandbox = try Sandbox("unit-syscalls")
+        defer { sandbox.remove() }
+        let unit = try String(contentsOfFile: Self.template, encoding: .utf8)
+        let filters = unit.split(separator: "\n").filter { $0.hasPrefix("SystemCallFilter=") }
+            .map { $0.dropFirst("SystemCallFilter=".count) }
+        let allowed = try filters.filter { !$0.hasPrefix("~") }.flatMap { $0.split(separator: " ") }
+            .reduce(into: Set<String>()) { $0.formUnion(try Self.syscalls(in: String($1), sandbox: sandbox)) }
+        let denied = try filters.filter { $0.hasPrefix("~") }.flatMap { $0.dropFirst().split(separator: " ") }
+            .reduce(into: Set<String>()) { $0.formUnion(try Self.syscalls(in: String($1), sandbox: sandbox)) }
+        #expect(allowed.contains("read") && denied.contains("setuid"), "\(allowed.count) \(denied.count)")
+        // dcverify as the example configuration runs it (JSON log, metrics), under strace, serving a
+        // verification, the probes and a scrape, then stopped with SIGTERM as systemd stops it.
+        let trace = sandbox.file("strace.out")
+        let port = try freeLocalPort()
+        let metrics = try freeLocalPort()
+        let service = try RunningService.start(
+            "/usr/bin/strace",
+            [
+                "-f", "-qq", "-o", trace, Binaries.dcverify, "serve", "--listen", "127.0.0.1:\(port)",
+                "--metrics-listen",
+                "127.0.0.1:\(metrics)", "--log-format", "json",
+            ] + (try Tokens.files(in: sandbox)), in: sandbox)
+        _ = try rawRequest(port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)])
+        _ = try rawRequest(port: service.port, "/ready", method: "HEAD")
+        _ = try curl(["http://127.0.0.1:\(metrics)/metrics"], sandbox: sandbox)
+        // The signals go to dcverify, strace's child; strace ends with it, with its status.
+        let child = try run("/usr/bin/pgrep", ["-P", String(service.process.pid)]).stdoutText
+        let pid = try #require(pid_t(child.trimmingCharacters(in: .whitespacesAndNewlines)), "\(child)")
+        kill(pid, SIGHUP)
+        usleep(300_000)
+        kill(pid, SIGTERM)
+        let status = service.process.wait(timeout: .seconds(30))
+        #expect(status.map { ($0 >> 8) & 0xFF } == 0, "\(String(describing: status)) \(service.logText)")
+        let text = try String(contentsOfFile: trace, encoding: .utf8)
+        // "PID name(args…) = result", "PID <... name resumed> …": the call's name.
+        var used: Set<String> = []
+        for line in text.split(separator: "\n") {
+            let rest = line.drop { $0 != " " }.drop { $0 == " " }
+            if rest.hasPrefix("<... ") {
+                used.insert(String(rest.dropFirst(5).prefix { $0 != " " }))
+            } else if let open = rest.firstIndex(of: "("),
+                rest[..<open].allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" })
+            {
+                used.insert(String(rest[..<open]))
+            }
+        }
+        #expect(used.count > 20, "\(used.sorted())")
+        // The program's own start before main (execve) is made by strace's child, not the service.
+        used.remove("execve")
+        #expect(used.subtracting(allowed).isEmpty, "outside @system-service: \(used.subtracting(allowed).sorted())")
+        #expect(used.intersection(denied).isEmpty, "denied by the unit: \(used.intersection(denied).sorted())")
+    }
+
     @Test(
         "The unit's ExecStart, with the example configuration, serves under no capabilities, no_new_privs, another user and a read-only file system"
     )

@@ -177,7 +177,7 @@ trust_pid=$started_pid
 start_instance() {
   local i=$1
   ip netns exec "${hosts[$i]}" dcverify serve --listen "${addresses[$i]}:8080" \
-    --trust-url "http://${gateways[$i]}:$trust_port/" --trust-key "$www/trust-key.jwks" \
+    --trust-over-http --trust-url "http://${gateways[$i]}:$trust_port/" --trust-key "$www/trust-key.jwks" \
     --max-connections-per-address 1024 2>>"$work/dcverify-$i.log" &
   pids[i]=$!
   ready "http://${addresses[$i]}:8080" "$work/dcverify-$i.log"
@@ -195,7 +195,7 @@ ready() {
 }
 for i in 0 1 2; do start_instance "$i"; done
 baseline_port=$(free_port)
-dcverify serve --listen "127.0.0.1:$baseline_port" --trust-url "http://127.0.0.1:$trust_port/" \
+dcverify serve --listen "127.0.0.1:$baseline_port" --trust-over-http --trust-url "http://127.0.0.1:$trust_port/" \
   --trust-key "$www/trust-key.jwks" 2>>"$work/dcverify-baseline.log" &
 baseline_pid=$!
 ready "http://127.0.0.1:$baseline_port" "$work/dcverify-baseline.log"

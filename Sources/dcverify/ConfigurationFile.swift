@@ -25,6 +25,7 @@ struct ConfigurationFile: Decodable, Equatable {
     var trustURL: String?
     var trustKey: String?
     var trustMaxAge: Double?
+    var trustOverHTTP: Bool?
 
     enum CodingKeys: String, CodingKey, CaseIterable {
         case issuers, revocations, jwks, listen, threads
@@ -41,6 +42,7 @@ struct ConfigurationFile: Decodable, Equatable {
         case trustURL = "trust-url"
         case trustKey = "trust-key"
         case trustMaxAge = "trust-max-age"
+        case trustOverHTTP = "trust-over-http"
     }
 
     init() {}

@@ -81,6 +81,15 @@ struct Serve: AsyncParsableCommand {
             valueName: "duration"))
     var trustMaxAge: DurationArgument<BareSeconds>?
 
+    @Flag(
+        help: ArgumentHelp(
+            """
+            With an http:// --trust-url: fetch without TLS. The signature still decides what is trusted, but \
+            anyone on the path can then withhold newer lists (answering 304) until the list in force is past its \
+            next update and --trust-max-age; use it for a server on this host or a network you trust.
+            """))
+    var trustOverHTTP = false
+
     @Option(help: ArgumentHelp("A JWKS document to serve at /.well-known/jwks.json (default: 404).", valueName: "file"))
     var jwks: String?
 
@@ -258,8 +267,10 @@ struct Serve: AsyncParsableCommand {
             defer { fetching.cancel() }
             return try await Self.serve(server, on: configuration.listen)
         }
-        guard trustKey == nil, file.trustKey == nil, trustMaxAge == nil, file.trustMaxAge == nil else {
-            throw DCError(.usage, "--trust-key and --trust-max-age are for --trust-url")
+        guard trustKey == nil, file.trustKey == nil, trustMaxAge == nil, file.trustMaxAge == nil, !trustOverHTTP,
+            file.trustOverHTTP == nil
+        else {
+            throw DCError(.usage, "--trust-key, --trust-max-age and --trust-over-http are for --trust-url")
         }
         guard let issuers = issuers ?? file.issuers, let revocations = revocations ?? file.revocations else {
             throw DCError(.usage, "give --issuers FILE and --revocations FILE, or --trust-url URL (or in --config)")
@@ -305,6 +316,13 @@ struct Serve: AsyncParsableCommand {
     func fetcher(url text: String, file: ConfigurationFile, logger: Logger) throws -> TrustFetcher {
         let url = try TrustURL(parsing: text)
         try TrustFetcher.checkBuilt(url)
+        // Without TLS the source is not authenticated: a 304 or a replayed list would hold newer
+        // revocations back. That is the operator's choice to make, not a default.
+        guard url.isHTTPS || trustOverHTTP || file.trustOverHTTP == true else {
+            throw DCError(
+                .usage, "an http:// trust URL is not authenticated: a network path could withhold revocations",
+                subject: url.text, hint: "use an https:// URL, or allow plain HTTP with --trust-over-http")
+        }
         guard issuers == nil, revocations == nil, file.issuers == nil, file.revocations == nil else {
             throw DCError(.usage, "--trust-url replaces --issuers and --revocations: give one or the other")
         }

@@ -63,7 +63,7 @@ struct FleetTrustTests {
             let command = hosts.command(
                 in: host,
                 [
-                    Binaries.dcverify, "serve", "--listen", "\(host.address):8080", "--trust-url",
+                    Binaries.dcverify, "serve", "--listen", "\(host.address):8080", "--trust-over-http", "--trust-url",
                     "http://\(host.gateway):\(port)/", "--trust-key", directory + "/trust-key.jwks", "--trust-max-age",
                     "\(bound)s",
                 ])

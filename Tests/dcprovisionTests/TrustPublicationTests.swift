@@ -107,7 +107,8 @@ struct TrustPublicationTests {
         let service = try RunningService.start(
             Binaries.dcverify,
             [
-                "serve", "--listen", "127.0.0.1:0", "--trust-url", "http://127.0.0.1:\(port)/", "--trust-key",
+                "serve", "--listen", "127.0.0.1:0", "--trust-over-http", "--trust-url", "http://127.0.0.1:\(port)/",
+                "--trust-key",
                 directory + "/trust-key.jwks", "--trust-max-age", "\(bound)s", "--log-level", "debug",
             ], in: sandbox, name: "dcverify")
         defer { service.stop() }

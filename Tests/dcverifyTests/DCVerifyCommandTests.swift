@@ -229,6 +229,29 @@ struct DCVerifyCommandTests {
             status: 66),
     ]
 
+    @Test("An http:// trust URL is refused without --trust-over-http: one line, exit 64, before anything is fetched")
+    func plainHTTPTrust() throws {
+        let sandbox = try Sandbox("dcverify-http-trust")
+        defer { sandbox.remove() }
+        let key = try sandbox.write("trust-key.jwks", #"{"keys":[]}"#)
+        let refused = try sandbox.run(
+            Binaries.dcverify,
+            ["serve", "--listen", "127.0.0.1:0", "--trust-url", "http://127.0.0.1:1/", "--trust-key", key],
+            timeout: 30)
+        #expect(refused.status == 64, "\(refused.stderrText)")
+        #expect(refused.stderrText.split(separator: "\n").count == 1, "\(refused.stderrText)")
+        #expect(refused.stderrText.contains("--trust-over-http"), "\(refused.stderrText)")
+        // With the flag it goes on to read the key (an empty key set: refused as such, 65).
+        let allowed = try sandbox.run(
+            Binaries.dcverify,
+            [
+                "serve", "--listen", "127.0.0.1:0", "--trust-url", "http://127.0.0.1:1/", "--trust-key", key,
+                "--trust-over-http",
+            ], timeout: 30)
+        #expect(allowed.status != 64 && allowed.status != 0, "\(allowed.status): \(allowed.stderrText)")
+        #expect(allowed.stderrText.contains("key"), "\(allowed.stderrText)")
+    }
+
     @Test("usage errors exit 64, missing files 66", arguments: failing)
     func errors(_ failing: Failing) throws {
         let sandbox = try Sandbox("dcverify-errors")

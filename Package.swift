@@ -381,7 +381,9 @@ let package = Package(
                 "VerificationService", "AuthTokens", "CredentialCoding", "TestSupport", "ServiceHarness", "dcverify",
                 "VerificationServiceFixture",
             ]),
-        .testTarget(name: "dcverifyTests", dependencies: ["dcverify", "AuthTokens", "TestSupport", "ServiceHarness"]),
+        .testTarget(
+            name: "dcverifyTests",
+            dependencies: ["dcverify", "AuthTokens", "CredentialCoding", "TestSupport", "ServiceHarness"]),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),
         .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
         .testTarget(

@@ -1,4 +1,5 @@
 import AuthTokens
+import CredentialCoding
 import Foundation
 import ServiceHarness
 import TestSupport
@@ -250,6 +251,61 @@ struct DCVerifyCommandTests {
             ], timeout: 30)
         #expect(allowed.status != 64 && allowed.status != 0, "\(allowed.status): \(allowed.stderrText)")
         #expect(allowed.stderrText.contains("key"), "\(allowed.stderrText)")
+    }
+
+    @Test(
+        "A trust server that sends its body a byte a second holds no fetch past its limit: dcverify listens within seconds, not ready, and answers 101"
+    )
+    func slowTrustServer() throws {
+        let sandbox = try Sandbox("dcverify-slow-trust")
+        defer { sandbox.remove() }
+        let key = try TokenSigningKey.generate()
+        let keyFile = try sandbox.write(
+            "trust-key.jwks", String(decoding: TrustedIssuers([key.publicKey]).jwks(), as: UTF8.self))
+        // A server of our own (Python's socket module): the head at once, then one byte a second of
+        // a body it says is 100 000 bytes long, for as long as the connection stays.
+        let port = try freeLocalPort()
+        let server = try SpawnedProcess(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import socket, sys, threading, time
+                listener = socket.socket(); listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.bind(("127.0.0.1", int(sys.argv[1]))); listener.listen(8)
+                def dribble(connection):
+                    try:
+                        connection.recv(65536)
+                        connection.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 100000\\r\\n\\r\\n")
+                        while True:
+                            connection.sendall(b"e"); time.sleep(1)
+                    except OSError:
+                        pass
+                while True:
+                    connection, _ = listener.accept()
+                    threading.Thread(target=dribble, args=(connection,), daemon=True).start()
+                """, String(port),
+            ], environment: sandbox.environment, output: sandbox.file("server.log"))
+        defer {
+            server.kill()
+            _ = server.wait(timeout: .seconds(5))
+        }
+        usleep(300_000)
+        let started = ContinuousClock.now
+        let service = try RunningService.start(
+            Binaries.dcverify,
+            [
+                "serve", "--listen", "127.0.0.1:0", "--trust-over-http", "--trust-url", "http://127.0.0.1:\(port)/",
+                "--trust-key", keyFile, "--trust-max-age", "4s",
+            ], in: sandbox)
+        defer { service.stop() }
+        // The first fetch (before listening) gives up at half the bound, 2 s.
+        #expect(ContinuousClock.now - started < .seconds(8), "\(ContinuousClock.now - started)")
+        #expect(try rawRequest(port: service.port, "/ready")?.status == 503)
+        let answer = try rawRequest(
+            port: service.port, "/verifyGDAuthToken", headers: [("X-Good-GD-AuthToken", Tokens.valid)])
+        #expect(answer?.values("X-Good-GD-AuthResponseCode") == ["101 Invalid Token"])
+        #expect(service.logText.contains("no whole answer within"), "\(service.logText)")
     }
 
     @Test("usage errors exit 64, missing files 66", arguments: failing)

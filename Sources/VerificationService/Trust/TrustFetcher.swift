@@ -72,6 +72,38 @@ import Synchronization
             let timeout = TimeAmount.nanoseconds(
                 limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000)
             do {
+                // The whole exchange, the body included, within the limit: AsyncHTTPClient's own
+                // deadline ends with the head, and a source that sends its body a byte at a time
+                // would otherwise hold the fetch (and, at start, the listening) for as long as it likes.
+                let prepared = request
+                return try await withThrowingTaskGroup(of: Answer?.self) { group in
+                    group.addTask { try await self.exchange(prepared, timeout: timeout, url: url) }
+                    group.addTask {
+                        try await Task.sleep(for: limit)
+                        return nil
+                    }
+                    let first = try await group.next() ?? nil
+                    group.cancelAll()
+                    guard let first else { throw FetchTimedOut(limit: limit) }
+                    return first
+                }
+            } catch {
+                let reason = "\(url): \(error)"
+                trust.failed(reason)
+                logger.error("cannot fetch the trust list from \(reason)")
+                return Answer(ok: false, maxAge: nil)
+            }
+        }
+
+        /// A fetch that did not end within its limit.
+        private struct FetchTimedOut: Error, CustomStringConvertible {
+            var limit: Duration
+            var description: String { "no whole answer within \(limit)" }
+        }
+
+        /// One request and its answer, handed to ``trust``; throws when the exchange fails.
+        private func exchange(_ request: HTTPClientRequest, timeout: TimeAmount, url: String) async throws -> Answer {
+            do {
                 let response = try await client.execute(request, timeout: timeout)
                 let maxAge = response.headers.first(name: "Cache-Control").flatMap(TrustSourceSettings.maxAge)
                 switch response.status.code {
@@ -103,11 +135,6 @@ import Synchronization
                     logger.error("cannot fetch the trust list: \(reason)")
                     return Answer(ok: false, maxAge: nil)
                 }
-            } catch {
-                let reason = "\(url): \(error)"
-                trust.failed(reason)
-                logger.error("cannot fetch the trust list from \(reason)")
-                return Answer(ok: false, maxAge: nil)
             }
         }
 

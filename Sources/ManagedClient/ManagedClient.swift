@@ -750,7 +750,7 @@ public struct ManagedClient: Sendable {
 
     /// ``installed()`` and ``keyHistory()`` in one reading, for a long-lived user that shows them
     /// (the PKCS#11 module): secure services are checked once and each sealed file is opened
-    /// once. With `reading` ``PairReading/asSealed`` the pairs are the bytes the client sealed
+    /// once. With `reading` `PairReading.asSealed` the pairs are the bytes the client sealed
     /// after checking them, unparsed; whoever uses a key then checks it against its certificate.
     /// Nil when nothing is installed.
     public func installedWithKeyHistory(reading: PairReading = .strict) throws

@@ -255,7 +255,7 @@ struct Serve: AsyncParsableCommand {
             await fetcher.fetchOnce()
             let fetched = fetcher.trust
             let verifier = AuthTokenVerifier(issuers: { fetched.issuers() }, revocations: { fetched.revocations })
-            let trust: @Sendable () -> TrustStatus = { Self.status(of: fetched.freshness(), from: url) }
+            let trust: @Sendable () -> TrustStatus = { Self.status(of: fetched.freshness()) }
             let server = try VerificationServer(
                 configuration: configuration, verifier: verifier, logger: logger,
                 onReload: {
@@ -286,15 +286,17 @@ struct Serve: AsyncParsableCommand {
     }
 
     /// Where fetched trust stands, for /health, /ready and /metrics: ready while a list is in force
-    /// and fresh; past the staleness bound, failing closed (every token 101), and saying why.
-    static func status(of freshness: TrustFreshness, from url: String) -> TrustStatus {
-        var summary = "trust list from \(url.escapingControlCharacters)"
-        if let number = freshness.number { summary += ", number \(number)" }
+    /// and fresh; past the staleness bound, failing closed (every token 101), and saying why. The
+    /// summary is served on the public port: it names no URL and repeats no error text a server
+    /// sent (those are in the log).
+    static func status(of freshness: TrustFreshness) -> TrustStatus {
+        var summary = "trust list"
+        if let number = freshness.number { summary += " number \(number)" }
         if let age = freshness.age { summary += ", confirmed \(Int(age.rounded())) s ago" }
         if freshness.isStale {
             summary += "; failing closed, every token is refused: \(freshness.staleReason ?? "stale")"
         }
-        if let error = freshness.lastError { summary += "; the last fetch failed: \(error.escapingControlCharacters)" }
+        if freshness.lastError != nil { summary += "; the last fetch failed (the log says why)" }
         return TrustStatus(
             isReady: freshness.loaded && !freshness.isStale, isFailingClosed: freshness.isStale, summary: summary,
             number: freshness.number, ageSeconds: freshness.age, fetchErrors: freshness.failures)
@@ -367,8 +369,9 @@ struct Serve: AsyncParsableCommand {
             let list = revoked.value
             var status = TrustStatus.localFiles
             status.ageSeconds = max(0, Date().timeIntervalSince1970 - Double(list.issued))
-            if let error = revoked.lastError ?? trusted.lastError {
-                status.summary += "; the last change was refused, the last good copy is in force: \(error.message)"
+            if revoked.lastError != nil || trusted.lastError != nil {
+                status.summary +=
+                    "; the last change to a file was refused, the last good copy is in force (the log says why)"
             }
             return status
         }

@@ -21,8 +21,11 @@ public final class TestHosts: Sendable {
     /// The hosts, in the order made.
     public let hosts: [Host]
 
-    /// Blocks of 10.231.0.0/16 handed out in this process: one /30 a host.
-    private static let nextBlock = Atomic<Int>(0)
+    /// Blocks of 10.231.0.0/16 handed out in this process: one /30 a host, starting at a place
+    /// taken from the process id (the 128 blocks of one of 64 regions below 10.231.128.0, where
+    /// the fleet benchmark's are), so that two test runs on one machine do not share a subnet.
+    private static let firstBlock = Int(getpid() % 64) * 128
+    private static let nextBlock = Atomic<Int>(firstBlock)
 
     /// Makes `count` hosts. Throws (leaving none behind) when `ip` fails, as it does without root.
     public init(count: Int) throws {
@@ -31,7 +34,9 @@ public final class TestHosts: Sendable {
         do {
             for _ in 0..<count {
                 let block = Self.nextBlock.add(1, ordering: .relaxed).newValue
-                guard block < 16_384 else { throw Failure(description: "no more test host addresses") }
+                guard block < Self.firstBlock + 128 else {
+                    throw Failure(description: "no more test host addresses in this process's region")
+                }
                 let base = block * 4
                 let prefix = "10.231.\(base / 256)."
                 let host = Host(
@@ -43,7 +48,13 @@ public final class TestHosts: Sendable {
                 try Self.ip(["netns", "add", host.name])
                 made.append(host)
                 try Self.ip(["link", "add", outside, "type", "veth", "peer", "name", inside])
-                try Self.ip(["link", "set", inside, "netns", host.name])
+                do {
+                    try Self.ip(["link", "set", inside, "netns", host.name])
+                } catch {
+                    // Not yet in the namespace: deleting that would not take the pair with it.
+                    _ = try? Self.ip(["link", "del", outside])
+                    throw error
+                }
                 try Self.ip(["addr", "add", host.gateway + "/30", "dev", outside])
                 try Self.ip(["link", "set", outside, "up"])
                 try Self.ip(["netns", "exec", host.name, "ip", "addr", "add", host.address + "/30", "dev", inside])

@@ -1,5 +1,4 @@
 import CoreMetrics
-import Synchronization
 
 /// The service's metrics, through swift-metrics: whatever `MetricsSystem` the program bootstrapped
 /// before it made the server (dcverify: Prometheus, served on its own listener) records them; with
@@ -20,8 +19,9 @@ final class ServiceMetrics: Sendable {
     private let headTimeouts: CoreMetrics.Counter
     private let refusedConnections: CoreMetrics.Counter
     private let duration: CoreMetrics.Timer
-    private let connections: CoreMetrics.Gauge
-    private let open = Atomic<Int>(0)
+    /// Connections open now: a meter, whose increments and decrements the backend applies
+    /// atomically (a gauge set from a count kept here could be set out of order by two threads).
+    private let connections: CoreMetrics.Meter
 
     /// The metrics, made now from the bootstrapped `MetricsSystem`.
     init() {
@@ -34,7 +34,7 @@ final class ServiceMetrics: Sendable {
         headTimeouts = Counter(label: "dcverify_head_timeouts_total")
         refusedConnections = Counter(label: "dcverify_connections_refused_total")
         duration = Timer(label: "dcverify_verification_duration_seconds")
-        connections = Gauge(label: "dcverify_open_connections")
+        connections = Meter(label: "dcverify_open_connections")
     }
 
     /// Counts `event`, and for a request the time since `started`.
@@ -50,8 +50,7 @@ final class ServiceMetrics: Sendable {
 
     /// A connection opened (`delta` 1) or closed (-1).
     func connectionsChanged(by delta: Int) {
-        let now = open.add(delta, ordering: .relaxed).newValue
-        connections.record(now)
+        if delta >= 0 { connections.increment(by: Double(delta)) } else { connections.decrement(by: Double(-delta)) }
     }
 }
 

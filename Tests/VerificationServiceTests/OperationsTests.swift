@@ -66,6 +66,32 @@ struct OperationsTests {
         #expect(!text.contains(Tokens.challenge) && !text.contains(String(Tokens.valid.prefix(20))))
     }
 
+    @Test(
+        "The metrics listener cuts a request that does not come whole within the request timeout; twenty idle connections keep no scrape out"
+    )
+    func metricsListenerLimits() throws {
+        let sandbox = try Sandbox("ops-metrics-limits")
+        defer { sandbox.remove() }
+        let metricsPort = try freeLocalPort()
+        let service = try Tokens.startService(
+            in: sandbox, ["--metrics-listen", "127.0.0.1:\(metricsPort)", "--request-timeout", "1s"])
+        defer { service.stop() }
+        // Half a request, then nothing: closed once the request's second is up.
+        let half = try RawConnection(port: metricsPort)
+        #expect(half.send("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"))
+        let start = ContinuousClock.now
+        let closed = half.readUntilClosed(timeout: .seconds(5)).closed
+        #expect(closed && ContinuousClock.now - start < .seconds(3), "\(ContinuousClock.now - start)")
+        // Twenty idle connections (more than the 16 served at once: the rest wait in the backlog):
+        // the scrape still comes, once the idle ones are cut.
+        let idle = try (0..<20).map { _ in try RawConnection(port: metricsPort) }
+        let scraped = try curl(["--max-time", "10", "http://127.0.0.1:\(metricsPort)/metrics"], sandbox: sandbox)
+        #expect(scraped.stdoutText.contains("dcverify_trust_ready"), "\(scraped.stderrText)")
+        _ = idle
+        // The service's own address answered throughout.
+        #expect(try rawRequest(port: service.port, "/health")?.status == 200)
+    }
+
     @Test("The same address for the metrics and the service is refused in one line, exit 64")
     func metricsOnTheServiceAddress() throws {
         let sandbox = try Sandbox("ops-metrics-same")

@@ -159,7 +159,10 @@ public struct VerificationServer: Sendable {
         let summaries = RequestLogSummaries(log: log, interval: configuration.logSummaryInterval)
         var services: [any Service] = [summaries, application, reloader]
         if let listen = configuration.metricsListen, let exposition {
-            services.append(MetricsEndpoint.application(listen: listen, exposition: exposition, logger: logger))
+            services.append(
+                MetricsEndpoint.application(
+                    listen: listen, requestTimeout: configuration.requestTimeout, exposition: exposition, logger: logger
+                ))
         }
         var group = ServiceGroupConfiguration(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)

@@ -421,15 +421,16 @@ struct TrustGauges: Sendable {
     private let fetchErrors: Prometheus.Gauge
 
     init(registry: PrometheusCollectorRegistry) {
-        ready = registry.makeGauge(name: "dcverify_trust_ready", help: "1 while the trust is loaded and fresh")
-        failingClosed = registry.makeGauge(
-            name: "dcverify_trust_failing_closed", help: "1 while every token is answered 101: the trust is stale")
-        age = registry.makeGauge(
-            name: "dcverify_trust_age_seconds", help: "Seconds since the trust in force was issued")
-        number = registry.makeGauge(
-            name: "dcverify_trust_number", help: "The revocation list's number, 0 when it has none")
-        fetchErrors = registry.makeGauge(
-            name: "dcverify_trust_fetch_errors", help: "Fetches of the trust that failed since the service started")
+        func gauge(_ name: String, _ help: String) -> Prometheus.Gauge {
+            registry.makeGauge(
+                descriptor: MetricNameDescriptor(
+                    namespace: "dcverify", subsystem: "trust", metricName: name, unitName: "", helpText: help))
+        }
+        ready = gauge("ready", "1 while the trust is loaded and fresh")
+        failingClosed = gauge("failing_closed", "1 while every token is answered 101: the trust is stale")
+        age = gauge("age_seconds", "Seconds since the trust in force was issued")
+        number = gauge("number", "The revocation list's number, 0 when it has none")
+        fetchErrors = gauge("fetch_errors", "Fetches of the trust that failed since the service started")
     }
 
     func record(_ status: TrustStatus) {

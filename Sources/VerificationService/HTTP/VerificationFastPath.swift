@@ -82,11 +82,11 @@ final class VerificationFastPath: ChannelDuplexHandler, RemovableChannelHandler 
     }
 
     private func answer(_ head: HTTPRequest, started: ContinuousClock.Instant, context: ChannelHandlerContext) {
-        let path = head.path.map { String($0.prefix { $0 != "?" }) } ?? ""
+        // The path is the verification's: isVerification let no other through (a query is not logged).
         let answer = VerificationAnswer(
             to: head.headerFields, verifier: verifier, now: now(), log: log,
             request: VerificationAnswer.RequestFacts(
-                client: context.channel.remoteAddress, path: path, started: started))
+                client: context.channel.remoteAddress, path: Self.verificationPath, started: started))
         var headers = answer.headers
         headers.append(HTTPField(name: .contentLength, value: "0"))
         headers.append(HTTPField(name: .date, value: date.now()))
@@ -102,12 +102,15 @@ final class VerificationFastPath: ChannelDuplexHandler, RemovableChannelHandler 
         }
     }
 
+    /// The one path answered here.
+    static let verificationPath = "/verifyGDAuthToken"
+
     /// The path without its query is exactly `/verifyGDAuthToken`, as Hummingbird's router sees it.
     private static func isVerification(_ path: String?) -> Bool {
         guard let path else { return false }
         let utf8 = path.utf8
         let end = utf8.firstIndex(of: UInt8(ascii: "?")) ?? utf8.endIndex
-        return utf8[..<end].elementsEqual("/verifyGDAuthToken".utf8)
+        return utf8[..<end].elementsEqual(verificationPath.utf8)
     }
 }
 

@@ -38,21 +38,9 @@ struct FleetTrustTests {
         let hosts = try TestHosts(count: 3)
         defer { hosts.remove() }
         let port = try freeLocalPort()
-        let listens = hosts.hosts.map { "    listen \($0.gateway):\(port);" }.joined(separator: "\n")
+        let listen = hosts.hosts.map { "\($0.gateway):\(port)" }
         func startNginx() async throws -> NginxServer {
-            try await NginxServer(
-                in: sandbox, servesFiles: true,
-                http: """
-                    access_log off;
-                    server {
-                    \(listens)
-                      location / {
-                        root \(directory);
-                        default_type application/jose;
-                        add_header Cache-Control "max-age=1";
-                      }
-                    }
-                    """)
+            try await TrustPublicationTests.servePublished(directory, in: sandbox, listen: listen)
         }
         var nginx = try await startNginx()
         defer { nginx.stop() }

@@ -29,6 +29,27 @@ struct TrustPublicationTests {
         return (tools, directory)
     }
 
+    /// Debian's nginx serving the published `directory` on each of `listen` (HOST:PORT), with its
+    /// ETags and `Cache-Control: max-age=1`, as the protocol's example configures it; `log` is
+    /// its access-log directives (default: none).
+    static func servePublished(
+        _ directory: String, in sandbox: Sandbox, listen: [String], log: String = "access_log off;"
+    ) async throws -> NginxServer {
+        try await NginxServer(
+            in: sandbox, servesFiles: true,
+            http: """
+                \(log)
+                server {
+                \(listen.map { "  listen \($0);" }.joined(separator: "\n"))
+                  location / {
+                    root \(directory);
+                    default_type application/jose;
+                    add_header Cache-Control "max-age=1";
+                  }
+                }
+                """)
+    }
+
     /// The signed list in `directory`, verified with the key published beside it.
     static func list(in directory: String) throws -> SignedTrustList {
         let key = try #require(try TrustedIssuers.load(from: directory + "/trust-key.jwks").keys.values.first)
@@ -86,20 +107,9 @@ struct TrustPublicationTests {
         let port = try freeLocalPort()
         let accessLog = sandbox.file("nginx/logs/access.log")
         func startNginx() async throws -> NginxServer {
-            try await NginxServer(
-                in: sandbox, servesFiles: true,
-                http: """
-                    log_format trust '$status $request_uri';
-                    access_log \(accessLog) trust;
-                    server {
-                      listen 127.0.0.1:\(port);
-                      location / {
-                        root \(directory);
-                        default_type application/jose;
-                        add_header Cache-Control "max-age=1";
-                      }
-                    }
-                    """)
+            try await Self.servePublished(
+                directory, in: sandbox, listen: ["127.0.0.1:\(port)"],
+                log: "log_format trust '$status $request_uri';\naccess_log \(accessLog) trust;")
         }
         var nginx = try await startNginx()
         defer { nginx.stop() }

@@ -24,6 +24,7 @@ struct ConfigurationFile: Decodable, Equatable {
     var metricsListen: String?
     var trustURL: String?
     var trustKey: String?
+    var trustCA: String?
     var trustMaxAge: Double?
     var trustOverHTTP: Bool?
 
@@ -41,6 +42,7 @@ struct ConfigurationFile: Decodable, Equatable {
         case metricsListen = "metrics-listen"
         case trustURL = "trust-url"
         case trustKey = "trust-key"
+        case trustCA = "trust-ca"
         case trustMaxAge = "trust-max-age"
         case trustOverHTTP = "trust-over-http"
     }
@@ -89,6 +91,7 @@ struct ConfigurationFile: Decodable, Equatable {
         file.tlsKey = resolve(file.tlsKey)
         file.portFile = resolve(file.portFile)
         file.trustKey = resolve(file.trustKey)
+        file.trustCA = resolve(file.trustCA)
         return file
     }
 }

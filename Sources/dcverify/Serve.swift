@@ -71,9 +71,18 @@ struct Serve: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "With --trust-url: the key that must sign the list, the trust-key.jwks dcprovision publish writes.",
+            """
+            With --trust-url: the key that must sign the list, the trust-key.jwks dcprovision publish writes \
+            (default, for an https:// URL: that file, taken from the URL over TLS when the service starts).
+            """,
             valueName: "file"))
     var trustKey: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "With an https:// --trust-url: the certificate authorities (PEM) that authenticate its server (default: the system's).",
+            valueName: "file"))
+    var trustCA: String?
 
     @Option(
         help: ArgumentHelp(
@@ -250,7 +259,7 @@ struct Serve: AsyncParsableCommand {
             }
         }
         if let url = trustURL ?? file.trustURL {
-            let fetcher = try fetcher(url: url, file: file, logger: logger)
+            let fetcher = try await fetcher(url: url, file: file, logger: logger)
             // One fetch before listening, so that a verifier that reaches its source answers from the first request.
             await fetcher.fetchOnce()
             let fetched = fetcher.trust
@@ -267,10 +276,11 @@ struct Serve: AsyncParsableCommand {
             defer { fetching.cancel() }
             return try await Self.serve(server, on: configuration.listen)
         }
-        guard trustKey == nil, file.trustKey == nil, trustMaxAge == nil, file.trustMaxAge == nil, !trustOverHTTP,
-            file.trustOverHTTP == nil
+        guard trustKey == nil, file.trustKey == nil, trustCA == nil, file.trustCA == nil, trustMaxAge == nil,
+            file.trustMaxAge == nil, !trustOverHTTP, file.trustOverHTTP == nil
         else {
-            throw DCError(.usage, "--trust-key, --trust-max-age and --trust-over-http are for --trust-url")
+            throw DCError(
+                .usage, "--trust-key, --trust-ca, --trust-max-age and --trust-over-http are for --trust-url")
         }
         guard let issuers = issuers ?? file.issuers, let revocations = revocations ?? file.revocations else {
             throw DCError(.usage, "give --issuers FILE and --revocations FILE, or --trust-url URL (or in --config)")
@@ -314,8 +324,9 @@ struct Serve: AsyncParsableCommand {
     }
 
     /// The fetcher of `--trust-url`, its settings checked: a build without the TLS trait refuses
-    /// first (exit 69), then the key file, the bound, and local trust files given as well.
-    func fetcher(url text: String, file: ConfigurationFile, logger: Logger) throws -> TrustFetcher {
+    /// first (exit 69), then the key (its file, or for `https` without one, `trust-key.jwks` taken
+    /// from the URL over TLS), the bound, and local trust files given as well.
+    func fetcher(url text: String, file: ConfigurationFile, logger: Logger) async throws -> TrustFetcher {
         let url = try TrustURL(parsing: text)
         try TrustFetcher.checkBuilt(url)
         // Without TLS the source is not authenticated: a 304 or a replayed list would hold newer
@@ -328,14 +339,22 @@ struct Serve: AsyncParsableCommand {
         guard issuers == nil, revocations == nil, file.issuers == nil, file.revocations == nil else {
             throw DCError(.usage, "--trust-url replaces --issuers and --revocations: give one or the other")
         }
-        guard let keyPath = trustKey ?? file.trustKey else {
-            throw DCError(
-                .usage, "--trust-url needs --trust-key FILE", hint: "give the trust-key.jwks dcprovision publish writes"
-            )
+        let authorities = trustCA ?? file.trustCA
+        guard url.isHTTPS || authorities == nil else {
+            throw DCError(.usage, "--trust-ca is for an https:// trust URL", subject: url.text)
         }
-        var settings = TrustSourceSettings(
-            url: url, key: try TrustSourceSettings.trustKey(at: keyPath),
-            maximumAge: TrustSourceSettings.defaultMaximumAge)
+        if let authorities, !FileManager.default.isReadableFile(atPath: authorities) {
+            throw DCError(
+                .fileNotFound, "cannot read the certificate authorities for the trust URL", subject: authorities)
+        }
+        let keyPath = trustKey ?? file.trustKey
+        guard keyPath != nil || url.isHTTPS else {
+            throw DCError(
+                .usage, "an http:// --trust-url needs --trust-key FILE",
+                hint: "give the trust-key.jwks dcprovision publish writes, or use an https:// URL")
+        }
+        var settings = try await TrustSourceSettings.resolving(url: url, keyFile: keyPath, authorities: authorities)
+        if keyPath == nil { logger.notice("took the trust key \(settings.key.thumbprint) from \(url.keyURL)") }
         if let seconds = trustMaxAge?.seconds ?? file.trustMaxAge {
             guard seconds.isFinite, seconds >= 2, seconds <= 7 * 86_400 else {
                 throw DCError(.usage, "the trust max age must be between 2 seconds and 7 days")

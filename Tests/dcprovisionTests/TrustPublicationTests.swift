@@ -32,15 +32,20 @@ struct TrustPublicationTests {
     /// Debian's nginx serving the published `directory` on each of `listen` (HOST:PORT), with its
     /// ETags and `Cache-Control: max-age=1`, as the protocol's example configures it; `log` is
     /// its access-log directives (default: none).
+    /// With `tls` (a certificate and its key, PEM files), over TLS only.
     static func servePublished(
-        _ directory: String, in sandbox: Sandbox, listen: [String], log: String = "access_log off;"
+        _ directory: String, in sandbox: Sandbox, listen: [String], log: String = "access_log off;",
+        tls: (certificate: String, key: String)? = nil
     ) async throws -> NginxServer {
-        try await NginxServer(
+        let suffix = tls == nil ? "" : " ssl"
+        let certificates = tls.map { "  ssl_certificate \($0.certificate);\n  ssl_certificate_key \($0.key);" } ?? ""
+        return try await NginxServer(
             in: sandbox, servesFiles: true,
             http: """
                 \(log)
                 server {
-                \(listen.map { "  listen \($0);" }.joined(separator: "\n"))
+                \(listen.map { "  listen \($0)\(suffix);" }.joined(separator: "\n"))
+                \(certificates)
                   location / {
                     root \(directory);
                     default_type application/jose;
@@ -204,5 +209,98 @@ struct TrustPublicationTests {
         }
         #expect(code(token) == "103 Revoked")
         #expect(!service.logText.contains(token))
+    }
+
+    /// A certificate authority and a server certificate it issued for 127.0.0.1, made with the
+    /// openssl command; returns the paths of the CA's certificate, the server's and its key.
+    static func serverCertificate(in sandbox: Sandbox, named name: String) throws -> (
+        authority: String, certificate: String, key: String
+    ) {
+        let prefix = sandbox.file("tls-" + name)
+        try FileManager.default.createDirectory(atPath: prefix, withIntermediateDirectories: true)
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+        try OpenSSLFixtures.openssl(
+            ["req", "-x509"] + ec + [
+                "-subj", "/CN=Trust Server CA \(name)", "-days", "2", "-keyout", prefix + "/ca.key", "-out",
+                prefix + "/ca.pem", "-addext", "basicConstraints=critical,CA:TRUE", "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ])
+        try OpenSSLFixtures.openssl(
+            ["req", "-new"] + ec + [
+                "-subj", "/CN=127.0.0.1", "-keyout", prefix + "/server.key", "-out", prefix + "/server.csr",
+            ])
+        try "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n".write(
+            toFile: prefix + "/server.ext", atomically: true, encoding: .utf8)
+        try OpenSSLFixtures.openssl([
+            "x509", "-req", "-in", prefix + "/server.csr", "-CA", prefix + "/ca.pem", "-CAkey", prefix + "/ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", prefix + "/server.ext", "-out", prefix + "/server.pem",
+        ])
+        return (prefix + "/ca.pem", prefix + "/server.pem", prefix + "/server.key")
+    }
+
+    @Test(
+        "dcverify --trust-url https:// without --trust-key takes trust-key.jwks over TLS from a server --trust-ca vouches for, and then trusts only lists that key signs; an unvouched server, a key file of two keys, or plain http without a key stop it before it listens"
+    )
+    func keyTakenOverTLS() async throws {
+        let (tools, directory) = try Self.world("trust-tls")
+        let sandbox = tools.sandbox
+        defer { sandbox.remove() }
+        let server = try Self.serverCertificate(in: sandbox, named: "good")
+        let stranger = try Self.serverCertificate(in: sandbox, named: "stranger")
+        let port = try freeLocalPort()
+        let nginx = try await Self.servePublished(
+            directory, in: sandbox, listen: ["127.0.0.1:\(port)"], tls: (server.certificate, server.key))
+        defer { nginx.stop() }
+        let url = "https://127.0.0.1:\(port)/"
+        let service = try RunningService.start(
+            Binaries.dcverify,
+            [
+                "serve", "--listen", "127.0.0.1:0", "--trust-url", url, "--trust-ca", server.authority,
+                "--trust-max-age", "4s",
+            ],
+            in: sandbox, name: "dcverify")
+        defer { service.stop() }
+        func code(_ token: String) -> String? {
+            (try? AuthTokenCommandTests.verify(token, port: service.port, tools))?["X-Good-GD-AuthResponseCode"]
+        }
+        let published = try #require(try TrustedIssuers.load(from: directory + "/trust-key.jwks").keys.values.first)
+        #expect(service.logText.contains("took the trust key \(published.thumbprint)"), "\(service.logText)")
+        let token = try tools.check("dcclient", ["token", "--challenge", "over TLS"]).stdoutText
+            .trimmingCharacters(in: .newlines)
+        #expect(code(token) == "100 OK", "\(service.logText)")
+        // The key taken decides from then on: a list signed by another key, served by the same
+        // vouched-for server, is refused and the revocation below still arrives.
+        let inForce = try Self.list(in: directory)
+        let forged = try SignedTrustList.sign(
+            number: inForce.number + 100, issued: inForce.issued, nextUpdate: inForce.nextUpdate,
+            issuers: inForce.issuers, revocations: .empty, key: try TokenSigningKey.generate())
+        try Data(forged.bytes).write(to: URL(fileURLWithPath: directory + "/trust.jws"))
+        try await eventually(timeout: .seconds(10)) { service.logText.contains("refused the trust list") }
+        try Data(inForce.bytes).write(to: URL(fileURLWithPath: directory + "/trust.jws"))
+        try tools.check("dcprovision", ["unauthorize"] + Self.scheme)
+        try await eventually(timeout: .seconds(10)) { code(token) == "103 Revoked" }
+
+        // Each refusal: one line, its exit status, and no port ever bound (no port file written).
+        func refused(_ arguments: [String]) throws -> (status: Int32, line: String) {
+            let portFile = sandbox.file("refused.port")
+            let result = try sandbox.run(
+                Binaries.dcverify, ["serve", "--listen", "127.0.0.1:0", "--port-file", portFile] + arguments,
+                timeout: 30)
+            #expect(!FileManager.default.fileExists(atPath: portFile))
+            let lines = result.stderrText.split(separator: "\n").filter {
+                !$0.contains("\"dc.") && !$0.contains(" notice ")
+            }
+            return (result.status, lines.last.map(String.init) ?? "")
+        }
+        let unvouched = try refused(["--trust-url", url, "--trust-ca", stranger.authority])
+        #expect(
+            unvouched.status == 69 && unvouched.line.contains("cannot take the trust key from \(url)trust-key.jwks"),
+            "\(unvouched)")
+        let plain = try refused(["--trust-url", "http://127.0.0.1:\(port)/", "--trust-over-http"])
+        #expect(plain.status == 64 && plain.line.contains("needs --trust-key"), "\(plain)")
+        let twoKeys = TrustedIssuers([published, try TokenSigningKey.generate().publicKey])
+        try Data(twoKeys.jwks()).write(to: URL(fileURLWithPath: directory + "/trust-key.jwks"))
+        let doubled = try refused(["--trust-url", url, "--trust-ca", server.authority])
+        #expect(doubled.status == 69 && doubled.line.contains("2 keys, not one"), "\(doubled)")
     }
 }

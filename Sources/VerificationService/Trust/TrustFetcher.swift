@@ -9,6 +9,7 @@ import Synchronization
     import AsyncHTTPClient
     import NIOCore
     import NIOHTTP1
+    import NIOSSL
 
     /// Fetches the signed trust list from a ``TrustURL`` for as long as ``run()`` runs, into
     /// ``trust``: what the verifier reads on every call.
@@ -35,9 +36,87 @@ import Synchronization
             self.settings = settings
             self.trust = FetchedTrust(key: settings.key, maximumAge: settings.maximumAge)
             self.logger = logger
+            client = try Self.client(authorities: settings.certificateAuthorities)
+        }
+
+        /// An HTTP client that follows no redirect and, for `https`, trusts the certificate
+        /// authorities in the PEM file `authorities` (nil: the system's).
+        private static func client(authorities: String?) throws -> HTTPClient {
             var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
             configuration.timeout = .init(connect: .seconds(5), read: .seconds(10))
-            client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+            if let authorities {
+                var tls = TLSConfiguration.makeClientConfiguration()
+                do {
+                    let certificates = try NIOSSLCertificate.fromPEMFile(authorities)
+                    guard !certificates.isEmpty else { throw DCError(.invalid, "no certificate in it") }
+                    tls.trustRoots = .certificates(certificates)
+                } catch {
+                    throw DCError(
+                        .invalid, "cannot read the certificate authorities for the trust URL: \(Self.reason(error))",
+                        subject: authorities)
+                }
+                configuration.tlsConfiguration = tls
+            }
+            return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+        }
+
+        /// Fetches the key that signs the lists, `trust-key.jwks` (one key), from an `https`
+        /// directory: the server's certificate, checked against `authorities` (nil: the system's),
+        /// is what makes it the provider's. Throws `DCError.Code.usage` for an `http` URL, and
+        /// `DCError.Code.trustKeyUnavailable` (naming the URL and why) when it cannot be fetched or is not
+        /// one valid key.
+        public static func fetchKey(
+            from url: TrustURL, authorities: String?, timeout: Duration = .seconds(10)
+        ) async throws -> TokenPublicKey {
+            guard url.isHTTPS else {
+                throw DCError(
+                    .usage, "the trust key is taken from the trust URL over TLS only", subject: url.text,
+                    remedy: .givePublishedTrustKey)
+            }
+            let client = try client(authorities: authorities)
+            do {
+                let key = try await keyExchange(client, url: url.keyURL, timeout: timeout)
+                try? await client.shutdown()
+                return key
+            } catch {
+                try? await client.shutdown()
+                throw DCError(
+                    .trustKeyUnavailable, "cannot take the trust key from \(url.keyURL): \(Self.reason(error))",
+                    remedy: .givePublishedTrustKey)
+            }
+        }
+
+        /// One GET of the key file within `timeout`, its body read whole and strictly.
+        private static func keyExchange(_ client: HTTPClient, url: String, timeout: Duration) async throws
+            -> TokenPublicKey
+        {
+            var request = HTTPClientRequest(url: url)
+            request.headers.add(name: "User-Agent", value: "dcverify")
+            let prepared = request
+            return try await withThrowingTaskGroup(of: TokenPublicKey?.self) { group in
+                group.addTask {
+                    let response = try await client.execute(
+                        prepared, timeout: .nanoseconds(timeout.components.seconds * 1_000_000_000))
+                    guard response.status.code == 200 else {
+                        _ = try? await response.body.collect(upTo: 1 << 16)
+                        throw DCError(.invalid, "HTTP \(response.status.code)")
+                    }
+                    let body = try await response.body.collect(upTo: TrustedIssuers.maximumFileSize)
+                    let set = try TrustedIssuers(jwks: Array(buffer: body))
+                    guard set.keys.count == 1, let key = set.keys.values.first else {
+                        throw DCError(.invalid, "it holds \(set.keys.count) keys, not one")
+                    }
+                    return key
+                }
+                group.addTask {
+                    try await Task.sleep(for: timeout)
+                    return nil
+                }
+                let first = try await group.next() ?? nil
+                group.cancelAll()
+                guard let first else { throw FetchTimedOut(limit: timeout) }
+                return first
+            }
         }
 
         /// Returns: this build can fetch `url` (the stub without the `TLS` trait throws).
@@ -205,6 +284,13 @@ import Synchronization
             try Self.checkBuilt(settings.url)
         }
 
+        /// Throws `notInThisBuild` (exit 69): this build cannot fetch `url`.
+        public static func fetchKey(
+            from url: TrustURL, authorities: String?, timeout: Duration = .seconds(10)
+        ) async throws -> TokenPublicKey {
+            try checkBuilt(url)
+            throw DCError(.notInThisBuild, "this build cannot fetch trust (it was built without the TLS trait)")
+        }
         /// Throws `notInThisBuild` (exit 69): this build cannot fetch `url`.
         public static func checkBuilt(_ url: TrustURL) throws {
             throw DCError(

@@ -35,6 +35,10 @@ public struct TrustURL: Sendable, Hashable, CustomStringConvertible {
     /// The signed list's URL: `trust.jws` in the directory.
     public var listURL: String { text + "trust.jws" }
 
+    /// The URL of the key that signs the lists, `trust-key.jwks` in the directory: what a verifier
+    /// given no key of its own takes, over TLS only.
+    public var keyURL: String { text + "trust-key.jwks" }
+
     /// The URL, as given (with its final `/`).
     public var description: String { text }
 }
@@ -55,6 +59,9 @@ public struct TrustSourceSettings: Sendable {
     public var defaultInterval: Duration = .seconds(60)
     /// The time one fetch may take.
     public var requestTimeout: Duration = .seconds(10)
+    /// A PEM file of the certificate authorities that authenticate an `https` source (nil: the
+    /// system's, `/etc/ssl/certs`).
+    public var certificateAuthorities: String?
 
     /// Fetches from `url` lists signed by `key`, stale past `maximumAge`.
     public init(url: TrustURL, key: TokenPublicKey, maximumAge: Duration) {
@@ -100,4 +107,29 @@ public struct TrustSourceSettings: Sendable {
         }
         return key
     }
+}
+
+extension TrustSourceSettings {
+    /// Settings for `url` with the default staleness bound, trusting the certificate authorities in
+    /// `authorities` (nil: the system's), and whose key is the one in `keyFile` or, without one,
+    /// `trust-key.jwks` taken from `url` over TLS (``TrustFetcher/fetchKey(from:authorities:timeout:)``).
+    /// Then the server's certificate vouched for the key once; from then on the key alone decides
+    /// which lists are trusted, so a later change of server or certificate changes nothing.
+    public static func resolving(url: TrustURL, keyFile: String?, authorities: String?) async throws -> Self {
+        let key =
+            if let keyFile {
+                try trustKey(at: keyFile)
+            } else {
+                try await TrustFetcher.fetchKey(from: url, authorities: authorities)
+            }
+        var settings = Self(url: url, key: key, maximumAge: defaultMaximumAge)
+        settings.certificateAuthorities = authorities
+        return settings
+    }
+}
+
+extension DCError.Code {
+    /// The key that signs the trust lists could not be taken from the trust URL over TLS: the
+    /// server is down, its certificate is not trusted, or the file is not one key (exit 69).
+    public static let trustKeyUnavailable = Self("trustKeyUnavailable", .unavailable)
 }

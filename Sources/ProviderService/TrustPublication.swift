@@ -16,6 +16,13 @@ public struct TrustPublicationRecord: Codable, Sendable, Equatable {
     public var validity: Int64
 }
 
+/// The highest list number the provider has used, written before the files that carry it:
+/// `<state>/publication-number.json`.
+struct TrustPublicationNumber: Codable, Equatable {
+    /// The number of the last list signed (published or not).
+    var number: Int64
+}
+
 /// What a publication wrote.
 public struct PublishedTrust: Sendable {
     /// The directory written.
@@ -70,6 +77,9 @@ extension CredentialService {
                 remedy: .fixTrustSigningKey))
     }
 
+    /// The highest number used, written ahead of the files (``TrustPublicationNumber``).
+    var publicationNumberPath: String { stateDirectory + "/publication-number.json" }
+
     /// The last publication's record, if the provider has published.
     public func publication() throws -> TrustPublicationRecord? {
         try PinnedKeys.read(TrustPublicationRecord.self, at: publicationPath)
@@ -93,9 +103,16 @@ extension CredentialService {
             let validity = validity ?? record?.validity ?? Self.defaultTrustValidity
             let key = try trustSigningKey()
             let issued = Int64(now.timeIntervalSince1970)
+            // The number is recorded before any file carries it. Stopped between the files and the
+            // record (a crash, a full disk), a publication then skips a number, which verifiers
+            // accept, rather than signing a second, different list with the number of one they hold,
+            // which they would refuse as not newer, and with it every revocation it adds.
+            let used = try PinnedKeys.read(TrustPublicationNumber.self, at: publicationNumberPath)?.number ?? 0
+            let number = max(record?.number ?? 0, used) + 1
+            try PinnedKeys.write(TrustPublicationNumber(number: number), to: publicationNumberPath)
             // Read under the publication lock: a change that publishes after this one reads after it.
             let list = try SignedTrustList.sign(
-                number: (record?.number ?? 0) + 1, issued: issued, nextUpdate: issued + validity,
+                number: number, issued: issued, nextUpdate: issued + validity,
                 issuers: TrustedIssuers([issuing.publicKey]), revocations: try revocations(), key: key)
             let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
             var files = AtomicFileSet(directory: absolute)

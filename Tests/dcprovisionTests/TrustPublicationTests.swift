@@ -303,4 +303,24 @@ struct TrustPublicationTests {
         let doubled = try refused(["--trust-url", url, "--trust-ca", server.authority])
         #expect(doubled.status == 69 && doubled.line.contains("2 keys, not one"), "\(doubled)")
     }
+
+    @Test(
+        "A publication stopped after its files but before its record never lets the next one reuse the number: the next list is numbered above the one served"
+    )
+    func numberNeverReused() throws {
+        let (tools, directory) = try Self.world("publish-number")
+        defer { tools.sandbox.remove() }
+        let record = tools.sandbox.stateHome + "/dcprovision/publication.json"
+        let first = try Self.list(in: directory)
+        let recordAfterFirst = try Data(contentsOf: URL(fileURLWithPath: record))
+        try tools.check("dcprovision", ["publish"])
+        let second = try Self.list(in: directory)
+        #expect(second.number == first.number + 1)
+        // As if the second publication had stopped between writing its files and its record.
+        try recordAfterFirst.write(to: URL(fileURLWithPath: record))
+        try tools.check("dcprovision", ["unauthorize"] + Self.scheme)
+        let third = try Self.list(in: directory)
+        #expect(third.number > second.number, "list \(third.number) after list \(second.number) was served")
+        #expect(!third.revocations.revokedDelegations.isEmpty)
+    }
 }

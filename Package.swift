@@ -385,7 +385,9 @@ let package = Package(
             name: "dcverifyTests",
             dependencies: ["dcverify", "AuthTokens", "CredentialCoding", "TestSupport", "ServiceHarness"]),
         .testTarget(name: "SchemeHandlersTests", dependencies: ["SchemeHandlers", "SystemSupport", "TestSupport"]),
-        .testTarget(name: "TestCAProviderTests", dependencies: ["TestCAProvider", "CredentialCoding", "TestSupport"]),
+        .testTarget(
+            name: "TestCAProviderTests",
+            dependencies: ["TestCAProvider", "CredentialCoding", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "ProviderTests",
             dependencies: [

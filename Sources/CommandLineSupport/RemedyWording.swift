@@ -1,4 +1,5 @@
 import DerivedCredentials
+import SystemSupport
 
 /// How the command-line tools word the remedies the libraries' errors name: the command to run or
 /// the flag to add, in the one line a failed command ends with. A remedy with no entry here is
@@ -37,6 +38,12 @@ enum RemedyWording {
             "give the URL of the directory dcprovision publish writes, such as https://trust.example.com/dc/"
         },
         DCError.Remedy.givePublishedTrustKey.name: { _ in "give the trust-key.jwks that dcprovision publish writes" },
+        DCError.Remedy.listenOnFreePort(host: "", listener: .service).name: { arguments in
+            let flag =
+                argument(arguments, 1) == DCError.Remedy.Listener.metrics.rawValue ? "--metrics-listen" : "--listen"
+            return
+                "try \(flag) \(ListenAddress(host: argument(arguments, 0), port: 0)) for any free port, or stop what uses it"
+        },
         DCError.Remedy.unlockOrQueue.name: { _ in
             "unlock the client (dcclient unlock) and try again, or send with --queue"
         },

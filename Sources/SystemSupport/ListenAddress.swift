@@ -1,4 +1,5 @@
 import DerivedCredentials
+import Glibc
 
 /// A host and port to listen on, written `HOST:PORT` (`[v6]:PORT` for an IPv6 literal): the one
 /// rule of every `--listen` (`dcverify serve`, `dcprovision testca ocsp`) and of the `listen` setting
@@ -35,6 +36,22 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
             throw DCError(.usage, "the host must be a name or an address", subject: text)
         }
         self.init(host: host, port: port)
+    }
+
+    /// The one line for a listener that could not take this address, from the `errno` its
+    /// `bind` or `listen` set: in use (`EADDRINUSE`), not this host's (`EADDRNOTAVAIL`), or what
+    /// the system says; each `cannotListen` (exit 69), naming a free port of the same host. The
+    /// one wording of every listener the tools have (`listener` says which it is).
+    public func cannotListen(errno code: Int32, listener: DCError.Remedy.Listener = .service) -> DCError {
+        let reason =
+            switch code {
+            case EADDRINUSE: "the address is in use"
+            case EADDRNOTAVAIL: "the address is not one of this host's"
+            case EACCES: "a port below 1024 needs privileges"
+            default: "cannot listen: " + String(cString: strerror(code))
+            }
+        return DCError(
+            .cannotListen, reason, subject: description, remedy: .listenOnFreePort(host: host, listener: listener))
     }
 
     /// `HOST:PORT`, with brackets around an IPv6 literal.

@@ -201,7 +201,7 @@ extension TestCACommand {
         @OptionGroup var ca: TestCADirectory
         @Option(
             help: ArgumentHelp(
-                "Where to listen: an IPv4 address and a port (0: any free port; see --port-file).",
+                "Where to listen: an IPv4 or [IPv6] address and a port (0: any free port; see --port-file).",
                 valueName: "host:port"))
         var listen = ListenAddress(host: "127.0.0.1", port: 8090)
         @Option(help: ArgumentHelp("Write the port listened on to this file.", valueName: "file")) var portFile: String?
@@ -219,13 +219,13 @@ extension TestCACommand {
             let log: (@Sendable (String) -> Void)? =
                 Console.isQuiet ? nil : { @Sendable (line: String) in Console.say("ocsp: " + line) }
             let server = try ca.open().ocspServer(validity: validityMinutes.seconds, log: log)
-            let listener = try OCSPServer.listen(host: listen.host, port: listen.port)
+            let listener = try OCSPServer.listen(listen)
             if let portFile {
                 try TestCACommand.write(
                     .bytes(Array("\(listener.port)\n".utf8)), to: portFile, mode: 0o644, replacing: true)
             }
             Console.say(
-                "answering OCSP for \(ca.directory.escapingControlCharacters) on http://\(listen.host):\(listener.port)/"
+                "answering OCSP for \(ca.directory.escapingControlCharacters) on http://\(ListenAddress(host: listen.host, port: listener.port))/"
             )
             server.serve(listener)
         }

@@ -2,6 +2,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 import Synchronization
+import SystemSupport
 import TestCAProvider
 import TestSupport
 import Testing
@@ -32,7 +33,7 @@ struct OCSPServerTests {
             try ca.record(certificates)
             _ = try directory.write(
                 "chain.pem", PEM.certificate(ca.rootCertificate) + PEM.certificate(ca.issuingCertificate))
-            listener = try OCSPServer.listen(host: "127.0.0.1", port: 0)
+            listener = try OCSPServer.listen(ListenAddress(host: "127.0.0.1", port: 0))
             let server = try ca.ocspServer(log: { [log] line in log.lines.withLock { $0.append(line) } })
             Thread.detachNewThread { [listener, served] in
                 server.serve(listener)

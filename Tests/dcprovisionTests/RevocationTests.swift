@@ -196,6 +196,37 @@ struct RevocationTests {
     }
 
     @Test(
+        "testca ocsp on a port in use: exit 69 and one line saying the address is in use and naming --listen HOST:0; on [::1] it answers over IPv6, and [::] takes IPv4 too (openssl ocsp as the client)"
+    )
+    func ocspListens() throws {
+        let world = try World("revocation-ocsp-listen")
+        defer { world.remove() }
+        let first = try RunningService.start(
+            Binaries.dcprovision, ["testca", "ocsp", world.sandbox.file("ca"), "--listen", "127.0.0.1:0"],
+            in: world.sandbox, name: "first")
+        defer { first.stop() }
+        let busy = try world.sandbox.runTool(
+            "dcprovision", ["testca", "ocsp", "ca", "--listen", "127.0.0.1:\(first.port)"], expect: 69)
+        #expect(
+            busy.stderrText
+                == "dcprovision: 127.0.0.1:\(first.port): the address is in use; try --listen 127.0.0.1:0 for any free port, or stop what uses it\n",
+            "\(busy.stderrText)")
+        for (index, (listen, host)) in [("[::1]:0", "[::1]"), ("[::]:0", "[::1]"), ("[::]:0", "127.0.0.1")].enumerated()
+        {
+            let server = try RunningService.start(
+                Binaries.dcprovision, ["testca", "ocsp", world.sandbox.file("ca"), "--listen", listen],
+                in: world.sandbox, name: "v6-\(index)")
+            defer { server.stop() }
+            let asked = try world.openssl([
+                "ocsp", "-issuer", "ca/issuing.pem", "-CAfile", "chain.pem", "-url", "http://\(host):\(server.port)/",
+                "-cert", "a/authentication.pem",
+            ])
+            #expect(
+                asked.stdoutText.contains("a/authentication.pem: good"), "\(listen) via \(host): \(asked.stderrText)")
+        }
+    }
+
+    @Test(
         "inspect --crl / --ocsp: a revoked certificate is exit 79 naming it; a good credential passes and says how it was checked; --ocsp aia asks the responder the certificates name"
     )
     func inspectChecksRevocation() throws {

@@ -323,18 +323,30 @@ struct DCVerifyCommandTests {
         #expect(!result.stderrText.isEmpty)
     }
 
-    @Test("an address already in use: exit 69 with a message")
+    @Test(
+        "an address already in use, the service's or the metrics': exit 69 and one line that says so and names --listen or --metrics-listen HOST:0, no NIO internals"
+    )
     func addressInUse() throws {
         let sandbox = try Sandbox("dcverify-in-use")
         defer { sandbox.remove() }
         let first = try RunningService.start(
             Binaries.dcverify, ["serve", "--listen", "127.0.0.1:0"] + verifierFiles(in: sandbox), in: sandbox)
         defer { first.stop() }
-        let second = try sandbox.run(
-            Binaries.dcverify, ["serve", "--listen", "127.0.0.1:\(first.port)"] + verifierFiles(in: sandbox),
-            timeout: 30)
-        #expect(second.status == 69, "\(second.stderrText)")
-        #expect(second.stderrText.contains("cannot serve"))
+        for (arguments, flag) in [
+            (["--listen", "127.0.0.1:\(first.port)"], "--listen"),
+            (["--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:\(first.port)"], "--metrics-listen"),
+        ] {
+            let second = try sandbox.run(
+                Binaries.dcverify, ["serve"] + arguments + verifierFiles(in: sandbox), timeout: 30)
+            #expect(second.status == 69, "\(second.stderrText)")
+            let lines = second.stderrText.split(separator: "\n").filter { $0.hasPrefix("dcverify: ") }
+            #expect(
+                lines == [
+                    "dcverify: 127.0.0.1:\(first.port): the address is in use; try \(flag) 127.0.0.1:0 for any free port, or stop what uses it"
+                ], "\(second.stderrText)")
+            #expect(
+                !second.stderrText.contains("errno") && !second.stderrText.contains("bind("), "\(second.stderrText)")
+        }
     }
 
     @Test("the log holds neither a token nor its parts at trace level")

@@ -2,6 +2,7 @@ import CredentialCoding
 import DerivedCredentials
 import Foundation
 import Synchronization
+import SystemSupport
 
 /// The test CA's OCSP responder on HTTP (RFC 6960 appendix A): `POST /` with an
 /// `application/ocsp-request` body, or `GET /<url-encoded base64 of the request>`.
@@ -35,32 +36,54 @@ public struct OCSPServer: Sendable {
         self.log = log
     }
 
-    /// A listening TCP socket on `host` (an IPv4 address) and `port` (0 picks one).
-    public static func listen(host: String, port: Int) throws -> Listener {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard socket >= 0 else { throw DCError(.ioError, "cannot open a socket") }
+    /// A listening TCP socket on `address`: an IPv4 or IPv6 literal or a host name (its first
+    /// address), port 0 for any free one. `[::]` takes IPv4 connections too (a dual-stack socket),
+    /// as `0.0.0.0` takes every IPv4 address. An address that cannot be had (in use, not this
+    /// host's) is `ListenAddress.cannotListen(errno:)`'s one line, exit 69.
+    public static func listen(_ address: ListenAddress) throws -> Listener {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
+        var found: UnsafeMutablePointer<addrinfo>?
+        let looked = getaddrinfo(address.host, "\(address.port)", &hints, &found)
+        guard looked == 0, let found, let entry = found.pointee.ai_addr else {
+            if let found { freeaddrinfo(found) }
+            throw DCError(
+                .usage, "'\(address.host.escapingControlCharacters)' is not an address or a name this host knows",
+                subject: address.description)
+        }
+        defer { freeaddrinfo(found) }
+        let family = found.pointee.ai_family
+        let socket = Glibc.socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard socket >= 0 else { throw address.cannotListen(errno: errno) }
         var yes: Int32 = 1
         setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(clamping: port).bigEndian)
-        guard inet_pton(AF_INET, host, &address.sin_addr) == 1 else {
-            close(socket)
-            throw DCError(.usage, "'\(host.escapingControlCharacters)' is not an IPv4 address")
+        if family == AF_INET6 {
+            // Dual stack for the unspecified address, as a careful user expects of [::].
+            var only: Int32 = 0
+            setsockopt(socket, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &only, socklen_t(MemoryLayout<Int32>.size))
         }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
+        var bound = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let listening = withUnsafeMutablePointer(to: &bound) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(socket, pointer, length) == 0 && Glibc.listen(socket, 64) == 0
+                bind(socket, entry, found.pointee.ai_addrlen) == 0 && Glibc.listen(socket, 64) == 0
                     && getsockname(socket, pointer, &length) == 0
             }
         }
-        guard bound else {
-            let reason = String(cString: strerror(errno))
+        guard listening else {
+            let code = errno
             close(socket)
-            throw DCError(.ioError, "cannot listen on \(host):\(port): \(reason)")
+            throw address.cannotListen(errno: code)
         }
-        return Listener(descriptor: socket, port: Int(UInt16(bigEndian: address.sin_port)))
+        let port = withUnsafePointer(to: &bound) {
+            $0.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                // sin_port and sin6_port sit at the same offset.
+                Int(UInt16(bigEndian: $0.pointee.sin_port))
+            }
+        }
+        return Listener(descriptor: socket, port: port)
     }
 
     /// Accepts connections on `listener` until it is closed (``Listener/close()``); answers each

@@ -437,6 +437,9 @@ extension DCError.Code {
     public static let notInThisBuild = Self(
         "notInThisBuild", .unavailable,
         remedy: .buildWithTLS)
+    /// A server cannot listen where it was asked to: the address is in use, or is not one of this
+    /// host's (exit 69). The error's remedy names a free port on the same host.
+    public static let cannotListen = Self("cannotListen", .unavailable)
     /// An OpenSSL call failed in a way no input should cause.
     public static let cryptoFailure = Self(
         "cryptoFailure", .internalError,

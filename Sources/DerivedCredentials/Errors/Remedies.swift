@@ -87,6 +87,23 @@ extension DCError.Remedy {
     public static let givePublishedTrustKey = Self(
         "givePublishedTrustKey", "give the trust key file the provider publishes beside its trust")
 
+    /// The address a server was to listen on is taken: listen on any free port of the same host
+    /// (port 0), or stop what holds it. `arguments`: the host, and which listener it is
+    /// (``Listener``).
+    public static func listenOnFreePort(host: String, listener: Listener) -> Self {
+        Self(
+            "listenOnFreePort", arguments: [host, listener.rawValue],
+            "listen on another port (port 0 takes any free one), or stop what uses it")
+    }
+
+    /// Which of a program's listeners an address is for, so that a front end names its setting.
+    public enum Listener: String, Sendable {
+        /// The server's own address.
+        case service
+        /// The metrics listener, beside it.
+        case metrics
+    }
+
     /// The client is locked: unlock it, or queue the delivery for later.
     public static let unlockOrQueue = Self(
         "unlockOrQueue", "unlock the client and try again, or queue the delivery for later")

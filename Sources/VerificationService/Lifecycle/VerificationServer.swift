@@ -157,12 +157,17 @@ public struct VerificationServer: Sendable {
         }
         // Services stop in reverse order: the last summary follows the last request.
         let summaries = RequestLogSummaries(log: log, interval: configuration.logSummaryInterval)
-        var services: [any Service] = [summaries, application, reloader]
+        var services: [any Service] = [
+            summaries, ListeningService(base: application, address: configuration.listen, listener: .service),
+            reloader,
+        ]
         if let listen = configuration.metricsListen, let exposition {
             services.append(
-                MetricsEndpoint.application(
-                    listen: listen, requestTimeout: configuration.requestTimeout, exposition: exposition, logger: logger
-                ))
+                ListeningService(
+                    base: MetricsEndpoint.application(
+                        listen: listen, requestTimeout: configuration.requestTimeout, exposition: exposition,
+                        logger: logger),
+                    address: listen, listener: .metrics))
         }
         var group = ServiceGroupConfiguration(
             services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)

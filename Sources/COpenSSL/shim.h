@@ -206,6 +206,18 @@ static inline int dc_pbkdf2_hmac_sha256(const unsigned char *pass, size_t passle
 }
 #pragma GCC diagnostic pop
 
+// Reading certificatePolicies: the POLICYINFO stack is only reachable through macros.
+static inline int dc_certificate_policies_num(const CERTIFICATEPOLICIES *policies) {
+    return sk_POLICYINFO_num(policies);
+}
+static inline const ASN1_OBJECT *dc_certificate_policies_id(const CERTIFICATEPOLICIES *policies, int i) {
+    return sk_POLICYINFO_value(policies, i)->policyid;
+}
+static inline void dc_certificate_policies_free(CERTIFICATEPOLICIES *policies) {
+    sk_POLICYINFO_pop_free(policies, POLICYINFO_free);
+}
+static inline int dc_sk_X509_EXTENSION_num(const STACK_OF(X509_EXTENSION) *sk) { return sk_X509_EXTENSION_num(sk); }
+
 // certificatePolicies from dotted OIDs. X509V3_EXT_nconf wants a configuration database for this
 // extension even without qualifiers, and the POLICYINFO stack is only reachable through macros.
 static inline int dc_add_certificate_policies(X509 *x509, const char *const *oids, int count) {

@@ -73,7 +73,7 @@ public enum Console {
     /// output it forwards).
     public static var isQuiet: Bool { quiet }
 
-    /// Sets whether ``say(_:)`` and ``progress(_:)`` print.
+    /// Sets whether ``say(_:)``, ``notice(_:)`` and ``ProgressLine`` print.
     static func setQuiet(_ value: Bool) { quiet = value }
 
     /// Sets the program name that starts error and warning lines.
@@ -113,16 +113,9 @@ public enum Console {
     /// Prints `TOOL: warning: message` on standard error.
     public static func warning(_ message: String) { error("warning: \(message)") }
 
-    /// Whether progress lines are printed: only to a person watching a terminal, and not with
-    /// `--quiet`. A pipe or a file gets none, so logs and scripts see the same output every run.
+    /// Whether progress (``ProgressLine``) is drawn: only for a person watching a terminal, and
+    /// not with `--quiet`. A pipe or a file gets none, so logs and scripts see the same output every run.
     public static func showsProgress(standardErrorIsTerminal: Bool, quiet: Bool) -> Bool {
         standardErrorIsTerminal && !quiet
-    }
-
-    /// Prints a progress line on standard error when ``showsProgress(standardErrorIsTerminal:quiet:)``
-    /// says so for this process.
-    public static func progress(_ text: String) {
-        guard showsProgress(standardErrorIsTerminal: StandardStream.error.isTerminal, quiet: quiet) else { return }
-        StandardStream.error.write("\(tool): \(text.escapingControlCharacters)\n")
     }
 }

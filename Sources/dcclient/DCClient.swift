@@ -375,7 +375,7 @@ extension DCClient {
             if format.json { return try printJSON("entry", try EntryView(entry)) }
             let details = try CertificateDetails(entry.certificate)
             Console.print(
-                "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage?.names ?? []).joined(separator: ", "))\nnot after:    \(details.notAfter?.formatted(.iso8601) ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"
+                "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage?.names ?? []).joined(separator: ", "))\npurposes:     \((details.extendedKeyUsageNames ?? []).joined(separator: ", "))\npolicies:     \((details.certificatePolicies ?? []).map(\.name).joined(separator: ", "))\nnot after:    \(details.notAfter?.formatted(.iso8601) ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"
             )
         }
     }

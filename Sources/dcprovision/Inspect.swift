@@ -28,6 +28,9 @@ struct Inspect: AsyncParsableCommand, OutputCommand {
     @Flag(help: "Treat warnings as errors.")
     var strict = false
 
+    @Flag(help: "Never shorten names in the table (they are not shortened when standard output is not a terminal).")
+    var wide = false
+
     @OptionGroup var format: JSONOutputOptions
 
     @OptionGroup var passphrase: PromptingPassphraseOptions
@@ -50,7 +53,19 @@ struct Inspect: AsyncParsableCommand, OutputCommand {
         let verdict = validator.validate(entries: provided.entries)
         let report = try InspectionReport(
             entries: provided.entries, verdict: verdict, strict: strict, friendlyNames: provided.friendlyNames)
-        if format.json { try printJSON("report", report) } else { Console.print(ReportTable(report).render()) }
+        if format.json {
+            try printJSON("report", report)
+        } else {
+            // -v adds every extension of every certificate, as `openssl x509 -text` prints them.
+            let extensions =
+                global.verbose
+                ? try provided.entries.flatMap { entry in
+                    try ([entry.certificate] + entry.keyHistory.map(\.certificate)).map(
+                        CertificateDetails.extensionsText)
+                } : nil
+            Console.print(
+                ReportTable(report, wide: wide || !StandardStream.output.isTerminal, extensions: extensions).render())
+        }
         if !report.valid {
             if let failure = verdict.revocationFailure { throw failure }
             throw DCError(
@@ -65,9 +80,16 @@ struct Inspect: AsyncParsableCommand, OutputCommand {
 /// with control characters escaped.
 struct ReportTable {
     let report: InspectionReport
+    /// Whether names are printed whole; otherwise a subject is cut at 48 characters.
+    let wide: Bool
+    /// Each row's extensions as `openssl x509 -text` prints them, in the report's row order; nil
+    /// leaves them out.
+    let extensions: [String]?
 
-    init(_ report: InspectionReport) {
+    init(_ report: InspectionReport, wide: Bool = true, extensions: [String]? = nil) {
         self.report = report
+        self.wide = wide
+        self.extensions = extensions
     }
 
     func render() -> String {
@@ -87,7 +109,8 @@ struct ReportTable {
                     .compactMap { $0 }.joined(separator: ", ")
             let tag = row.historyIndex.map { "\(row.tag) (history \($0))" } ?? row.tag.rawValue
             let name = showNames ? [row.friendlyName.map { "\"\($0.escapingControlCharacters)\"" } ?? ""] : []
-            return [tag, Self.truncate(row.certificate.subject.escapingControlCharacters, 48)] + name + [
+            let subject = row.certificate.subject.escapingControlCharacters
+            return [tag, wide ? subject : Self.truncate(subject, 48)] + name + [
                 row.certificate.keyAlgorithm, row.certificate.notBefore.map(day.string) ?? "?",
                 row.certificate.notAfter.map(day.string) ?? "?", checks,
             ]
@@ -98,6 +121,16 @@ struct ReportTable {
                 .trimmingCharacters(in: .whitespaces)
         }
         var out = ([header] + rows).map(line)
+        for (row, extensions) in zip(report.rows, extensions ?? []) {
+            let tag = row.historyIndex.map { "\(row.tag) (history \($0))" } ?? row.tag.rawValue
+            out.append("")
+            out.append("\(tag): \(row.certificate.subject.escapingControlCharacters)")
+            if let names = row.certificate.extendedKeyUsageNames {
+                out.append("    Extended key usage: " + names.joined(separator: ", ").escapingControlCharacters)
+            }
+            // openssl's own lines; Console.print escapes them (their line breaks stay).
+            if !extensions.isEmpty { out.append(String(extensions.dropLast())) }
+        }
         let findings = report.rows.flatMap(\.findings) + report.findings
         if !findings.isEmpty {
             out.append("")

@@ -96,6 +96,45 @@ final class X509Certificate {
         }
     }
 
+    /// The name `openssl x509 -text` prints for `object`: OpenSSL's long name
+    /// (`TLS Web Client Authentication`), or the dotted OID when OpenSSL knows none.
+    static func displayName(_ object: OpaquePointer?) -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        let length = OBJ_obj2txt(&buffer, Int32(buffer.count), object, 0)
+        return length > 0 ? String(nulTerminated: buffer) : "?"
+    }
+
+    /// The certificatePolicies policy identifiers, in the certificate's order, each as its OID and
+    /// the name `openssl x509 -text` prints; nil when the extension is absent.
+    var certificatePolicies: [(oid: String, name: String)]? {
+        var critical: Int32 = 0
+        guard let raw = X509_get_ext_d2i(pointer, NID_certificate_policies, &critical, nil) else {
+            OpenSSLError.clear()
+            return nil
+        }
+        let policies = OpaquePointer(raw)
+        defer { dc_certificate_policies_free(policies) }
+        return (0..<dc_certificate_policies_num(policies)).map {
+            let object = dc_certificate_policies_id(policies, $0)
+            return (Self.oid(object), Self.displayName(object))
+        }
+    }
+
+    /// Every extension as `openssl x509 -text` prints it (OpenSSL's `X509V3_extensions_print`,
+    /// which that command calls): the `X509v3 extensions:` title at an indent of 8, each
+    /// extension's name and `critical` at 12, its value as `X509V3_EXT_print` renders it at 16
+    /// (the raw bytes when OpenSSL has no printer for it). Empty when the certificate has none.
+    var extensionsText: String {
+        guard let extensions = X509_get0_extensions(pointer), dc_sk_X509_EXTENSION_num(extensions) > 0 else {
+            return ""
+        }
+        let text =
+            (try? OpenSSL.string(fromBIO: { _ = X509V3_extensions_print($0, "X509v3 extensions", extensions, 0, 8) }))
+            ?? ""
+        OpenSSLError.clear()
+        return text
+    }
+
     static func oid(_ object: OpaquePointer?) -> String {
         var buffer = [CChar](repeating: 0, count: 128)
         let length = OBJ_obj2txt(&buffer, Int32(buffer.count), object, 1)
@@ -179,6 +218,19 @@ final class X509Certificate {
         }
     }
 
+}
+
+extension ExtendedKeyUsage {
+    /// The name `openssl x509 -text` prints for this purpose (`TLS Web Client Authentication`,
+    /// `E-mail Protection`), or the dotted OID when OpenSSL knows none.
+    public var name: String {
+        guard let object = OBJ_txt2obj(rawValue, 1) else {
+            OpenSSLError.clear()
+            return rawValue
+        }
+        defer { ASN1_OBJECT_free(object) }
+        return X509Certificate.displayName(object)
+    }
 }
 
 extension X509Certificate {

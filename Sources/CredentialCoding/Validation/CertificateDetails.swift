@@ -23,6 +23,12 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
     public var keyUsage: KeyUsage?
     /// Extended key usage purposes, in the certificate's order; encoded as dotted OIDs.
     public var extendedKeyUsage: [ExtendedKeyUsage]?
+    /// The names `openssl x509 -text` prints for ``extendedKeyUsage``, in the same order
+    /// (`TLS Web Client Authentication`; the dotted OID when OpenSSL knows no name).
+    public var extendedKeyUsageNames: [String]?
+    /// The certificatePolicies policy identifiers, in the certificate's order; nil when the
+    /// extension is absent.
+    public var certificatePolicies: [CertificatePolicy]?
     /// subjectAltName entries: `email:…`, `URI:…`, `DNS:…`, `UPN:…`, `other:<oid>`.
     public var subjectAlternativeNames: [String]
     /// The subject's commonName, when it has exactly one.
@@ -43,10 +49,32 @@ public struct CertificateDetails: Sendable, Codable, Hashable {
         signatureAlgorithm = x509.signature.name
         keyUsage = x509.keyUsage
         extendedKeyUsage = x509.extendedKeyUsage
+        extendedKeyUsageNames = extendedKeyUsage?.map(\.name)
+        certificatePolicies = x509.certificatePolicies?.map { CertificatePolicy(oid: $0.oid, name: $0.name) }
         subjectAlternativeNames = x509.subjectAlternativeNames
         commonName = x509.commonName
         // The SHA-256 of the DER, as `openssl x509 -fingerprint -sha256` prints it. The bytes are
         // strict DER, so they are what OpenSSL would re-encode and hash.
         sha256Fingerprint = Digests.hex(Digests.sha256(certificate.derBytes), uppercase: true, separator: ":")
+    }
+}
+
+extension CertificateDetails {
+    /// One certificatePolicies policy identifier.
+    public struct CertificatePolicy: Sendable, Codable, Hashable {
+        /// The dotted OID, such as `2.16.840.1.101.3.2.1.3.13`.
+        public var oid: String
+        /// The name `openssl x509 -text` prints after `Policy:`: OpenSSL's long name, or the
+        /// dotted OID when OpenSSL knows none.
+        public var name: String
+    }
+
+    /// Every extension of `certificate` as `openssl x509 -text` prints it, through the same
+    /// OpenSSL function: the `X509v3 extensions:` title indented by 8, each extension's name (and
+    /// `critical`) by 12 and its value by 16, one line each, lines ending in `\n`. Empty when the
+    /// certificate has no extension. Text from inside the certificate is as found: escape it
+    /// before printing.
+    public static func extensionsText(of certificate: Certificate) throws -> String {
+        try X509Certificate(certificate).extensionsText
     }
 }

@@ -432,6 +432,11 @@ extension DCError.Code {
     public static let ioError = Self(
         "ioError", .ioError,
         hint: "check the disk and its free space, then try again")
+    /// A private key would have gone to a terminal, where it stays on the screen and in the
+    /// scrollback; it is written only to a file or a pipe (exit 77).
+    public static let secretOnTerminal = Self(
+        "secretOnTerminal", .refused,
+        hint: "redirect standard output to a file or a pipe")
     /// The feature asked for was left out of this build (a package trait it needs is off), such as
     /// HTTPS in a `dcverify` built without the `TLS` trait (exit 69).
     public static let notInThisBuild = Self(

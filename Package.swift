@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "TestCAProvider", targets: ["TestCAProvider"]),
         .library(name: "ExecProvider", targets: ["ExecProvider"]),
         .library(name: "PKCS11Provider", targets: ["PKCS11Provider"]),
+        .library(name: "CMPProvider", targets: ["CMPProvider"]),
         .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
         .library(name: "CredentialDelivery", targets: ["CredentialDelivery"]),
         .library(name: "ProviderService", targets: ["ProviderService"]),
@@ -268,6 +269,12 @@ let package = Package(
             path: "Plugins/ExecProvider"
         ),
 
+        .target(
+            name: "CMPProvider",
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"],
+            path: "Plugins/CMPProvider"
+        ),
+
         // swift package --allow-writing-to-package-directory dc-test-credentials --out-dir Fixtures
         .plugin(
             name: "DCTestCredentials",
@@ -302,6 +309,7 @@ let package = Package(
                 "ProviderService",
                 "SchemeHandlers",
                 "PKCS11Provider",
+                "CMPProvider",
                 "CommandLineSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -388,6 +396,10 @@ let package = Package(
         .testTarget(
             name: "TestCAProviderTests",
             dependencies: ["TestCAProvider", "CredentialCoding", "SystemSupport", "TestSupport"]),
+        // The CMP provider against `openssl cmp`'s mock server, and the openssl CLI as a client.
+        .testTarget(
+            name: "CMPProviderTests",
+            dependencies: ["CMPProvider", "CredentialCoding", "DerivedCredentials", "SystemSupport", "TestSupport"]),
         .testTarget(
             name: "ProviderTests",
             dependencies: [

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <openssl/asn1.h>
 #include <openssl/bio.h>
+#include <openssl/cmp.h>
 #include <openssl/cms.h>
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
@@ -48,6 +49,11 @@ static inline X509 *dc_sk_X509_value(const STACK_OF(X509) *sk, int i) {
 static inline STACK_OF(X509) *dc_sk_X509_new_null(void) { return (STACK_OF(X509) *)OPENSSL_sk_new_null(); }
 static inline int dc_sk_X509_push(STACK_OF(X509) *sk, X509 *x) { return OPENSSL_sk_push((OPENSSL_STACK *)sk, x); }
 static inline void dc_sk_X509_free(STACK_OF(X509) *sk) { OPENSSL_sk_free((OPENSSL_STACK *)sk); }
+// A stack that owns its certificates (OSSL_CMP_CTX_get1_caPubs and friends): each freed, then the stack.
+static inline void dc_sk_X509_pop_free(STACK_OF(X509) *sk) { sk_X509_pop_free(sk, X509_free); }
+// ERR_GET_LIB and ERR_GET_REASON, which Swift may not import (inline with macros inside).
+static inline int dc_err_lib(unsigned long code) { return ERR_GET_LIB(code); }
+static inline int dc_err_reason(unsigned long code) { return ERR_GET_REASON(code); }
 static inline int dc_sk_ASN1_OBJECT_num(const STACK_OF(ASN1_OBJECT) *sk) {
     return OPENSSL_sk_num((const OPENSSL_STACK *)sk);
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CMPProvider
 import CommandLineSupport
 import CredentialCoding
 import DerivedCredentials
@@ -213,7 +214,7 @@ enum ProviderDirectory {
     /// The built-in providers and the plug-ins on the provider path; with `requiringConfinement`,
     /// each exec plug-in on the path runs only confined.
     static func registry(requiringConfinement: Bool) -> ProviderRegistry {
-        var registry = ProviderRegistry([PEMFileProvider(), TestCAProvider(), PKCS11Provider()])
+        var registry = ProviderRegistry([PEMFileProvider(), TestCAProvider(), PKCS11Provider(), CMPProvider()])
         for found in ExecProvider.discover(searchPath: searchPath) where (try? registry.provider(id: found.name)) == nil
         {
             var plugIn = ExecProvider(path: found.path, id: found.name)

@@ -334,6 +334,31 @@ extension DCError.Code {
         "providerProtocol", .dataError,
         hint: "the provider is broken: report it to its vendor (docs/PROVIDER-PROTOCOL.md)")
 
+    // MARK: Certificate authorities over CMP (RFC 4210, RFC 9483).
+    /// The CA's CMP server could not be reached, or did not answer in time (exit 69).
+    public static let caUnreachable = Self(
+        "caUnreachable", .unavailable,
+        hint: "check the server URL and that the CA is up, then try again")
+    /// The CA refused the request: it did not accept our protection (the shared secret and its
+    /// reference, or the signing certificate), or it rejected what we asked for (exit 77). An
+    /// answer whose MAC does not verify with our secret is the CA refusing that secret.
+    public static let caRefused = Self(
+        "caRefused", .refused,
+        hint: "check the reference and secret (or the certificate) the CA's operator gave you")
+    /// The CA's answer is signed, but not by the server certificate configured (exit 78).
+    public static let caServerMismatch = Self(
+        "caServerMismatch", .configuration,
+        hint: "configure the CMP server's own certificate as the CA's operator publishes it")
+    /// The CA's answer, or the certificate it issued, does not verify against the trust anchors
+    /// configured, or the certificate is not for our key (exit 65). Nothing is used.
+    public static let caAnswerNotTrusted = Self(
+        "caAnswerNotTrusted", .dataError,
+        hint: "configure the CA certificates the CMP server and its certificates chain to")
+    /// The CA still answers "waiting" when the polling limit is reached (exit 75).
+    public static let caPending = Self(
+        "caPending", .temporaryFailure,
+        hint: "the CA has not decided yet: ask again later, or allow a longer wait")
+
     // MARK: PKCS#11 tokens.
     /// A PKCS#11 call failed; the underlying error names the function and the CKR_ value.
     public static let pkcs11Failure = Self(

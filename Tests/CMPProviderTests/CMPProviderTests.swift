@@ -1,0 +1,200 @@
+import CMPProvider
+import CredentialCoding
+import DerivedCredentials
+import Foundation
+import TestSupport
+import Testing
+
+/// The `cmp` provider against a CA we did not write: `openssl cmp -port`, OpenSSL's mock CMP
+/// server, which checks our protection and proof of possession and answers with the certificate
+/// the openssl CLI made for it. The openssl CLI judges what comes back.
+@Suite("CMP enrolment against openssl's mock CMP server", .ownThreads, .timeLimit(.minutes(3)))
+struct CMPProviderTests {
+    /// A PKI, a leaf for `tag` and the options of a PBMAC-protected `ir` to `server`.
+    struct World {
+        let directory: TemporaryDirectory
+        let pki: CMPTestPKI
+
+        init(_ label: String) throws {
+            directory = try TemporaryDirectory(label)
+            pki = try CMPTestPKI(in: directory)
+        }
+
+        func options(_ server: CMPMockServer, tag: String, key: String, more: [String: [String]] = [:])
+            -> [String: [String]]
+        {
+            [
+                "server": [server.url], "trust-anchor": [pki.ca.certificate], "reference": [pki.reference],
+                "secret-file": [pki.secretFile], "tag": [tag], "new-key": ["\(tag)=\(key)"],
+                "subject": ["O=Example CMP Test,CN=Alice"],
+            ].merging(more) { $1 }
+        }
+
+        func provide(_ options: [String: [String]]) async throws -> ProvidedCredential {
+            try await CMPProvider().provide(ProviderRequest(options: options, workingDirectory: directory.path))
+        }
+    }
+
+    static func spki(certificate file: String) throws -> String {
+        try run(OpenSSLFixtures.openssl, ["x509", "-in", file, "-noout", "-pubkey"]).stdoutText
+    }
+
+    @Test(
+        "ir with a shared secret (PBMAC): the certificate the mock CA answers with, for our key, chaining to the CA (openssl verify), with caPubs as its chain"
+    )
+    func initialRegistration() async throws {
+        let world = try World("cmp-ir")
+        defer { world.directory.remove() }
+        let leaf = try world.pki.leaf("authentication")
+        let server = try CMPMockServer.start(world.pki, answering: leaf.certificate, caPubs: world.pki.ca.certificate)
+        defer { server.stop() }
+        let provided = try await world.provide(world.options(server, tag: "authentication", key: leaf.key))
+        #expect(provided.entries.map(\.tag) == [.authentication])
+        let entry = try #require(provided.entries.first)
+        let issued = try world.directory.write("issued.pem", pem(entry.certificate))
+        #expect(try readText(issued) == (try readText(leaf.certificate)))
+        let verified = try run(OpenSSLFixtures.openssl, ["verify", "-CAfile", world.pki.ca.certificate, issued])
+        #expect(verified.status == 0, "\(verified.stdoutText)\(verified.stderrText)")
+        // The key that came back is the one certified (openssl's public key of each).
+        let key = try world.directory.write("key.pem", pem(entry.privateKey))
+        let fromKey = try run(OpenSSLFixtures.openssl, ["pkey", "-in", key, "-pubout"]).stdoutText
+        #expect(fromKey == (try Self.spki(certificate: issued)))
+        #expect(provided.chain == [try CredentialReader().read(file: world.pki.ca.certificate).certificates[0]])
+        #expect(provided.warnings.isEmpty)
+    }
+
+    @Test(
+        "A fresh key that the mock CA's certificate is not for: refused as not ours (caAnswerNotTrusted), nothing returned"
+    )
+    func certificateForAnotherKey() async throws {
+        let world = try World("cmp-other-key")
+        defer { world.directory.remove() }
+        let leaf = try world.pki.leaf("authentication")
+        let server = try CMPMockServer.start(world.pki, answering: leaf.certificate)
+        defer { server.stop() }
+        var options = world.options(server, tag: "authentication", key: leaf.key)
+        options["new-key"] = nil
+        await #expect { try await world.provide(options) } throws: { ($0 as? DCError)?.code == .caAnswerNotTrusted }
+    }
+
+    @Test(
+        "Failures, each its own code: a wrong secret (caRefused), a server signing with another certificate than the one pinned (caServerMismatch), an answer signed by a key no anchor vouches for (caAnswerNotTrusted), a server that is down (caUnreachable)"
+    )
+    func failures() async throws {
+        let world = try World("cmp-failures")
+        defer { world.directory.remove() }
+        let pki = world.pki
+        let leaf = try pki.leaf("authentication")
+        func code(_ options: [String: [String]]) async -> DCError.Code? {
+            do {
+                _ = try await world.provide(options)
+                return nil
+            } catch { return (error as? DCError)?.code }
+        }
+        // A wrong secret.
+        let secret = try CMPMockServer.start(pki, answering: leaf.certificate)
+        let wrong = try world.directory.write("wrong.txt", "not the secret")
+        #expect(
+            await code(world.options(secret, tag: "authentication", key: leaf.key, more: ["secret-file": [wrong]]))
+                == .caRefused)
+        secret.stop()
+        // Signature-protected requests (a cr by the certificate the CA issued before) to a server
+        // that signs its answers: with the server's certificate pinned to another one, and with
+        // a server whose key no anchor vouches for.
+        let signed = ["certificate": [leaf.certificate], "key": [leaf.key], "request": ["cr"]]
+        let genuine = try CMPMockServer.start(
+            pki, answering: leaf.certificate, secret: false, signer: pki.server, clientTrust: pki.ca.certificate)
+        var pinned = world.options(genuine, tag: "authentication", key: leaf.key, more: signed)
+        pinned["reference"] = nil
+        pinned["secret-file"] = nil
+        #expect(await code(pinned) == nil, "the genuine server, trusted through the anchors")
+        pinned["server-certificate"] = [pki.rogue.certificate]
+        #expect(await code(pinned) == .caServerMismatch)
+        genuine.stop()
+        let rogue = try CMPMockServer.start(
+            pki, answering: leaf.certificate, secret: false, signer: pki.rogue, clientTrust: pki.ca.certificate)
+        var untrusted = world.options(rogue, tag: "authentication", key: leaf.key, more: signed)
+        untrusted["reference"] = nil
+        untrusted["secret-file"] = nil
+        #expect(await code(untrusted) == .caAnswerNotTrusted)
+        rogue.stop()
+        // Nothing listening.
+        let down = "http://127.0.0.1:\(try freeLocalPort())/pkix/"
+        // OpenSSL's HTTP client tries to connect until the message timeout.
+        var unreachable = world.options(rogue, tag: "authentication", key: leaf.key, more: ["message-timeout": ["2"]])
+        unreachable["server"] = [down]
+        #expect(await code(unreachable) == .caUnreachable)
+    }
+
+    @Test(
+        "Polling: a CA that answers 'waiting' twice is polled (pollReq) until it issues; one that waits past total-timeout is caPending"
+    )
+    func polling() async throws {
+        let world = try World("cmp-poll")
+        defer { world.directory.remove() }
+        let leaf = try world.pki.leaf("authentication")
+        let patient = try CMPMockServer.start(
+            world.pki, answering: leaf.certificate, more: ["-poll_count", "2", "-check_after", "1"])
+        let provided = try await world.provide(world.options(patient, tag: "authentication", key: leaf.key))
+        #expect(provided.entries.first?.certificate.derBytes.isEmpty == false)
+        #expect(patient.logText.components(separatedBy: "POST /pkix/").count - 1 >= 4, "\(patient.logText)")
+        patient.stop()
+        let slow = try CMPMockServer.start(
+            world.pki, answering: leaf.certificate, more: ["-poll_count", "5", "-check_after", "2"])
+        defer { slow.stop() }
+        await #expect {
+            try await world.provide(
+                world.options(slow, tag: "authentication", key: leaf.key, more: ["total-timeout": ["2"]]))
+        } throws: { ($0 as? DCError)?.code == .caPending }
+    }
+
+    @Test(
+        "kur: signed by the certificate it renews, the server's signed answer checked against the anchors; rr revokes a certificate"
+    )
+    func keyUpdateAndRevocation() async throws {
+        let world = try World("cmp-kur")
+        defer { world.directory.remove() }
+        let pki = world.pki
+        // The mock server renews into the certificate it was given and checks that the kur names
+        // that certificate as the old one: the "renewed" certificate is the old one, its key the same.
+        let old = try pki.leaf("signing")
+        let renewed = old
+        let server = try CMPMockServer.start(
+            pki, answering: renewed.certificate, secret: false, signer: pki.server, clientTrust: pki.ca.certificate)
+        defer { server.stop() }
+        let options: [String: [String]] = [
+            "server": [server.url], "trust-anchor": [pki.ca.certificate], "certificate": [old.certificate],
+            "key": [old.key], "request": ["kur"], "tag": ["signing"], "new-key": ["signing=\(renewed.key)"],
+        ]
+        let provided = try await world.provide(options)
+        let issued = try world.directory.write("kur.pem", pem(try #require(provided.entries.first).certificate))
+        #expect(try readText(issued) == (try readText(renewed.certificate)))
+        #expect(server.logText.contains("POST /pkix/"))
+        // The old certificate revoked, over the same signed protection.
+        try await CMPProvider().revoke(
+            ProviderRequest(options: options, workingDirectory: world.directory.path),
+            certificates: [try CredentialReader().read(file: old.certificate).certificates[0]],
+            reason: .cessationOfOperation)
+    }
+
+    @Test("An encryption key is enrolled, and the answer says it was not archived at the CA")
+    func encryptionNotArchived() async throws {
+        let world = try World("cmp-archive")
+        defer { world.directory.remove() }
+        let leaf = try world.pki.leaf("encryption")
+        let server = try CMPMockServer.start(world.pki, answering: leaf.certificate)
+        defer { server.stop() }
+        let provided = try await world.provide(world.options(server, tag: "encryption", key: leaf.key))
+        #expect(provided.entries.map(\.tag) == [.encryption])
+        #expect(provided.warnings.count == 1)
+        #expect(provided.warnings.first?.contains("not asked to archive the encryption key") == true)
+    }
+}
+
+/// A certificate as PEM text.
+func pem(_ certificate: Certificate) -> String { String(decoding: PEM.certificate(certificate), as: UTF8.self) }
+
+/// A private key as PEM text (for the openssl CLI, in a test's temporary directory).
+func pem(_ key: PrivateKey) -> String {
+    PEM.privateKey(key).withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
+}

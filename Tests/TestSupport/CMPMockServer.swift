@@ -1,0 +1,111 @@
+import Foundation
+
+/// A CA and its CMP server as OpenSSL makes them: keys and certificates by the openssl CLI, and
+/// `openssl cmp -port`, OpenSSL's mock CMP server, which checks a request's protection and proof
+/// of possession and answers with the certificate it was given (`-rsp_cert`). So a test makes the
+/// key pair and its certificate first, and the client under test enrols that key.
+public struct CMPTestPKI: Sendable {
+    /// The directory of the files, in a sandbox.
+    public let directory: TemporaryDirectory
+    /// The CA that issues everything below.
+    public let ca: IssuedPair
+    /// The CMP server's signing certificate, issued by ``ca``.
+    public let server: IssuedPair
+    /// A self-signed certificate that no trust anchor vouches for.
+    public let rogue: IssuedPair
+    /// The shared secret, in a file (never on a command line), and its reference.
+    public let secretFile: String
+    public let reference = "dc-test-ref"
+
+    /// Makes the CA, the server's and a rogue signer's certificates, and a secret.
+    public init(in directory: TemporaryDirectory) throws {
+        self.directory = directory
+        ca = try OpenSSLFixtures.makeCA(name: "cmp-ca", subject: "/O=Example CMP Test/CN=CMP Test Root", in: directory)
+        server = try OpenSSLFixtures.issue(
+            name: "cmp-server", key: .p256, by: ca, subject: "/O=Example CMP Test/CN=CMP Server",
+            keyUsage: "critical,digitalSignature", extendedKeyUsage: nil, in: directory)
+        rogue = try OpenSSLFixtures.makeCA(name: "cmp-rogue", subject: "/CN=Rogue CMP Server", in: directory)
+        secretFile = try directory.write("cmp-secret.txt", "correct pbm secret")
+    }
+
+    /// A key and a certificate for `tag`'s profile, issued by ``ca`` for `subject`: what the mock
+    /// server will answer with.
+    public func leaf(_ tag: String, subject: String = "/O=Example CMP Test/CN=Alice") throws -> IssuedPair {
+        let (keyUsage, extendedKeyUsage, spec): (String, String, KeySpec) =
+            switch tag {
+            case "authentication": ("critical,digitalSignature", "clientAuth,1.3.6.1.4.1.311.20.2.2", .p256)
+            case "signing": ("critical,digitalSignature,nonRepudiation", "emailProtection", .p256)
+            default: ("critical,keyAgreement", "emailProtection", .p256)
+            }
+        return try OpenSSLFixtures.issue(
+            name: "leaf-\(tag)-\(UUID().uuidString.prefix(8))", key: spec, by: ca, subject: subject,
+            keyUsage: keyUsage, extendedKeyUsage: extendedKeyUsage, in: directory)
+    }
+}
+
+/// `openssl cmp -port PORT` running in the background: the mock CMP server.
+public struct CMPMockServer: Sendable {
+    public let process: SpawnedProcess
+    public let port: Int
+    public let log: String
+
+    /// Starts the mock server answering with `certificate` (and `caPubs`, `extraCerts`), with the
+    /// shared secret unless `secret` is false, signing its answers with `signer` when given (it
+    /// protects them with the secret when it has one), and trusting `clientTrust` for
+    /// signature-protected requests. `more` are further `openssl cmp` arguments (`-poll_count`…).
+    /// Returns once the port accepts connections.
+    public static func start(
+        _ pki: CMPTestPKI, answering certificate: String, secret: Bool = true, signer: IssuedPair? = nil,
+        clientTrust: String? = nil, caPubs: String? = nil, extraCerts: String? = nil, more: [String] = []
+    ) throws -> CMPMockServer {
+        let port = try freeLocalPort()
+        var arguments = ["cmp", "-port", String(port), "-rsp_cert", certificate]
+        if secret { arguments += ["-srv_secret", "file:" + pki.secretFile, "-srv_ref", pki.reference] }
+        if let signer { arguments += ["-srv_cert", signer.certificate, "-srv_key", signer.key] }
+        if let clientTrust { arguments += ["-srv_trusted", clientTrust] }
+        if let caPubs { arguments += ["-rsp_capubs", caPubs] }
+        if let extraCerts { arguments += ["-rsp_extracerts", extraCerts] }
+        let log = pki.directory.file("cmp-server-\(port).log")
+        let process = try SpawnedProcess(OpenSSLFixtures.openssl, arguments + more, output: log)
+        let server = CMPMockServer(process: process, port: port, log: log)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if Self.accepts(port) { return server }
+            var status: Int32 = 0
+            if waitpid(process.pid, &status, WNOHANG) == process.pid {
+                throw RunningService.StartFailure(description: "openssl cmp ended: \(RunningService.readLog(log))")
+            }
+            usleep(20_000)
+        }
+        server.stop()
+        throw RunningService.StartFailure(description: "openssl cmp did not listen in 30 s: \(server.logText)")
+    }
+
+    /// Whether something accepts TCP connections on 127.0.0.1:`port`.
+    static func accepts(_ port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/pkix/`.
+    public var url: String { "http://127.0.0.1:\(port)/pkix/" }
+
+    /// What the server has logged so far.
+    public var logText: String { RunningService.readLog(log) }
+
+    /// Stops the server.
+    public func stop() {
+        process.kill()
+        _ = process.wait(timeout: .seconds(10))
+    }
+}

@@ -60,7 +60,7 @@ enum RemedyWording {
             "give the credential a name (send --name), or use a provider that suggests one"
         },
         DCError.Remedy.giveSerialNumber.name: { _ in
-            "give a serial number (send --serial), or use a provider that suggests one"
+            "give a serial number (send --credential-serial), or use a provider that suggests one"
         },
         DCError.Remedy.giveExpirationDate.name: { _ in
             "give an expiration date (send --expires), or use a provider that suggests one"

@@ -23,7 +23,12 @@ struct DCClient: AsyncParsableCommand {
 
     /// Flags renamed so that one idea has one name on both tools (docs/CLI.md); the old names
     /// keep working, hidden, for one release.
-    static let formerNames = FormerNames(["init": ["scheme": "client-scheme", "client-id": "app"]])
+    static let formerNames = FormerNames([
+        "init": ["scheme": "client-scheme"],
+        "jwt": ["client-id": "audience"],
+        // A flag that became a value: --pem is --format=pem.
+        "show": ["pem": "format=pem"],
+    ])
 
     static func main() async {
         await Tool.main(Self.self, name: "dcclient", formerNames: formerNames, urlHandler: HandleURL.self)
@@ -352,11 +357,19 @@ extension DCClient {
             commandName: "show",
             abstract: "Show one entry's certificate details (never key material).")
         @Argument(help: "authentication, signing, encryption or escrow.") var tag: CredentialTag
-        @Flag(help: "Print the certificate as PEM instead (to give to correspondents; never the key).")
-        var pem = false
-        @OptionGroup var format: JSONOutputOptions
+        @Option(
+            help: ArgumentHelp(
+                "text (the details), or pem: the certificate to give to correspondents (never the key).",
+                valueName: "format"))
+        var format: ShowFormat = .text
+        @OptionGroup var json: JSONOutputOptions
         @OptionGroup var app: AppOption
         @OptionGroup var output: OutputOptions
+
+        /// `--format`: what `show` prints.
+        enum ShowFormat: String, ExpressibleByArgument, CaseIterable {
+            case text, pem
+        }
 
         func run() async throws {
             let client = try app.client()
@@ -364,15 +377,15 @@ extension DCClient {
                 throw DCError(
                     .fileNotFound, "no \(tag) entry installed", hint: "see what is installed with dcclient list")
             }
-            if pem {
-                guard !format.json else { throw DCError(.usage, "give --pem or --json, not both") }
+            if format == .pem {
+                guard !json.json else { throw DCError(.usage, "give --format pem or --json, not both") }
                 // Handing a certificate out is using the credential: not when it has lapsed.
                 _ = try client.usableCredential()
                 // PEM is base64 and its armor lines: nothing to escape.
                 _ = PEM.certificate(entry.certificate).withUnsafeBytes { StandardStream.output.write(bytes: $0) }
                 return
             }
-            if format.json { return try printJSON("entry", try EntryView(entry)) }
+            if json.json { return try printJSON("entry", try EntryView(entry)) }
             let details = try CertificateDetails(entry.certificate)
             Console.print(
                 "tag:          \(tag)\nsubject:      \(details.subject.escapingControlCharacters)\nissuer:       \(details.issuer.escapingControlCharacters)\nserial:       \(details.serialNumber)\nkey:          \(details.keyAlgorithm)\nkey usage:    \((details.keyUsage?.names ?? []).joined(separator: ", "))\npurposes:     \((details.extendedKeyUsageNames ?? []).joined(separator: ", "))\npolicies:     \((details.certificatePolicies ?? []).map(\.name).joined(separator: ", "))\nnot after:    \(details.notAfter?.formatted(.iso8601) ?? "?")\nsha256:       \(details.sha256Fingerprint)\nkey history:  \(entry.keyHistory.count) retired pair(s)"

@@ -79,13 +79,17 @@ extension DCClient {
             commandName: "jwt",
             abstract: "Print an identity JWT (ES256, signed by the provider) for a relying party.",
             discussion: """
-                The token names the user (sub) for the relying party --client-id (aud) with --scope; \
+                The token names the user (sub) for the relying party --audience (aud) with --scope; \
                 it is cached, sealed in the store, until it expires (an hour), and --refresh asks \
                 the provider for a new one. Relying parties verify it against the JWKS dcverify \
                 serves at /.well-known/jwks.json. Only for an authorized app whose secure services \
                 are available (exit 77 when not authorized, 69 when locked).
                 """)
-        @Option(help: "The relying party's client id: the token's audience (printable ASCII).") var clientId: String
+        @Option(
+            help: ArgumentHelp(
+                "The relying party's client id (OAuth client_id): the token's audience (printable ASCII).",
+                valueName: "client-id"))
+        var audience: String
         @Option(help: "The scope the relying party may use (printable ASCII).") var scope: String
         @Flag(help: "Ask the provider for a new token even if a cached one is still valid.") var refresh = false
         @OptionGroup var format: JSONOutputOptions
@@ -105,7 +109,7 @@ extension DCClient {
         }
 
         func run() async throws {
-            let token = try await try app.client().identityToken(clientID: clientId, scope: scope, refresh: refresh)
+            let token = try await try app.client().identityToken(clientID: audience, scope: scope, refresh: refresh)
             try format.printToken(token.compact, as: "identityToken") {
                 View(
                     token: token.compact, issuer: token.claims.issuer, subject: token.claims.subject,

@@ -24,7 +24,7 @@ struct DCProvision: AsyncParsableCommand {
     /// keep working, hidden, for one release.
     static let formerNames = FormerNames([
         "register": ["scheme": "provider-scheme", "pkcs11-module": "module"],
-        "send": ["callback-scheme": "provider-scheme", "pkcs11-module": "module"],
+        "send": ["callback-scheme": "provider-scheme", "pkcs11-module": "module", "serial": "credential-serial"],
         "convert": ["pkcs11-module": "module"],
         "inspect": ["pkcs11-module": "module"],
         "testca init": ["algorithm": "key-algorithm"],

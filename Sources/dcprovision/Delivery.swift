@@ -222,16 +222,19 @@ struct Send: AsyncParsableCommand, OutputCommand {
         abstract: "Send a credential from a source to a registered managed client.")
     @OptionGroup(title: "Source") var source: SourceOptions<PINOptions>
     @Option(help: "The credential's name (default: the provider's suggestion).") var name: String?
-    @Option(help: "The credential's serial number (default: the provider's suggestion).") var serial: String?
+    @Option(
+        help: ArgumentHelp("The credential's serial number (default: the provider's suggestion).", valueName: "serial"))
+    var credentialSerial: String?
     @Option(
         help: "The expiration date, ISO 8601 (2027-11-22 or 2027-11-22T00:00:00Z; default: the provider's suggestion).")
     var expires: String?
-    @Option(help: "The provider's brand.") var brand: String
+    @Option(help: "The provider's brand, shown to users (default: the registered provider's).") var brand: String?
     @Option(
         help: ArgumentHelp(
-            "The provider's URL scheme: the client's result comes back here (dcprovision register).",
+            "The provider's URL scheme: the client's result comes back here (default: the registered provider's).",
             valueName: "scheme"))
-    var providerScheme: URLScheme
+    var providerScheme: URLScheme?
+    @OptionGroup var trust: TrustAnchorOptions
     @Option(help: ArgumentHelp("The managed client's URL scheme (dcclient init).", valueName: "scheme"))
     var clientScheme: URLScheme
     @Flag(help: "If the client is locked, seal and queue the delivery until it announces availability.") var queue =
@@ -272,14 +275,25 @@ struct Send: AsyncParsableCommand, OutputCommand {
             }
             expiry = parsed
         }
-        let service = try service(brand: brand, scheme: providerScheme)
+        // The registration holds the brand and the scheme: a flag only overrides it.
+        let locations = XDGDirectories()
+        let registered =
+            (brand == nil || providerScheme == nil)
+                && FileManager.default.fileExists(atPath: ProviderConfig.path(locations))
+            ? try ProviderConfig.load(locations) : nil
+        guard let scheme = providerScheme ?? registered?.scheme, let brand = brand ?? registered?.brand else {
+            throw notRegistered()
+        }
+        let service = try service(brand: brand, scheme: scheme)
         // A send that would be refused (no client, not authorized, locked without --queue) issues
         // nothing and touches no card; send(…) checks again, and says what passed.
         _ = try service.checkCanSend(clientScheme: clientScheme, queueIfUnavailable: queue)
         let provided = try await source.provide(passphrase: passphrase)
-        var credential = try provided.credential(name: name, serialNumber: serial, expirationDate: expiry)
+        var credential = try provided.credential(name: name, serialNumber: credentialSerial, expirationDate: expiry)
         if let recoveryKey { credential = try await recovered(into: credential, recoveryKey: recoveryKey) }
-        let validator = CredentialValidator(intermediates: provided.chain, revocation: try source.revocationPolicy())
+        let validator = CredentialValidator(
+            trustAnchors: try trust.certificates(), intermediates: provided.chain,
+            revocation: try source.revocationPolicy())
         let receipt = try await service.send(
             credential, clientScheme: clientScheme, validator: validator, queueIfUnavailable: queue
         ) { Console.say($0) }
@@ -294,6 +308,27 @@ struct Send: AsyncParsableCommand, OutputCommand {
             Console.say("told the client that a credential waits for its unlock")
         }
     }
+}
+
+/// `--trust-anchor FILE`: the CA certificates a credential must chain to, for the commands that
+/// validate one (`inspect`, `send`).
+struct TrustAnchorOptions: ParsableArguments {
+    @Option(
+        name: .customLong("trust-anchor"),
+        help: ArgumentHelp("A CA certificate the credential must chain to (repeatable).", valueName: "file"))
+    var trustAnchors: [String] = []
+
+    /// The certificates of every file given.
+    func certificates() throws -> [Certificate] {
+        try trustAnchors.flatMap { try CredentialReader().read(file: $0).certificates }
+    }
+}
+
+/// The provider is not registered, and no flag named what its registration would hold.
+private func notRegistered() -> DCError {
+    DCError(
+        .fileNotFound, "the provider is not registered", subject: ProviderConfig.path(XDGDirectories()),
+        hint: "run dcprovision register, or give --brand and --provider-scheme")
 }
 
 extension Send {

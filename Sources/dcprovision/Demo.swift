@@ -189,7 +189,7 @@ final class DemoSession {
             DemoStep("What the client holds (no key material is ever printed)", dcclient, ["list"]),
             DemoStep(
                 "A correspondent encrypts a note to the client's encryption certificate (CMS, as in S/MIME mail)",
-                dcclient, ["show", "encryption", "--pem"]),
+                dcclient, ["show", "encryption", "--format", "pem"]),
             DemoStep(
                 "The app is managed: the provider's policy (sent when it paired) made it ready and authorized",
                 dcclient, ["status"]),
@@ -205,7 +205,7 @@ final class DemoSession {
     private func sealNote(_ command: DemoStep, _ outcome: ChildProcess.Outcome) throws {
         step += 1
         Console.say("\(step). \(command.title)")
-        Console.say("   $ dcclient show encryption --pem > $SANDBOX/encryption.pem")
+        Console.say("   $ dcclient show encryption --format pem > $SANDBOX/encryption.pem")
         guard outcome.termination == .exited(0) else {
             throw DCError(.unknown, "demo step \(step) failed (\(outcome.termination))")
         }

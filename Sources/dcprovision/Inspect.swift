@@ -20,10 +20,7 @@ struct Inspect: AsyncParsableCommand, OutputCommand {
 
     @OptionGroup(title: "Source") var source: SourceOptions<PINOptions>
 
-    @Option(
-        name: .customLong("trust-anchor"),
-        help: ArgumentHelp("A CA certificate to chain to (repeatable).", valueName: "file"))
-    var trustAnchors: [String] = []
+    @OptionGroup var trust: TrustAnchorOptions
 
     @Flag(help: "Treat warnings as errors.")
     var strict = false
@@ -47,9 +44,9 @@ struct Inspect: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         global.bootstrapLogging()
         let provided = try await source.provide(passphrase: passphrase)
-        let anchors = try trustAnchors.flatMap { try CredentialReader().read(file: $0).certificates }
         let validator = CredentialValidator(
-            trustAnchors: anchors, intermediates: provided.chain, revocation: try source.revocationPolicy())
+            trustAnchors: try trust.certificates(), intermediates: provided.chain,
+            revocation: try source.revocationPolicy())
         let verdict = validator.validate(entries: provided.entries)
         let report = try InspectionReport(
             entries: provided.entries, verdict: verdict, strict: strict, friendlyNames: provided.friendlyNames)

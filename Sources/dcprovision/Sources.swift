@@ -24,11 +24,15 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     )
     var pkcs12: [String] = []
 
-    @Option(
-        name: .customLong("tag"),
-        help: ArgumentHelp(
-            "The tag of each --pkcs12 FILE, in order; with --pkcs11, TAG=ID or TAG=pkcs11:URI.", valueName: "tag"))
+    @Option(name: .customLong("tag"), help: ArgumentHelp("The tag of each --pkcs12 FILE, in order.", valueName: "tag"))
     var tags: [TagArgument] = []
+
+    @Option(
+        name: .customLong("object"),
+        help: ArgumentHelp(
+            "With --pkcs11: the object holding a tag's certificate, TAG=ID (hex) or TAG=pkcs11:URI (repeatable).",
+            valueName: "TAG=ID"))
+    var objects: [TagArgument] = []
 
     @Option(help: ArgumentHelp("A JSON manifest of tagged files.", valueName: "file"))
     var manifest: String?
@@ -117,11 +121,18 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
         if !providerOptions.isEmpty && provider == nil && testca == nil {
             throw ValidationError("--option goes with --provider or --testca")
         }
-        if pkcs11 != nil {
-            if let bare = tags.first(where: { $0.object == nil }) {
-                throw ValidationError("with --pkcs11, --tag is TAG=ID or TAG=pkcs11:URI, not '\(bare.text)'")
-            }
-        } else if pkcs12.filter({ !$0.contains("=") }).count != tags.count {
+        if let tagged = tags.first(where: { $0.object != nil }) {
+            throw ValidationError(
+                "--tag is a bare tag (of a --pkcs12 FILE); for a token's object write --object \(tagged.text)")
+        }
+        if let bare = objects.first(where: { $0.object == nil }) {
+            throw ValidationError("--object is TAG=ID or TAG=pkcs11:URI, not '\(bare.text)'")
+        }
+        if pkcs11 == nil && !objects.isEmpty { throw ValidationError("--object goes with --pkcs11") }
+        if pkcs11 != nil && !tags.isEmpty {
+            throw ValidationError("with --pkcs11, name a tag's object with --object TAG=ID or TAG=pkcs11:URI")
+        }
+        if pkcs11 == nil && pkcs12.filter({ !$0.contains("=") }).count != tags.count {
             throw ValidationError("give one --tag for each --pkcs12 FILE (or write --pkcs12 TAG=FILE)")
         }
     }
@@ -132,7 +143,7 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
         if let pkcs11 {
             var card: [String: [String]] = ["uri": [pkcs11.text]]
             if let layout { card["layout"] = [layout.rawValue] }
-            if !tags.isEmpty { card["tag"] = tags.map(\.text) }
+            if !objects.isEmpty { card["tag"] = objects.map(\.text) }
             if !pkcs11Modules.isEmpty { card["module"] = pkcs11Modules }
             if pin.allowFinalPinTry { card["allow-final-pin-try"] = ["true"] }
             guard derive else { return (try registry.provider(id: "pkcs11"), card) }

@@ -20,9 +20,11 @@ struct MailPrograms {
         tokens = try TwoAppTokens(label, apps: ["mail"], sendOptions: sendOptions)
         let sandbox = tokens.sandbox
         signing = try sandbox.write(
-            "signing.pem", try tokens.check("dcclient", ["show", "signing", "--pem", "--app", "mail"]).stdoutText)
+            "signing.pem",
+            try tokens.check("dcclient", ["show", "signing", "--format", "pem", "--app", "mail"]).stdoutText)
         encryption = try sandbox.write(
-            "encryption.pem", try tokens.check("dcclient", ["show", "encryption", "--pem", "--app", "mail"]).stdoutText)
+            "encryption.pem",
+            try tokens.check("dcclient", ["show", "encryption", "--format", "pem", "--app", "mail"]).stdoutText)
         engine = try sandbox.write(
             "engine.cnf", pkcs11EngineConfiguration(module: tokens.module, pin: pin ? tokens.pin : nil))
         database = "sql:" + sandbox.file("nssdb")

@@ -94,7 +94,7 @@ struct TwoAppTokens {
 
     /// Whether `signature` verifies over `digest` with the public key of `app`'s signing certificate.
     func verifies(_ signature: String, _ digest: String, app: String) throws -> Bool {
-        let pem = try check("dcclient", ["show", "signing", "--pem", "--app", app]).stdoutText
+        let pem = try check("dcclient", ["show", "signing", "--format", "pem", "--app", app]).stdoutText
         let certificate = try sandbox.write("\(app)-signing.pem", pem)
         let key = try run("openssl", ["x509", "-in", certificate, "-pubkey", "-noout"])
         let publicKey = try sandbox.write("\(app)-signing.pub", key.stdoutText)

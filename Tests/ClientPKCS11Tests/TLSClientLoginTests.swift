@@ -126,7 +126,7 @@ struct TLSLoginWorld {
         self.tokens = tokens
         try tokens.check(
             "dcprovision", ["policy", "--client-scheme", "org.example.web", "--token-login", "secure-services"])
-        let pem = try tokens.check("dcclient", ["show", "authentication", "--pem", "--app", "web"]).stdoutText
+        let pem = try tokens.check("dcclient", ["show", "authentication", "--format", "pem", "--app", "web"]).stdoutText
         let certificate = try tokens.sandbox.write("authentication.pem", pem)
         subject = try tokens.sandbox.run(
             "openssl", ["x509", "-in", certificate, "-noout", "-subject", "-nameopt", "RFC2253"]

@@ -160,7 +160,7 @@ struct ValueArgumentTests {
         defer { sandbox.remove() }
         let result = try sandbox.runTool(
             "dcprovision",
-            ["inspect", "--pkcs11", "pkcs11:token=Card", "--tag", "nonsense=pkcs11:id=%01;pin-value=123456"],
+            ["inspect", "--pkcs11", "pkcs11:token=Card", "--object", "nonsense=pkcs11:id=%01;pin-value=123456"],
             expect: 64)
         #expect(!result.stderrText.contains("123456"))
         #expect(

@@ -142,7 +142,7 @@ struct AuthTokenCommandTests {
             _ = verifier.wait(timeout: .seconds(10))
             tools.sandbox.remove()
         }
-        let arguments = ["jwt", "--client-id", "mail-web", "--scope", "openid mail.read"]
+        let arguments = ["jwt", "--audience", "mail-web", "--scope", "openid mail.read"]
         let jwt = try tools.check("dcclient", arguments).stdoutText.trimmingCharacters(in: .newlines)
         #expect(try tools.check("dcclient", arguments).stdoutText.trimmingCharacters(in: .newlines) == jwt)
         let fresh = try tools.check("dcclient", arguments + ["--refresh"]).stdoutText.trimmingCharacters(

@@ -120,7 +120,7 @@ struct CheckCommandTests {
         let expired = try world.check(expect: 80)
         #expect(expired["usable"] as? Bool == false, "\(expired)")
         #expect(world.states(expired).prefix(2) == ["authentication: expired", "signing: expired"], "\(expired)")
-        let refused = try world.sandbox.runTool("dcclient", ["show", "authentication", "--pem"], expect: 80)
+        let refused = try world.sandbox.runTool("dcclient", ["show", "authentication", "--format", "pem"], expect: 80)
         #expect(refused.stderrText.contains("the authentication certificate expired"), "\(refused.stderrText)")
         #expect(refused.stdout.isEmpty)
         try world.sandbox.runTool("dcclient", ["show", "authentication"])
@@ -143,7 +143,7 @@ struct CheckCommandTests {
         let statuses = (good["revocation"] as? [[String: Any]] ?? []).map { $0["status"] as? String }
         #expect(statuses == ["good", "good", "good", "good"], "\(good)")
 
-        let pem = try world.sandbox.runTool("dcclient", ["show", "signing", "--pem"]).stdoutText
+        let pem = try world.sandbox.runTool("dcclient", ["show", "signing", "--format", "pem"]).stdoutText
         try world.sandbox.write("signing.pem", pem)
         let serial = try run(
             OpenSSLFixtures.openssl, ["x509", "-in", world.sandbox.file("signing.pem"), "-noout", "-serial"]

@@ -183,16 +183,129 @@ struct VocabularyTests {
         #expect(sent.stdoutText.contains("result: the client installed the credential and confirmed"))
         let inspected = try tools.check("dcprovision", ["inspect", "--manifest", "out/manifest.json", "--json"])
         #expect(inspected.stdoutText.contains("EC P-256"))
+        let serialled = try tools.check(
+            "dcprovision", ["send", "--testca", "ca", "--client-scheme", "org.example.dcclient", "--serial", "0042"])
+        #expect(serialled.stdoutText.contains("result: the client installed the credential and confirmed"))
+        #expect(try tools.check("dcclient", ["list"]).stdoutText.contains("serial 0042"))
+        #expect(
+            try tools.check("dcclient", ["show", "signing", "--pem"]).stdoutText.hasPrefix("-----BEGIN CERTIFICATE"))
 
         for (tool, command, old) in [
             ("dcprovision", ["register"], "--scheme "), ("dcprovision", ["send"], "--callback-scheme"),
             ("dcprovision", ["send"], "--pkcs11-module"), ("dcprovision", ["inspect"], "--pkcs11-module"),
             ("dcprovision", ["testca", "init"], "--algorithm"), ("dcprovision", ["testca", "issue"], "--algorithm"),
-            ("dcclient", ["init"], "--scheme "),
+            ("dcclient", ["init"], "--scheme "), ("dcprovision", ["send"], "--serial"),
+            ("dcclient", ["jwt"], "--client-id"), ("dcclient", ["show"], "--pem"),
         ] {
             let help = try tools.check(tool, command + ["--help"])
             #expect(!help.stdoutText.contains(old), "\(tool) \(command) --help shows \(old)")
         }
+    }
+
+    /// Each long flag a tool's commands show, with the command paths that take it, from
+    /// swift-argument-parser's own description of the parsers (`--experimental-dump-help`):
+    /// hidden flags (former names are not even declared) and `--help`/`--version` left out.
+    static func flagsByCommand(_ tool: String) throws -> [String: Set<String>] {
+        let dumped = try run(Binaries.directory + "/" + tool, ["--experimental-dump-help"], timeout: 30)
+        let document = try #require(try JSONSerialization.jsonObject(with: Data(dumped.stdout)) as? [String: Any])
+        var flags: [String: Set<String>] = [:]
+        func walk(_ command: [String: Any], _ path: [String]) {
+            for argument in command["arguments"] as? [[String: Any]] ?? [] {
+                guard argument["kind"] as? String != "positional", argument["shouldDisplay"] as? Bool != false else {
+                    continue
+                }
+                for name in argument["names"] as? [[String: Any]] ?? [] where name["kind"] as? String == "long" {
+                    guard let long = name["name"] as? String, long != "help", long != "version" else { continue }
+                    flags["--" + long, default: []].insert(path.joined(separator: " "))
+                }
+            }
+            for child in command["subcommands"] as? [[String: Any]] ?? []
+            where child["shouldDisplay"] as? Bool != false {
+                guard let name = child["commandName"] as? String, name != "help" else { continue }
+                walk(child, path + [name])
+            }
+        }
+        walk(try #require(document["command"] as? [String: Any]), [])
+        return flags
+    }
+
+    /// The rows of the flag table under `heading` in docs/CLI.md: the flags each row's first cell
+    /// names, its commands cell and its meaning.
+    static func flagRows(under heading: String) throws -> [(flags: Set<String>, commands: String, meaning: String)] {
+        let text = try readText(Repository.root + "/docs/CLI.md")
+        let section = try #require(text.components(separatedBy: "\n## ").first { $0.hasPrefix(heading) })
+        let flag = try NSRegularExpression(pattern: "--[a-z0-9][a-z0-9-]*")
+        return section.split(separator: "\n").filter { $0.hasPrefix("| `-") }.map { line in
+            let cells = line.replacingOccurrences(of: "\\|", with: "/").split(separator: "|").map {
+                $0.trimmingCharacters(in: .whitespaces)
+            }
+            let names = flag.matches(in: cells[0], range: NSRange(cells[0].startIndex..., in: cells[0])).map {
+                String(cells[0][Range($0.range, in: cells[0])!])
+            }
+            return (Set(names), cells.count > 2 ? cells[1] : "", cells.last ?? "")
+        }
+    }
+
+    @Test(
+        "One flag name, one meaning: every flag --help shows on dcprovision and dcclient has exactly one row in docs/CLI.md's flag table, which names every command that takes it and says one meaning before any detail per command; dcverify's table likewise"
+    )
+    func oneMeaningPerFlag() throws {
+        let rows = try Self.flagRows(under: "Every flag")
+        // What a commands cell may say for several commands at once.
+        let source = ["convert", "inspect", "send", "register"]
+        for tool in ["dcprovision", "dcclient"] {
+            for (flag, commands) in try Self.flagsByCommand(tool).sorted(by: { $0.key < $1.key }) {
+                let matching = rows.filter { $0.flags.contains(flag) }
+                #expect(matching.count == 1, "\(tool) \(flag): \(matching.count) rows in docs/CLI.md's flag table")
+                guard let row = matching.first else { continue }
+                #expect(
+                    row.meaning.range(of: "^`[^`]+`:", options: .regularExpression) == nil,
+                    "\(flag): the meaning starts with a command, as if it meant something else elsewhere: \(row.meaning)"
+                )
+                for command in commands {
+                    let named =
+                        row.commands.contains("every command")
+                        || (tool == "dcclient" && row.commands.contains("every `dcclient` command"))
+                        || (tool == "dcprovision" && source.contains(command) && row.commands.contains("source¹"))
+                        || row.commands.contains("`\(tool) \(command)`")
+                        || (tool == "dcprovision" && row.commands.contains("`\(command)`"))
+                    #expect(named, "\(tool) \(command) takes \(flag), but its row names only: \(row.commands)")
+                }
+            }
+        }
+        let service = try Self.flagRows(under: "dcverify, the verification service")
+        for flag in try Self.flagsByCommand("dcverify").keys.sorted() {
+            #expect(service.filter { $0.flags.contains(flag) }.count == 1, "dcverify \(flag): not one row")
+        }
+    }
+
+    @Test(
+        "send takes the brand and provider scheme from the provider's registration, and --trust-anchor as inspect does: a credential that chains to another CA is exit 65 and nothing is sent; --tag TAG=ID is refused for --object"
+    )
+    func sendDefaultsAndTrustAnchor() throws {
+        let tools = try Tools("send-defaults")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.check("dcprovision", ["testca", "init", "other"])
+        let send = ["send", "--testca", "ca", "--client-scheme", "org.example.dcclient"]
+        let before = try tools.check("dcclient", ["list"]).stdoutText
+        let refused = try tools.run("dcprovision", send + ["--trust-anchor", "other/root.pem"])
+        #expect(refused.status == 65, "\(refused.stdoutText)\(refused.stderrText)")
+        #expect(!refused.stdoutText.contains("result:"), "\(refused.stdoutText)")
+        #expect(try tools.check("dcclient", ["list"]).stdoutText == before, "a refused send installed something")
+        let sent = try tools.check("dcprovision", send + ["--trust-anchor", "ca/root.pem"])
+        #expect(sent.stdoutText.contains("result: the client installed the credential and confirmed"))
+        // The registration's brand reached the client: the sends are the provider's own.
+        #expect(try tools.check("dcprovision", ["status", "--json"]).stdoutText.contains("org.example.dcclient"))
+        let tagged = try tools.run(
+            "dcprovision", ["inspect", "--pkcs11", "pkcs11:token=Card", "--tag", "authentication=01"])
+        #expect(tagged.status == 64 && tagged.stderrText.contains("--object"), "\(tagged.stderrText)")
+        let unregistered = try Tools("send-unregistered")
+        defer { unregistered.sandbox.remove() }
+        try unregistered.check("dcprovision", ["testca", "init", "ca"])
+        let missing = try unregistered.run("dcprovision", send)
+        #expect(missing.status == 66, "\(missing.stderrText)")
+        #expect(missing.stderrText.contains("--brand and --provider-scheme"), "\(missing.stderrText)")
     }
 
     @Test("--version on both tools prints the one version")

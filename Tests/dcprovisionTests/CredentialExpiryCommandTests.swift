@@ -68,7 +68,7 @@ struct CredentialExpiryCommandTests {
                 ])
         }
         // Before the date every use works: the oracles can say yes.
-        let recipient = try tools.check("dcclient", ["show", "encryption", "--pem"]).stdoutText
+        let recipient = try tools.check("dcclient", ["show", "encryption", "--format", "pem"]).stdoutText
         try tools.sandbox.write("recipient.pem", recipient)
         try tools.sandbox.write("note.txt", "still readable\n")
         let encrypted = try run(

@@ -66,8 +66,8 @@ struct DesktopEntryCommandTests {
     @Test(
         "A client id outside the delivery grammar, or a scheme outside RFC 3986's, is exit 64 in one line, before anything is written",
         arguments: [
-            ["--client-id", "Upper"], ["--client-id=-lead"], ["--client-id", "under_score"],
-            ["--client-id", String(repeating: "a", count: 65)], ["--client-id", "new\nline"],
+            ["--app", "Upper"], ["--app=-lead"], ["--app", "under_score"],
+            ["--app", String(repeating: "a", count: 65)], ["--app", "new\nline"],
             ["--client-scheme", "1digit.first"], ["--client-scheme", "org.example\ncl"],
         ])
     func hostileClientValues(values: [String]) throws {

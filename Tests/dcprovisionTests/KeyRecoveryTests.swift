@@ -128,7 +128,7 @@ struct KeyRecoveryTests {
             "org.example.dcprovision", "--client-scheme", "org.example.dcclient",
         ]
         try world.sandbox.runTool("dcprovision", send)
-        let certificate = try world.sandbox.runTool("dcclient", ["show", "encryption", "--pem"]).stdoutText
+        let certificate = try world.sandbox.runTool("dcclient", ["show", "encryption", "--format", "pem"]).stdoutText
         try world.sandbox.write("lost.pem", certificate)
         try world.sandbox.write("note.txt", "written before the store was lost\n")
         let encrypted = try world.openssl([

@@ -628,7 +628,7 @@ struct PIVCardTests {
         #expect(try world.dcprovision(["testca", "init", ca]).status == 0)
         let crl = try OpenSSLFixtures.shared.crl(revoking: [], name: "card.crl", in: world.sandbox.directory)
         let refused = try world.dcprovision([
-            "convert", "--pkcs11", try world.tokenURI(), "--tag", "authentication=04", "--derive", "--testca", ca,
+            "convert", "--pkcs11", try world.tokenURI(), "--object", "authentication=04", "--derive", "--testca", ca,
             "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate, "--crl", crl, "--pin-file", world.pin,
             "--out-dir", world.sandbox.file("out"),
         ])

@@ -27,7 +27,7 @@ struct TerminateTests {
                 ["testca", "issue", sandbox.directory.file("ca"), "--out-dir", "plain", "--format", "pem"],
                 in: sandbox.directory.path))
         let exported = try sandbox.run(
-            "dcclient", ["show", "authentication", "--pem"])
+            "dcclient", ["show", "authentication", "--format", "pem"])
         try sandbox.check(exported)
         let derived = try sandbox.directory.write("derived.pem", exported.stdoutText)
         let card = try OpenSSLFixtures.openssl([

@@ -92,7 +92,7 @@ struct TokenCommandTests {
         defer { dir.remove() }
         let pin = try dir.write("pin", SoftHSM.userPIN + "\n")
         let exported = try dcprovision([
-            "inspect", "--pkcs11", "pkcs11:token=Export%20Card", "--tag", "authentication=01", "--tag",
+            "inspect", "--pkcs11", "pkcs11:token=Export%20Card", "--object", "authentication=01", "--object",
             "signing=pkcs11:object=Certificate%202",
             "--pkcs11-module", "softhsm2", "--pin-file", pin,
         ])

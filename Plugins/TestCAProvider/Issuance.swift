@@ -38,13 +38,17 @@ public struct TestCAIssueRequest: Sendable {
     public var negative: NegativeProfile?
     /// The issue time; certificates start 60 seconds before it, to tolerate clock skew.
     public var now: Date
+    /// Told after each key pair is issued: how many of how many.
+    public var progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?
 
     /// A request with these settings; by default `Test User`, all four tags, no history, 365 days.
     public init(
         commonName: String = "Test User", subject: DistinguishedName? = nil, algorithm: KeyAlgorithm? = nil,
         tags: [CredentialTag] = CredentialTag.allCases, escrowHistory: Int = 0, validityDays: Int = 365,
-        email: String? = nil, negative: NegativeProfile? = nil, now: Date = Date()
+        email: String? = nil, negative: NegativeProfile? = nil, now: Date = Date(),
+        progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
     ) {
+        self.progress = progress
         self.commonName = commonName
         self.subject = subject
         self.algorithm = algorithm
@@ -87,6 +91,12 @@ extension TestCA {
         let notAfter = min(now.addingTimeInterval(TimeInterval(request.validityDays) * 86400), issuingNotAfter)
 
         var entries: [CredentialEntry] = []
+        let keys = request.tags.count + (request.tags.contains(.escrow) ? request.escrowHistory : 0)
+        var issuedKeys = 0
+        func issuedOne() {
+            issuedKeys += 1
+            request.progress?(issuedKeys, keys)
+        }
         for tag in request.tags {
             try Task.checkCancellation()
             var profile = CertificateProfile(
@@ -110,6 +120,7 @@ extension TestCA {
                 }
             }
             let issued = try issuer.issueWithNewKey(profile, algorithm: algorithm)
+            issuedOne()
             let entryKey = mismatched ? try KeyGeneration.generate(algorithm) : issued.privateKey
             var history: [CertifiedKey] = []
             if tag == .escrow {
@@ -119,6 +130,7 @@ extension TestCA {
                     retired.notAfter = now.addingTimeInterval(-Double(index + 1) * 90 * 86400)
                     retired.notBefore = retired.notAfter.addingTimeInterval(-365 * 86400)
                     history.append(try issuer.issueWithNewKey(retired, algorithm: algorithm))
+                    issuedOne()
                 }
             }
             entries.append(

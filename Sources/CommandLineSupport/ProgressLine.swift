@@ -27,17 +27,17 @@ public final class ProgressLine: Sendable {
 
     private struct State {
         var done: Int64 = 0
+        var total: Int64?
         var lastDrawn: ContinuousClock.Instant?
         var width = 0
         var finished = false
     }
 
     private let label: String
-    private let total: Int64?
     private let unit: Unit
     private let started = ContinuousClock.now
     private let enabled: Bool
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
     /// A reporter of `label` (`issuing`, `writing secure file`), counting up to `total` when it is
     /// known, in `unit`. It shows nothing until ``delay`` has passed.
@@ -51,16 +51,21 @@ public final class ProgressLine: Sendable {
     /// A reporter that draws only when `enabled`.
     init(_ label: String, total: Int?, unit: Unit, enabled: Bool) {
         self.label = label
-        self.total = total.map(Int64.init)
         self.unit = unit
         self.enabled = enabled
+        self.state = Mutex(State(total: total.map(Int64.init)))
     }
 
     /// Counts `amount` more done, and redraws when it is time.
-    public func advance(by amount: Int = 1) { update { $0 += Int64(amount) } }
+    public func advance(by amount: Int = 1) { update { $0.done += Int64(amount) } }
 
-    /// Sets how much is done, and redraws when it is time.
-    public func set(done: Int) { update { $0 = Int64(done) } }
+    /// Sets how much is done (and of how much, when that became known), and redraws when it is time.
+    public func set(done: Int, of total: Int? = nil) {
+        update {
+            $0.done = Int64(done)
+            if let total { $0.total = Int64(total) }
+        }
+    }
 
     /// Ends the reporter: clears its line if it was drawn. Later calls do nothing.
     public func finish() {
@@ -74,16 +79,16 @@ public final class ProgressLine: Sendable {
         }
     }
 
-    private func update(_ change: (inout Int64) -> Void) {
+    private func update(_ change: (inout State) -> Void) {
         guard enabled else { return }
         state.withLock { state in
             guard !state.finished else { return }
-            change(&state.done)
+            change(&state)
             let now = ContinuousClock.now
             guard now - started >= Self.delay else { return }
             if let last = state.lastDrawn, now - last < Self.interval { return }
             state.lastDrawn = now
-            let text = "\(Console.toolName): \(line(done: state.done))"
+            let text = "\(Console.toolName): \(Self.line(label, done: state.done, total: state.total, unit: unit))"
             // Spaces cover what a longer line before left on the terminal.
             let padding = max(0, state.width - text.count)
             state.width = text.count
@@ -92,7 +97,7 @@ public final class ProgressLine: Sendable {
     }
 
     /// The text of the line, without the tool's name: `issuing 12/24` or `writing 1.0 MiB`.
-    func line(done: Int64) -> String {
+    static func line(_ label: String, done: Int64, total: Int64?, unit: Unit) -> String {
         let amount = total.map { "\(Self.format(done, unit))/\(Self.format($0, unit))" } ?? Self.format(done, unit)
         return "\(label.escapingControlCharacters) \(amount)"
     }

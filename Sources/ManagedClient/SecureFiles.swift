@@ -143,11 +143,12 @@ public struct SecureFiles: Sendable {
     }
 
     /// Writes the file `name` from what the descriptor `fd` reads until its end (the descriptor
-    /// stays open), as ``write(to:from:)-(_,()->[UInt8]?)`` does.
-    public func write(to name: String, fromDescriptor fd: Int32) throws {
+    /// stays open), as ``write(to:from:)-(_,()->[UInt8]?)`` does. `progress`, when given, is told
+    /// how many bytes were read so far after each read.
+    public func write(to name: String, fromDescriptor fd: Int32, progress: ((Int) -> Void)? = nil) throws {
         let writer = try Writer(files: self, name: name)
         do {
-            try writer.append(readingFrom: fd)
+            try writer.append(readingFrom: fd, progress: progress)
             try writer.commit()
         } catch {
             writer.abandon()
@@ -239,7 +240,8 @@ public struct SecureFiles: Sendable {
         /// are not copied before they are sealed in place. A chunk that is complete stays unsealed
         /// until the next read brings more (it may be the final one); that read goes where the next
         /// chunk will start, which the complete chunk's size fixes.
-        func append(readingFrom fd: Int32) throws {
+        func append(readingFrom fd: Int32, progress: ((Int) -> Void)?) throws {
+            var total = 0
             while true {
                 let complete = index == 0 || fill == SecureFiles.chunkSize
                 let start = complete ? used + 4 + fill + 16 + 4 : used + 4 + fill
@@ -252,6 +254,8 @@ public struct SecureFiles: Sendable {
                 if count == 0 { return }
                 if complete { try seal(final: false, carrying: count) }
                 fill += count
+                total += count
+                progress?(total)
             }
         }
 

@@ -24,16 +24,17 @@ extension DCClient {
 
             func run() async throws {
                 let files = try app.client().secureFiles
-                guard let file else {
-                    try files.write(to: name, fromDescriptor: 0)
-                    return Console.say("stored \(name)")
-                }
-                let descriptor = open(file, O_RDONLY | O_CLOEXEC)
+                let descriptor = file.map { open($0, O_RDONLY | O_CLOEXEC) } ?? 0
                 guard descriptor >= 0 else {
                     throw DCError(.fileNotFound, "cannot open the file to store", subject: file)
                 }
-                defer { close(descriptor) }
-                try files.write(to: name, fromDescriptor: descriptor)
+                defer { if file != nil { close(descriptor) } }
+                // A regular file's size is the total; a pipe's is not known.
+                var info = stat()
+                let size = fstat(descriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int(info.st_size) : nil
+                let progress = ProgressLine("storing \(name)", total: size, unit: .bytes)
+                try files.write(to: name, fromDescriptor: descriptor) { progress.set(done: $0) }
+                progress.finish()
                 Console.say("stored \(name)")
             }
         }
@@ -48,7 +49,12 @@ extension DCClient {
             @OptionGroup var output: OutputOptions
 
             func run() async throws {
-                try app.client().secureFiles.read(name) { StandardStream.output.write(bytes: $0) }
+                let progress = ProgressLine("reading \(name)", unit: .bytes)
+                try app.client().secureFiles.read(name) {
+                    StandardStream.output.write(bytes: $0)
+                    progress.advance(by: $0.count)
+                }
+                progress.finish()
             }
         }
 

@@ -99,7 +99,11 @@ struct TestCACommand: AsyncParsableCommand {
             if let keyAlgorithm { options["key-algorithm"] = [keyAlgorithm.rawValue] }
             if let email { options["email"] = [email] }
             if let negative { options["negative"] = [negative.rawValue] }
-            let provided = try await TestCAProvider().provide(ProviderRequest(options: options))
+            // RSA keys take a while each, and a credential with its escrow history is 24 of them.
+            let progress = ProgressLine("issuing keys")
+            let provided = try await TestCAProvider().provide(
+                ProviderRequest(options: options, progress: { progress.set(done: $0, of: $1) }))
+            progress.finish()
             var files = AtomicFileSet(directory: outDir)
             try ConversionOutputs.add(provided, format: format, to: &files)
             try files.commitCreatingDirectory(replacingExisting: force)

@@ -59,6 +59,10 @@ public func run(
     case .exited(let code): status = code
     case .signaled(let signal): status = 128 + signal
     }
+    // Every document the tools print for --json is checked against its schema (docs/schema).
+    if status == 0, !outcome.stdout.isEmpty, JSONSchemas.printsDocument(path, arguments) {
+        try JSONSchemas.validate(outcome.stdout)
+    }
     return ProcessResult(
         status: status, stdout: outcome.stdout, stderr: outcome.stderr, timedOut: outcome.timedOut,
         lifetime: outcome.lifetime)

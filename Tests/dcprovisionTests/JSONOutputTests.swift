@@ -123,3 +123,51 @@ struct JSONOutputTests {
         #expect(!status.stdoutText.contains("resultKey"))
     }
 }
+
+@Suite("The JSON Schemas and docs/JSON.md say the same", .ownThreads, .timeLimit(.minutes(1)))
+struct JSONSchemaDocumentationTests {
+    /// Every schema of docs/schema, by file name.
+    private func schemas() throws -> [String: Any] {
+        var schemas: [String: Any] = [:]
+        for name in try FileManager.default.contentsOfDirectory(atPath: JSONSchemas.directory)
+        where name.hasSuffix(".schema.json") {
+            schemas[name] = try JSONSerialization.jsonObject(
+                with: Data(contentsOf: URL(fileURLWithPath: JSONSchemas.directory + "/" + name)))
+        }
+        return schemas
+    }
+
+    /// Every property name and every string an `enum` or `const` allows, anywhere in `schema`.
+    private func words(_ schema: Any) -> Set<String> {
+        var found: Set<String> = []
+        if let object = schema as? [String: Any] {
+            if let properties = object["properties"] as? [String: Any] { found.formUnion(properties.keys) }
+            if let values = object["enum"] as? [Any] { found.formUnion(values.compactMap { $0 as? String }) }
+            if let value = object["const"] as? String { found.insert(value) }
+            for value in object.values { found.formUnion(words(value)) }
+        } else if let array = schema as? [Any] {
+            for value in array { found.formUnion(words(value)) }
+        }
+        return found
+    }
+
+    @Test("Every field and every value a schema allows is named in docs/JSON.md, and every kind has a schema")
+    func documented() throws {
+        let text = try String(contentsOfFile: Repository.root + "/docs/JSON.md", encoding: .utf8)
+        let schemas = try schemas()
+        #expect(schemas.count > 10)
+        for (name, schema) in schemas {
+            for word in words(schema).sorted() {
+                #expect(text.contains("`\(word)`"), "\(name): `\(word)` is not in docs/JSON.md")
+            }
+        }
+        // Each kind of the table has its schema, and each schema (but the shared one) its row.
+        let kinds = Set(
+            text.split(separator: "\n").filter { $0.hasPrefix("| `") }.compactMap { line -> String? in
+                let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+                guard cells.count > 2, cells[1].hasPrefix("`") else { return nil }
+                return cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))
+            })
+        #expect(kinds == Set(schemas.keys.filter { $0 != "common.schema.json" }.map { String($0.dropLast(12)) }))
+    }
+}

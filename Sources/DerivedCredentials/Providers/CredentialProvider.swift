@@ -74,15 +74,20 @@ public struct ProviderRequest: Sendable {
     public var passphrase: any PassphraseSource
     /// The directory relative paths in options are resolved against.
     public var workingDirectory: String
+    /// Told how far slow work has come (`done` of `total` steps, such as keys generated), by a
+    /// provider that can say; nil when nobody asks.
+    public var progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?
 
     /// A request with these options, no passphrase by default, and the process's current directory.
     public init(
         options: [String: [String]] = [:], passphrase: any PassphraseSource = NoPassphrase(),
-        workingDirectory: String = FileManager.default.currentDirectoryPath
+        workingDirectory: String = FileManager.default.currentDirectoryPath,
+        progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
     ) {
         self.options = options
         self.passphrase = passphrase
         self.workingDirectory = workingDirectory
+        self.progress = progress
     }
 
     /// The single value of `name`, or nil; an error when it was given more than once.

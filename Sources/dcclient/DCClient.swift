@@ -20,8 +20,7 @@ struct DCClient: AsyncParsableCommand {
             in a browser, ssh or mail: the PKCS#11 module PREFIX/lib/pkcs11/libdcclient-pkcs11.so, registered \
             with p11-kit by scripts/install (Firefox: its SecurityDevices policy; Chromium: modutil -add dcclient \
             -libfile … -dbdir sql:$HOME/.pki/nssdb), logged in to with the store passphrase while unlocked \
-            (\(Toolkit.documentation)/docs/PKCS11-MODULE.md). Guide: \(Toolkit.documentation)/README.md.
-
+            (\(Toolkit.documentation)/docs/PKCS11-MODULE.md). Guide: \(Toolkit.documentation)/README.md. \
             \(Toolkit.exitStatuses)
             """,
         version: Toolkit.version,

@@ -16,8 +16,7 @@ struct DCProvision: AsyncParsableCommand {
             pair --client-scheme S for each client set up with dcclient init. Send from a card: dcprovision send \
             --pkcs11 URI --layout piv --derive --testca DIR --card-trust-anchor FILE --pin-file FILE --client-scheme \
             S (the brand and provider scheme come from the registration); dcprovision card status shows the card. \
-            Run the verifier: dcverify serve (its own page). Guide: \(Toolkit.documentation)/README.md.
-
+            Run the verifier: dcverify serve (its own page). Guide: \(Toolkit.documentation)/README.md. \
             \(Toolkit.exitStatuses)
             """,
         version: Toolkit.version,

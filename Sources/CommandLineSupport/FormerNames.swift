@@ -10,8 +10,12 @@ public enum Toolkit {
         provider failing), 70 internal error, 73 cannot create output, 74 I/O error, 75 revocation \
         status could not be checked, 77 passphrase, PIN, permission or message refused (forged, \
         altered, replayed, late), 79 a certificate is revoked, 80 the installed credential is expired or \
-        not valid yet. Every flag and status: docs/CLI.md.
+        not valid yet. Every flag and status: \(documentation)/docs/CLI.md.
         """
+
+    /// Where `scripts/install` puts the documentation (README.md and docs/, as in the source), with
+    /// `PREFIX` for the install prefix: the man pages it installs name the real one.
+    public static let documentation = "PREFIX/share/doc/dcclient"
 }
 
 /// Flag names that were renamed, kept working for one release as hidden aliases.

@@ -18,7 +18,7 @@ public struct OutputOptions: ParsableArguments {
 /// instead of a table (docs/JSON.md).
 public struct JSONOutputOptions: ParsableArguments {
     /// Print JSON instead of a table.
-    @Flag(help: "Print one JSON document (docs/JSON.md) instead of a table.")
+    @Flag(help: "Print one JSON document (\(Toolkit.documentation)/docs/JSON.md) instead of a table.")
     public var json = false
 
     /// The options as parsed.

@@ -145,16 +145,63 @@ public struct ManagedClient: Sendable {
         scheme: URLScheme, providerScheme: URLScheme, executable: String, passphrase: SecretBytes,
         trustAnchors: [Certificate] = []
     ) throws {
-        if isRetired {
+        if isRetired || isHalfSetUp {
             // A retired client is set up afresh: what is left of it (its configuration and the
-            // policy that retired it) goes first.
+            // policy that retired it) goes first; so does what a set-up cut short (killed) left.
             try FileManager.default.removeItem(atPath: base)
         }
         try checkNotSetUp()
-        try AtomicFileSet.ensureDirectory(base)
-        chmod(ManagedApps(locations: locations).root, 0o700)
-        chmod(base, 0o700)
-        try AtomicFileSet.ensureDirectory(store)
+        // All or nothing: a step that fails takes back what the steps before it made, so that
+        // the same command can simply be run again; the marker covers a process that dies.
+        let madeBase = !FileManager.default.fileExists(atPath: base)
+        let made = [store, spool.directory, statusFile, base + "/" + Self.settingUpMarker].filter {
+            !FileManager.default.fileExists(atPath: $0)
+        }
+        var published = false
+        do {
+            try AtomicFileSet.ensureDirectory(base)
+            chmod(ManagedApps(locations: locations).root, 0o700)
+            chmod(base, 0o700)
+            var marker = AtomicFileSet(directory: base)
+            try marker.add(Self.settingUpMarker, .bytes([]), mode: 0o600)
+            try marker.commit(replacingExisting: true)
+            try AtomicFileSet.ensureDirectory(store)
+            let storeKey = try writeStore(
+                scheme: scheme, providerScheme: providerScheme, passphrase: passphrase)
+            published = true
+            try publishRegistration(executable: executable)
+            try AtomicFileSet.ensureDirectory(spool.directory)
+            try trust(anchors: trustAnchors)
+            // Unlocked with the store key in hand: stretching the passphrase again would only prove
+            // what was sealed a moment ago, at the cost of a second PBKDF2.
+            try unlock(storeKey: storeKey)
+            guard unlink(base + "/" + Self.settingUpMarker) == 0 else {
+                throw DCError(.ioError, "cannot finish setting up: \(String(cString: strerror(errno)))", subject: base)
+            }
+        } catch {
+            (try? unlockedKey)?.remove()
+            if published { Registrations.remove(at: locations.clientRegistration(scheme)) }
+            if madeBase {
+                try? FileManager.default.removeItem(atPath: base)
+            } else {
+                for path in made { try? FileManager.default.removeItem(atPath: path) }
+            }
+            throw error
+        }
+    }
+
+    /// The file that says a set-up is under way in ``base``: while it is there, the app is not set
+    /// up, and the next set-up starts afresh.
+    static let settingUpMarker = "setting-up"
+
+    /// Whether a set-up began here and never finished (the process died before taking back what it made).
+    var isHalfSetUp: Bool { FileManager.default.fileExists(atPath: base + "/" + Self.settingUpMarker) }
+
+    /// Makes the store of a new client: its store key wrapped under `passphrase`, its keys sealed
+    /// under the store key, its certificate and configuration; returns the store key.
+    private func writeStore(scheme: URLScheme, providerScheme: URLScheme, passphrase: SecretBytes) throws
+        -> SecretBytes
+    {
         let storeKey = try Digests.random(32)
         let salt = try Digests.random(16).withUnsafeBytes { Array($0) }
         let kek = try AtRest.deriveKey(passphrase: passphrase, salt: salt, iterations: Self.iterations)
@@ -188,19 +235,14 @@ public struct ManagedClient: Sendable {
         try files.add("client.pem", .bytes(PEM.certificate(certificate)), mode: 0o644)
         try files.add("client.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
         try files.commit()
-        try publishRegistration(executable: executable)
-        try AtomicFileSet.ensureDirectory(spool.directory)
-        try trust(anchors: trustAnchors)
-        // Unlocked with the store key in hand: stretching the passphrase again would only prove
-        // what was sealed a moment ago, at the cost of a second PBKDF2.
-        try unlock(storeKey: storeKey)
+        return storeKey
     }
 
     /// Throws `outputExists` when the app is set up already (a retired one may be set up
     /// afresh): what ``initialize(scheme:providerScheme:executable:passphrase:trustAnchors:)``
     /// refuses, asked before anyone is asked to choose a passphrase.
     public func checkNotSetUp() throws {
-        guard isRetired || !FileManager.default.fileExists(atPath: configFile) else {
+        guard isRetired || isHalfSetUp || !FileManager.default.fileExists(atPath: configFile) else {
             throw DCError(
                 .outputExists, "the client is already set up", subject: base,
                 remedy: .useExistingClient)

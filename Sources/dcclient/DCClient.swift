@@ -13,7 +13,16 @@ struct DCClient: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dcclient",
         abstract: "The reference managed client: receives derived credentials through URL-scheme callbacks.",
-        discussion: Toolkit.exitStatuses,
+        discussion: """
+            How do I … set up a client: dcclient init --client-scheme S --provider-scheme P (asks for a new \
+            passphrase), then dcclient register; the provider pairs it (dcprovision pair --client-scheme S) and \
+            sends, or dcclient request asks. See what came: dcclient list, dcclient show TAG. Use the credential \
+            in a browser, ssh or mail: the PKCS#11 module PREFIX/lib/pkcs11/libdcclient-pkcs11.so, registered \
+            with p11-kit by scripts/install (Firefox: its SecurityDevices policy; Chromium: modutil -add dcclient \
+            -libfile … -dbdir sql:$HOME/.pki/nssdb), logged in to with the store passphrase while unlocked \
+            (\(Toolkit.documentation)/docs/PKCS11-MODULE.md). Guide: \(Toolkit.documentation)/README.md. \
+            \(Toolkit.exitStatuses)
+            """,
         version: Toolkit.version,
         subcommands: [
             Init.self, Register.self, Unregister.self, Request.self, HandleURL.self, List.self, Show.self, Lock.self,

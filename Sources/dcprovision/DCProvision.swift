@@ -10,7 +10,15 @@ struct DCProvision: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dcprovision",
         abstract: "Provision derived credentials (certificates and keys, by tag) into a managed client.",
-        discussion: Toolkit.exitStatuses,
+        discussion: """
+            How do I … try it all: dcprovision demo. Become the provider: dcprovision register --provider-scheme \
+            org.example.provider --brand NAME --testca DIR (after dcprovision testca init DIR), then dcprovision \
+            pair --client-scheme S for each client set up with dcclient init. Send from a card: dcprovision send \
+            --pkcs11 URI --layout piv --derive --testca DIR --card-trust-anchor FILE --pin-file FILE --client-scheme \
+            S (the brand and provider scheme come from the registration); dcprovision card status shows the card. \
+            Run the verifier: dcverify serve (its own page). Guide: \(Toolkit.documentation)/README.md. \
+            \(Toolkit.exitStatuses)
+            """,
         version: Toolkit.version,
         subcommands: [
             Demo.self, Send.self, HandleURL.self, Register.self, Pair.self, Unregister.self,

@@ -273,7 +273,8 @@ struct ErrorHintTests {
             result.stderrText
                 == "dcprovision: no provider 'acme' (built in, or dcprovider-acme on the provider path; "
                 + "DCPROVISION_PROVIDER_PATH=/nonexistent); put the directory that holds dcprovider-acme on "
-                + "DCPROVISION_PROVIDER_PATH, give --provider exec:PATH, or use one of: derive, pem, pkcs11, testca\n")
+                + "DCPROVISION_PROVIDER_PATH, give --provider exec:PATH, or use one of: cmp, derive, pem, pkcs11, testca\n"
+        )
     }
 
     @Test("An empty token list says where to look (p11-kit-client with no server: a module without tokens)")

@@ -132,7 +132,7 @@ struct ProviderCommandTests {
         #expect(listing.stdoutText.contains("sample  [exec]  Sample exec provider (PEM folder), version 1.0"))
         let json = try dcprovision(["providers", "--json"], environment: environment)
         let entries = try jsonPayload(json.stdout, "providers") as? [[String: Any]]
-        #expect(entries?.map { $0["id"] as? String } == ["derive", "pem", "pkcs11", "sample", "testca"])
+        #expect(entries?.map { $0["id"] as? String } == ["cmp", "derive", "pem", "pkcs11", "sample", "testca"])
 
         let byName = try dcprovision(
             ["inspect", "--provider", "sample", "--option", "dir=\(dir.file("issued"))"], environment: environment)

@@ -177,6 +177,41 @@ struct CMPProviderTests {
             reason: .cessationOfOperation)
     }
 
+    @Test(
+        "Options: a server is http://HOST[:PORT]/PATH (https, other schemes and bad ports are usage errors); a secret and a certificate together, a kur with a secret, an ir without a subject are usage errors, before anything is sent"
+    )
+    func optionRules() async throws {
+        let address = try CMPServerAddress(url: "http://ca.example:8080/ejbca/publicweb/cmp/alias")
+        #expect(address.host == "ca.example" && address.port == 8080 && address.path == "ejbca/publicweb/cmp/alias")
+        #expect(try CMPServerAddress(url: "http://[::1]/pkix/").description == "http://[::1]:80/pkix/")
+        for bad in [
+            "https://ca.example/pkix/", "ftp://ca.example/", "http://ca.example:0/", "http://:80/", "http://a@b/",
+        ] {
+            #expect(throws: DCError.self, "\(bad)") { try CMPServerAddress(url: bad) }
+        }
+        let world = try World("cmp-options")
+        defer { world.directory.remove() }
+        let leaf = try world.pki.leaf("authentication")
+        let base: [String: [String]] = [
+            "server": ["http://127.0.0.1:1/pkix/"], "trust-anchor": [world.pki.ca.certificate],
+            "reference": [world.pki.reference], "secret-file": [world.pki.secretFile], "tag": ["authentication"],
+            "subject": ["CN=Alice"],
+        ]
+        let cases: [(String, [String: [String]])] = [
+            ("secret and certificate", base.merging(["certificate": [leaf.certificate], "key": [leaf.key]]) { $1 }),
+            ("kur with a secret", base.merging(["request": ["kur"]]) { $1 }),
+            ("no subject", base.filter { $0.key != "subject" }),
+            ("no protection", base.filter { $0.key != "secret-file" }),
+            ("no reference", base.filter { $0.key != "reference" }),
+        ]
+        for (what, options) in cases {
+            await #expect(throws: DCError.self, "\(what)") { try await world.provide(options) }
+            do {
+                _ = try await world.provide(options)
+            } catch { #expect((error as? DCError)?.code == .usage, "\(what): \(error)") }
+        }
+    }
+
     @Test("An encryption key is enrolled, and the answer says it was not archived at the CA")
     func encryptionNotArchived() async throws {
         let world = try World("cmp-archive")

@@ -9,7 +9,7 @@ import FoundationEssentials
 /// The CMP client (RFC 4210, profiled by RFC 9483): every message is built, protected, sent over
 /// HTTP, checked and answered by OpenSSL's `OSSL_CMP_*` client. What is ours: turning the
 /// configuration into one `OSSL_CMP_CTX`, and OpenSSL's error queue and the CA's status into one
-/// ``DCError`` whose code says what to do (``DCError/Code/caRefused`` and its neighbours).
+/// `DCError` whose code says what to do (`DCError/Code/caRefused` and its neighbours).
 public enum CMPClient {
     /// Asks the CA for a certificate for `newKey` in one `ir`, `cr` or `kur` transaction, polling
     /// while the CA answers "waiting" (until ``CMPSession/totalTimeout``), and confirms it. The

@@ -148,3 +148,43 @@ struct CMPEnrollmentCommandTests {
         #expect(try world.tools.run("dcclient", ["show", "authentication"]).status != 0, "a credential was installed")
     }
 }
+
+extension CMPEnrollmentCommandTests {
+    @Test(
+        "terminate --provider cmp: a revocation request (rr) per certificate the cmp provider's record kept for the card, answered by the mock CA; a server that is down is exit 69, a card with no record exit 66"
+    )
+    func terminateRevokesOverCMP() throws {
+        let world = try World("cmp-terminate")
+        defer { world.tools.sandbox.remove() }
+        // The record as certify keeps it after a derivation. Written here by hand: the mock CA
+        // answers with one fixed certificate, so it cannot certify the fresh keys a derivation makes.
+        let card = "0A1B2C"
+        let serial = try run(OpenSSLFixtures.openssl, ["x509", "-in", world.leaf.certificate, "-noout", "-serial"])
+            .stdoutText.split(separator: "=")[1].trimmingCharacters(in: .whitespacesAndNewlines)
+        try FileManager.default.createDirectory(
+            atPath: world.tools.sandbox.file("record/\(card)"), withIntermediateDirectories: true)
+        try world.tools.sandbox.write("record/\(card)/\(serial).pem", try readText(world.leaf.certificate))
+        let server = try CMPMockServer.start(world.pki, answering: world.leaf.certificate)
+        defer { server.stop() }
+        func terminate(_ url: String, card: String, more: [String] = []) throws -> ProcessResult {
+            let options =
+                [
+                    "server=\(url)", "trust-anchor=\(world.pki.ca.certificate)", "reference=\(world.pki.reference)",
+                    "secret-file=\(world.pki.secretFile)", "record=record",
+                ] + more
+            return try world.tools.run(
+                "dcprovision",
+                ["terminate", "--card-serial", card, "--provider", "cmp"] + options.flatMap { ["--option", $0] })
+        }
+        let down = try terminate(
+            "http://127.0.0.1:\(try freeLocalPort())/pkix/", card: card, more: ["message-timeout=2"])
+        #expect(down.status == 69, "\(down.stdoutText)\(down.stderrText)")
+        #expect(down.stderrText.contains("no answer from the CA's CMP server"), "\(down.stderrText)")
+        let none = try terminate(server.url, card: "FFFF")
+        #expect(none.status == 66, "\(none.stderrText)")
+        let revoked = try terminate(server.url, card: card)
+        #expect(revoked.status == 0, "\(revoked.stdoutText)\(revoked.stderrText)")
+        #expect(revoked.stdoutText.contains("card \(card): 1 certificate(s) revoked by the CA over CMP"))
+        #expect(server.logText.contains("POST /pkix/"), "\(server.logText)")
+    }
+}

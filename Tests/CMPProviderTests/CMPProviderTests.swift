@@ -212,6 +212,43 @@ struct CMPProviderTests {
         }
     }
 
+    @Test(
+        "certify (--derive): the card's proof over a challenge this provider issued is checked, the public key goes to the CA as raVerified and its certificate comes back; a replayed proof is refused"
+    )
+    func certifyDerivedKey() async throws {
+        let world = try World("cmp-certify")
+        defer { world.directory.remove() }
+        let pki = world.pki
+        // The card: a certificate and key made by the openssl CLI; the key to certify: the leaf's,
+        // whose certificate the mock CA answers with.
+        let card = try pki.leaf("authentication", subject: "/O=Example CMP Test/CN=Alice Card")
+        let leaf = try pki.leaf("authentication", subject: "/O=Example CMP Test/CN=Alice Card")
+        let server = try CMPMockServer.start(pki, answering: leaf.certificate, more: ["-accept_raverified"])
+        defer { server.stop() }
+        let options: [String: [String]] = [
+            "server": [server.url], "trust-anchor": [pki.ca.certificate], "reference": [pki.reference],
+            "secret-file": [pki.secretFile],
+        ]
+        let provider = CMPProvider()
+        let request = ProviderRequest(options: options, workingDirectory: world.directory.path)
+        let challenge = try await provider.challenge(request)
+        let challengeFile = world.directory.file("challenge.bin")
+        try Data(challenge).write(to: URL(fileURLWithPath: challengeFile))
+        let signature = try OpenSSLFixtures.openssl(["dgst", "-sha256", "-sign", card.key, challengeFile])
+        let cardCertificate = try CredentialReader().read(file: card.certificate).certificates[0]
+        let publicKey = try OpenSSLFixtures.openssl(["pkey", "-in", leaf.key, "-pubout", "-outform", "DER"])
+        let proof = PossessionProof(certificate: cardCertificate, challenge: challenge, signature: signature)
+        let certification = CertificationRequest(
+            request: request, subject: try CertificateDetails.subjectDER(of: cardCertificate),
+            publicKeys: [.authentication: publicKey], proof: proof)
+        let issued = try await provider.certify(certification)
+        let certificate = try #require(issued.certificates[.authentication])
+        #expect(certificate == (try CredentialReader().read(file: leaf.certificate).certificates[0]))
+        await #expect { try await provider.certify(certification) } throws: {
+            ($0 as? DCError)?.code == .possessionNotProven
+        }
+    }
+
     @Test("An encryption key is enrolled, and the answer says it was not archived at the CA")
     func encryptionNotArchived() async throws {
         let world = try World("cmp-archive")

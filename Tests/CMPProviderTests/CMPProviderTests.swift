@@ -213,7 +213,7 @@ struct CMPProviderTests {
     }
 
     @Test(
-        "certify (--derive): the card's proof over a challenge this provider issued is checked, the public key goes to the CA as raVerified and its certificate comes back; a replayed proof is refused"
+        "certify (--derive): the card's proof over a challenge this provider issued is checked, the public key goes to the CA as raVerified and its certificate comes back, kept by card in the record; a replayed proof is refused"
     )
     func certifyDerivedKey() async throws {
         let world = try World("cmp-certify")
@@ -227,7 +227,7 @@ struct CMPProviderTests {
         defer { server.stop() }
         let options: [String: [String]] = [
             "server": [server.url], "trust-anchor": [pki.ca.certificate], "reference": [pki.reference],
-            "secret-file": [pki.secretFile],
+            "secret-file": [pki.secretFile], "record": ["record"],
         ]
         let provider = CMPProvider()
         let request = ProviderRequest(options: options, workingDirectory: world.directory.path)
@@ -244,6 +244,12 @@ struct CMPProviderTests {
         let issued = try await provider.certify(certification)
         let certificate = try #require(issued.certificates[.authentication])
         #expect(certificate == (try CredentialReader().read(file: leaf.certificate).certificates[0]))
+        // Kept by card, for terminate to revoke.
+        let cardSerial = try CertificateDetails(cardCertificate).serialNumber
+        #expect(
+            try CMPRecord(directory: world.directory.file("record")).certificates(cardSerial: cardSerial) == [
+                certificate
+            ])
         await #expect { try await provider.certify(certification) } throws: {
             ($0 as? DCError)?.code == .possessionNotProven
         }

@@ -43,6 +43,9 @@ public struct CMPProvider: CredentialProvider {
             ProviderOption(
                 name: "total-timeout", summary: "seconds a transaction may take, polling included (default 120)"),
             ProviderOption(name: "message-timeout", summary: "seconds each message may take (default 30)"),
+            ProviderOption(
+                name: "record",
+                summary: "a directory where derived certificates are kept by card, for terminate to revoke"),
         ])
 
     /// What a request without `--option name=…` for the archive says: the encryption key stays with us.

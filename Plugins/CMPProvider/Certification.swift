@@ -75,6 +75,11 @@ extension CMPProvider: CertifyingProvider {
             }
         }
         chain.removeAll { certificates.values.contains($0) }
+        if let record = try request.request.value("record") {
+            // Kept by card, so that terminating the card revokes what was derived from it.
+            try CMPRecord(directory: request.request.resolve(record)).keep(
+                Array(certificates.values), cardSerial: try CertificateDetails(request.proof.certificate).serialNumber)
+        }
         return Certification(certificates: certificates, chain: chain)
     }
 }
@@ -90,5 +95,42 @@ extension CMPProvider {
             try Task.checkCancellation()
             try await configuration.revoke(certificate, reason: reason.code)
         }
+    }
+}
+
+/// What the `cmp` provider certified for derived credentials, by card: `DIR/CARD/SERIAL.pem`,
+/// one certificate a file (`CARD` and `SERIAL` in hex, as `openssl x509 -serial` prints them), so
+/// that terminating a card finds every certificate to revoke. The CA keeps its own record; this
+/// one names the certificates a revocation request must carry.
+public struct CMPRecord: Sendable {
+    /// The record's directory.
+    public let directory: String
+
+    /// The record in `directory` (created 0700 when something is kept).
+    public init(directory: String) { self.directory = directory }
+
+    /// Keeps `certificates` under `cardSerial`, each file written whole (a temporary file renamed).
+    func keep(_ certificates: [Certificate], cardSerial: String) throws {
+        let card = directory + "/" + (try CertificateRevocationList.canonicalSerial(cardSerial))
+        do {
+            try FileManager.default.createDirectory(
+                atPath: card, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            for certificate in certificates {
+                let serial = try CertificateDetails(certificate).serialNumber
+                try Data(PEM.certificate(certificate)).write(
+                    to: URL(fileURLWithPath: card + "/" + serial + ".pem"), options: .atomic)
+            }
+        } catch let error as DCError {
+            throw error
+        } catch {
+            throw DCError(.cannotCreateOutput, "cannot keep the derived certificates", subject: card)
+        }
+    }
+
+    /// The certificates kept for `cardSerial`; empty when there are none.
+    public func certificates(cardSerial: String) throws -> [Certificate] {
+        let card = directory + "/" + (try CertificateRevocationList.canonicalSerial(cardSerial))
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: card)) ?? []).filter { $0.hasSuffix(".pem") }
+        return try names.sorted().flatMap { try CredentialReader().read(file: card + "/" + $0).certificates }
     }
 }

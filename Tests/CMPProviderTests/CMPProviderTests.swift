@@ -177,6 +177,84 @@ struct CMPProviderTests {
             reason: .cessationOfOperation)
     }
 
+    @Test(
+        "Options: a server is http://HOST[:PORT]/PATH (https, other schemes and bad ports are usage errors); a secret and a certificate together, a kur with a secret, an ir without a subject are usage errors, before anything is sent"
+    )
+    func optionRules() async throws {
+        let address = try CMPServerAddress(url: "http://ca.example:8080/ejbca/publicweb/cmp/alias")
+        #expect(address.host == "ca.example" && address.port == 8080 && address.path == "ejbca/publicweb/cmp/alias")
+        #expect(try CMPServerAddress(url: "http://[::1]/pkix/").description == "http://[::1]:80/pkix/")
+        for bad in [
+            "https://ca.example/pkix/", "ftp://ca.example/", "http://ca.example:0/", "http://:80/", "http://a@b/",
+        ] {
+            #expect(throws: DCError.self, "\(bad)") { try CMPServerAddress(url: bad) }
+        }
+        let world = try World("cmp-options")
+        defer { world.directory.remove() }
+        let leaf = try world.pki.leaf("authentication")
+        let base: [String: [String]] = [
+            "server": ["http://127.0.0.1:1/pkix/"], "trust-anchor": [world.pki.ca.certificate],
+            "reference": [world.pki.reference], "secret-file": [world.pki.secretFile], "tag": ["authentication"],
+            "subject": ["CN=Alice"],
+        ]
+        let cases: [(String, [String: [String]])] = [
+            ("secret and certificate", base.merging(["certificate": [leaf.certificate], "key": [leaf.key]]) { $1 }),
+            ("kur with a secret", base.merging(["request": ["kur"]]) { $1 }),
+            ("no subject", base.filter { $0.key != "subject" }),
+            ("no protection", base.filter { $0.key != "secret-file" }),
+            ("no reference", base.filter { $0.key != "reference" }),
+        ]
+        for (what, options) in cases {
+            await #expect(throws: DCError.self, "\(what)") { try await world.provide(options) }
+            do {
+                _ = try await world.provide(options)
+            } catch { #expect((error as? DCError)?.code == .usage, "\(what): \(error)") }
+        }
+    }
+
+    @Test(
+        "certify (--derive): the card's proof over a challenge this provider issued is checked, the public key goes to the CA as raVerified and its certificate comes back, kept by card in the record; a replayed proof is refused"
+    )
+    func certifyDerivedKey() async throws {
+        let world = try World("cmp-certify")
+        defer { world.directory.remove() }
+        let pki = world.pki
+        // The card: a certificate and key made by the openssl CLI; the key to certify: the leaf's,
+        // whose certificate the mock CA answers with.
+        let card = try pki.leaf("authentication", subject: "/O=Example CMP Test/CN=Alice Card")
+        let leaf = try pki.leaf("authentication", subject: "/O=Example CMP Test/CN=Alice Card")
+        let server = try CMPMockServer.start(pki, answering: leaf.certificate, more: ["-accept_raverified"])
+        defer { server.stop() }
+        let options: [String: [String]] = [
+            "server": [server.url], "trust-anchor": [pki.ca.certificate], "reference": [pki.reference],
+            "secret-file": [pki.secretFile], "record": ["record"],
+        ]
+        let provider = CMPProvider()
+        let request = ProviderRequest(options: options, workingDirectory: world.directory.path)
+        let challenge = try await provider.challenge(request)
+        let challengeFile = world.directory.file("challenge.bin")
+        try Data(challenge).write(to: URL(fileURLWithPath: challengeFile))
+        let signature = try OpenSSLFixtures.openssl(["dgst", "-sha256", "-sign", card.key, challengeFile])
+        let cardCertificate = try CredentialReader().read(file: card.certificate).certificates[0]
+        let publicKey = try OpenSSLFixtures.openssl(["pkey", "-in", leaf.key, "-pubout", "-outform", "DER"])
+        let proof = PossessionProof(certificate: cardCertificate, challenge: challenge, signature: signature)
+        let certification = CertificationRequest(
+            request: request, subject: try CertificateDetails.subjectDER(of: cardCertificate),
+            publicKeys: [.authentication: publicKey], proof: proof)
+        let issued = try await provider.certify(certification)
+        let certificate = try #require(issued.certificates[.authentication])
+        #expect(certificate == (try CredentialReader().read(file: leaf.certificate).certificates[0]))
+        // Kept by card, for terminate to revoke.
+        let cardSerial = try CertificateDetails(cardCertificate).serialNumber
+        #expect(
+            try CMPRecord(directory: world.directory.file("record")).certificates(cardSerial: cardSerial) == [
+                certificate
+            ])
+        await #expect { try await provider.certify(certification) } throws: {
+            ($0 as? DCError)?.code == .possessionNotProven
+        }
+    }
+
     @Test("An encryption key is enrolled, and the answer says it was not archived at the CA")
     func encryptionNotArchived() async throws {
         let world = try World("cmp-archive")

@@ -93,28 +93,37 @@ import Synchronization
             var request = HTTPClientRequest(url: url)
             request.headers.add(name: "User-Agent", value: "dcverify")
             let prepared = request
-            return try await withThrowingTaskGroup(of: TokenPublicKey?.self) { group in
-                group.addTask {
-                    let response = try await client.execute(
-                        prepared, timeout: .nanoseconds(timeout.components.seconds * 1_000_000_000))
-                    guard response.status.code == 200 else {
-                        _ = try? await response.body.collect(upTo: 1 << 16)
-                        throw DCError(.invalid, "HTTP \(response.status.code)")
-                    }
-                    let body = try await response.body.collect(upTo: TrustedIssuers.maximumFileSize)
-                    let set = try TrustedIssuers(jwks: Array(buffer: body))
-                    guard set.keys.count == 1, let key = set.keys.values.first else {
-                        throw DCError(.invalid, "it holds \(set.keys.count) keys, not one")
-                    }
-                    return key
+            return try await within(timeout) {
+                let response = try await client.execute(prepared, timeout: TimeAmount(timeout))
+                guard response.status.code == 200 else {
+                    _ = try? await response.body.collect(upTo: 1 << 16)
+                    throw DCError(.invalid, "HTTP \(response.status.code)")
                 }
+                let body = try await response.body.collect(upTo: TrustedIssuers.maximumFileSize)
+                let set = try TrustedIssuers(jwks: Array(buffer: body))
+                guard set.keys.count == 1, let key = set.keys.values.first else {
+                    throw DCError(.invalid, "it holds \(set.keys.count) keys, not one")
+                }
+                return key
+            }
+        }
+
+        /// What `work` returns, or ``FetchTimedOut`` when it has not ended within `limit`.
+        /// AsyncHTTPClient's own deadline ends with the head, and a source that sends its body a
+        /// byte at a time would otherwise hold the fetch (and, at start, the listening) for as long
+        /// as it likes: the whole exchange, body included, runs under this one.
+        private static func within<T: Sendable>(
+            _ limit: Duration, _ work: @escaping @Sendable () async throws -> T
+        ) async throws -> T {
+            try await withThrowingTaskGroup(of: T?.self) { group in
+                group.addTask { try await work() }
                 group.addTask {
-                    try await Task.sleep(for: timeout)
+                    try await Task.sleep(for: limit)
                     return nil
                 }
                 let first = try await group.next() ?? nil
                 group.cancelAll()
-                guard let first else { throw FetchTimedOut(limit: timeout) }
+                guard let first else { throw FetchTimedOut(limit: limit) }
                 return first
             }
         }
@@ -126,7 +135,7 @@ import Synchronization
         public func fetchSoon() { woken.store(true, ordering: .relaxed) }
 
         /// What one fetch did, for the loop's timing.
-        private struct Answer {
+        private struct Answer: Sendable {
             var ok: Bool
             var maxAge: Int?
         }
@@ -148,23 +157,10 @@ import Synchronization
             // A fetch never waits past half the staleness bound (AsyncHTTPClient retries a refused
             // connection until the deadline), so a source that comes back is asked again in time.
             let limit = min(settings.requestTimeout, max(settings.minimumInterval, settings.maximumAge / 2))
-            let timeout = TimeAmount.nanoseconds(
-                limit.components.seconds * 1_000_000_000 + limit.components.attoseconds / 1_000_000_000)
             do {
-                // The whole exchange, the body included, within the limit: AsyncHTTPClient's own
-                // deadline ends with the head, and a source that sends its body a byte at a time
-                // would otherwise hold the fetch (and, at start, the listening) for as long as it likes.
                 let prepared = request
-                return try await withThrowingTaskGroup(of: Answer?.self) { group in
-                    group.addTask { try await self.exchange(prepared, timeout: timeout, url: url) }
-                    group.addTask {
-                        try await Task.sleep(for: limit)
-                        return nil
-                    }
-                    let first = try await group.next() ?? nil
-                    group.cancelAll()
-                    guard let first else { throw FetchTimedOut(limit: limit) }
-                    return first
+                return try await Self.within(limit) {
+                    try await self.exchange(prepared, timeout: TimeAmount(limit), url: url)
                 }
             } catch {
                 let reason = "\(url): \(error)"

@@ -260,7 +260,7 @@ let package = Package(
 
         .target(
             name: "PKCS11Provider",
-            dependencies: ["DerivedCredentials", "CredentialCoding", "CP11Kit"],
+            dependencies: ["DerivedCredentials", "CredentialCoding", "SystemSupport", "CP11Kit"],
             path: "Plugins/PKCS11Provider"
         ),
         .target(

@@ -60,7 +60,7 @@ public struct DerivationProvider: CredentialProvider {
         let cardOptionNames = Set(card.descriptor.options.map(\.name))
         let cardRequest = ProviderRequest(
             options: request.options.filter { cardOptionNames.contains($0.key) }, passphrase: request.passphrase,
-            workingDirectory: request.workingDirectory)
+            workingDirectory: request.workingDirectory, progress: request.progress)
         let caOptions = try ProviderRequest.options(parsing: request.values("ca-option"), what: "ca-option KEY=VALUE")
         let caID = try request.requiredValue("ca")
         guard let ca = try registry.provider(id: caID) as? any CertifyingProvider else {
@@ -86,7 +86,8 @@ public struct DerivationProvider: CredentialProvider {
 
         return try await CredentialDerivation(
             card: card, cardRequest: cardRequest, ca: ca,
-            caRequest: ProviderRequest(options: caOptions, workingDirectory: request.workingDirectory),
+            caRequest: ProviderRequest(
+                options: caOptions, workingDirectory: request.workingDirectory, progress: request.progress),
             trustAnchors: anchors, algorithm: algorithm, revocation: revocation
         ).derive()
     }

@@ -295,8 +295,9 @@ final class PKCS11URI {
 /// Token and object discovery through p11-kit.
 public enum PKCS11Discovery {
     /// Tokens in every registered module (or in `modules`: p11-kit names or absolute paths).
-    public static func tokens(modules: [String]? = nil) throws -> [TokenInfo] {
-        try slots(modules).map { module, slot, info in
+    /// `progress` hears each module and slot as it is asked (a card reader can take seconds).
+    public static func tokens(modules: [String]? = nil, progress: ((String) -> Void)? = nil) throws -> [TokenInfo] {
+        try slots(modules, progress: progress).map { module, slot, info in
             let flags = info.flags
             func has<T: BinaryInteger>(_ flag: T) -> Bool { flags & CK_FLAGS(flag) != 0 }
             return TokenInfo(
@@ -375,11 +376,13 @@ public enum PKCS11Discovery {
     /// (`library-…`), slot (`slot-id`, `slot-description`, `slot-manufacturer`) and token
     /// attributes; every token when `uri` is nil. A slot named by `slot-id` that holds no token is
     /// an error naming it, not an empty answer.
-    static func slots(_ modules: [String]?, matching uri: PKCS11URI? = nil) throws -> [(
-        LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO
-    )] {
+    static func slots(
+        _ modules: [String]?, matching uri: PKCS11URI? = nil, progress: ((String) -> Void)? = nil
+    ) throws -> [(LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO)] {
         var found: [(LoadedModule, CK_SLOT_ID, CK_TOKEN_INFO)] = []
+        progress?("loading the modules")
         for module in try loadModules(modules) {
+            progress?("asking \(module.name) for its slots")
             if let uri, uri.namesModuleInfo {
                 var info = CK_INFO()
                 try module.call("C_GetInfo") { $0.C_GetInfo(&info) }
@@ -400,6 +403,7 @@ public enum PKCS11Discovery {
                     try module.call("C_GetSlotInfo") { $0.C_GetSlotInfo(slot, &info) }
                     if !uri.matches(info) { continue }
                 }
+                progress?("reading the token in slot \(slot) of \(module.name)")
                 var info = CK_TOKEN_INFO()
                 try module.call("C_GetTokenInfo") { $0.C_GetTokenInfo(slot, &info) }
                 if let uri, !uri.matches(info) { continue }

@@ -2,6 +2,7 @@ internal import CP11Kit
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// Certificates and keys from a PKCS#11 token (id `pkcs11`): a smart card through OpenSC, or
 /// SoftHSM2 in tests, loaded through p11-kit. The PIN comes from the request's passphrase source.
@@ -86,7 +87,7 @@ public struct PKCS11Provider: PossessionProvider {
                         hint: "use layout=piv or tag=authentication=ID")
                 }
                 let key = try session.privateKey(id: authentication.id, name: authentication.name)
-                TokenReading.progress("signing the CA's challenge on the card")
+                request.report("signing the CA's challenge on the card")
                 let signature = try session.signSHA256(key, message: challenge, name: authentication.name)
                 var certificates: [CredentialTag: Certificate] = [:]
                 for item in found where certificates[item.tag] == nil { certificates[item.tag] = item.certificate }
@@ -132,8 +133,12 @@ struct TokenReading {
     let modules: [String]?
     let policy: LoginPolicy
     let selectors: [Selector]
+    /// Where the steps go (the request's progress), for a person watching a slow card.
+    let report: @Sendable (String) -> Void
 
     init(_ request: ProviderRequest) throws {
+        let progress = request.progress
+        report = { progress?(ProviderProgress($0)) }
         let uriText = try request.requiredValue("uri")
         uri = try PKCS11URI(uriText)
         let idName = { (id: [UInt8]) in "\(uriText);id=%" + Digests.hex(id, separator: "%")
@@ -183,15 +188,18 @@ struct TokenReading {
         policy = LoginPolicy(
             pin: request.passphrase, allowFinalPINTry: try request.value("allow-final-pin-try") == "true"
         ) {
+            TerminalLine.makeRoom()
             FileHandle.standardError.write(Data("warning: \($0)\n".utf8))
         } inform: {
+            TerminalLine.makeRoom()
             FileHandle.standardError.write(Data("card: \($0)\n".utf8))
         }
     }
 
     /// Finds the one token the URI names, logs in, chooses the certificates and runs `body`.
     func withSelectedCertificates<R>(_ body: (Session, [Found]) throws -> R) throws -> R {
-        let tokens = try PKCS11Discovery.slots(uri.modules(narrowing: modules), matching: uri).filter {
+        let tokens = try PKCS11Discovery.slots(uri.modules(narrowing: modules), matching: uri, progress: report).filter
+        {
             $0.2.flags & CK_FLAGS(CKF_TOKEN_INITIALIZED) != 0
         }
         guard let (module, slot, token) = tokens.first else {
@@ -211,9 +219,9 @@ struct TokenReading {
                     subject: selector.name.escapingControlCharacters)
             }
         }
-        Self.progress("logging in to \(fixedString(token.label))")
+        report("logging in to \(fixedString(token.label))")
         return try Session.withLoggedInSession(module, slot: slot, policy: policy) { session in
-            Self.progress("reading the certificates")
+            report("reading the certificates")
             let certificates = try session.certificates()
             var found: [Found] = []
             for selector in selectors {
@@ -246,15 +254,6 @@ struct TokenReading {
             }
             return try body(session, found.filter { $0.tag != .escrow } + newestFirst.map(\.element.item))
         }
-    }
-}
-
-extension TokenReading {
-    /// A step of a card operation, for a person watching a terminal (a slow card takes seconds per
-    /// step); nothing when standard error is a pipe or a file, so logs stay the same every run.
-    static func progress(_ step: String) {
-        guard isatty(STDERR_FILENO) == 1 else { return }
-        FileHandle.standardError.write(Data("card: \(step.escapingControlCharacters)…\n".utf8))
     }
 }
 

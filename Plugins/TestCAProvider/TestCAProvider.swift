@@ -51,7 +51,7 @@ public struct TestCAProvider: CredentialProvider {
 
     /// Parses the provider options into an issue request.
     public static func issueRequest(from request: ProviderRequest) throws -> TestCAIssueRequest {
-        var issue = TestCAIssueRequest(progress: request.progress)
+        var issue = TestCAIssueRequest(progress: { request.report("issuing keys", done: $0, of: $1) })
         if let name = try request.value("common-name") { issue.commonName = name }
         if let algorithm = try request.value("key-algorithm", formerly: "algorithm") {
             guard let parsed = KeyAlgorithm(rawValue: algorithm) else {

@@ -101,6 +101,7 @@ public enum Console {
     /// Prints `message` as one line on standard error, `TOOL: message`, every control character
     /// (line breaks too) escaped.
     public static func error(_ message: String) {
+        TerminalLine.makeRoom()
         StandardStream.error.write("\(tool): \(message.escapingControlCharacters)\n")
     }
 

@@ -133,6 +133,41 @@ public enum SecretInput {
     }
 }
 
+/// Where a prompt, a message and a progress line meet on one terminal: while a prompt asks
+/// (``isAsking``), no progress is drawn, and a line drawn before the question or a message
+/// (``makeRoom()``) is cleared first (the progress line registers how, ``clearing(_:)``), so the
+/// question or message starts a clean line and is never drawn over.
+public enum TerminalLine {
+    private static let state = Mutex<(asking: Int, clear: (@Sendable () -> Void)?)>((0, nil))
+
+    /// Whether a prompt is asking now: progress waits until it has its answer.
+    public static var isAsking: Bool { state.withLock { $0.asking > 0 } }
+
+    /// Sets how the progress line now on the terminal is cleared (nil: none is).
+    public static func clearing(_ clear: (@Sendable () -> Void)?) { state.withLock { $0.clear = clear } }
+
+    /// Clears the progress line before a message is written to standard error (a warning, a card's
+    /// PIN tries left), so the message starts a line of its own; the progress line is drawn again at
+    /// its next update, below it.
+    public static func makeRoom() {
+        // The clearing runs outside this lock: it takes the progress line's own.
+        state.withLock { $0.clear }?()
+    }
+
+    /// A prompt begins: drawing stops, and the line already drawn is cleared.
+    static func beginAsking() {
+        // The clearing runs outside this lock: it takes the progress line's own.
+        let clear = state.withLock { state in
+            state.asking += 1
+            return state.clear
+        }
+        clear?()
+    }
+
+    /// The prompt has its answer: progress may be drawn again.
+    static func endAsking() { state.withLock { $0.asking -= 1 } }
+}
+
 /// The terminal prompt behind ``InteractivePassphrase``: a question on `/dev/tty`, read with echo off.
 enum TerminalPrompt {
     /// The refusal when a prompt was asked for and standard input is not a terminal.
@@ -147,6 +182,9 @@ enum TerminalPrompt {
     /// the terminal cannot be opened, `DCError/Code/usage` for an empty answer.
     static func ask(_ question: String, note: String? = nil, subject: String) throws -> SecretBytes {
         guard isatty(STDIN_FILENO) == 1 else { throw noTerminal(subject) }
+        // A progress line drawn on this terminal is cleared and stays away while the person answers.
+        TerminalLine.beginAsking()
+        defer { TerminalLine.endAsking() }
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
         guard tty >= 0 else {
             throw DCError(.passphraseRequired, "cannot open the terminal for a passphrase prompt", subject: subject)

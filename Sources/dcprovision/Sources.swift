@@ -182,7 +182,12 @@ struct SourceOptions<PIN: PINSourceOptions>: ParsableArguments {
     func provide(passphrase: PromptingPassphraseOptions) async throws -> ProvidedCredential {
         let (provider, options) = try resolve(sandbox.registry())
         let secret = pkcs11 != nil ? try pin.pinSource() : try passphrase.source()
-        let provided = try await provider.provide(ProviderRequest(options: options, passphrase: secret))
+        // A card or a CA may take seconds per step: a person at a terminal sees which one.
+        let progress = ProgressLine.steps("provider \(provider.descriptor.id)")
+        defer { progress.finish() }
+        let provided = try await provider.provide(
+            ProviderRequest(options: options, passphrase: secret, progress: { progress.report($0) }))
+        progress.finish()
         for warning in provided.warnings { Console.warning(warning) }
         return provided
     }

@@ -100,9 +100,10 @@ struct TestCACommand: AsyncParsableCommand {
             if let email { options["email"] = [email] }
             if let negative { options["negative"] = [negative.rawValue] }
             // RSA keys take a while each, and a credential with its escrow history is 24 of them.
-            let progress = ProgressLine("issuing keys")
+            let progress = ProgressLine.steps("issuing keys")
+            defer { progress.finish() }
             let provided = try await TestCAProvider().provide(
-                ProviderRequest(options: options, progress: { progress.set(done: $0, of: $1) }))
+                ProviderRequest(options: options, progress: { progress.report($0) }))
             progress.finish()
             var files = AtomicFileSet(directory: outDir)
             try ConversionOutputs.add(provided, format: format, to: &files)

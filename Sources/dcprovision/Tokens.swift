@@ -18,9 +18,16 @@ struct Tokens: AsyncParsableCommand, OutputCommand {
 
     func run() async throws {
         let modules = module.isEmpty ? nil : module
+        // A reader through pcscd can take seconds per card: a person at a terminal sees where.
+        let progress = ProgressLine.steps("listing tokens")
+        defer { progress.finish() }
         let (tokens, empty) = try await TokenThread.run {
-            (try PKCS11Discovery.tokens(modules: modules), try PKCS11Discovery.emptyReaders(modules: modules))
+            (
+                try PKCS11Discovery.tokens(modules: modules) { progress.report(ProviderProgress($0)) },
+                try PKCS11Discovery.emptyReaders(modules: modules)
+            )
         }
+        progress.finish()
         // What is missing, in one line on standard error (the listing stays the tokens): readers with
         // no card, and, when no token is found at all, where to look.
         let readers = empty.map { "\($0.reader) (\($0.module))" }.joined(separator: ", ")

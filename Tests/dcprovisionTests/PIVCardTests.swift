@@ -560,7 +560,7 @@ struct PIVCardTests {
         #expect(refused.status != 0)
     }
     @Test(
-        "A slow card (200 ms an answer): progress on a terminal, no timeout, and the derivation completes; Ctrl-C ends it at once, exit 130, the card logged out, nothing written"
+        "A slow card (200 ms an answer): progress on one line on a terminal, none in a pipe, no timeout, and the derivation completes; Ctrl-C ends it at once, exit 130, the card logged out, nothing written"
     )
     func slowCard() throws {
         let world = try World("piv-slow", delayMilliseconds: 200)
@@ -575,19 +575,72 @@ struct PIVCardTests {
                 "--out-dir", out,
             ]
         }
-        // On a terminal (script(1) gives the command one), each card step is shown as it starts.
+        // On a terminal (script(1) gives the command one), each card step is shown as it starts, on
+        // one line redrawn in place (a carriage return before each, never a line of its own).
         let shell = derive(world.sandbox.file("out")).map { "'\($0)'" }.joined(separator: " ")
         let started = ContinuousClock.now
         let onTerminal = try run(
             "script", ["-qefc", shell, "/dev/null"], environment: world.sandbox.environment, timeout: 300)
         let took = ContinuousClock.now - started
         #expect(onTerminal.status == 0, "\(onTerminal.stdoutText)")
-        for step in [
-            "card: logging in to PIV Cardholder", "card: reading the certificates", "card: signing the CA's challenge",
-        ] {
-            #expect(onTerminal.stdoutText.contains(step), "\(onTerminal.stdoutText)")
+        for step in ["logging in to PIV Cardholder", "reading the certificates", "signing the CA's challenge"] {
+            #expect(
+                onTerminal.stdoutText.contains("\rdcprovision: \(step)"), "\(onTerminal.stdoutText.debugDescription)")
+            #expect(!onTerminal.stdoutText.contains("\(step)…\r\n"), "\(onTerminal.stdoutText.debugDescription)")
         }
         #expect(took > .seconds(2), "the delay did not apply: \(took)")
+        // The card's notice (its PIN tries left) comes on a line of its own: the progress line is
+        // cleared before it, not written over.
+        #expect(onTerminal.stdoutText.contains("\rcard: PIV Cardholder"), "\(onTerminal.stdoutText.debugDescription)")
+        // The same derivation with --quiet on a terminal, and piped: no progress at all.
+        let quietShell = (derive(world.sandbox.file("quiet")) + ["--quiet"]).map { "'\($0)'" }.joined(separator: " ")
+        let quiet = try run(
+            "script", ["-qefc", quietShell, "/dev/null"], environment: world.sandbox.environment, timeout: 300)
+        #expect(quiet.status == 0, "\(quiet.stdoutText)")
+        #expect(!quiet.stdoutText.contains("logging in"), "\(quiet.stdoutText.debugDescription)")
+        let pipedRun = derive(world.sandbox.file("piped"))
+        let piped = try run(
+            pipedRun[0], Array(pipedRun.dropFirst()), environment: world.sandbox.environment, timeout: 300)
+        #expect(piped.status == 0, "\(piped.stderrText)")
+        #expect(
+            !piped.stderrText.contains("logging in") && !piped.stderrText.contains("signing"), "\(piped.stderrText)")
+        // Listing the slow reader's token: the slot being read, on a terminal only.
+        let listing = try run(
+            "script", ["-qefc", "'\(Binaries.dcprovision)' tokens", "/dev/null"],
+            environment: world.sandbox.environment,
+            timeout: 300)
+        #expect(listing.status == 0, "\(listing.stdoutText)")
+        #expect(listing.stdoutText.contains("\rdcprovision: "), "\(listing.stdoutText.debugDescription)")
+        #expect(listing.stdoutText.contains(VirtualCards.label))
+        let listed = try world.dcprovision(["tokens"], timeout: 300)
+        #expect(listed.status == 0, "\(listed.stderrText)")
+        #expect(!listed.stderrText.contains("reading the token") && !listed.stderrText.contains("\r"))
+        // The PIN asked on the terminal while the line is drawn: the line is cleared first, so the
+        // question starts a clean line, and nothing is drawn over it until the answer comes. The
+        // PIN is typed (into script's terminal) only once the question is there.
+        var prompting = derive(world.sandbox.file("prompted"))
+        let pinFlag = try #require(prompting.firstIndex(of: "--pin-file"))
+        prompting.replaceSubrange(pinFlag...(pinFlag + 1), with: ["--pin-prompt"])
+        let transcript = world.sandbox.file("prompted.typescript")
+        let typist =
+            "{ until grep -q 'PIN for' '\(transcript)' 2>/dev/null; do sleep 0.2; done; cat '\(world.pin)'; }"
+        let prompted = try run(
+            "bash",
+            [
+                "-c",
+                "\(typist) | script -qefc \"\(prompting.map { "'\($0)'" }.joined(separator: " "))\" '\(transcript)'",
+            ],
+            environment: world.sandbox.environment, timeout: 300)
+        #expect(prompted.status == 0, "\(prompted.stdoutText)")
+        let screen = try readText(transcript)
+        let question = try #require(screen.range(of: "PIN for"), "\(screen.debugDescription)")
+        let opening = screen[..<question.lowerBound]
+        #expect(opening.contains("\rdcprovision: "), "no progress before the prompt: \(screen.debugDescription)")
+        let lineStart = opening.lastIndex { $0 == "\r" || $0 == "\n" || $0 == "\r\n" }.map { opening.index(after: $0) }
+        #expect(opening[(lineStart ?? opening.startIndex)...].isEmpty, "\(screen.debugDescription)")
+        let answered = screen[question.upperBound...].prefix { $0 != "\n" && $0 != "\r\n" }
+        #expect(!answered.contains("dcprovision:"), "\(screen.debugDescription)")
+        #expect(FileManager.default.fileExists(atPath: world.sandbox.file("prompted")))
 
         // Ctrl-C while the slow card works: the process ends at once, the card is not left logged in.
         let out = world.sandbox.file("interrupted")

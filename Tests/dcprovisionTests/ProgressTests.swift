@@ -4,8 +4,9 @@ import Testing
 
 /// `command` run by bash under script(1), which gives it a pseudo-terminal as standard input,
 /// output and error; what it printed there comes back on script's standard output.
-private func onTerminal(_ command: String, timeout: TimeInterval = 120) throws -> String {
-    try run("script", ["-qec", command, "/dev/null"], timeout: timeout).stdoutText
+private func onTerminal(_ command: String, in sandbox: Sandbox? = nil, timeout: TimeInterval = 120) throws -> String {
+    guard let sandbox else { return try run("script", ["-qec", command, "/dev/null"], timeout: timeout).stdoutText }
+    return try sandbox.run("script", ["-qec", command, "/dev/null"], timeout: timeout).stdoutText
 }
 
 @Suite("Progress where time goes, silence where it does not", .ownThreads, .timeLimit(.minutes(5)))
@@ -58,5 +59,41 @@ struct ProgressTests {
         #expect(piped.status == 0)
         #expect(piped.stdoutText.split(separator: "\n").count == 50)
         #expect(piped.stderr.isEmpty)
+    }
+}
+
+/// Secure-file transfers that outlast the progress delay. The transfer is held back by a real pipe
+/// (the data comes in two parts two seconds apart, or the reader starts two seconds late) rather
+/// than by a large file, so the test takes the same time on a fast disk as on a slow one.
+@Suite("Progress for secure files put and get", .ownThreads, .timeLimit(.minutes(3)))
+struct SecureFileProgressTests {
+    @Test("files put and get longer than a second draw one line of bytes on a terminal; --quiet and a pipe get none")
+    func transfers() throws {
+        let tools = try Tools("files-progress")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        let dcclient = Binaries.directory + "/dcclient"
+        let slowly = "{ head -c 1048576 /dev/zero; sleep 2; head -c 1048576 /dev/zero; }"
+        let put = try onTerminal("\(slowly) | \(dcclient) files put big; echo \"exit=$?\"", in: tools.sandbox)
+        #expect(put.contains("exit=0"), "\(put)")
+        #expect(put.contains("\rdcclient: storing big 1.0 MiB"), "\(put.debugDescription)")
+        #expect(put.contains("stored big"))
+        // The line is cleared before what comes next: no "storing" line of its own.
+        #expect(!put.contains("storing big 1.0 MiB\n"), "\(put.debugDescription)")
+        let quiet = try onTerminal(
+            "\(slowly) | \(dcclient) files put big2 --quiet; echo \"exit=$?\"", in: tools.sandbox)
+        #expect(quiet.contains("exit=0"))
+        #expect(!quiet.contains("storing"), "\(quiet.debugDescription)")
+
+        // get: standard output is a pipe whose reader starts late, standard error the terminal.
+        let get = try onTerminal(
+            "\(dcclient) files get big | { sleep 2; wc -c; }; echo \"exit=$?\"", in: tools.sandbox)
+        #expect(get.contains("2097152"), "\(get.debugDescription)")
+        #expect(get.contains("\rdcclient: reading big "), "\(get.debugDescription)")
+        // Everything piped: no progress, only the data.
+        let piped = try tools.sandbox.run(
+            "bash", ["-c", "\(dcclient) files get big | { sleep 2; wc -c; }"], timeout: 60)
+        #expect(piped.stdoutText.contains("2097152"))
+        #expect(piped.stderr.isEmpty, "\(piped.stderrText)")
     }
 }

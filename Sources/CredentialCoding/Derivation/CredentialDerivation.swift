@@ -68,9 +68,12 @@ public struct CredentialDerivation: Sendable {
         let caName = ca.descriptor.id
 
         // 1. Possession over the CA's challenge, checked here before anything is generated.
+        // Each step may wait on a card, a responder or a CA: the request's progress hears of it.
+        caRequest.report("asking \(caName) for a challenge")
         let challenge = try await ca.challenge(caRequest)
         let (cardCertificates, proof) = try await card.prove(cardRequest, challenge: challenge)
         try PossessionCheck.verify(proof, challenge: challenge, anchors: trustAnchors)
+        caRequest.report("checking the card's certificate")
         let cardStatus = try revocation.require(
             revocation.status(of: proof.certificate, issuers: trustAnchors), for: "the card's certificate")
 
@@ -84,6 +87,7 @@ public struct CredentialDerivation: Sendable {
                     .unsupportedAlgorithm, "the card's \(tag) key is not P-256, P-384, RSA 2048 or RSA 3072",
                     hint: "choose one with algorithm=")
             }
+            caRequest.report("generating the \(tag) key")
             let key = try KeyGeneration.generate(chosen)
             keys[tag] = key
             publicKeys[tag] = try key.subjectPublicKeyInfo()
@@ -91,6 +95,7 @@ public struct CredentialDerivation: Sendable {
 
         // 3. The CA, whose answer is checked like any plug-in's.
         let subject = try CertificateDetails.subjectDER(of: proof.certificate)
+        caRequest.report("asking \(caName) to certify the new keys")
         let certification = try await ca.certify(
             CertificationRequest(request: caRequest, subject: subject, publicKeys: publicKeys, proof: proof))
         var entries: [CredentialEntry] = []

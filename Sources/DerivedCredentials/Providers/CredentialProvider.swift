@@ -74,20 +74,26 @@ public struct ProviderRequest: Sendable {
     public var passphrase: any PassphraseSource
     /// The directory relative paths in options are resolved against.
     public var workingDirectory: String
-    /// Told how far slow work has come (`done` of `total` steps, such as keys generated), by a
-    /// provider that can say; nil when nobody asks.
-    public var progress: (@Sendable (_ done: Int, _ total: Int) -> Void)?
+    /// Told how far slow work has come (the step, and `done` of `total` where it counts, such as
+    /// keys generated), by a provider that can say; nil when nobody asks. See ``report(_:done:of:)``.
+    public var progress: (@Sendable (ProviderProgress) -> Void)?
 
     /// A request with these options, no passphrase by default, and the process's current directory.
     public init(
         options: [String: [String]] = [:], passphrase: any PassphraseSource = NoPassphrase(),
         workingDirectory: String = FileManager.default.currentDirectoryPath,
-        progress: (@Sendable (_ done: Int, _ total: Int) -> Void)? = nil
+        progress: (@Sendable (ProviderProgress) -> Void)? = nil
     ) {
         self.options = options
         self.passphrase = passphrase
         self.workingDirectory = workingDirectory
         self.progress = progress
+    }
+
+    /// Tells whoever asked (``progress``) which step the provider is on, and how far it has come
+    /// when it can count. Cheap when nobody asked.
+    public func report(_ step: String, done: Int? = nil, of total: Int? = nil) {
+        progress?(ProviderProgress(step, done: done, of: total))
     }
 
     /// The single value of `name`, or nil; an error when it was given more than once.
@@ -242,4 +248,22 @@ public struct ProviderRegistry: Sendable {
     public var ids: [String] { providers.keys.sorted() }
     /// The registered providers, in the order of their sorted ids.
     public var all: [any CredentialProvider] { ids.compactMap { providers[$0] } }
+}
+
+/// How far a provider's slow work has come, for a person watching a terminal: the step it is on
+/// (`logging in to PIV Card`, `issuing keys`) and, for a step that counts, how many of how many.
+public struct ProviderProgress: Sendable, Equatable {
+    /// What the provider is doing now, in a few words.
+    public var step: String
+    /// How many of ``total`` are done; nil for a step that cannot count (one call to a card).
+    public var done: Int?
+    /// How many there are; nil when not known.
+    public var total: Int?
+
+    /// The step `step`, `done` of `total` when it counts.
+    public init(_ step: String, done: Int? = nil, of total: Int? = nil) {
+        self.step = step
+        self.done = done
+        self.total = total
+    }
 }

@@ -7,6 +7,8 @@ import Testing
 /// directory on disk, a damaged provider registration, a directory where the client's registration
 /// goes, a file where its spool goes), and after each the app's container, its registration and any
 /// unlocked key are gone, and the same command, run again once the obstacle is removed, succeeds.
+/// A trust anchor that cannot be read stops it before anything is written; one that cannot be kept
+/// (a directory where it goes in a container that was there) takes back what init added to it.
 @Suite("dcclient init is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
 struct InitAllOrNothingTests {
     /// A step of `dcclient init`, the obstacle that makes it fail, and the exit status it fails with.
@@ -17,6 +19,8 @@ struct InitAllOrNothingTests {
         let clear: @Sendable (Sandbox) throws -> Void
         /// Whether `init` runs in a session keyring the kernel refuses keys in.
         var revokedKeyring = false
+        /// More arguments for `init` (the trust anchors).
+        var arguments: [String] = []
         var testDescription: String { name }
     }
 
@@ -51,24 +55,24 @@ struct InitAllOrNothingTests {
             },
             clear: { try FileManager.default.removeItem(atPath: $0.home + container + "/spool") }),
         Step(
+            name: "reading the trust anchors: the file is damaged",
+            place: { try $0.write("anchors.pem", "-----BEGIN CERTIFICATE-----\ndamaged\n") },
+            clear: { try StateTree.makeCertificate("anchors.pem", in: $0) },
+            arguments: ["--trust-anchor", "anchors.pem"]
+        ),
+        Step(
+            name: "keeping the trust anchors: a directory stands where they go",
+            place: { sandbox in
+                try StateTree.makeCertificate("anchors.pem", in: sandbox)
+                try FileManager.default.createDirectory(
+                    atPath: sandbox.home + container + "/store/trust-anchors.pem/x", withIntermediateDirectories: true)
+            },
+            clear: { try FileManager.default.removeItem(atPath: $0.home + container + "/store/trust-anchors.pem") },
+            arguments: ["--trust-anchor", "anchors.pem"]),
+        Step(
             name: "unlocking: the kernel keyring refuses the key and the runtime directory is on disk",
             place: { _ in }, clear: { _ in }, revokedKeyring: true),
     ]
-
-    /// The files under the sandbox's home and runtime directory (no directories).
-    static func files(_ sandbox: Sandbox) -> [String] {
-        var found: [String] = []
-        for root in [sandbox.home, sandbox.runtimeDirectory] {
-            let enumerator = FileManager.default.enumerator(atPath: root)
-            while let name = enumerator?.nextObject() as? String {
-                var status = stat()
-                if lstat(root + "/" + name, &status) == 0 && (status.st_mode & S_IFMT) != S_IFDIR {
-                    found.append(root + "/" + name)
-                }
-            }
-        }
-        return found.sorted()
-    }
 
     @Test("Each step of dcclient init failing in turn leaves nothing, and init again succeeds", arguments: steps)
     func failEachStep(step: Step) throws {
@@ -79,12 +83,13 @@ struct InitAllOrNothingTests {
         let tools = try Tools("init-all-or-nothing")
         defer { tools.sandbox.remove() }
         _ = try tools.sandbox.write("pass.txt", "correct horse\n")
-        let initialize = [
-            "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.provider",
-            "--passphrase-file", "pass.txt",
-        ]
+        let initialize =
+            [
+                "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.provider",
+                "--passphrase-file", "pass.txt",
+            ] + step.arguments
         try step.place(tools.sandbox)
-        let before = Self.files(tools.sandbox)
+        let before = try StateTree(tools.sandbox)
         let failed =
             step.revokedKeyring
             ? try UnlockedKeyCommandTests.inRevokedKeyring(tools, initialize) : try tools.run("dcclient", initialize)
@@ -93,11 +98,51 @@ struct InitAllOrNothingTests {
         #expect(
             failed.stderrText.split(separator: "\n").filter { !$0.hasPrefix("Joined session keyring") }.count == 1,
             "\(failed.stderrText)")
-        #expect(Self.files(tools.sandbox) == before, "left behind: \(failed.stderrText)")
+        #expect(try StateTree(tools.sandbox).changes(since: before) == [], "left behind: \(failed.stderrText)")
         #expect(try tools.run("dcclient", ["status"]).status == 66, "the app counts as set up")
         try step.clear(tools.sandbox)
         let again = try tools.run("dcclient", initialize)
         #expect(again.status == 0, "\(again.stderrText)")
         #expect(try tools.check("dcclient", ["status"]).stdoutText.contains("unlocked:         yes"))
+    }
+}
+
+/// Everything in a sandbox, to compare before and after a command that failed: each path (files,
+/// directories and links, under the sandbox's root) and what a file holds or a link points to.
+/// Lock files (`*.lock`) are left out: they hold nothing and are never removed while another process
+/// may hold one.
+struct StateTree: Equatable {
+    /// What each path is: a file's bytes, a link's target, nil for a directory.
+    var entries: [String: Data?] = [:]
+
+    init(_ sandbox: Sandbox) throws {
+        for name in try FileManager.default.subpathsOfDirectory(atPath: sandbox.root) where !name.hasSuffix(".lock") {
+            let path = sandbox.root + "/" + name
+            var status = stat()
+            guard lstat(path, &status) == 0 else { continue }
+            switch status.st_mode & S_IFMT {
+            case S_IFDIR: entries[name] = .some(nil)
+            case S_IFLNK: entries[name] = Data(try FileManager.default.destinationOfSymbolicLink(atPath: path).utf8)
+            default: entries[name] = try Data(contentsOf: URL(fileURLWithPath: path))
+            }
+        }
+    }
+
+    /// The paths that appeared, went or changed since `before`, but those in `allowed`.
+    func changes(since before: StateTree, allowed: Set<String> = []) -> [String] {
+        Set(entries.keys).union(before.entries.keys).filter {
+            !allowed.contains($0) && entries[$0] != before.entries[$0]
+        }.sorted()
+    }
+
+    /// Writes a self-signed CA certificate to `name` in the sandbox with the OpenSSL CLI.
+    static func makeCertificate(_ name: String, in sandbox: Sandbox) throws {
+        let made = try sandbox.run(
+            try which("openssl"),
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj",
+                "/CN=Example Anchor", "-keyout", sandbox.file(name + ".key"), "-out", sandbox.file(name), "-days", "30",
+            ])
+        #expect(made.status == 0, "\(made.stderrText)")
     }
 }

@@ -239,6 +239,13 @@ public struct ManagedClient: Sendable {
         }
     }
 
+    /// The files ``publishRegistration(executable:)`` and ``forgetProvider()`` change: the published
+    /// registration and the pinned provider key. A command keeps them (`Rollback`) to put them back
+    /// as they were if a later step fails.
+    public var registrationFiles: [String] {
+        get throws { [locations.clientRegistration(try config().scheme), providerPinFile] }
+    }
+
     /// Publishes (again) what providers read: the client's id, scheme, certificate, spool, status
     /// and the executable that must handle its scheme. `dcclient init` and `dcclient register` do it.
     public func publishRegistration(executable: String) throws {

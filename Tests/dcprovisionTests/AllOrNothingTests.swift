@@ -146,3 +146,134 @@ struct StateTree: Equatable {
         #expect(made.status == 0, "\(made.stderrText)")
     }
 }
+
+/// A step of a command that makes state, the real obstacle that makes it fail, and what the failure
+/// says and exits with.
+struct Obstacle: CustomTestStringConvertible, Sendable {
+    let name: String
+    /// Puts the obstacle in the sandbox; `clear` removes it again.
+    let place: @Sendable (Sandbox) throws -> Void
+    let clear: @Sendable (Sandbox) throws -> Void
+    /// The exit status of the failure, and a fragment of its line that names the step.
+    let status: Int32
+    let says: String
+    /// A file size limit (`prlimit --fsize`) to run under, for a disk that fills midway.
+    var fileSizeLimit: Int? = nil
+    var testDescription: String { name }
+
+    /// A directory (not empty) where the file `path` (under the sandbox's root) goes.
+    static func directory(at path: String, _ name: String, status: Int32 = 73, says: String) -> Obstacle {
+        Obstacle(
+            name: name,
+            place: { sandbox in
+                try? FileManager.default.removeItem(atPath: sandbox.root + "/" + path)
+                try FileManager.default.createDirectory(
+                    atPath: sandbox.root + "/" + path + "/x", withIntermediateDirectories: true)
+            },
+            clear: { try FileManager.default.removeItem(atPath: $0.root + "/" + path) }, status: status, says: says)
+    }
+
+    /// A file where the directory `path` (under the sandbox's root) goes; what was there is put
+    /// aside and brought back by `clear`.
+    static func file(at path: String, _ name: String, status: Int32 = 73, says: String) -> Obstacle {
+        Obstacle(
+            name: name,
+            place: { sandbox in
+                let full = sandbox.root + "/" + path
+                if FileManager.default.fileExists(atPath: full) {
+                    try FileManager.default.moveItem(atPath: full, toPath: full + ".aside")
+                }
+                try FileManager.default.createDirectory(
+                    atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                try Data("x".utf8).write(to: URL(fileURLWithPath: full))
+            },
+            clear: { sandbox in
+                let full = sandbox.root + "/" + path
+                try FileManager.default.removeItem(atPath: full)
+                if FileManager.default.fileExists(atPath: full + ".aside") {
+                    try FileManager.default.moveItem(atPath: full + ".aside", toPath: full)
+                }
+            }, status: status, says: says)
+    }
+
+    /// A file size limit of `bytes` that the command's writes exceed.
+    static func fileSizeLimit(_ bytes: Int, _ name: String, says: String = "File too large") -> Obstacle {
+        Obstacle(name: name, place: { _ in }, clear: { _ in }, status: 74, says: says, fileSizeLimit: bytes)
+    }
+
+    /// Places the obstacle, runs `tool` with `arguments`, and checks that it fails with one line
+    /// naming the step, leaves the sandbox as it was (but `allowed`), and that once the obstacle
+    /// is cleared the same command succeeds; returns that success.
+    @discardableResult
+    func check(
+        _ tools: Tools, _ tool: String, _ arguments: [String], allowed: Set<String> = [],
+        afterFailure: (Sandbox) throws -> Void = { _ in }, _ location: SourceLocation = #_sourceLocation
+    ) throws -> ProcessResult {
+        try place(tools.sandbox)
+        let before = try StateTree(tools.sandbox)
+        let failed =
+            try fileSizeLimit.map {
+                try tools.sandbox.run(
+                    try which("prlimit"), ["--fsize=\($0)", Binaries.directory + "/" + tool] + arguments, timeout: 120)
+            } ?? tools.run(tool, arguments)
+        #expect(failed.status == status, "\(failed.stdoutText)\(failed.stderrText)", sourceLocation: location)
+        let lines = failed.stderrText.split(separator: "\n")
+        #expect(
+            lines.count == 1 && failed.stderrText.contains(says), "\(failed.stderrText)", sourceLocation: location)
+        let left = try StateTree(tools.sandbox).changes(since: before, allowed: allowed)
+        #expect(left == [], "left behind or changed: \(left)", sourceLocation: location)
+        try afterFailure(tools.sandbox)
+        try clear(tools.sandbox)
+        let again = try tools.run(tool, arguments)
+        #expect(again.status == 0, "\(again.stderrText)", sourceLocation: location)
+        return again
+    }
+}
+
+/// `dcclient register` either registers or leaves things as they were: after `dcclient unregister`,
+/// each step fails in turn (pinning the provider whose registration is damaged, publishing the
+/// registration, installing the launcher, the desktop entry, the default in mimeapps.list), and
+/// the registration, the pin and the handler's files are as before; cleared, register succeeds.
+@Suite("dcclient register is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct ClientRegisterAllOrNothingTests {
+    static let data = "home/.local/share"
+    static let steps: [Obstacle] = [
+        Obstacle(
+            name: "pinning the provider: its registration is damaged",
+            place: { sandbox in
+                try FileManager.default.createDirectory(
+                    atPath: sandbox.dataHome + "/derived-credentials/providers", withIntermediateDirectories: true)
+                try Data("{ damaged".utf8).write(
+                    to: URL(
+                        fileURLWithPath: sandbox.dataHome + "/derived-credentials/providers/org.example.provider.json"))
+            },
+            clear: { try FileManager.default.removeItem(atPath: $0.dataHome + "/derived-credentials/providers") },
+            status: 65, says: "org.example.provider.json"),
+        .directory(
+            at: data + "/derived-credentials/clients/org.example.dcclient.json",
+            "publishing the registration: a directory stands where it goes", says: "org.example.dcclient.json"),
+        .directory(
+            at: data + "/dc-handlers/org.example.dcclient", "installing the launcher: a directory stands where it goes",
+            says: "launcher"),
+        .directory(
+            at: data + "/applications/dc-org.example.dcclient.desktop",
+            "installing the desktop entry: a directory stands where it goes", says: "dc-org.example.dcclient.desktop"),
+        .directory(
+            at: "home/.config/mimeapps.list", "making it the default: a directory stands where mimeapps.list goes",
+            says: "mimeapps.list"),
+    ]
+
+    @Test(
+        "Each step of dcclient register failing in turn leaves things as they were, and register again succeeds",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("register-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        try tools.check("dcclient", ["unregister"])
+        try step.check(tools, "dcclient", ["register"])
+        #expect(
+            FileManager.default.fileExists(
+                atPath: tools.sandbox.dataHome + "/derived-credentials/clients/org.example.dcclient.json"))
+    }
+}

@@ -105,17 +105,22 @@ public struct CredentialService: Sendable {
             clientId: registration.clientId, scheme: registration.scheme, signingKey: key,
             allowCardRequests: allowCardRequests, cardRequestsPerHour: cardRequestsPerHour,
             tokenKey: tokenKey.map { Data($0.uncompressedPoint).base64EncodedString() }, userID: userID)
-        // The client is managed from now on: authorized, a policy that goes out with the next
-        // message to it (a retired client is refused here).
-        try startManaging(registration, signingKey: key)
-        // A client set up afresh: what the old token key was certified for is revoked (a copy of
-        // the old store must not go on making tokens), and the container a retire closed opens for
-        // the new key (the old delegations stay revoked by id).
-        if let previous = try? self.pairing(clientId: registration.clientId), previous.tokenKey != pairing.tokenKey {
-            try revokeDelegations(of: registration.clientId)
+        // All or nothing: a step that fails puts back what the steps before it changed.
+        try Rollback.allOrNothing { rollback in
+            keepPairing(registration.clientId, in: rollback)
+            // The client is managed from now on: authorized, a policy that goes out with the next
+            // message to it (a retired client is refused here).
+            try startManaging(registration, signingKey: key)
+            // A client set up afresh: what the old token key was certified for is revoked (a copy of
+            // the old store must not go on making tokens), and the container a retire closed opens
+            // for the new key (the old delegations stay revoked by id).
+            if let previous = try? self.pairing(clientId: registration.clientId), previous.tokenKey != pairing.tokenKey
+            {
+                try revokeDelegations(of: registration.clientId)
+            }
+            try liftRetirement(of: registration.clientId, scheme: registration.scheme)
+            try PinnedKeys.write(pairing, to: pairingPath(registration.clientId))
         }
-        try liftRetirement(of: registration.clientId, scheme: registration.scheme)
-        try PinnedKeys.write(pairing, to: pairingPath(registration.clientId))
         return pairing
     }
 

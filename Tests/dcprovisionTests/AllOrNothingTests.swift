@@ -277,3 +277,66 @@ struct ClientRegisterAllOrNothingTests {
                 atPath: tools.sandbox.dataHome + "/derived-credentials/clients/org.example.dcclient.json"))
     }
 }
+
+/// `dcprovision register` either registers the provider or leaves nothing: each step fails in turn
+/// (writing its configuration, making the token keys and the files verifiers read, installing the
+/// handler, publishing the registration), and no configuration, key or handler file is left; cleared,
+/// register succeeds.
+@Suite("dcprovision register is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct ProviderRegisterAllOrNothingTests {
+    static let steps: [Obstacle] = [
+        .directory(
+            at: "home/.config/dcprovision/config.json", "writing the configuration: a directory stands where it goes",
+            says: "config.json"),
+        .file(
+            at: "home/.local/state/dcprovision/verifier",
+            "making the token keys: a file stands where the verifier's directory goes", says: "verifier"),
+        .directory(
+            at: "home/.local/share/dc-handlers/org.example.provider",
+            "installing the handler: a directory stands where the launcher goes", says: "launcher"),
+        .directory(
+            at: "home/.local/share/derived-credentials/providers/org.example.provider.json",
+            "publishing the registration: a directory stands where it goes", says: "org.example.provider.json"),
+    ]
+
+    @Test(
+        "Each step of dcprovision register failing in turn leaves nothing, and register again succeeds",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("provider-register-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try step.check(
+            tools, "dcprovision",
+            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+    }
+}
+
+/// `dcprovision pair` either pairs or leaves things as they were: recording the client's policy and
+/// pinning the client fail in turn, and no policy record or pairing is left; cleared, pair succeeds.
+@Suite("dcprovision pair is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct PairAllOrNothingTests {
+    static let steps: [Obstacle] = [
+        .file(
+            at: "home/.local/state/dcprovision/policies",
+            "recording the policy: a file stands where the policies' directory goes", says: "policies"),
+        .directory(
+            at: "home/.config/dcprovision/clients/dcclient.json",
+            "pinning the client: a directory stands where its pairing goes", says: "dcclient.json"),
+    ]
+
+    @Test(
+        "Each step of dcprovision pair failing in turn leaves things as they were, and pair again succeeds",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("pair-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try tools.check(
+            "dcprovision",
+            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        try step.check(tools, "dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        #expect(try tools.check("dcprovision", ["status"]).stdoutText.contains("dcclient"))
+    }
+}

@@ -340,3 +340,50 @@ struct PairAllOrNothingTests {
         #expect(try tools.check("dcprovision", ["status"]).stdoutText.contains("dcclient"))
     }
 }
+
+/// The test CA's commands either complete or leave nothing: `testca init` stopped by a file where
+/// its directory goes or by a full disk (a file size limit) leaves no directory; `testca issue`
+/// stopped while writing its outputs (a file where the directory goes, a full disk) records
+/// nothing in the CA, and stopped while recording (a directory where index.txt.attr goes, a file
+/// where the credentials directory goes) takes its outputs and the record back. Cleared, each
+/// succeeds, and the CA's database holds exactly the credentials handed out.
+@Suite("The test CA's init and issue are all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct TestCAAllOrNothingTests {
+    static let initSteps: [Obstacle] = [
+        .file(at: "ca", "making the directory: a file stands where it goes", says: "ca"),
+        .fileSizeLimit(200, "writing the keys and certificates: the disk fills (a file size limit)"),
+    ]
+
+    @Test(
+        "Each step of dcprovision testca init failing in turn leaves nothing, and init again succeeds",
+        arguments: initSteps)
+    func failEachInitStep(step: Obstacle) throws {
+        let tools = try Tools("testca-init-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try step.check(tools, "dcprovision", ["testca", "init", "ca"])
+    }
+
+    static let issueSteps: [Obstacle] = [
+        .file(at: "out", "writing the outputs: a file stands where their directory goes", says: "out"),
+        .fileSizeLimit(400, "writing the outputs: the disk fills midway (a file size limit)"),
+        .directory(
+            at: "ca/index.txt.attr", "recording: a directory stands where index.txt.attr goes", says: "index.txt"),
+        .file(
+            at: "ca/credentials", "recording: a file stands where the credentials directory goes", says: "credentials"),
+    ]
+
+    @Test(
+        "Each step of dcprovision testca issue failing in turn leaves nothing, and issue again succeeds",
+        arguments: issueSteps)
+    func failEachIssueStep(step: Obstacle) throws {
+        let tools = try Tools("testca-issue-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "first"])
+        try step.check(tools, "dcprovision", ["testca", "issue", "ca", "--out-dir", "out"])
+        // Two credentials of four certificates each: nothing of a failed attempt was recorded.
+        let index = try String(contentsOfFile: tools.sandbox.file("ca/index.txt"), encoding: .utf8)
+        #expect(index.split(separator: "\n").count == 8, "\(index)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: tools.sandbox.file("ca/credentials")).count == 2)
+    }
+}

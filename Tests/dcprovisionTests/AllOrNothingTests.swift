@@ -387,3 +387,45 @@ struct TestCAAllOrNothingTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: tools.sandbox.file("ca/credentials")).count == 2)
     }
 }
+
+/// `dcprovision publish` either publishes or leaves nothing but the number it used up: stopped
+/// writing the files (a file where the directory goes, a full disk), no directory, file or record
+/// is left and the trust-signing key it made is gone; the number written ahead has advanced, and
+/// the publication that then succeeds carries the next one, so none is ever used twice. (The
+/// record, written last, has no obstacle of its own: whatever stops writing it stops reading it
+/// first. `TrustPublicationTests` stops a publication there by hand.)
+@Suite("dcprovision publish is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct PublishAllOrNothingTests {
+    static let steps: [Obstacle] = [
+        .file(at: "www", "writing the files: a file stands where their directory goes", says: "www"),
+        .fileSizeLimit(300, "writing the files: the disk fills midway (a file size limit)"),
+    ]
+
+    @Test(
+        "Each step of dcprovision publish failing in turn leaves nothing but the number used up, and publish again succeeds with a higher number",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("publish-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try tools.check(
+            "dcprovision",
+            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        let number = "home/.local/state/dcprovision/publication-number.json"
+        struct Used: Decodable { var number: Int }
+        var used = 0
+        let published = try step.check(
+            tools, "dcprovision", ["publish", "--out-dir", tools.sandbox.file("www")], allowed: [number],
+            afterFailure: { sandbox in
+                // The number written ahead, if the failed attempt got that far.
+                if let data = FileManager.default.contents(atPath: sandbox.root + "/" + number) {
+                    used = try JSONDecoder().decode(Used.self, from: data).number
+                }
+            })
+        #expect(used >= 1, "the number is written ahead of the files")
+        let output = published.stdoutText + published.stderrText
+        #expect(output.contains("published trust list \(used + 1) "), "list \(used) was used up: \(output)")
+    }
+}

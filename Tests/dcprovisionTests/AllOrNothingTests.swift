@@ -458,3 +458,37 @@ struct PolicyAllOrNothingTests {
         #expect(try tools.check("dcprovision", ["status"]).stdoutText.contains("retired"))
     }
 }
+
+/// `dcprovision send` takes back what it wrote before the URL goes out: stopped while spooling (a
+/// file where the client's spool goes) or while drawing the delivery number (a directory where the
+/// client's counter goes), no ledger record and no spool file is left; cleared, the same send
+/// delivers. (The credential comes from files, so the source itself records nothing.)
+@Suite("dcprovision send is all or nothing until its URL goes out", .ownThreads, .timeLimit(.minutes(3)))
+struct SendAllOrNothingTests {
+    static let steps: [Obstacle] = [
+        .file(
+            at: "home/.local/share/dcclient/apps/dcclient/spool",
+            "spooling: a file stands where the client's spool goes", says: "spool"),
+        .directory(
+            at: "home/.local/state/dcprovision/sequences/dcclient",
+            "drawing the delivery number: a directory stands where the client's counter goes",
+            says: "sequences/dcclient"),
+    ]
+
+    @Test(
+        "Each step of dcprovision send before its URL goes out, failing in turn, leaves no record and no spool file, and send again delivers",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("send-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "issued"])
+        try step.check(
+            tools, "dcprovision",
+            [
+                "send", "--manifest", "issued/manifest.json", "--brand", "Example", "--provider-scheme",
+                "org.example.provider", "--client-scheme", "org.example.dcclient",
+            ])
+        #expect(try tools.check("dcclient", ["list"]).stdoutText.contains("authentication"))
+    }
+}

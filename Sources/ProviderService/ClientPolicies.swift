@@ -120,44 +120,36 @@ extension CredentialService {
                 .refusedMessage, "the client '\(registration.clientId)' is not paired with this provider",
                 remedy: .pairFirst(clientScheme: registration.scheme))
         }
-        // All or nothing: a policy whose revocations cannot be written is not recorded either. (Its
-        // push below may fail and leave it pending: it goes out with the next message.)
-        var said: [String] = []  // said once it all holds
-        let record = try Rollback.allOrNothing { rollback in
-            keepClient(registration.clientId, in: rollback)
-            let record = try updatePolicyRecord(registration.clientId) { old in
-                guard var record = old, record.signingKey == pairing.signingKey else {
-                    throw DCError(
-                        .refusedMessage, "the client's pairing changed since its policy was set",
-                        remedy: .pairAgain(clientScheme: registration.scheme))
-                }
-                guard record.policy.state != .retired else {
-                    throw DCError(
-                        .notAuthorized, "the client '\(registration.clientId)' was retired",
-                        remedy: .setUpAndPairRetiredClient)
-                }
-                try change(&record.policy)
-                try PolicyText.check(record.policy.message)
-                guard ClientPolicy.autoLockRange.contains(record.policy.autoLock) else {
-                    throw DCError(.usage, "the auto-lock time must be 1 s to 7 days")
-                }
-                record.policy.sequence += 1
-                record.sent = nil
-                return record
+        let record = try updatePolicyRecord(registration.clientId) { old in
+            guard var record = old, record.signingKey == pairing.signingKey else {
+                throw DCError(
+                    .refusedMessage, "the client's pairing changed since its policy was set",
+                    remedy: .pairAgain(clientScheme: registration.scheme))
             }
-            said.append("policy \(record.policy.sequence) for \(record.clientId): \(record.policy.state)")
-            if record.policy.state == .retired {
-                // At once, whether or not the app hears of it: its tokens stop verifying.
-                try revokeTokens(ofRetired: record.clientId, scheme: registration.scheme)
-                said.append("its auth tokens are revoked: \(revocationsPath)")
-            } else if record.policy.state != .authorized {
-                // At once as well: the delegations it holds stop verifying (103 Revoked).
-                let count = try revokeDelegations(of: record.clientId)
-                if count > 0 { said.append("its \(count) auth-token delegation(s) are revoked: \(revocationsPath)") }
+            guard record.policy.state != .retired else {
+                throw DCError(
+                    .notAuthorized, "the client '\(registration.clientId)' was retired",
+                    remedy: .setUpAndPairRetiredClient)
             }
+            try change(&record.policy)
+            try PolicyText.check(record.policy.message)
+            guard ClientPolicy.autoLockRange.contains(record.policy.autoLock) else {
+                throw DCError(.usage, "the auto-lock time must be 1 s to 7 days")
+            }
+            record.policy.sequence += 1
+            record.sent = nil
             return record
         }
-        for line in said { progress(line) }
+        progress("policy \(record.policy.sequence) for \(record.clientId): \(record.policy.state)")
+        if record.policy.state == .retired {
+            // At once, whether or not the app hears of it: its tokens stop verifying.
+            try revokeTokens(ofRetired: record.clientId, scheme: registration.scheme)
+            progress("its auth tokens are revoked: \(revocationsPath)")
+        } else if record.policy.state != .authorized {
+            // At once as well: the delegations it holds stop verifying (103 Revoked).
+            let count = try revokeDelegations(of: record.clientId)
+            if count > 0 { progress("its \(count) auth-token delegation(s) are revoked: \(revocationsPath)") }
+        }
         // A policy needs only the provider key the client pinned, not its store key: a locked
         // client applies it (state and message) at once and acknowledges it after its next
         // unlock, when it announces availability and the provider opens it again.

@@ -107,7 +107,7 @@ public struct CredentialService: Sendable {
             tokenKey: tokenKey.map { Data($0.uncompressedPoint).base64EncodedString() }, userID: userID)
         // All or nothing: a step that fails puts back what the steps before it changed.
         try Rollback.allOrNothing { rollback in
-            keepClient(registration.clientId, in: rollback)
+            keepPairing(registration.clientId, in: rollback)
             // The client is managed from now on: authorized, a policy that goes out with the next
             // message to it (a retired client is refused here).
             try startManaging(registration, signingKey: key)

@@ -37,10 +37,10 @@ extension CredentialService {
         }
     }
 
-    /// Keeps what pairing with `clientId` or changing its policy changes: its pairing, its policy
-    /// record and its delegation record, and the trust (a client set up afresh, unauthorized or
-    /// retired has delegations revoked; a retired one its container closed, or opened again).
-    func keepClient(_ clientId: ClientID, in rollback: Rollback) {
+    /// Keeps what pairing with `clientId` changes: its pairing, its policy record and its
+    /// delegation record, and the trust (a client set up afresh has its old delegations revoked,
+    /// a retired one its container opened again).
+    func keepPairing(_ clientId: ClientID, in rollback: Rollback) {
         for path in [pairingPath(clientId), policyPath(clientId), delegationRecordPath(clientId)] {
             rollback.keep(path)
         }

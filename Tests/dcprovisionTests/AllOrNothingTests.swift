@@ -430,35 +430,6 @@ struct PublishAllOrNothingTests {
     }
 }
 
-/// A policy change (`authorize`, `unauthorize`, `retire`, `policy`, all through one function) is
-/// recorded together with the revocations it makes, or not at all: `dcprovision retire` stopped
-/// while recording the policy (a file where the policies directory goes) or while revoking the
-/// client's tokens (a directory where the revocation list goes) leaves the policy record, the
-/// revocation list and the publication as they were; cleared, retire succeeds.
-@Suite("A policy change is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
-struct PolicyAllOrNothingTests {
-    static let steps: [Obstacle] = [
-        .file(
-            at: "home/.local/state/dcprovision/policies",
-            "recording the policy: a file stands where the policies' directory goes", says: "policies"),
-        .directory(
-            at: "home/.local/state/dcprovision/verifier/revocations.json",
-            "revoking its tokens: a directory stands where the revocation list goes", status: 65,
-            says: "revocations.json"),
-    ]
-
-    @Test(
-        "Each step of dcprovision retire failing in turn leaves the policy and the revocations as they were, and retire again succeeds",
-        arguments: steps)
-    func failEachStep(step: Obstacle) throws {
-        let tools = try Tools("policy-all-or-nothing")
-        defer { tools.sandbox.remove() }
-        try tools.setUpManagedClient()
-        try step.check(tools, "dcprovision", ["retire", "--client-scheme", "org.example.dcclient"])
-        #expect(try tools.check("dcprovision", ["status"]).stdoutText.contains("retired"))
-    }
-}
-
 /// `dcprovision send` takes back what it wrote before the URL goes out: stopped while spooling (a
 /// file where the client's spool goes) or while drawing the delivery number (a directory where the
 /// client's counter goes), no ledger record and no spool file is left; cleared, the same send

@@ -87,19 +87,24 @@ extension TestCA {
                     serial + ".cms", .bytes(try KeyArchive.seal(pair, to: recoveryCertificate)), mode: 0o600)
             }
         }
+        var records = AtomicFileSet(directory: credentialsDirectory)
+        try records.add(id + ".json", .bytes(try Self.encoder.encode(record) + [0x0A]), mode: 0o644)
+        // All or nothing, under the lock: a step that fails puts back what the ones before wrote.
         try FileLock.withExclusiveLock(at: lockPath) { _ in
-            if !archive.names.isEmpty {
-                try AtomicFileSet.ensureDirectory(archiveDirectory)
-                try archive.commit(replacingExisting: true)
+            try Rollback.allOrNothing { rollback in
+                for set in [archive, records] { rollback.keep(set) }
+                for name in ["index.txt", "index.txt.attr"] { rollback.keep(directory + "/" + name) }
+                if !archive.names.isEmpty {
+                    try AtomicFileSet.ensureDirectory(archiveDirectory)
+                    try archive.commit(replacingExisting: true)
+                }
+                var index = try readIndex()
+                let known = Set(index.map(\.serial))
+                index += lines.filter { !known.contains($0.serial) }
+                try AtomicFileSet.ensureDirectory(credentialsDirectory)
+                try records.commit()
+                try writeIndex(index)
             }
-            var index = try readIndex()
-            let known = Set(index.map(\.serial))
-            index += lines.filter { !known.contains($0.serial) }
-            try AtomicFileSet.ensureDirectory(credentialsDirectory)
-            var records = AtomicFileSet(directory: credentialsDirectory)
-            try records.add(id + ".json", .bytes(try Self.encoder.encode(record) + [0x0A]), mode: 0o644)
-            try records.commit()
-            try writeIndex(index)
         }
         return record
     }

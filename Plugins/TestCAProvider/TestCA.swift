@@ -93,10 +93,25 @@ public struct TestCA: Sendable {
                 .usage, "'\(url.escapingControlCharacters)' is not an http:// URL",
                 hint: "give http://host[:port][/path] (no spaces or commas)")
         }
-        try AtomicFileSet.ensureDirectory(directory)
-        guard chmod(directory, 0o700) == 0 else {
-            throw DCError(.cannotCreateOutput, "cannot make the directory private (0700)", subject: directory)
+        // All or nothing: a failure removes the directory it made, or what it wrote into an empty one.
+        return try Rollback.allOrNothing { rollback in
+            rollback.keep(directory)
+            try AtomicFileSet.ensureDirectory(directory)
+            guard chmod(directory, 0o700) == 0 else {
+                throw DCError(.cannotCreateOutput, "cannot make the directory private (0700)", subject: directory)
+            }
+            return try create(
+                at: directory, algorithm: algorithm, organization: organization, ocspURL: ocspURL, crlURL: crlURL,
+                recoveryCertificate: recoveryCertificate, now: now, rollback: rollback)
         }
+    }
+
+    /// Makes the CA's keys and certificates and writes them into `directory`, which exists and is
+    /// empty (``initialize(at:algorithm:organization:ocspURL:crlURL:recoveryCertificate:now:)``).
+    private static func create(
+        at directory: String, algorithm: KeyAlgorithm, organization: String, ocspURL: String?, crlURL: String?,
+        recoveryCertificate: Certificate?, now: Date, rollback: Rollback
+    ) throws -> TestCA {
         let start = now.addingTimeInterval(-backdating)
         let rootKey = try KeyGeneration.generate(algorithm)
         let rootProfile = CertificateProfile(
@@ -127,6 +142,7 @@ public struct TestCA: Sendable {
         if let recoveryCertificate {
             try files.add("recovery.pem", .bytes(PEM.certificate(recoveryCertificate)), mode: 0o644)
         }
+        rollback.keep(files)
         try files.commit()
         return try TestCA(directory: directory)
     }

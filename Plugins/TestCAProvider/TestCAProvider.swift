@@ -31,12 +31,23 @@ public struct TestCAProvider: CredentialProvider {
     /// database (``TestCA/record(_:cardSerial:archiving:now:)``). Throws
     /// `DCError/Code/fileNotFound` if `dir` is not a test CA, `DCError/Code/usage` for a bad option.
     public func provide(_ request: ProviderRequest) async throws -> ProvidedCredential {
+        try await provide(request, beforeRecording: { _ in })
+    }
+
+    /// Issues as ``provide(_:)`` does, and hands the credential to `beforeRecording` before it is
+    /// recorded: a caller that writes it somewhere does that first, so that a credential it could
+    /// not write is never in the CA's database (and one it wrote can be taken back if recording
+    /// fails).
+    public func provide(
+        _ request: ProviderRequest, beforeRecording: (ProvidedCredential) throws -> Void
+    ) async throws -> ProvidedCredential {
         try request.check(against: descriptor)
         try Task.checkCancellation()
         let ca = try TestCA(directory: request.resolve(try request.requiredValue("dir")))
         let provided = try ca.issue(try Self.issueRequest(from: request))
         // Recorded, so that the CA can revoke what it handed out and answer OCSP for it; the
         // encryption keys are archived when the CA has a recovery certificate.
+        try beforeRecording(provided)
         let encryption = provided.entries.filter { $0.tag == .encryption || $0.tag == .escrow }.flatMap {
             [$0.certifiedKey] + $0.keyHistory
         }

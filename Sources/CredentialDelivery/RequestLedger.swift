@@ -65,7 +65,8 @@ public struct RequestLedger: Sendable {
         self.directory = directory
     }
 
-    func path(_ request: RequestID) -> String { directory + "/\(request).json" }
+    /// The file that holds the record of `request`.
+    public func path(_ request: RequestID) -> String { directory + "/\(request).json" }
 
     /// The outcome of a client's request the provider could not answer (issuing or sending failed).
     public static let notSent = ResultStatus.notSent

@@ -151,14 +151,14 @@ public struct ManagedClient: Sendable {
             try FileManager.default.removeItem(atPath: base)
         }
         try checkNotSetUp()
-        // All or nothing: a step that fails takes back what the steps before it made, so that
-        // the same command can simply be run again; the marker covers a process that dies.
-        let madeBase = !FileManager.default.fileExists(atPath: base)
-        let made = [store, spool.directory, statusFile, base + "/" + Self.settingUpMarker].filter {
-            !FileManager.default.fileExists(atPath: $0)
-        }
-        var published = false
-        do {
+        // All or nothing: a step that fails takes back what the steps before it made (the
+        // container, or what it added to one that existed, the registration, the unlocked key), so
+        // that the same command can simply be run again; the marker covers a process that dies.
+        try Rollback.allOrNothing { rollback in
+            rollback.keepTree(base)
+            rollback.keep(locations.clientRegistration(scheme))
+            if let key = try? unlockedKey { rollback.keep(key.runtimeDirectory) }
+            rollback.onFailure { (try? unlockedKey)?.remove() }
             try AtomicFileSet.ensureDirectory(base)
             chmod(ManagedApps(locations: locations).root, 0o700)
             chmod(base, 0o700)
@@ -168,7 +168,6 @@ public struct ManagedClient: Sendable {
             try AtomicFileSet.ensureDirectory(store)
             let storeKey = try writeStore(
                 scheme: scheme, providerScheme: providerScheme, passphrase: passphrase)
-            published = true
             try publishRegistration(executable: executable)
             try AtomicFileSet.ensureDirectory(spool.directory)
             try trust(anchors: trustAnchors)
@@ -178,15 +177,6 @@ public struct ManagedClient: Sendable {
             guard unlink(base + "/" + Self.settingUpMarker) == 0 else {
                 throw DCError(.ioError, "cannot finish setting up: \(String(cString: strerror(errno)))", subject: base)
             }
-        } catch {
-            (try? unlockedKey)?.remove()
-            if published { Registrations.remove(at: locations.clientRegistration(scheme)) }
-            if madeBase {
-                try? FileManager.default.removeItem(atPath: base)
-            } else {
-                for path in made { try? FileManager.default.removeItem(atPath: path) }
-            }
-            throw error
         }
     }
 
@@ -247,6 +237,13 @@ public struct ManagedClient: Sendable {
                 .outputExists, "the client is already set up", subject: base,
                 remedy: .useExistingClient)
         }
+    }
+
+    /// The files ``publishRegistration(executable:)`` and ``forgetProvider()`` change: the published
+    /// registration and the pinned provider key. A command keeps them (`Rollback`) to put them back
+    /// as they were if a later step fails.
+    public var registrationFiles: [String] {
+        get throws { [locations.clientRegistration(try config().scheme), providerPinFile] }
     }
 
     /// Publishes (again) what providers read: the client's id, scheme, certificate, spool, status

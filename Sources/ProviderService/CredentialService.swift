@@ -105,17 +105,22 @@ public struct CredentialService: Sendable {
             clientId: registration.clientId, scheme: registration.scheme, signingKey: key,
             allowCardRequests: allowCardRequests, cardRequestsPerHour: cardRequestsPerHour,
             tokenKey: tokenKey.map { Data($0.uncompressedPoint).base64EncodedString() }, userID: userID)
-        // The client is managed from now on: authorized, a policy that goes out with the next
-        // message to it (a retired client is refused here).
-        try startManaging(registration, signingKey: key)
-        // A client set up afresh: what the old token key was certified for is revoked (a copy of
-        // the old store must not go on making tokens), and the container a retire closed opens for
-        // the new key (the old delegations stay revoked by id).
-        if let previous = try? self.pairing(clientId: registration.clientId), previous.tokenKey != pairing.tokenKey {
-            try revokeDelegations(of: registration.clientId)
+        // All or nothing: a step that fails puts back what the steps before it changed.
+        try Rollback.allOrNothing { rollback in
+            keepPairing(registration.clientId, in: rollback)
+            // The client is managed from now on: authorized, a policy that goes out with the next
+            // message to it (a retired client is refused here).
+            try startManaging(registration, signingKey: key)
+            // A client set up afresh: what the old token key was certified for is revoked (a copy of
+            // the old store must not go on making tokens), and the container a retire closed opens
+            // for the new key (the old delegations stay revoked by id).
+            if let previous = try? self.pairing(clientId: registration.clientId), previous.tokenKey != pairing.tokenKey
+            {
+                try revokeDelegations(of: registration.clientId)
+            }
+            try liftRetirement(of: registration.clientId, scheme: registration.scheme)
+            try PinnedKeys.write(pairing, to: pairingPath(registration.clientId))
         }
-        try liftRetirement(of: registration.clientId, scheme: registration.scheme)
-        try PinnedKeys.write(pairing, to: pairingPath(registration.clientId))
         return pairing
     }
 
@@ -282,50 +287,61 @@ public struct CredentialService: Sendable {
         }
         let resultKey = try Digests.random(32)
         let resultKeyText = resultKey.withUnsafeBytes { Data($0).base64EncodedString() }
-        let request: RequestID
-        if let answering {
-            guard var reserved = ledger.record(answering), reserved.resultKey == nil, reserved.outcome == nil,
-                reserved.clientScheme == registration.scheme
-            else {
-                throw DCError(
-                    .usage, "not a pending request of this client", subject: answering.text,
-                    hint: "reserve the client's request id first (reserve(request:clientId:))")
+        // All or nothing until the URL goes out: a failure before it takes back the ledger record
+        // (or what it filled in of a reservation) and the spool file. The delivery number it drew
+        // stays used up, as a trust list's does: a number is never signed twice.
+        let (request, url) = try Rollback.allOrNothing { rollback -> (RequestID, String) in
+            let request: RequestID
+            if let answering {
+                rollback.keep(ledger.path(answering))
+                guard var reserved = ledger.record(answering), reserved.resultKey == nil, reserved.outcome == nil,
+                    reserved.clientScheme == registration.scheme
+                else {
+                    throw DCError(
+                        .usage, "not a pending request of this client", subject: answering.text,
+                        hint: "reserve the client's request id first (reserve(request:clientId:))")
+                }
+                reserved.credentialName = credential.name
+                reserved.resultKey = resultKeyText
+                reserved.certificateSerials = serials
+                try ledger.write(reserved, replacing: true)
+                request = answering
+            } else {
+                request = RequestID.random()
+                rollback.keep(ledger.path(request))
+                var record = RequestLedger.Record(
+                    request: request, clientScheme: registration.scheme, credentialName: credential.name,
+                    created: Date(), resultKey: resultKeyText)
+                record.certificateSerials = serials
+                try ledger.create(record)
             }
-            reserved.credentialName = credential.name
-            reserved.resultKey = resultKeyText
-            reserved.certificateSerials = serials
-            try ledger.write(reserved, replacing: true)
-            request = answering
-        } else {
-            request = RequestID.random()
-            var record = RequestLedger.Record(
-                request: request, clientScheme: registration.scheme, credentialName: credential.name,
-                created: Date(), resultKey: resultKeyText)
-            record.certificateSerials = serials
-            try ledger.create(record)
-        }
-        let payload = DeliveryPayload(
-            requestId: request, clientId: registration.clientId, issuedAt: Date(), resultKey: resultKey,
-            credential: credential)
-        let sealed = try Sealing.seal(try payload.encode(), to: try registration.sealingCertificate())
-        steps.append(
-            "sealed: CMS AuthEnvelopedData (AES-256-GCM) to the client's key, \(sealed.count) bytes, bound to request \(request)"
-        )
-        let digest = try Spool(directory: registration.spool).write(sealed, request: request)
-        steps.append("spooled: \(Spool(directory: registration.spool).path(request: request)) (0600)")
-        let sequence = try DeliverySequence(path: stateDirectory + "/sequences/\(registration.clientId)").next()
-        let url = try DeliveryNotice(
-            client: registration.clientId, request: request, digest: try SHA256Hex(digest), sequence: sequence
-        ).signed(with: signingKey, scheme: registration.scheme).url(scheme: registration.scheme)
-        steps.append("signed: delivery \(sequence) to \(registration.clientId), with the provider's key")
-        if !available {
-            var record = try ledger.existingRecord(request)
-            record.queuedURL = url
-            try ledger.write(record, replacing: true)
+            let spool = Spool(directory: registration.spool)
+            rollback.keep(spool.path(request: request))
+            let payload = DeliveryPayload(
+                requestId: request, clientId: registration.clientId, issuedAt: Date(), resultKey: resultKey,
+                credential: credential)
+            let sealed = try Sealing.seal(try payload.encode(), to: try registration.sealingCertificate())
             steps.append(
-                "queued: \(url) goes out when the client announces availability (within \(Int(ledger.timeLimit)) s)")
-            return Receipt(request: request, steps: steps)
+                "sealed: CMS AuthEnvelopedData (AES-256-GCM) to the client's key, \(sealed.count) bytes, bound to request \(request)"
+            )
+            let digest = try spool.write(sealed, request: request)
+            steps.append("spooled: \(spool.path(request: request)) (0600)")
+            let sequence = try DeliverySequence(path: stateDirectory + "/sequences/\(registration.clientId)").next()
+            let url = try DeliveryNotice(
+                client: registration.clientId, request: request, digest: try SHA256Hex(digest), sequence: sequence
+            ).signed(with: signingKey, scheme: registration.scheme).url(scheme: registration.scheme)
+            steps.append("signed: delivery \(sequence) to \(registration.clientId), with the provider's key")
+            if !available {
+                var record = try ledger.existingRecord(request)
+                record.queuedURL = url
+                try ledger.write(record, replacing: true)
+                steps.append(
+                    "queued: \(url) goes out when the client announces availability (within \(Int(ledger.timeLimit)) s)"
+                )
+            }
+            return (request, url)
         }
+        if !available { return Receipt(request: request, steps: steps) }
         // The client learns its policy before it gets a credential.
         if try await pushPolicy(to: registration, progress: progress) {
             steps.append("policy: the client's newest policy went out first")

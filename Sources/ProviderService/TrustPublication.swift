@@ -101,34 +101,47 @@ extension CredentialService {
                 throw DCError(.usage, "no publication directory", remedy: .namePublicationDirectory)
             }
             let validity = validity ?? record?.validity ?? Self.defaultTrustValidity
-            let key = try trustSigningKey()
-            let issued = Int64(now.timeIntervalSince1970)
-            // The number is recorded before any file carries it. Stopped between the files and the
-            // record (a crash, a full disk), a publication then skips a number, which verifiers
-            // accept, rather than signing a second, different list with the number of one they hold,
-            // which they would refuse as not newer, and with it every revocation it adds.
-            let used = try PinnedKeys.read(TrustPublicationNumber.self, at: publicationNumberPath)?.number ?? 0
-            let number = max(record?.number ?? 0, used) + 1
-            try PinnedKeys.write(TrustPublicationNumber(number: number), to: publicationNumberPath)
-            // Read under the publication lock: a change that publishes after this one reads after it.
-            let list = try SignedTrustList.sign(
-                number: number, issued: issued, nextUpdate: issued + validity,
-                issuers: TrustedIssuers([issuing.publicKey]), revocations: try revocations(), key: key)
-            let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
-            var files = AtomicFileSet(directory: absolute)
-            try files.add(PublishedFile.key, .bytes(TrustedIssuers([key.publicKey]).jwks()), mode: 0o644)
-            try files.add(PublishedFile.issuers, .bytes(list.issuers.jwks()), mode: 0o644)
-            try files.add(PublishedFile.revocations, .bytes(list.revocations.json()), mode: 0o644)
-            try files.add(PublishedFile.list, .bytes(list.bytes), mode: 0o644)
-            let existed = FileManager.default.fileExists(atPath: absolute)
-            try files.commitCreatingDirectory(replacingExisting: true)
-            // A directory made here is the web server's to read: 0755, not the private default.
-            if !existed { chmod(absolute, 0o755) }
-            try PinnedKeys.write(
-                TrustPublicationRecord(directory: absolute, number: list.number, validity: validity),
-                to: publicationPath)
-            return PublishedTrust(directory: absolute, list: list, key: key.publicKey)
+            // All or nothing but the number: a publication that fails puts back the files and the
+            // record (and a trust-signing key it made), and leaves the number it used up.
+            return try Rollback.allOrNothing { rollback in
+                keepTrust(in: rollback, publishingTo: directory)
+                return try sign(into: directory, issuing: issuing, validity: validity, record: record, now: now)
+            }
         }
+    }
+
+    /// Signs the current trust with the next number and writes it into `directory`, under the
+    /// publication lock (``publishTrust(to:validity:now:)``).
+    private func sign(
+        into directory: String, issuing: TokenSigningKey, validity: Int64, record: TrustPublicationRecord?, now: Date
+    ) throws -> PublishedTrust {
+        let key = try trustSigningKey()
+        let issued = Int64(now.timeIntervalSince1970)
+        // The number is recorded before any file carries it. Stopped between the files and the
+        // record (a crash, a full disk), a publication then skips a number, which verifiers
+        // accept, rather than signing a second, different list with the number of one they hold,
+        // which they would refuse as not newer, and with it every revocation it adds.
+        let used = try PinnedKeys.read(TrustPublicationNumber.self, at: publicationNumberPath)?.number ?? 0
+        let number = max(record?.number ?? 0, used) + 1
+        try PinnedKeys.write(TrustPublicationNumber(number: number), to: publicationNumberPath)
+        // Read under the publication lock: a change that publishes after this one reads after it.
+        let list = try SignedTrustList.sign(
+            number: number, issued: issued, nextUpdate: issued + validity,
+            issuers: TrustedIssuers([issuing.publicKey]), revocations: try revocations(), key: key)
+        let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path
+        var files = AtomicFileSet(directory: absolute)
+        try files.add(PublishedFile.key, .bytes(TrustedIssuers([key.publicKey]).jwks()), mode: 0o644)
+        try files.add(PublishedFile.issuers, .bytes(list.issuers.jwks()), mode: 0o644)
+        try files.add(PublishedFile.revocations, .bytes(list.revocations.json()), mode: 0o644)
+        try files.add(PublishedFile.list, .bytes(list.bytes), mode: 0o644)
+        let existed = FileManager.default.fileExists(atPath: absolute)
+        try files.commitCreatingDirectory(replacingExisting: true)
+        // A directory made here is the web server's to read: 0755, not the private default.
+        if !existed { chmod(absolute, 0o755) }
+        try PinnedKeys.write(
+            TrustPublicationRecord(directory: absolute, number: list.number, validity: validity),
+            to: publicationPath)
+        return PublishedTrust(directory: absolute, list: list, key: key.publicKey)
     }
 
     /// Publishes again when the provider has published before: every change of the revocation

@@ -72,6 +72,16 @@ public struct SchemeHandlers: Sendable {
 
     // MARK: - Registration
 
+    /// The files ``register(scheme:executable:name:)`` writes for `scheme`: the launcher, the
+    /// desktop entry and the user's mimeapps.list. A command keeps them (`Rollback`) to put them
+    /// back as they were if a later step fails.
+    public func registrationFiles(scheme: URLScheme) -> [String] {
+        [
+            launcherPath(scheme: scheme), directories.dataHome + "/applications/" + Self.desktopID(scheme),
+            directories.configHome + "/mimeapps.list",
+        ]
+    }
+
     /// Installs a desktop entry for `scheme` in the user's applications folder and makes it the
     /// explicit default in the user's mimeapps.list (both written atomically). Every value is
     /// checked before anything is written (the scheme was, where it was read): `name` (one line of text; a

@@ -178,10 +178,17 @@ extension DCClient {
         func run() async throws {
             let client = try app.client()
             let scheme = try client.setUpScheme()
-            if repinProvider { try client.forgetProvider() }
-            try client.publishRegistration(executable: Tool.executablePath)
-            try SchemeHandlers().register(
-                scheme: scheme, executable: Tool.executablePath, name: "dcclient (managed client)")
+            // All or nothing: a step that fails puts back the pin, the registration and the handler.
+            try Rollback.allOrNothing { rollback in
+                let handlers = SchemeHandlers()
+                for path in try client.registrationFiles + handlers.registrationFiles(scheme: scheme) {
+                    rollback.keep(path)
+                }
+                if repinProvider { try client.forgetProvider() }
+                try client.publishRegistration(executable: Tool.executablePath)
+                try handlers.register(
+                    scheme: scheme, executable: Tool.executablePath, name: "dcclient (managed client)")
+            }
             Console.say("registered as the handler of \(scheme):")
         }
     }

@@ -93,18 +93,26 @@ struct Register: AsyncParsableCommand, OutputCommand {
             workingDirectory: FileManager.default.currentDirectoryPath,
             requireSandbox: source.sandbox.requireSandbox ? true : nil)
         let directory = (ProviderConfig.path(locations) as NSString).deletingLastPathComponent
-        try AtomicFileSet.ensureDirectory(directory)
-        var files = AtomicFileSet(directory: directory)
-        try files.add("config.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
-        try files.commit(replacingExisting: true)
         let service = try service(brand: brand, scheme: scheme)
-        // The files a verification service reads (its trusted issuer, the revocation list) exist
-        // before the provider is announced, so that dcverify can start before the first
-        // auth-token delegation.
-        _ = try service.issuingKey()
-        try SchemeHandlers().register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
-        try Registrations.publish(
-            try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme))
+        let handlers = SchemeHandlers()
+        // All or nothing: a step that fails puts back the configuration, the keys made on first
+        // use, the handler and the registration as they were.
+        try Rollback.allOrNothing { rollback in
+            rollback.keep(ProviderConfig.path(locations))
+            service.keepRegistration(in: rollback)
+            for path in handlers.registrationFiles(scheme: scheme) { rollback.keep(path) }
+            try AtomicFileSet.ensureDirectory(directory)
+            var files = AtomicFileSet(directory: directory)
+            try files.add("config.json", .bytes(Array(try JSONEncoder().encode(config))), mode: 0o600)
+            try files.commit(replacingExisting: true)
+            // The files a verification service reads (its trusted issuer, the revocation list) exist
+            // before the provider is announced, so that dcverify can start before the first
+            // auth-token delegation.
+            _ = try service.issuingKey()
+            try handlers.register(scheme: scheme, executable: Tool.executablePath, name: "dcprovision (\(brand))")
+            try Registrations.publish(
+                try service.registration(executable: Tool.executablePath), at: locations.providerRegistration(scheme))
+        }
         Console.say("registered as the handler of \(scheme): (source: \(provider.descriptor.id))")
     }
 }

@@ -102,12 +102,19 @@ struct TestCACommand: AsyncParsableCommand {
             // RSA keys take a while each, and a credential with its escrow history is 24 of them.
             let progress = ProgressLine.steps("issuing keys")
             defer { progress.finish() }
-            let provided = try await TestCAProvider().provide(
-                ProviderRequest(options: options, progress: { progress.report($0) }))
-            progress.finish()
             var files = AtomicFileSet(directory: outDir)
-            try ConversionOutputs.add(provided, format: format, to: &files)
-            try files.commitCreatingDirectory(replacingExisting: force)
+            // All or nothing: the files are written before the CA records the credential, and
+            // taken back if it cannot; a credential that could not be written is never recorded.
+            try await Rollback.allOrNothing { rollback in
+                _ = try await TestCAProvider().provide(
+                    ProviderRequest(options: options, progress: { progress.report($0) })
+                ) { provided in
+                    progress.finish()
+                    try ConversionOutputs.add(provided, format: format, to: &files)
+                    rollback.keep(files)
+                    try files.commitCreatingDirectory(replacingExisting: force)
+                }
+            }
             for name in files.names {
                 Console.print((outDir as NSString).appendingPathComponent(name).escapingControlCharacters)
             }

@@ -7,6 +7,8 @@ import Testing
 /// directory on disk, a damaged provider registration, a directory where the client's registration
 /// goes, a file where its spool goes), and after each the app's container, its registration and any
 /// unlocked key are gone, and the same command, run again once the obstacle is removed, succeeds.
+/// A trust anchor that cannot be read stops it before anything is written; one that cannot be kept
+/// (a directory where it goes in a container that was there) takes back what init added to it.
 @Suite("dcclient init is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
 struct InitAllOrNothingTests {
     /// A step of `dcclient init`, the obstacle that makes it fail, and the exit status it fails with.
@@ -17,6 +19,8 @@ struct InitAllOrNothingTests {
         let clear: @Sendable (Sandbox) throws -> Void
         /// Whether `init` runs in a session keyring the kernel refuses keys in.
         var revokedKeyring = false
+        /// More arguments for `init` (the trust anchors).
+        var arguments: [String] = []
         var testDescription: String { name }
     }
 
@@ -51,24 +55,24 @@ struct InitAllOrNothingTests {
             },
             clear: { try FileManager.default.removeItem(atPath: $0.home + container + "/spool") }),
         Step(
+            name: "reading the trust anchors: the file is damaged",
+            place: { try $0.write("anchors.pem", "-----BEGIN CERTIFICATE-----\ndamaged\n") },
+            clear: { try StateTree.makeCertificate("anchors.pem", in: $0) },
+            arguments: ["--trust-anchor", "anchors.pem"]
+        ),
+        Step(
+            name: "keeping the trust anchors: a directory stands where they go",
+            place: { sandbox in
+                try StateTree.makeCertificate("anchors.pem", in: sandbox)
+                try FileManager.default.createDirectory(
+                    atPath: sandbox.home + container + "/store/trust-anchors.pem/x", withIntermediateDirectories: true)
+            },
+            clear: { try FileManager.default.removeItem(atPath: $0.home + container + "/store/trust-anchors.pem") },
+            arguments: ["--trust-anchor", "anchors.pem"]),
+        Step(
             name: "unlocking: the kernel keyring refuses the key and the runtime directory is on disk",
             place: { _ in }, clear: { _ in }, revokedKeyring: true),
     ]
-
-    /// The files under the sandbox's home and runtime directory (no directories).
-    static func files(_ sandbox: Sandbox) -> [String] {
-        var found: [String] = []
-        for root in [sandbox.home, sandbox.runtimeDirectory] {
-            let enumerator = FileManager.default.enumerator(atPath: root)
-            while let name = enumerator?.nextObject() as? String {
-                var status = stat()
-                if lstat(root + "/" + name, &status) == 0 && (status.st_mode & S_IFMT) != S_IFDIR {
-                    found.append(root + "/" + name)
-                }
-            }
-        }
-        return found.sorted()
-    }
 
     @Test("Each step of dcclient init failing in turn leaves nothing, and init again succeeds", arguments: steps)
     func failEachStep(step: Step) throws {
@@ -79,12 +83,13 @@ struct InitAllOrNothingTests {
         let tools = try Tools("init-all-or-nothing")
         defer { tools.sandbox.remove() }
         _ = try tools.sandbox.write("pass.txt", "correct horse\n")
-        let initialize = [
-            "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.provider",
-            "--passphrase-file", "pass.txt",
-        ]
+        let initialize =
+            [
+                "init", "--client-scheme", "org.example.dcclient", "--provider-scheme", "org.example.provider",
+                "--passphrase-file", "pass.txt",
+            ] + step.arguments
         try step.place(tools.sandbox)
-        let before = Self.files(tools.sandbox)
+        let before = try StateTree(tools.sandbox)
         let failed =
             step.revokedKeyring
             ? try UnlockedKeyCommandTests.inRevokedKeyring(tools, initialize) : try tools.run("dcclient", initialize)
@@ -93,11 +98,368 @@ struct InitAllOrNothingTests {
         #expect(
             failed.stderrText.split(separator: "\n").filter { !$0.hasPrefix("Joined session keyring") }.count == 1,
             "\(failed.stderrText)")
-        #expect(Self.files(tools.sandbox) == before, "left behind: \(failed.stderrText)")
+        #expect(try StateTree(tools.sandbox).changes(since: before) == [], "left behind: \(failed.stderrText)")
         #expect(try tools.run("dcclient", ["status"]).status == 66, "the app counts as set up")
         try step.clear(tools.sandbox)
         let again = try tools.run("dcclient", initialize)
         #expect(again.status == 0, "\(again.stderrText)")
         #expect(try tools.check("dcclient", ["status"]).stdoutText.contains("unlocked:         yes"))
+    }
+}
+
+/// Everything in a sandbox, to compare before and after a command that failed: each path (files,
+/// directories and links, under the sandbox's root) and what a file holds or a link points to.
+/// Lock files (`*.lock`) are left out: they hold nothing and are never removed while another process
+/// may hold one.
+struct StateTree: Equatable {
+    /// What each path is: a file's bytes, a link's target, nil for a directory.
+    var entries: [String: Data?] = [:]
+
+    init(_ sandbox: Sandbox) throws {
+        for name in try FileManager.default.subpathsOfDirectory(atPath: sandbox.root) where !name.hasSuffix(".lock") {
+            let path = sandbox.root + "/" + name
+            var status = stat()
+            guard lstat(path, &status) == 0 else { continue }
+            switch status.st_mode & S_IFMT {
+            case S_IFDIR: entries[name] = .some(nil)
+            case S_IFLNK: entries[name] = Data(try FileManager.default.destinationOfSymbolicLink(atPath: path).utf8)
+            default: entries[name] = try Data(contentsOf: URL(fileURLWithPath: path))
+            }
+        }
+    }
+
+    /// The paths that appeared, went or changed since `before`, but those in `allowed`.
+    func changes(since before: StateTree, allowed: Set<String> = []) -> [String] {
+        Set(entries.keys).union(before.entries.keys).filter {
+            !allowed.contains($0) && entries[$0] != before.entries[$0]
+        }.sorted()
+    }
+
+    /// Writes a self-signed CA certificate to `name` in the sandbox with the OpenSSL CLI.
+    static func makeCertificate(_ name: String, in sandbox: Sandbox) throws {
+        let made = try sandbox.run(
+            try which("openssl"),
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj",
+                "/CN=Example Anchor", "-keyout", sandbox.file(name + ".key"), "-out", sandbox.file(name), "-days", "30",
+            ])
+        #expect(made.status == 0, "\(made.stderrText)")
+    }
+}
+
+/// A step of a command that makes state, the real obstacle that makes it fail, and what the failure
+/// says and exits with.
+struct Obstacle: CustomTestStringConvertible, Sendable {
+    let name: String
+    /// Puts the obstacle in the sandbox; `clear` removes it again.
+    let place: @Sendable (Sandbox) throws -> Void
+    let clear: @Sendable (Sandbox) throws -> Void
+    /// The exit status of the failure, and a fragment of its line that names the step.
+    let status: Int32
+    let says: String
+    /// A file size limit (`prlimit --fsize`) to run under, for a disk that fills midway.
+    var fileSizeLimit: Int? = nil
+    var testDescription: String { name }
+
+    /// A directory (not empty) where the file `path` (under the sandbox's root) goes.
+    static func directory(at path: String, _ name: String, status: Int32 = 73, says: String) -> Obstacle {
+        Obstacle(
+            name: name,
+            place: { sandbox in
+                try? FileManager.default.removeItem(atPath: sandbox.root + "/" + path)
+                try FileManager.default.createDirectory(
+                    atPath: sandbox.root + "/" + path + "/x", withIntermediateDirectories: true)
+            },
+            clear: { try FileManager.default.removeItem(atPath: $0.root + "/" + path) }, status: status, says: says)
+    }
+
+    /// A file where the directory `path` (under the sandbox's root) goes; what was there is put
+    /// aside and brought back by `clear`.
+    static func file(at path: String, _ name: String, status: Int32 = 73, says: String) -> Obstacle {
+        Obstacle(
+            name: name,
+            place: { sandbox in
+                let full = sandbox.root + "/" + path
+                if FileManager.default.fileExists(atPath: full) {
+                    try FileManager.default.moveItem(atPath: full, toPath: full + ".aside")
+                }
+                try FileManager.default.createDirectory(
+                    atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                try Data("x".utf8).write(to: URL(fileURLWithPath: full))
+            },
+            clear: { sandbox in
+                let full = sandbox.root + "/" + path
+                try FileManager.default.removeItem(atPath: full)
+                if FileManager.default.fileExists(atPath: full + ".aside") {
+                    try FileManager.default.moveItem(atPath: full + ".aside", toPath: full)
+                }
+            }, status: status, says: says)
+    }
+
+    /// A file size limit of `bytes` that the command's writes exceed.
+    static func fileSizeLimit(_ bytes: Int, _ name: String, says: String = "File too large") -> Obstacle {
+        Obstacle(name: name, place: { _ in }, clear: { _ in }, status: 74, says: says, fileSizeLimit: bytes)
+    }
+
+    /// Places the obstacle, runs `tool` with `arguments`, and checks that it fails with one line
+    /// naming the step, leaves the sandbox as it was (but `allowed`), and that once the obstacle
+    /// is cleared the same command succeeds; returns that success.
+    @discardableResult
+    func check(
+        _ tools: Tools, _ tool: String, _ arguments: [String], allowed: Set<String> = [],
+        afterFailure: (Sandbox) throws -> Void = { _ in }, _ location: SourceLocation = #_sourceLocation
+    ) throws -> ProcessResult {
+        try place(tools.sandbox)
+        let before = try StateTree(tools.sandbox)
+        let failed =
+            try fileSizeLimit.map {
+                try tools.sandbox.run(
+                    try which("prlimit"), ["--fsize=\($0)", Binaries.directory + "/" + tool] + arguments, timeout: 120)
+            } ?? tools.run(tool, arguments)
+        #expect(failed.status == status, "\(failed.stdoutText)\(failed.stderrText)", sourceLocation: location)
+        let lines = failed.stderrText.split(separator: "\n")
+        #expect(
+            lines.count == 1 && failed.stderrText.contains(says), "\(failed.stderrText)", sourceLocation: location)
+        let left = try StateTree(tools.sandbox).changes(since: before, allowed: allowed)
+        #expect(left == [], "left behind or changed: \(left)", sourceLocation: location)
+        try afterFailure(tools.sandbox)
+        try clear(tools.sandbox)
+        let again = try tools.run(tool, arguments)
+        #expect(again.status == 0, "\(again.stderrText)", sourceLocation: location)
+        return again
+    }
+}
+
+/// `dcclient register` either registers or leaves things as they were: after `dcclient unregister`,
+/// each step fails in turn (pinning the provider whose registration is damaged, publishing the
+/// registration, installing the launcher, the desktop entry, the default in mimeapps.list), and
+/// the registration, the pin and the handler's files are as before; cleared, register succeeds.
+@Suite("dcclient register is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct ClientRegisterAllOrNothingTests {
+    static let data = "home/.local/share"
+    static let steps: [Obstacle] = [
+        Obstacle(
+            name: "pinning the provider: its registration is damaged",
+            place: { sandbox in
+                try FileManager.default.createDirectory(
+                    atPath: sandbox.dataHome + "/derived-credentials/providers", withIntermediateDirectories: true)
+                try Data("{ damaged".utf8).write(
+                    to: URL(
+                        fileURLWithPath: sandbox.dataHome + "/derived-credentials/providers/org.example.provider.json"))
+            },
+            clear: { try FileManager.default.removeItem(atPath: $0.dataHome + "/derived-credentials/providers") },
+            status: 65, says: "org.example.provider.json"),
+        .directory(
+            at: data + "/derived-credentials/clients/org.example.dcclient.json",
+            "publishing the registration: a directory stands where it goes", says: "org.example.dcclient.json"),
+        .directory(
+            at: data + "/dc-handlers/org.example.dcclient", "installing the launcher: a directory stands where it goes",
+            says: "launcher"),
+        .directory(
+            at: data + "/applications/dc-org.example.dcclient.desktop",
+            "installing the desktop entry: a directory stands where it goes", says: "dc-org.example.dcclient.desktop"),
+        .directory(
+            at: "home/.config/mimeapps.list", "making it the default: a directory stands where mimeapps.list goes",
+            says: "mimeapps.list"),
+    ]
+
+    @Test(
+        "Each step of dcclient register failing in turn leaves things as they were, and register again succeeds",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("register-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        try tools.check("dcclient", ["unregister"])
+        try step.check(tools, "dcclient", ["register"])
+        #expect(
+            FileManager.default.fileExists(
+                atPath: tools.sandbox.dataHome + "/derived-credentials/clients/org.example.dcclient.json"))
+    }
+}
+
+/// `dcprovision register` either registers the provider or leaves nothing: each step fails in turn
+/// (writing its configuration, making the token keys and the files verifiers read, installing the
+/// handler, publishing the registration), and no configuration, key or handler file is left; cleared,
+/// register succeeds.
+@Suite("dcprovision register is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct ProviderRegisterAllOrNothingTests {
+    static let steps: [Obstacle] = [
+        .directory(
+            at: "home/.config/dcprovision/config.json", "writing the configuration: a directory stands where it goes",
+            says: "config.json"),
+        .file(
+            at: "home/.local/state/dcprovision/verifier",
+            "making the token keys: a file stands where the verifier's directory goes", says: "verifier"),
+        .directory(
+            at: "home/.local/share/dc-handlers/org.example.provider",
+            "installing the handler: a directory stands where the launcher goes", says: "launcher"),
+        .directory(
+            at: "home/.local/share/derived-credentials/providers/org.example.provider.json",
+            "publishing the registration: a directory stands where it goes", says: "org.example.provider.json"),
+    ]
+
+    @Test(
+        "Each step of dcprovision register failing in turn leaves nothing, and register again succeeds",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("provider-register-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try step.check(
+            tools, "dcprovision",
+            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+    }
+}
+
+/// `dcprovision pair` either pairs or leaves things as they were: recording the client's policy and
+/// pinning the client fail in turn, and no policy record or pairing is left; cleared, pair succeeds.
+@Suite("dcprovision pair is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct PairAllOrNothingTests {
+    static let steps: [Obstacle] = [
+        .file(
+            at: "home/.local/state/dcprovision/policies",
+            "recording the policy: a file stands where the policies' directory goes", says: "policies"),
+        .directory(
+            at: "home/.config/dcprovision/clients/dcclient.json",
+            "pinning the client: a directory stands where its pairing goes", says: "dcclient.json"),
+    ]
+
+    @Test(
+        "Each step of dcprovision pair failing in turn leaves things as they were, and pair again succeeds",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("pair-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try tools.check(
+            "dcprovision",
+            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        try step.check(tools, "dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        #expect(try tools.check("dcprovision", ["status"]).stdoutText.contains("dcclient"))
+    }
+}
+
+/// The test CA's commands either complete or leave nothing: `testca init` stopped by a file where
+/// its directory goes or by a full disk (a file size limit) leaves no directory; `testca issue`
+/// stopped while writing its outputs (a file where the directory goes, a full disk) records
+/// nothing in the CA, and stopped while recording (a directory where index.txt.attr goes, a file
+/// where the credentials directory goes) takes its outputs and the record back. Cleared, each
+/// succeeds, and the CA's database holds exactly the credentials handed out.
+@Suite("The test CA's init and issue are all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct TestCAAllOrNothingTests {
+    static let initSteps: [Obstacle] = [
+        .file(at: "ca", "making the directory: a file stands where it goes", says: "ca"),
+        .fileSizeLimit(200, "writing the keys and certificates: the disk fills (a file size limit)"),
+    ]
+
+    @Test(
+        "Each step of dcprovision testca init failing in turn leaves nothing, and init again succeeds",
+        arguments: initSteps)
+    func failEachInitStep(step: Obstacle) throws {
+        let tools = try Tools("testca-init-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try step.check(tools, "dcprovision", ["testca", "init", "ca"])
+    }
+
+    static let issueSteps: [Obstacle] = [
+        .file(at: "out", "writing the outputs: a file stands where their directory goes", says: "out"),
+        .fileSizeLimit(400, "writing the outputs: the disk fills midway (a file size limit)"),
+        .directory(
+            at: "ca/index.txt.attr", "recording: a directory stands where index.txt.attr goes", says: "index.txt"),
+        .file(
+            at: "ca/credentials", "recording: a file stands where the credentials directory goes", says: "credentials"),
+    ]
+
+    @Test(
+        "Each step of dcprovision testca issue failing in turn leaves nothing, and issue again succeeds",
+        arguments: issueSteps)
+    func failEachIssueStep(step: Obstacle) throws {
+        let tools = try Tools("testca-issue-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "first"])
+        try step.check(tools, "dcprovision", ["testca", "issue", "ca", "--out-dir", "out"])
+        // Two credentials of four certificates each: nothing of a failed attempt was recorded.
+        let index = try String(contentsOfFile: tools.sandbox.file("ca/index.txt"), encoding: .utf8)
+        #expect(index.split(separator: "\n").count == 8, "\(index)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: tools.sandbox.file("ca/credentials")).count == 2)
+    }
+}
+
+/// `dcprovision publish` either publishes or leaves nothing but the number it used up: stopped
+/// writing the files (a file where the directory goes, a full disk), no directory, file or record
+/// is left and the trust-signing key it made is gone; the number written ahead has advanced, and
+/// the publication that then succeeds carries the next one, so none is ever used twice. (The
+/// record, written last, has no obstacle of its own: whatever stops writing it stops reading it
+/// first. `TrustPublicationTests` stops a publication there by hand.)
+@Suite("dcprovision publish is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct PublishAllOrNothingTests {
+    static let steps: [Obstacle] = [
+        .file(at: "www", "writing the files: a file stands where their directory goes", says: "www"),
+        .fileSizeLimit(300, "writing the files: the disk fills midway (a file size limit)"),
+    ]
+
+    @Test(
+        "Each step of dcprovision publish failing in turn leaves nothing but the number used up, and publish again succeeds with a higher number",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("publish-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try tools.check(
+            "dcprovision",
+            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        let number = "home/.local/state/dcprovision/publication-number.json"
+        struct Used: Decodable { var number: Int }
+        var used = 0
+        let published = try step.check(
+            tools, "dcprovision", ["publish", "--out-dir", tools.sandbox.file("www")], allowed: [number],
+            afterFailure: { sandbox in
+                // The number written ahead, if the failed attempt got that far.
+                if let data = FileManager.default.contents(atPath: sandbox.root + "/" + number) {
+                    used = try JSONDecoder().decode(Used.self, from: data).number
+                }
+            })
+        #expect(used >= 1, "the number is written ahead of the files")
+        let output = published.stdoutText + published.stderrText
+        #expect(output.contains("published trust list \(used + 1) "), "list \(used) was used up: \(output)")
+    }
+}
+
+/// `dcprovision send` takes back what it wrote before the URL goes out: stopped while spooling (a
+/// file where the client's spool goes) or while drawing the delivery number (a directory where the
+/// client's counter goes), no ledger record and no spool file is left; cleared, the same send
+/// delivers. (The credential comes from files, so the source itself records nothing.)
+@Suite("dcprovision send is all or nothing until its URL goes out", .ownThreads, .timeLimit(.minutes(3)))
+struct SendAllOrNothingTests {
+    static let steps: [Obstacle] = [
+        .file(
+            at: "home/.local/share/dcclient/apps/dcclient/spool",
+            "spooling: a file stands where the client's spool goes", says: "spool"),
+        .directory(
+            at: "home/.local/state/dcprovision/sequences/dcclient",
+            "drawing the delivery number: a directory stands where the client's counter goes",
+            says: "sequences/dcclient"),
+    ]
+
+    @Test(
+        "Each step of dcprovision send before its URL goes out, failing in turn, leaves no record and no spool file, and send again delivers",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("send-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "issued"])
+        try step.check(
+            tools, "dcprovision",
+            [
+                "send", "--manifest", "issued/manifest.json", "--brand", "Example", "--provider-scheme",
+                "org.example.provider", "--client-scheme", "org.example.dcclient",
+            ])
+        #expect(try tools.check("dcclient", ["list"]).stdoutText.contains("authentication"))
     }
 }

@@ -196,18 +196,10 @@ final class CMPContext {
     /// The failed transaction as one error: OpenSSL's error queue, drained, and the CA's status
     /// decide the code.
     func failure(_ what: String) -> DCError {
-        var reasons: [String] = []
-        var cmpReasons: Set<Int32> = []
-        var libraries: Set<Int32> = []
-        while true {
-            let code = ERR_get_error_all(nil, nil, nil, nil, nil)
-            if code == 0 { break }
-            var buffer = [CChar](repeating: 0, count: 256)
-            ERR_error_string_n(code, &buffer, buffer.count)
-            reasons.append(String(nulTerminated: buffer))
-            libraries.insert(dc_err_lib(code))
-            if dc_err_lib(code) == ERR_LIB_CMP { cmpReasons.insert(dc_err_reason(code)) }
-        }
+        let entries = OpenSSLError.drainEntries()
+        var reasons = entries.map(\.text)
+        let cmpReasons = Set(entries.filter { $0.library == ERR_LIB_CMP }.map(\.reason))
+        let libraries = Set(entries.map(\.library))
         let status = OSSL_CMP_CTX_get_status(pointer)
         let failInfo = OSSL_CMP_CTX_get_failInfoCode(pointer)
         if let text = statusText { reasons.append(text) }

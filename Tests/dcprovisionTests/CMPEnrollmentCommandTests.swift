@@ -143,13 +143,52 @@ struct CMPEnrollmentCommandTests {
             try world.send(world.options(down) + ["secret=correct pbm secret"]), 64, "has no option 'secret'",
             "secret on argv")
         refused(
-            try world.send(world.options("https://127.0.0.1:1/pkix/")), 64, "CMP over https is not supported yet",
-            "https")
+            try world.send(world.options(down, more: ["tls-trust=\(pki.ca.certificate)"])), 64,
+            "tls-trust is for an https server", "tls-trust with http")
         #expect(try world.tools.run("dcclient", ["show", "authentication"]).status != 0, "a credential was installed")
     }
 }
 
 extension CMPEnrollmentCommandTests {
+    @Test(
+        "send --provider cmp --option server=https://…: through nginx terminating TLS in front of the mock CA, the server's TLS certificate checked against tls-trust and the host; attack: a TLS certificate from another CA, for another host, or not in the system's CAs exits 77, one line, nothing sent"
+    )
+    func sendOverHTTPS() async throws {
+        let world = try World("cmp-https")
+        defer { world.tools.sandbox.remove() }
+        let server = try CMPMockServer.start(world.pki, answering: world.leaf.certificate)
+        defer { server.stop() }
+        let front = try await CMPTLSFront(in: world.tools.sandbox, pki: world.pki, upstream: server)
+        defer { front.stop() }
+        func refused(_ options: [String], _ words: String, _ what: String) throws {
+            let result = try world.send(options)
+            #expect(result.status == 77, "\(what): \(result.status) \(result.stdoutText)\(result.stderrText)")
+            #expect(result.stderrText.split(separator: "\n").count == 1, "\(what): \(result.stderrText)")
+            #expect(
+                result.stderrText.contains("TLS certificate is not trusted: \(words)"), "\(what): \(result.stderrText)")
+            #expect(world.spool.isEmpty, "\(what): something was spooled")
+        }
+        // The CMP CA did not issue nginx's certificate; the system's CAs know neither.
+        try refused(
+            world.options(front.url, more: ["tls-trust=\(world.pki.ca.certificate)"]),
+            "unable to get local issuer certificate", "another CA")
+        try refused(world.options(front.url), "unable to get local issuer certificate", "system CAs")
+        try refused(
+            world.options(front.wrongHostURL, more: ["tls-trust=\(front.tlsCA.certificate)"]), "IP address mismatch",
+            "another host")
+        #expect(!front.accessLogText.contains("/pkix/"), "a refused server was sent a request: \(front.accessLogText)")
+        #expect(!server.logText.contains("POST /pkix/"), "\(server.logText)")
+        #expect(try world.tools.run("dcclient", ["show", "authentication"]).status != 0, "a credential was installed")
+
+        let sent = try world.send(world.options(front.url, more: ["tls-trust=\(front.tlsCA.certificate)"]))
+        #expect(sent.status == 0, "\(sent.stdoutText)\(sent.stderrText)")
+        let installed = try world.tools.check("dcclient", ["show", "authentication", "--pem"]).stdoutText
+        let file = try world.tools.sandbox.write("installed.pem", installed)
+        #expect(try world.fingerprint(file) == (try world.fingerprint(world.leaf.certificate)))
+        // Both messages (ir, certConf) went through nginx's TLS port.
+        #expect(front.accessLogText.components(separatedBy: "200 /pkix/").count - 1 == 2, "\(front.accessLogText)")
+    }
+
     @Test(
         "terminate --provider cmp: a revocation request (rr) per certificate the cmp provider's record kept for the card, answered by the mock CA; a server that is down is exit 69, a card with no record exit 66"
     )

@@ -97,6 +97,8 @@ final class CMPContext {
     let server: CMPServerAddress
     private let pinned: Bool
     private var newCertificateTrust: CertificateStore?
+    /// For an `https` server; freed after the context, whose transfers borrow it.
+    private var tls: CMPTLSContext?
 
     init(_ session: CMPSession) throws {
         OpenSSL.ensureInitialized()
@@ -118,6 +120,14 @@ final class CMPContext {
             OSSL_CMP_CTX_set_option(pointer, OSSL_CMP_OPT_MSG_TIMEOUT, Int32(session.messageTimeout)) == 1,
             OSSL_CMP_CTX_set_option(pointer, OSSL_CMP_OPT_TOTAL_TIMEOUT, Int32(session.totalTimeout)) == 1
         else { throw OpenSSL.failure("setting the CMP server") }
+        if session.server.usesTLS {
+            let tls = try CMPTLSContext(host: session.server.host, anchors: session.tlsTrustAnchors)
+            self.tls = tls
+            // OpenSSL's client asks for TLS when the callback's argument is set.
+            guard OSSL_CMP_CTX_set_http_cb(pointer, CMPTLSContext.callback) == 1,
+                OSSL_CMP_CTX_set_http_cb_arg(pointer, UnsafeMutableRawPointer(tls.pointer)) == 1
+            else { throw OpenSSL.failure("OSSL_CMP_CTX_set_http_cb") }
+        }
         switch session.protection {
         case .sharedSecret(let reference, let secret):
             let referenceBytes = Array(reference.utf8)
@@ -210,6 +220,15 @@ final class CMPContext {
         }
         let cause = OpenSSLError(reasons: reasons)
         let subject = server.description
+        let tlsFailure = CMPLog.tlsVerifyFailure()
+        if tlsFailure != nil
+            || entries.contains(where: { $0.library == ERR_LIB_SSL && $0.reason == SSL_R_CERTIFICATE_VERIFY_FAILED })
+        {
+            return DCError(
+                .caTLSNotTrusted,
+                "\(what): the CMP server's TLS certificate is not trusted: \(tlsFailure ?? "certificate verify failed")",
+                subject: subject, underlying: cause)
+        }
         if cmpReasons.contains(CMP_R_WRONG_PBM_VALUE) {
             return DCError(
                 .caRefused,
@@ -272,6 +291,7 @@ final class CMPContext {
 enum CMPLog {
     final class Lines {
         var lines: [(level: Int32, text: String)] = []
+        var tlsVerifyFailure: String?
     }
 
     static let key: pthread_key_t = {
@@ -294,6 +314,18 @@ enum CMPLog {
     static func append(level: Int32, _ text: String) {
         guard let held = pthread_getspecific(key) else { return }
         Unmanaged<Lines>.fromOpaque(held).takeUnretainedValue().lines.append((level, text))
+    }
+
+    /// Keeps why OpenSSL refused the server's TLS certificate (`X509_verify_cert_error_string`).
+    static func noteTLSVerifyFailure(_ reason: String) {
+        guard let held = pthread_getspecific(key) else { return }
+        Unmanaged<Lines>.fromOpaque(held).takeUnretainedValue().tlsVerifyFailure = reason
+    }
+
+    /// Why the server's TLS certificate was refused in this transaction, if it was.
+    static func tlsVerifyFailure() -> String? {
+        guard let held = pthread_getspecific(key) else { return nil }
+        return Unmanaged<Lines>.fromOpaque(held).takeUnretainedValue().tlsVerifyFailure
     }
 
     static func lines() -> [(level: Int32, text: String)] {

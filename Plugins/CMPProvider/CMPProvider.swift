@@ -78,7 +78,7 @@ public struct CMPProvider: CredentialProvider {
             try Task.checkCancellation()
             let key = try givenKeys[tag] ?? KeyGeneration.generate(algorithm)
             let subject = try template.map { try SubjectTemplate.name($0, tag: tag) }
-            let issued = try await configuration.enroll(.privateKey(key), subject: subject)
+            let issued = try await configuration.enroll(.privateKey(key), subject: subject, tag: tag)
             entries.append(try CredentialEntry(tag: tag, certificate: issued.certificate, privateKey: key))
             for certificate in issued.extraCertificates + issued.caPublications
             where certificate != issued.certificate && !chain.contains(certificate)
@@ -232,10 +232,12 @@ struct CMPConfiguration: Sendable {
     }
 
     /// One transaction, on a thread of its own: OpenSSL's client blocks while it waits and polls.
-    func enroll(_ key: CMPNewKey, subject: DistinguishedName?) async throws -> CMPIssued {
+    func enroll(_ key: CMPNewKey, subject: DistinguishedName?, tag: CredentialTag) async throws -> CMPIssued {
         let session = session
         let type = requestType
-        return try await Blocking.run { try CMPClient.enroll(type, newKey: key, subject: subject, session: session) }
+        return try await Blocking.run {
+            try CMPClient.enroll(type, newKey: key, subject: subject, tag: tag, session: session)
+        }
     }
 
     /// One `rr`, on a thread of its own.

@@ -55,6 +55,10 @@ static inline void dc_sk_X509_pop_free(STACK_OF(X509) *sk) { sk_X509_pop_free(sk
 // ERR_GET_LIB and ERR_GET_REASON, which Swift may not import (inline with macros inside).
 static inline int dc_err_lib(unsigned long code) { return ERR_GET_LIB(code); }
 static inline int dc_err_reason(unsigned long code) { return ERR_GET_REASON(code); }
+// A stack of extensions that owns them (a CMP template's requested extensions).
+static inline void dc_sk_X509_EXTENSION_pop_free(STACK_OF(X509_EXTENSION) *sk) {
+    sk_X509_EXTENSION_pop_free(sk, X509_EXTENSION_free);
+}
 // SSL_set_tlsext_host_name, BIO_set_ssl and BIO_get_ssl are macros over SSL_ctrl and BIO_ctrl
 // (the TLS transfer of the CMP client: the server's name in the handshake, the SSL filter BIO).
 static inline int dc_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {

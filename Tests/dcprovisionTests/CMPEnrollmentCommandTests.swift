@@ -1,3 +1,4 @@
+import CMPTestServer
 import Foundation
 import TestSupport
 import Testing
@@ -150,6 +151,42 @@ struct CMPEnrollmentCommandTests {
 }
 
 extension CMPEnrollmentCommandTests {
+    @Test(
+        "send --provider cmp without a tag option: four fresh keys, one enrolment each, each certificate for its own key with its tag's key usage and the subject asked for (openssl x509), chaining to the CA (openssl verify)"
+    )
+    func fourTags() throws {
+        let world = try World("cmp-four-tags")
+        defer { world.tools.sandbox.remove() }
+        // OpenSSL's generic CMP server as the CA: the mock answers one fixed certificate, so it
+        // cannot certify four fresh keys.
+        let ca = try CMPTestServer(
+            caCertificate: world.pki.ca.certificate, caKey: world.pki.ca.key, reference: world.pki.reference,
+            secretFile: world.pki.secretFile)
+        defer { ca.stop() }
+        let sent = try world.send([
+            "server=\(ca.url)", "trust-anchor=\(world.pki.ca.certificate)", "reference=\(world.pki.reference)",
+            "secret-file=\(world.pki.secretFile)", "subject=O=Example CMP Test,CN=Alice {tag}",
+        ])
+        #expect(sent.status == 0, "\(sent.stdoutText)\(sent.stderrText)")
+        #expect(ca.certified == 4 && ca.confirmed == 4, "\(ca.certified) issued, \(ca.confirmed) confirmed")
+        var keys: Set<String> = []
+        for (tag, usage) in [
+            ("authentication", "Digital Signature"), ("signing", "Non Repudiation"), ("encryption", "Key Agreement"),
+            ("escrow", "Key Agreement"),
+        ] {
+            let file = try world.tools.sandbox.write(
+                "\(tag).pem", try world.tools.check("dcclient", ["show", tag, "--pem"]).stdoutText)
+            let verified = try run(OpenSSLFixtures.openssl, ["verify", "-CAfile", world.pki.ca.certificate, file])
+            #expect(verified.status == 0, "\(tag): \(verified.stderrText)")
+            let text = try run(
+                OpenSSLFixtures.openssl, ["x509", "-in", file, "-noout", "-subject", "-ext", "keyUsage"]
+            ).stdoutText
+            #expect(text.contains(usage) && text.contains("CN = Alice \(tag)"), "\(tag): \(text)")
+            keys.insert(try run(OpenSSLFixtures.openssl, ["x509", "-in", file, "-noout", "-pubkey"]).stdoutText)
+        }
+        #expect(keys.count == 4, "the four tags share a key")
+    }
+
     @Test(
         "send --provider cmp --option server=https://…: through nginx terminating TLS in front of the mock CA, the server's TLS certificate checked against tls-trust and the host; attack: a TLS certificate from another CA, for another host, or not in the system's CAs exits 77, one line, nothing sent"
     )

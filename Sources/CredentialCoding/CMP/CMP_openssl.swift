@@ -16,10 +16,13 @@ public enum CMPClient {
     /// certificate is accepted only when it is for `newKey` and chains to the trust anchors, and
     /// the CA's answers only when their protection verifies (the MAC with our secret, or the
     /// signature with the server certificate or the trust anchors). `subject` is required for
-    /// `ir` and `cr`; `kur` takes the old certificate's subject when it is nil. Blocks the calling
-    /// thread: run it on a thread of its own.
+    /// `ir` and `cr`; `kur` takes the old certificate's subject when it is nil. With `tag`, the
+    /// request asks for that tag's key usage and purposes (``TagProfile``) in its template: a CA
+    /// that takes requested extensions issues them, one that decides by its own profile ignores
+    /// them. Blocks the calling thread: run it on a thread of its own.
     public static func enroll(
-        _ type: CMPRequestType, newKey: CMPNewKey, subject: DistinguishedName?, session: CMPSession
+        _ type: CMPRequestType, newKey: CMPNewKey, subject: DistinguishedName?, tag: CredentialTag? = nil,
+        session: CMPSession
     ) throws -> CMPIssued {
         OpenSSLError.clear()
         let context = try CMPContext(session)
@@ -29,11 +32,13 @@ public enum CMPClient {
                 throw DCError(.malformedInput, "the key to certify cannot be read")
             }
             try context.setNewKey(pkey, isPrivate: true)
+            if let tag { try context.requestExtensions(TagProfile.of(tag), ec: pkey.curveName != nil) }
         case .vouchedPublicKey(let spki):
             guard let pkey = PKey.fromSubjectPublicKeyInfo(spki) else {
                 throw DCError(.malformedInput, "the public key to certify is not a SubjectPublicKeyInfo")
             }
             try context.setNewKey(pkey, isPrivate: false)
+            if let tag { try context.requestExtensions(TagProfile.of(tag), ec: pkey.curveName != nil) }
             // The key's holder proved possession to us (a card's signature over our challenge),
             // not to the CA: we vouch for it as its registration authority (RFC 4211 4.1).
             guard OSSL_CMP_CTX_set_option(context.pointer, OSSL_CMP_OPT_POPO_METHOD, OSSL_CRMF_POPO_RAVERIFIED) == 1
@@ -191,6 +196,33 @@ final class CMPContext {
         guard OSSL_CMP_CTX_set0_newPkey(pointer, isPrivate ? 1 : 0, key.pointer) == 1 else {
             EVP_PKEY_free(key.pointer)
             throw OpenSSL.failure("OSSL_CMP_CTX_set0_newPkey")
+        }
+    }
+
+    /// Asks for `profile`'s key usage and purposes, as the certificate template's extensions
+    /// (RFC 4211 5: `extensions`), which the context takes.
+    func requestExtensions(_ profile: TagProfile, ec: Bool) throws {
+        var stack: OpaquePointer?
+        var context = X509V3_CTX()
+        X509V3_set_ctx(&context, nil, nil, nil, nil, 0)
+        for (name, value) in [
+            ("keyUsage", "critical," + profile.requiredKeyUsage(ec: ec).names.joined(separator: ",")),
+            ("extendedKeyUsage", profile.issuedPurposes.map(\.rawValue).joined(separator: ",")),
+        ] {
+            guard let ext = X509V3_EXT_nconf(nil, &context, name, value) else {
+                dc_sk_X509_EXTENSION_pop_free(stack)
+                throw OpenSSL.failure("X509V3_EXT_nconf(\(name))")
+            }
+            defer { X509_EXTENSION_free(ext) }
+            // X509v3_add_ext adds a copy, making the stack when there is none.
+            guard X509v3_add_ext(&stack, ext, -1) != nil else {
+                dc_sk_X509_EXTENSION_pop_free(stack)
+                throw OpenSSL.failure("X509v3_add_ext")
+            }
+        }
+        guard OSSL_CMP_CTX_set0_reqExtensions(pointer, stack) == 1 else {
+            dc_sk_X509_EXTENSION_pop_free(stack)
+            throw OpenSSL.failure("OSSL_CMP_CTX_set0_reqExtensions")
         }
     }
 

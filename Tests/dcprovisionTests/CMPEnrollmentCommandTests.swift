@@ -21,8 +21,8 @@ struct CMPEnrollmentCommandTests {
         let pki: CMPTestPKI
         let leaf: IssuedPair
 
-        init(_ label: String) throws {
-            tools = try Tools(label)
+        init(_ label: String, extra: [String: String] = [:]) throws {
+            tools = try Tools(label, extra: extra)
             try tools.setUpManagedClient()
             pki = try CMPTestPKI(in: tools.sandbox.directory)
             leaf = try pki.leaf("authentication")
@@ -185,6 +185,53 @@ extension CMPEnrollmentCommandTests {
             keys.insert(try run(OpenSSLFixtures.openssl, ["x509", "-in", file, "-noout", "-pubkey"]).stdoutText)
         }
         #expect(keys.count == 4, "the four tags share a key")
+    }
+
+    @Test(
+        "send --pkcs11 --derive --provider cmp: the card proves possession, each new key goes to the CA over CMP as raVerified and the client installs them; terminate --provider cmp revokes each one (rr)",
+        .softHSM)
+    func deriveThroughCMP() throws {
+        let world = try World("cmp-derive", extra: ["SOFTHSM2_CONF": SoftHSM.shared.configuration])
+        defer { world.tools.sandbox.remove() }
+        // OpenSSL's generic CMP server as the CA, as the mock cannot certify keys made on the way.
+        let ca = try CMPTestServer(
+            caCertificate: world.pki.ca.certificate, caKey: world.pki.ca.key, reference: world.pki.reference,
+            secretFile: world.pki.secretFile, acceptRAVerified: true)
+        defer { ca.stop() }
+        let pin = try world.tools.sandbox.write("pin", SoftHSM.userPIN + "\n")
+        let crl = try OpenSSLFixtures.shared.crl(revoking: [], name: "card.crl", in: world.tools.sandbox.directory)
+        let cmp = [
+            "server=\(ca.url)", "trust-anchor=\(world.pki.ca.certificate)", "reference=\(world.pki.reference)",
+            "secret-file=\(world.pki.secretFile)", "record=record",
+        ].flatMap { ["--option", $0] }
+        let sent = try world.tools.run(
+            "dcprovision",
+            Self.send.filter { $0 != "--name" && $0 != "CMP credential" } + [
+                "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--derive", "--provider", "cmp",
+                "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate, "--crl", crl, "--pkcs11-module",
+                "softhsm2", "--pin-file", pin,
+            ] + cmp)
+        #expect(sent.status == 0, "\(sent.stdoutText)\(sent.stderrText)")
+        #expect(ca.certified == 3 && ca.confirmed == 3, "\(ca.certified) issued, \(ca.confirmed) confirmed")
+        let listed = try world.tools.check("dcclient", ["list"]).stdoutText
+        for tag in ["authentication", "signing", "encryption"] {
+            #expect(listed.contains("\(tag) ") && listed.contains("CN=Alice authentication,"), "\(listed)")
+            let file = try world.tools.sandbox.write(
+                "\(tag).pem", try world.tools.check("dcclient", ["show", tag, "--pem"]).stdoutText)
+            let verified = try run(OpenSSLFixtures.openssl, ["verify", "-CAfile", world.pki.ca.certificate, file])
+            #expect(verified.status == 0, "\(tag): \(verified.stderrText)")
+        }
+        #expect(!listed.contains("escrow"), "\(listed)")
+        // The record keeps the three by card; terminate revokes each over CMP.
+        let cards = try FileManager.default.contentsOfDirectory(atPath: world.tools.sandbox.file("record"))
+        let card = try #require(cards.first)
+        #expect(cards.count == 1)
+        let kept = try FileManager.default.contentsOfDirectory(atPath: world.tools.sandbox.file("record/\(card)"))
+        #expect(kept.count == 3, "\(kept)")
+        let terminated = try world.tools.run(
+            "dcprovision", ["terminate", "--card-serial", card, "--provider", "cmp"] + cmp)
+        #expect(terminated.status == 0, "\(terminated.stdoutText)\(terminated.stderrText)")
+        #expect(ca.revoked == 3, "\(ca.revoked) revoked")
     }
 
     @Test(

@@ -406,8 +406,8 @@ let package = Package(
         .testTarget(
             name: "ProviderTests",
             dependencies: [
-                "PEMFileProvider", "TestCAProvider", "ExecProvider", "PKCS11Provider", "DerivedCredentialsTesting",
-                "CredentialCoding", "SystemSupport", "TestSupport",
+                "PEMFileProvider", "TestCAProvider", "ExecProvider", "PKCS11Provider", "CMPProvider", "CMPTestServer",
+                "DerivedCredentialsTesting", "CredentialCoding", "SystemSupport", "TestSupport",
             ]
         ),
         .testTarget(

@@ -325,6 +325,9 @@ let package = Package(
             name: "TestSupport",
             dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystemShims"],
             path: "Tests/TestSupport"),
+        // A CA over CMP that certifies whatever key it is asked to (OpenSSL's generic CMP server
+        // and a CA made by the openssl CLI): the mock server answers one fixed certificate only.
+        .target(name: "CMPTestServer", dependencies: ["COpenSSL"], path: "Tests/CMPTestServer"),
         // The benchmark runner (dcbench) is a package of its own, Benchmarks/Package.swift, so that it
         // builds only when a benchmark asks for it.
 
@@ -403,8 +406,8 @@ let package = Package(
         .testTarget(
             name: "ProviderTests",
             dependencies: [
-                "PEMFileProvider", "TestCAProvider", "ExecProvider", "PKCS11Provider", "DerivedCredentialsTesting",
-                "CredentialCoding", "SystemSupport", "TestSupport",
+                "PEMFileProvider", "TestCAProvider", "ExecProvider", "PKCS11Provider", "CMPProvider", "CMPTestServer",
+                "DerivedCredentialsTesting", "CredentialCoding", "SystemSupport", "TestSupport",
             ]
         ),
         .testTarget(
@@ -420,7 +423,7 @@ let package = Package(
             dependencies: [
                 "dcprovision", "dcclient", "dcverify", "TestSupport", "DerivedCredentials", "CredentialCoding",
                 "CredentialDelivery", "ProviderService", "CommandLineSupport", "SystemSupport",
-                "ManagedClient", "TestCAProvider", "AuthTokens", "ServiceHarness",
+                "ManagedClient", "TestCAProvider", "AuthTokens", "ServiceHarness", "CMPTestServer",
             ]
         ),
     ]

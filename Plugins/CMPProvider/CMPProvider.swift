@@ -21,12 +21,15 @@ public struct CMPProvider: CredentialProvider {
         id: "cmp", displayName: "A CA over CMP (RFC 4210, RFC 9483)", version: "1",
         options: [
             ProviderOption(
-                name: "server", summary: "the CA's CMP URL with its path, http://HOST[:PORT]/PATH", required: true),
+                name: "server", summary: "the CA's CMP URL with its path, http[s]://HOST[:PORT]/PATH", required: true),
             ProviderOption(
                 name: "trust-anchor",
                 summary: "a file of CA certificates the server and the issued certificates chain to",
                 repeatable: true, required: true),
             ProviderOption(name: "server-certificate", summary: "the CMP server's own certificate, when it signs"),
+            ProviderOption(
+                name: "tls-trust",
+                summary: "for an https server: a file of the CAs its TLS certificate chains to (default: the system's)"),
             ProviderOption(name: "reference", summary: "the reference (senderKID) of the shared secret"),
             ProviderOption(name: "secret-file", summary: "a file holding the shared secret (PBMAC)"),
             ProviderOption(name: "secret-fd", summary: "an inherited descriptor to read the shared secret from"),
@@ -75,7 +78,7 @@ public struct CMPProvider: CredentialProvider {
             try Task.checkCancellation()
             let key = try givenKeys[tag] ?? KeyGeneration.generate(algorithm)
             let subject = try template.map { try SubjectTemplate.name($0, tag: tag) }
-            let issued = try await configuration.enroll(.privateKey(key), subject: subject)
+            let issued = try await configuration.enroll(.privateKey(key), subject: subject, tag: tag)
             entries.append(try CredentialEntry(tag: tag, certificate: issued.certificate, privateKey: key))
             for certificate in issued.extraCertificates + issued.caPublications
             where certificate != issued.certificate && !chain.contains(certificate)
@@ -157,6 +160,11 @@ struct CMPConfiguration: Sendable {
         }
         let anchors = try request.values("trust-anchor").flatMap(certificates)
         let pinned = try request.value("server-certificate").map { try certificates($0)[0] }
+        let tlsTrust = try request.value("tls-trust").map(certificates)
+        if tlsTrust != nil && !server.usesTLS {
+            throw DCError(
+                .usage, "tls-trust is for an https server", hint: "give the CA's https:// URL, or leave tls-trust out")
+        }
         let secretFile = try request.value("secret-file")
         let secretFD = try request.value("secret-fd")
         let certificate = try request.value("certificate")
@@ -206,6 +214,7 @@ struct CMPConfiguration: Sendable {
         }
         session = CMPSession(
             server: server, protection: protection, trustAnchors: anchors, serverCertificate: pinned,
+            tlsTrustAnchors: tlsTrust,
             messageTimeout: try seconds("message-timeout", default: 30),
             totalTimeout: try seconds("total-timeout", default: 120))
         if let text = try request.value("request") {
@@ -223,10 +232,12 @@ struct CMPConfiguration: Sendable {
     }
 
     /// One transaction, on a thread of its own: OpenSSL's client blocks while it waits and polls.
-    func enroll(_ key: CMPNewKey, subject: DistinguishedName?) async throws -> CMPIssued {
+    func enroll(_ key: CMPNewKey, subject: DistinguishedName?, tag: CredentialTag) async throws -> CMPIssued {
         let session = session
         let type = requestType
-        return try await Blocking.run { try CMPClient.enroll(type, newKey: key, subject: subject, session: session) }
+        return try await Blocking.run {
+            try CMPClient.enroll(type, newKey: key, subject: subject, tag: tag, session: session)
+        }
     }
 
     /// One `rr`, on a thread of its own.

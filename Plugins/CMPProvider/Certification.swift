@@ -67,7 +67,7 @@ extension CMPProvider: CertifyingProvider {
             guard let publicKey = request.publicKeys[tag] else { continue }
             try Task.checkCancellation()
             let issued = try await configuration.enroll(
-                .vouchedPublicKey(publicKey), subject: DistinguishedName(der: request.subject))
+                .vouchedPublicKey(publicKey), subject: DistinguishedName(der: request.subject), tag: tag)
             certificates[tag] = issued.certificate
             for certificate in issued.extraCertificates + issued.caPublications
             where !chain.contains(certificate) && certificate != issued.certificate {

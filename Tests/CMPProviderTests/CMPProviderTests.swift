@@ -178,14 +178,16 @@ struct CMPProviderTests {
     }
 
     @Test(
-        "Options: a server is http://HOST[:PORT]/PATH (https, other schemes and bad ports are usage errors); a secret and a certificate together, a kur with a secret, an ir without a subject are usage errors, before anything is sent"
+        "Options: a server is http[s]://HOST[:PORT]/PATH (other schemes and bad ports are usage errors); a secret and a certificate together, a kur with a secret, an ir without a subject are usage errors, before anything is sent"
     )
     func optionRules() async throws {
         let address = try CMPServerAddress(url: "http://ca.example:8080/ejbca/publicweb/cmp/alias")
         #expect(address.host == "ca.example" && address.port == 8080 && address.path == "ejbca/publicweb/cmp/alias")
         #expect(try CMPServerAddress(url: "http://[::1]/pkix/").description == "http://[::1]:80/pkix/")
+        let secure = try CMPServerAddress(url: "https://ca.example/.well-known/cmp")
+        #expect(secure.usesTLS && secure.port == 443 && secure.description == "https://ca.example:443/.well-known/cmp")
         for bad in [
-            "https://ca.example/pkix/", "ftp://ca.example/", "http://ca.example:0/", "http://:80/", "http://a@b/",
+            "ftp://ca.example/", "httpx://ca.example/", "http://ca.example:0/", "http://:80/", "http://a@b/",
         ] {
             #expect(throws: DCError.self, "\(bad)") { try CMPServerAddress(url: bad) }
         }

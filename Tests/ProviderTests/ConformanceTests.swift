@@ -1,3 +1,5 @@
+import CMPProvider
+import CMPTestServer
 import CredentialCoding
 import DerivedCredentials
 import DerivedCredentialsTesting
@@ -61,6 +63,34 @@ struct ConformanceTests {
                 ProviderRequest(options: ["dir": [issued.ca], "escrow-history": ["21"]]),
             ])
         #expect(report.isConforming, "\(report)")
+    }
+
+    @Test("cmp provider (the organisation's CA over CMP), with OpenSSL's generic CMP server as that CA")
+    func cmp() async throws {
+        let directory = try TemporaryDirectory("cmp-conformance")
+        defer { directory.remove() }
+        let pki = try CMPTestPKI(in: directory)
+        // Not the mock (`openssl cmp -port`): it answers one fixed certificate, and the kit asks
+        // for fresh keys.
+        let ca = try CMPTestServer(
+            caCertificate: pki.ca.certificate, caKey: pki.ca.key, reference: pki.reference, secretFile: pki.secretFile)
+        defer { ca.stop() }
+        let options: [String: [String]] = [
+            "server": [ca.url], "trust-anchor": [pki.ca.certificate], "reference": [pki.reference],
+            "secret-file": [pki.secretFile], "subject": ["O=Example CMP Test,CN=Alice {tag}"],
+        ]
+        let wrong = try directory.write("wrong.txt", "not the secret")
+        let report = await ProviderConformance.check(
+            CMPProvider(), request: ProviderRequest(options: options),
+            failingRequests: [
+                ProviderRequest(options: [:]),
+                ProviderRequest(options: options.merging(["secret-file": [wrong]]) { $1 }),
+                ProviderRequest(options: options.merging(["key-algorithm": ["dsa"]]) { $1 }),
+                ProviderRequest(options: options.merging(["server": ["ftp://ca.example/"]]) { $1 }),
+            ],
+            trustAnchors: try CredentialReader().read(file: pki.ca.certificate).certificates)
+        #expect(report.isConforming, "\(report)")
+        #expect(ca.certified >= 4, "\(ca.certified) issued")
     }
 
     @Test("Sample exec provider (Python, out of process)")

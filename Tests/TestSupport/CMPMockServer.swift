@@ -109,3 +109,69 @@ public struct CMPMockServer: Sendable {
         _ = process.wait(timeout: .seconds(10))
     }
 }
+
+/// nginx terminating TLS in front of a mock CMP server, as a CA's web front often does: one port
+/// with a certificate for 127.0.0.1 and one with a certificate for another host only (both issued
+/// by a TLS CA the openssl CLI makes here, not the CMP CA), each passing `/pkix/` on to the mock.
+public struct CMPTLSFront: Sendable {
+    /// The CA that issued both TLS certificates.
+    public let tlsCA: IssuedPair
+    /// The port whose certificate names 127.0.0.1.
+    public let port: Int
+    /// The port whose certificate names only `cmp.other.example`.
+    public let wrongHostPort: Int
+    public let nginx: NginxServer
+    /// nginx's access log: one line per request passed on (`status uri`).
+    public let accessLog: String
+
+    /// Makes the TLS CA and certificates, and starts nginx in front of `upstream`.
+    public init(in sandbox: Sandbox, pki: CMPTestPKI, upstream: CMPMockServer) async throws {
+        let directory = pki.directory
+        let ca = try OpenSSLFixtures.makeCA(
+            name: "tls-ca", subject: "/O=Example TLS Test/CN=TLS Test Root", in: directory)
+        func server(_ name: String, _ names: String) throws -> IssuedPair {
+            try OpenSSLFixtures.issue(
+                name: name, key: .p256, by: ca, subject: "/O=Example TLS Test/CN=\(name)",
+                keyUsage: "critical,digitalSignature", extendedKeyUsage: "serverAuth",
+                extra: ["subjectAltName=\(names)"], in: directory)
+        }
+        let right = try server("cmp-tls", "IP:127.0.0.1,DNS:localhost")
+        let wrong = try server("cmp-tls-other", "DNS:cmp.other.example")
+        let port = try freeLocalPort()
+        let wrongHostPort = try freeLocalPort()
+        let accessLog = sandbox.file("nginx/logs/access.log")
+        func block(_ port: Int, _ pair: IssuedPair) -> String {
+            """
+            server {
+              listen 127.0.0.1:\(port) ssl;
+              ssl_certificate \(pair.certificate);
+              ssl_certificate_key \(pair.key);
+              location /pkix/ { proxy_pass http://127.0.0.1:\(upstream.port); }
+            }
+            """
+        }
+        nginx = try await NginxServer(
+            in: sandbox,
+            http: """
+                log_format cmp '$status $request_uri';
+                access_log \(accessLog) cmp;
+                \(block(port, right))
+                \(block(wrongHostPort, wrong))
+                """)
+        tlsCA = ca
+        self.port = port
+        self.wrongHostPort = wrongHostPort
+        self.accessLog = accessLog
+    }
+
+    /// `https://127.0.0.1:PORT/pkix/`, whose certificate is for 127.0.0.1.
+    public var url: String { "https://127.0.0.1:\(port)/pkix/" }
+    /// `https://127.0.0.1:PORT/pkix/`, whose certificate is for another host.
+    public var wrongHostURL: String { "https://127.0.0.1:\(wrongHostPort)/pkix/" }
+
+    /// What nginx passed on so far.
+    public var accessLogText: String { (try? String(contentsOfFile: accessLog, encoding: .utf8)) ?? "" }
+
+    /// Stops nginx.
+    public func stop() { nginx.stop() }
+}

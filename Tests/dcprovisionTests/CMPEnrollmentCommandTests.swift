@@ -1,3 +1,4 @@
+import CMPTestServer
 import Foundation
 import TestSupport
 import Testing
@@ -20,8 +21,8 @@ struct CMPEnrollmentCommandTests {
         let pki: CMPTestPKI
         let leaf: IssuedPair
 
-        init(_ label: String) throws {
-            tools = try Tools(label)
+        init(_ label: String, extra: [String: String] = [:]) throws {
+            tools = try Tools(label, extra: extra)
             try tools.setUpManagedClient()
             pki = try CMPTestPKI(in: tools.sandbox.directory)
             leaf = try pki.leaf("authentication")
@@ -143,13 +144,135 @@ struct CMPEnrollmentCommandTests {
             try world.send(world.options(down) + ["secret=correct pbm secret"]), 64, "has no option 'secret'",
             "secret on argv")
         refused(
-            try world.send(world.options("https://127.0.0.1:1/pkix/")), 64, "CMP over https is not supported yet",
-            "https")
+            try world.send(world.options(down, more: ["tls-trust=\(pki.ca.certificate)"])), 64,
+            "tls-trust is for an https server", "tls-trust with http")
         #expect(try world.tools.run("dcclient", ["show", "authentication"]).status != 0, "a credential was installed")
     }
 }
 
 extension CMPEnrollmentCommandTests {
+    @Test(
+        "send --provider cmp without a tag option: four fresh keys, one enrolment each, each certificate for its own key with its tag's key usage and the subject asked for (openssl x509), chaining to the CA (openssl verify)"
+    )
+    func fourTags() throws {
+        let world = try World("cmp-four-tags")
+        defer { world.tools.sandbox.remove() }
+        // OpenSSL's generic CMP server as the CA: the mock answers one fixed certificate, so it
+        // cannot certify four fresh keys.
+        let ca = try CMPTestServer(
+            caCertificate: world.pki.ca.certificate, caKey: world.pki.ca.key, reference: world.pki.reference,
+            secretFile: world.pki.secretFile)
+        defer { ca.stop() }
+        let sent = try world.send([
+            "server=\(ca.url)", "trust-anchor=\(world.pki.ca.certificate)", "reference=\(world.pki.reference)",
+            "secret-file=\(world.pki.secretFile)", "subject=O=Example CMP Test,CN=Alice {tag}",
+        ])
+        #expect(sent.status == 0, "\(sent.stdoutText)\(sent.stderrText)")
+        #expect(ca.certified == 4 && ca.confirmed == 4, "\(ca.certified) issued, \(ca.confirmed) confirmed")
+        var keys: Set<String> = []
+        for (tag, usage) in [
+            ("authentication", "Digital Signature"), ("signing", "Non Repudiation"), ("encryption", "Key Agreement"),
+            ("escrow", "Key Agreement"),
+        ] {
+            let file = try world.tools.sandbox.write(
+                "\(tag).pem", try world.tools.check("dcclient", ["show", tag, "--pem"]).stdoutText)
+            let verified = try run(OpenSSLFixtures.openssl, ["verify", "-CAfile", world.pki.ca.certificate, file])
+            #expect(verified.status == 0, "\(tag): \(verified.stderrText)")
+            let text = try run(
+                OpenSSLFixtures.openssl, ["x509", "-in", file, "-noout", "-subject", "-ext", "keyUsage"]
+            ).stdoutText
+            #expect(text.contains(usage) && text.contains("CN = Alice \(tag)"), "\(tag): \(text)")
+            keys.insert(try run(OpenSSLFixtures.openssl, ["x509", "-in", file, "-noout", "-pubkey"]).stdoutText)
+        }
+        #expect(keys.count == 4, "the four tags share a key")
+    }
+
+    @Test(
+        "send --pkcs11 --derive --provider cmp: the card proves possession, each new key goes to the CA over CMP as raVerified and the client installs them; terminate --provider cmp revokes each one (rr)",
+        .softHSM)
+    func deriveThroughCMP() throws {
+        let world = try World("cmp-derive", extra: ["SOFTHSM2_CONF": SoftHSM.shared.configuration])
+        defer { world.tools.sandbox.remove() }
+        // OpenSSL's generic CMP server as the CA, as the mock cannot certify keys made on the way.
+        let ca = try CMPTestServer(
+            caCertificate: world.pki.ca.certificate, caKey: world.pki.ca.key, reference: world.pki.reference,
+            secretFile: world.pki.secretFile, acceptRAVerified: true)
+        defer { ca.stop() }
+        let pin = try world.tools.sandbox.write("pin", SoftHSM.userPIN + "\n")
+        let crl = try OpenSSLFixtures.shared.crl(revoking: [], name: "card.crl", in: world.tools.sandbox.directory)
+        let cmp = [
+            "server=\(ca.url)", "trust-anchor=\(world.pki.ca.certificate)", "reference=\(world.pki.reference)",
+            "secret-file=\(world.pki.secretFile)", "record=record",
+        ].flatMap { ["--option", $0] }
+        let sent = try world.tools.run(
+            "dcprovision",
+            Self.send.filter { $0 != "--name" && $0 != "CMP credential" } + [
+                "--pkcs11", "pkcs11:token=PIV%20Card", "--layout", "piv", "--derive", "--provider", "cmp",
+                "--card-trust-anchor", OpenSSLFixtures.shared.ca.certificate, "--crl", crl, "--pkcs11-module",
+                "softhsm2", "--pin-file", pin,
+            ] + cmp)
+        #expect(sent.status == 0, "\(sent.stdoutText)\(sent.stderrText)")
+        #expect(ca.certified == 3 && ca.confirmed == 3, "\(ca.certified) issued, \(ca.confirmed) confirmed")
+        let listed = try world.tools.check("dcclient", ["list"]).stdoutText
+        for tag in ["authentication", "signing", "encryption"] {
+            #expect(listed.contains("\(tag) ") && listed.contains("CN=Alice authentication,"), "\(listed)")
+            let file = try world.tools.sandbox.write(
+                "\(tag).pem", try world.tools.check("dcclient", ["show", tag, "--pem"]).stdoutText)
+            let verified = try run(OpenSSLFixtures.openssl, ["verify", "-CAfile", world.pki.ca.certificate, file])
+            #expect(verified.status == 0, "\(tag): \(verified.stderrText)")
+        }
+        #expect(!listed.contains("escrow"), "\(listed)")
+        // The record keeps the three by card; terminate revokes each over CMP.
+        let cards = try FileManager.default.contentsOfDirectory(atPath: world.tools.sandbox.file("record"))
+        let card = try #require(cards.first)
+        #expect(cards.count == 1)
+        let kept = try FileManager.default.contentsOfDirectory(atPath: world.tools.sandbox.file("record/\(card)"))
+        #expect(kept.count == 3, "\(kept)")
+        let terminated = try world.tools.run(
+            "dcprovision", ["terminate", "--card-serial", card, "--provider", "cmp"] + cmp)
+        #expect(terminated.status == 0, "\(terminated.stdoutText)\(terminated.stderrText)")
+        #expect(ca.revoked == 3, "\(ca.revoked) revoked")
+    }
+
+    @Test(
+        "send --provider cmp --option server=https://…: through nginx terminating TLS in front of the mock CA, the server's TLS certificate checked against tls-trust and the host; attack: a TLS certificate from another CA, for another host, or not in the system's CAs exits 77, one line, nothing sent"
+    )
+    func sendOverHTTPS() async throws {
+        let world = try World("cmp-https")
+        defer { world.tools.sandbox.remove() }
+        let server = try CMPMockServer.start(world.pki, answering: world.leaf.certificate)
+        defer { server.stop() }
+        let front = try await CMPTLSFront(in: world.tools.sandbox, pki: world.pki, upstream: server)
+        defer { front.stop() }
+        func refused(_ options: [String], _ words: String, _ what: String) throws {
+            let result = try world.send(options)
+            #expect(result.status == 77, "\(what): \(result.status) \(result.stdoutText)\(result.stderrText)")
+            #expect(result.stderrText.split(separator: "\n").count == 1, "\(what): \(result.stderrText)")
+            #expect(
+                result.stderrText.contains("TLS certificate is not trusted: \(words)"), "\(what): \(result.stderrText)")
+            #expect(world.spool.isEmpty, "\(what): something was spooled")
+        }
+        // The CMP CA did not issue nginx's certificate; the system's CAs know neither.
+        try refused(
+            world.options(front.url, more: ["tls-trust=\(world.pki.ca.certificate)"]),
+            "unable to get local issuer certificate", "another CA")
+        try refused(world.options(front.url), "unable to get local issuer certificate", "system CAs")
+        try refused(
+            world.options(front.wrongHostURL, more: ["tls-trust=\(front.tlsCA.certificate)"]), "IP address mismatch",
+            "another host")
+        #expect(!front.accessLogText.contains("/pkix/"), "a refused server was sent a request: \(front.accessLogText)")
+        #expect(!server.logText.contains("POST /pkix/"), "\(server.logText)")
+        #expect(try world.tools.run("dcclient", ["show", "authentication"]).status != 0, "a credential was installed")
+
+        let sent = try world.send(world.options(front.url, more: ["tls-trust=\(front.tlsCA.certificate)"]))
+        #expect(sent.status == 0, "\(sent.stdoutText)\(sent.stderrText)")
+        let installed = try world.tools.check("dcclient", ["show", "authentication", "--pem"]).stdoutText
+        let file = try world.tools.sandbox.write("installed.pem", installed)
+        #expect(try world.fingerprint(file) == (try world.fingerprint(world.leaf.certificate)))
+        // Both messages (ir, certConf) went through nginx's TLS port.
+        #expect(front.accessLogText.components(separatedBy: "200 /pkix/").count - 1 == 2, "\(front.accessLogText)")
+    }
+
     @Test(
         "terminate --provider cmp: a revocation request (rr) per certificate the cmp provider's record kept for the card, answered by the mock CA; a server that is down is exit 69, a card with no record exit 66"
     )

@@ -1,30 +1,31 @@
 import DerivedCredentials
 import FoundationEssentials
 
-/// A CMP server's address, `http://HOST[:PORT]/PATH` (RFC 6712: CMP over HTTP). The messages
-/// protect themselves (a MAC or a signature), so plain HTTP is what RFC 9483 profiles; `https://`
-/// is refused until a TLS transfer is built (docs/USING-YOUR-CA.md).
+/// A CMP server's address, `http://HOST[:PORT]/PATH` (RFC 6712: CMP over HTTP) or `https://…`.
+/// The messages protect themselves (a MAC or a signature), so plain HTTP is what RFC 9483
+/// profiles; over `https` the server's TLS certificate is checked too (``CMPSession/tlsTrustAnchors``,
+/// and the host name against it).
 public struct CMPServerAddress: Sendable, Hashable, CustomStringConvertible {
     /// The host name or address (an IPv6 address without its brackets).
     public let host: String
-    /// The TCP port; 80 when the URL names none.
+    /// The TCP port; 80 (443 for `https`) when the URL names none.
     public let port: Int
     /// The path without its leading `/`, such as `pkix/` or `.well-known/cmp`.
     public let path: String
+    /// Whether the URL is `https`: the messages go through TLS.
+    public let usesTLS: Bool
 
-    /// Parses `url`. Throws `DCError/Code/usage` for anything but `http://HOST[:PORT][/PATH]`.
+    /// Parses `url`. Throws `DCError/Code/usage` for anything but `http[s]://HOST[:PORT][/PATH]`.
     public init(url: String) throws {
         let text = url.escapingControlCharacters
-        if url.lowercased().hasPrefix("https://") {
+        let lowered = url.lowercased()
+        usesTLS = lowered.hasPrefix("https://")
+        guard usesTLS || lowered.hasPrefix("http://") else {
             throw DCError(
-                .usage, "CMP over https is not supported yet", subject: text,
-                hint: "give the CA's http:// CMP URL: the CMP messages are protected themselves")
+                .usage, "a CMP server is an http:// or https:// URL", subject: text,
+                hint: "such as http://ca.example:8080/pkix/")
         }
-        guard url.lowercased().hasPrefix("http://") else {
-            throw DCError(
-                .usage, "a CMP server is an http:// URL", subject: text, hint: "such as http://ca.example:8080/pkix/")
-        }
-        let rest = url.dropFirst("http://".count)
+        let rest = url.dropFirst(usesTLS ? "https://".count : "http://".count)
         let authority = rest.prefix { $0 != "/" }
         path = String(rest.dropFirst(authority.count).drop { $0 == "/" })
         var hostPart = Substring(authority)
@@ -54,16 +55,16 @@ public struct CMPServerAddress: Sendable, Hashable, CustomStringConvertible {
             }
             port = number
         } else {
-            port = 80
+            port = usesTLS ? 443 : 80
         }
         guard path.allSatisfy({ !$0.isWhitespace && $0 != "?" && $0 != "#" }) else {
             throw DCError(.usage, "the CMP path may not hold spaces, a query or a fragment", subject: text)
         }
     }
 
-    /// `http://HOST:PORT/PATH`.
+    /// `http://HOST:PORT/PATH` or `https://HOST:PORT/PATH`.
     public var description: String {
-        "http://\(host.contains(":") ? "[\(host)]" : host):\(port)/\(path)"
+        "\(usesTLS ? "https" : "http")://\(host.contains(":") ? "[\(host)]" : host):\(port)/\(path)"
     }
 }
 
@@ -88,6 +89,9 @@ public struct CMPSession: Sendable {
     public var trustAnchors: [Certificate]
     /// The CMP server's own certificate, when the answers must be signed by exactly it.
     public var serverCertificate: Certificate?
+    /// For an `https` server: the CA certificates its TLS certificate must chain to; nil for the
+    /// system's CA certificates. Its host name (or address) is checked against the certificate either way.
+    public var tlsTrustAnchors: [Certificate]?
     /// Seconds each HTTP exchange may take.
     public var messageTimeout: Int
     /// Seconds the whole transaction may take, polling included: the polling limit.
@@ -96,12 +100,14 @@ public struct CMPSession: Sendable {
     /// A session with these fields as given.
     public init(
         server: CMPServerAddress, protection: CMPProtection, trustAnchors: [Certificate],
-        serverCertificate: Certificate? = nil, messageTimeout: Int = 30, totalTimeout: Int = 120
+        serverCertificate: Certificate? = nil, tlsTrustAnchors: [Certificate]? = nil, messageTimeout: Int = 30,
+        totalTimeout: Int = 120
     ) {
         self.server = server
         self.protection = protection
         self.trustAnchors = trustAnchors
         self.serverCertificate = serverCertificate
+        self.tlsTrustAnchors = tlsTrustAnchors
         self.messageTimeout = messageTimeout
         self.totalTimeout = totalTimeout
     }

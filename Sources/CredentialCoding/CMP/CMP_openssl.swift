@@ -16,10 +16,13 @@ public enum CMPClient {
     /// certificate is accepted only when it is for `newKey` and chains to the trust anchors, and
     /// the CA's answers only when their protection verifies (the MAC with our secret, or the
     /// signature with the server certificate or the trust anchors). `subject` is required for
-    /// `ir` and `cr`; `kur` takes the old certificate's subject when it is nil. Blocks the calling
-    /// thread: run it on a thread of its own.
+    /// `ir` and `cr`; `kur` takes the old certificate's subject when it is nil. With `tag`, the
+    /// request asks for that tag's key usage and purposes (``TagProfile``) in its template: a CA
+    /// that takes requested extensions issues them, one that decides by its own profile ignores
+    /// them. Blocks the calling thread: run it on a thread of its own.
     public static func enroll(
-        _ type: CMPRequestType, newKey: CMPNewKey, subject: DistinguishedName?, session: CMPSession
+        _ type: CMPRequestType, newKey: CMPNewKey, subject: DistinguishedName?, tag: CredentialTag? = nil,
+        session: CMPSession
     ) throws -> CMPIssued {
         OpenSSLError.clear()
         let context = try CMPContext(session)
@@ -29,11 +32,13 @@ public enum CMPClient {
                 throw DCError(.malformedInput, "the key to certify cannot be read")
             }
             try context.setNewKey(pkey, isPrivate: true)
+            if let tag { try context.requestExtensions(TagProfile.of(tag), ec: pkey.curveName != nil) }
         case .vouchedPublicKey(let spki):
             guard let pkey = PKey.fromSubjectPublicKeyInfo(spki) else {
                 throw DCError(.malformedInput, "the public key to certify is not a SubjectPublicKeyInfo")
             }
             try context.setNewKey(pkey, isPrivate: false)
+            if let tag { try context.requestExtensions(TagProfile.of(tag), ec: pkey.curveName != nil) }
             // The key's holder proved possession to us (a card's signature over our challenge),
             // not to the CA: we vouch for it as its registration authority (RFC 4211 4.1).
             guard OSSL_CMP_CTX_set_option(context.pointer, OSSL_CMP_OPT_POPO_METHOD, OSSL_CRMF_POPO_RAVERIFIED) == 1
@@ -97,6 +102,8 @@ final class CMPContext {
     let server: CMPServerAddress
     private let pinned: Bool
     private var newCertificateTrust: CertificateStore?
+    /// For an `https` server; freed after the context, whose transfers borrow it.
+    private var tls: CMPTLSContext?
 
     init(_ session: CMPSession) throws {
         OpenSSL.ensureInitialized()
@@ -118,6 +125,14 @@ final class CMPContext {
             OSSL_CMP_CTX_set_option(pointer, OSSL_CMP_OPT_MSG_TIMEOUT, Int32(session.messageTimeout)) == 1,
             OSSL_CMP_CTX_set_option(pointer, OSSL_CMP_OPT_TOTAL_TIMEOUT, Int32(session.totalTimeout)) == 1
         else { throw OpenSSL.failure("setting the CMP server") }
+        if session.server.usesTLS {
+            let tls = try CMPTLSContext(host: session.server.host, anchors: session.tlsTrustAnchors)
+            self.tls = tls
+            // OpenSSL's client asks for TLS when the callback's argument is set.
+            guard OSSL_CMP_CTX_set_http_cb(pointer, CMPTLSContext.callback) == 1,
+                OSSL_CMP_CTX_set_http_cb_arg(pointer, UnsafeMutableRawPointer(tls.pointer)) == 1
+            else { throw OpenSSL.failure("OSSL_CMP_CTX_set_http_cb") }
+        }
         switch session.protection {
         case .sharedSecret(let reference, let secret):
             let referenceBytes = Array(reference.utf8)
@@ -184,6 +199,33 @@ final class CMPContext {
         }
     }
 
+    /// Asks for `profile`'s key usage and purposes, as the certificate template's extensions
+    /// (RFC 4211 5: `extensions`), which the context takes.
+    func requestExtensions(_ profile: TagProfile, ec: Bool) throws {
+        var stack: OpaquePointer?
+        var context = X509V3_CTX()
+        X509V3_set_ctx(&context, nil, nil, nil, nil, 0)
+        for (name, value) in [
+            ("keyUsage", "critical," + profile.requiredKeyUsage(ec: ec).names.joined(separator: ",")),
+            ("extendedKeyUsage", profile.issuedPurposes.map(\.rawValue).joined(separator: ",")),
+        ] {
+            guard let ext = X509V3_EXT_nconf(nil, &context, name, value) else {
+                dc_sk_X509_EXTENSION_pop_free(stack)
+                throw OpenSSL.failure("X509V3_EXT_nconf(\(name))")
+            }
+            defer { X509_EXTENSION_free(ext) }
+            // X509v3_add_ext adds a copy, making the stack when there is none.
+            guard X509v3_add_ext(&stack, ext, -1) != nil else {
+                dc_sk_X509_EXTENSION_pop_free(stack)
+                throw OpenSSL.failure("X509v3_add_ext")
+            }
+        }
+        guard OSSL_CMP_CTX_set0_reqExtensions(pointer, stack) == 1 else {
+            dc_sk_X509_EXTENSION_pop_free(stack)
+            throw OpenSSL.failure("OSSL_CMP_CTX_set0_reqExtensions")
+        }
+    }
+
     /// The CA's status as OpenSSL prints it (`PKIStatus: rejection; PKIFailureInfo: badPOP; …`),
     /// or nil when no answer carried one.
     var statusText: String? {
@@ -196,18 +238,10 @@ final class CMPContext {
     /// The failed transaction as one error: OpenSSL's error queue, drained, and the CA's status
     /// decide the code.
     func failure(_ what: String) -> DCError {
-        var reasons: [String] = []
-        var cmpReasons: Set<Int32> = []
-        var libraries: Set<Int32> = []
-        while true {
-            let code = ERR_get_error_all(nil, nil, nil, nil, nil)
-            if code == 0 { break }
-            var buffer = [CChar](repeating: 0, count: 256)
-            ERR_error_string_n(code, &buffer, buffer.count)
-            reasons.append(String(nulTerminated: buffer))
-            libraries.insert(dc_err_lib(code))
-            if dc_err_lib(code) == ERR_LIB_CMP { cmpReasons.insert(dc_err_reason(code)) }
-        }
+        let entries = OpenSSLError.drainEntries()
+        var reasons = entries.map(\.text)
+        let cmpReasons = Set(entries.filter { $0.library == ERR_LIB_CMP }.map(\.reason))
+        let libraries = Set(entries.map(\.library))
         let status = OSSL_CMP_CTX_get_status(pointer)
         let failInfo = OSSL_CMP_CTX_get_failInfoCode(pointer)
         if let text = statusText { reasons.append(text) }
@@ -218,6 +252,15 @@ final class CMPContext {
         }
         let cause = OpenSSLError(reasons: reasons)
         let subject = server.description
+        let tlsFailure = CMPLog.tlsVerifyFailure()
+        if tlsFailure != nil
+            || entries.contains(where: { $0.library == ERR_LIB_SSL && $0.reason == SSL_R_CERTIFICATE_VERIFY_FAILED })
+        {
+            return DCError(
+                .caTLSNotTrusted,
+                "\(what): the CMP server's TLS certificate is not trusted: \(tlsFailure ?? "certificate verify failed")",
+                subject: subject, underlying: cause)
+        }
         if cmpReasons.contains(CMP_R_WRONG_PBM_VALUE) {
             return DCError(
                 .caRefused,
@@ -280,6 +323,7 @@ final class CMPContext {
 enum CMPLog {
     final class Lines {
         var lines: [(level: Int32, text: String)] = []
+        var tlsVerifyFailure: String?
     }
 
     static let key: pthread_key_t = {
@@ -302,6 +346,18 @@ enum CMPLog {
     static func append(level: Int32, _ text: String) {
         guard let held = pthread_getspecific(key) else { return }
         Unmanaged<Lines>.fromOpaque(held).takeUnretainedValue().lines.append((level, text))
+    }
+
+    /// Keeps why OpenSSL refused the server's TLS certificate (`X509_verify_cert_error_string`).
+    static func noteTLSVerifyFailure(_ reason: String) {
+        guard let held = pthread_getspecific(key) else { return }
+        Unmanaged<Lines>.fromOpaque(held).takeUnretainedValue().tlsVerifyFailure = reason
+    }
+
+    /// Why the server's TLS certificate was refused in this transaction, if it was.
+    static func tlsVerifyFailure() -> String? {
+        guard let held = pthread_getspecific(key) else { return nil }
+        return Unmanaged<Lines>.fromOpaque(held).takeUnretainedValue().tlsVerifyFailure
     }
 
     static func lines() -> [(level: Int32, text: String)] {

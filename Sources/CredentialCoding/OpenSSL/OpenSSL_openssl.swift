@@ -13,16 +13,31 @@ public struct OpenSSLError: Error, Sendable, CustomStringConvertible {
 
     /// Drains the calling thread's queue. OpenSSL keeps one queue per thread; every failed call we
     /// make is followed by a drain, so a stale entry never attaches itself to a later error.
-    static func drain() -> OpenSSLError {
-        var reasons: [String] = []
+    static func drain() -> OpenSSLError { OpenSSLError(reasons: drainEntries().map(\.text)) }
+
+    /// One entry of the error queue: its packed code, which names the library and the reason,
+    /// and OpenSSL's text for it.
+    struct Entry {
+        let code: UInt
+        let text: String
+        /// The library that raised it (`ERR_LIB_CMP`, `ERR_LIB_SSL`…).
+        var library: Int32 { dc_err_lib(code) }
+        /// The reason within that library (`CMP_R_WRONG_PBM_VALUE`…).
+        var reason: Int32 { dc_err_reason(code) }
+    }
+
+    /// Drains the calling thread's queue, oldest first, for a caller that decides by the codes
+    /// (the CMP client) as well as keeping the text; ``drain()`` keeps the text alone.
+    static func drainEntries() -> [Entry] {
+        var entries: [Entry] = []
         while true {
             let code = ERR_get_error_all(nil, nil, nil, nil, nil)
             if code == 0 { break }
             var buffer = [CChar](repeating: 0, count: 256)
             ERR_error_string_n(code, &buffer, buffer.count)
-            reasons.append(String(nulTerminated: buffer))
+            entries.append(Entry(code: code, text: String(nulTerminated: buffer)))
         }
-        return OpenSSLError(reasons: reasons)
+        return entries
     }
 
     /// Forgets whatever an earlier, handled failure left behind.

@@ -354,6 +354,12 @@ extension DCError.Code {
     public static let caAnswerNotTrusted = Self(
         "caAnswerNotTrusted", .dataError,
         hint: "configure the CA certificates the CMP server and its certificates chain to")
+    /// The `https` CMP server's TLS certificate does not chain to the TLS trust anchors (or the
+    /// system's CA certificates), or is not for the host the URL names (exit 77): nothing was sent
+    /// over the connection. We refuse the server, as we refuse a card whose certificate is not trusted.
+    public static let caTLSNotTrusted = Self(
+        "caTLSNotTrusted", .refused,
+        hint: "check the server's host name, and the CA certificates its TLS certificate must chain to")
     /// The CA still answers "waiting" when the polling limit is reached (exit 75).
     public static let caPending = Self(
         "caPending", .temporaryFailure,

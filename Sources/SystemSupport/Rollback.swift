@@ -178,6 +178,7 @@ public final class Rollback {
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
         var done = 0
         while done < bytes.count {
+            // cannot fail: the buffer is not empty inside this loop, so it has a base address.
             let count = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + done, $0.count - done) }
             if count < 0 && errno == EINTR { continue }
             guard count > 0 else { break }

@@ -124,11 +124,18 @@ struct LocalSSHD {
         let process = try SpawnedProcess(
             "/usr/bin/ssh-agent", ["-D", "-a", socket, "-P", module], environment: tokens.sandbox.environment,
             output: directory + "/agent.log")
-        for _ in 0..<200 where !FileManager.default.fileExists(atPath: socket) {
+        // The socket's file appears at bind(2), a moment before the agent listens: wait until it
+        // answers (`ssh-add -l` exits 2 only when it cannot reach the agent).
+        func answers() throws -> Bool {
+            guard FileManager.default.fileExists(atPath: socket) else { return false }
+            return try sshAdd(["-l"], socket: socket).status != 2
+        }
+        for _ in 0..<200 where !(try answers()) {
             try await Task.sleep(for: .milliseconds(50))
         }
-        if !FileManager.default.fileExists(atPath: socket) { stop(process) }
-        try #require(FileManager.default.fileExists(atPath: socket), "ssh-agent did not start")
+        let started = try answers()
+        if !started { stop(process) }
+        try #require(started, "ssh-agent did not start")
         return (process, socket)
     }
 

@@ -49,6 +49,7 @@ public struct ExecProvider: CredentialProvider {
 
     /// Writes `line` and a newline to this process's standard error: the default ``stderrHandler``.
     @Sendable public static func writeToStandardError(_ line: String) {
+        TerminalLine.makeRoom()
         FileHandle.standardError.write(Data((line + "\n").utf8))
     }
 

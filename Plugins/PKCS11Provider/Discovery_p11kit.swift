@@ -2,6 +2,7 @@ internal import CP11Kit
 import CredentialCoding
 import DerivedCredentials
 import Foundation
+import SystemSupport
 
 /// A token in a slot, as `dcprovision tokens` shows it.
 public struct TokenInfo: Sendable, Codable, Hashable {
@@ -327,6 +328,7 @@ public enum PKCS11Discovery {
                     (error as? DCError).map { error in
                         error.message + (error.underlying.map { " (\($0))" } ?? "")
                     } ?? "\(error)"
+                TerminalLine.makeRoom()
                 FileHandle.standardError.write(
                     Data("warning: PKCS#11 module \(name.escapingControlCharacters) left out: \(why)\n".utf8))
                 return nil

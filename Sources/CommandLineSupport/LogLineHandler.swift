@@ -124,6 +124,7 @@ public struct LogLineHandler: LogHandler {
             Self.appendValue(value.description, to: &line)
         }
         line.append(UInt8(ascii: "\n"))
+        TerminalLine.makeRoom()
         Self.write(line, to: descriptor)
     }
 

@@ -63,7 +63,7 @@ public final class ProgressLine: Sendable {
         self.state = Mutex(State(label: label, done: counting ? 0 : nil, total: total.map(Int64.init)))
         guard enabled else { return }
         // A passphrase prompt clears the line before it asks (and nothing is drawn while it does).
-        TerminalLine.clearing { [weak self] in self?.clear() }
+        TerminalLine.clearing(for: ObjectIdentifier(self)) { [weak self] in self?.clear() }
         // Nothing may come for a while (one slow call to a card): the line still appears on time.
         DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(1)) { [self] in tick() }
     }
@@ -113,7 +113,7 @@ public final class ProgressLine: Sendable {
             state.finished = true
             Self.clear(&state)
         }
-        TerminalLine.clearing(nil)
+        TerminalLine.stopClearing(for: ObjectIdentifier(self))
     }
 
     /// Clears the line for a prompt; the next update draws it again.

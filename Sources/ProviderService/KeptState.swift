@@ -19,14 +19,15 @@ extension CredentialService {
         rollback.keep(locations.providerRegistration(callbackScheme))
     }
 
-    /// Keeps the trust verifiers read: the revocation list and its expiries, the trust-signing key,
-    /// and the publication (its record and the files of the remembered directory, or of
-    /// `directory`). Not the number of the last list signed: a failed publication may use one up,
-    /// but a number is never used twice (``publishTrust(to:validity:now:)``).
+    /// Keeps the trust verifiers read: the trust-signing key and the publication (its record and
+    /// the files of the remembered directory, or of `directory`); the revocation list and its
+    /// expiries only while absent (made afresh, they go again). A revocation list that exists is
+    /// never put back: a policy command may have added to it meanwhile, and a revocation errs
+    /// toward revoked. Not the number of the last list signed either: a failed publication may use
+    /// one up, but a number is never used twice (``publishTrust(to:validity:now:)``).
     func keepTrust(in rollback: Rollback, publishingTo directory: String? = nil) {
-        for path in [revocationsPath, revokedExpiriesPath, publicationPath, stateDirectory + "/trust-signing-key"] {
-            rollback.keep(path)
-        }
+        for path in [revocationsPath, revokedExpiriesPath] { rollback.keepIfAbsent(path) }
+        for path in [publicationPath, stateDirectory + "/trust-signing-key"] { rollback.keep(path) }
         let remembered = (try? publication())?.directory
         for directory in Set([directory, remembered].compactMap { $0 }) {
             let absolute = URL(fileURLWithPath: directory).standardizedFileURL.path

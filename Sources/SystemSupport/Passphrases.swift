@@ -135,16 +135,26 @@ public enum SecretInput {
 
 /// Where a prompt, a message and a progress line meet on one terminal: while a prompt asks
 /// (``isAsking``), no progress is drawn, and a line drawn before the question or a message
-/// (``makeRoom()``) is cleared first (the progress line registers how, ``clearing(_:)``), so the
+/// (``makeRoom()``) is cleared first (the progress line registers how, ``clearing(for:_:)``), so the
 /// question or message starts a clean line and is never drawn over.
 public enum TerminalLine {
-    private static let state = Mutex<(asking: Int, clear: (@Sendable () -> Void)?)>((0, nil))
+    private static let state = Mutex<(asking: Int, clear: (@Sendable () -> Void)?, owner: ObjectIdentifier?)>(
+        (0, nil, nil))
 
     /// Whether a prompt is asking now: progress waits until it has its answer.
     public static var isAsking: Bool { state.withLock { $0.asking > 0 } }
 
-    /// Sets how the progress line now on the terminal is cleared (nil: none is).
-    public static func clearing(_ clear: (@Sendable () -> Void)?) { state.withLock { $0.clear = clear } }
+    /// Sets how the progress line `owner` now on the terminal is cleared.
+    public static func clearing(for owner: ObjectIdentifier, _ clear: @escaping @Sendable () -> Void) {
+        state.withLock { $0 = ($0.asking, clear, owner) }
+    }
+
+    /// Forgets how `owner` is cleared (it has finished), unless another line has taken its place.
+    public static func stopClearing(for owner: ObjectIdentifier) {
+        state.withLock { state in
+            if state.owner == owner { state = (state.asking, nil, nil) }
+        }
+    }
 
     /// Clears the progress line before a message is written to standard error (a warning, a card's
     /// PIN tries left), so the message starts a line of its own; the progress line is drawn again at
@@ -309,6 +319,9 @@ public final class InteractivePassphrase: PassphraseSource, @unchecked Sendable 
             throw TerminalPrompt.noTerminal(subject)
         }
         let text = description(subject) + (detail.isEmpty ? "" : "\n\n" + detail)
+        // pinentry-tty and -curses draw on the same terminal: no progress over their question.
+        TerminalLine.beginAsking()
+        defer { TerminalLine.endAsking() }
         return try pinentry.ask(
             Pinentry.Question(
                 title: title, description: text, prompt: capitalized, error: error,

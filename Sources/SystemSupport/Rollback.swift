@@ -8,7 +8,7 @@ import FoundationEssentials
 /// What a command that makes state has changed so far, and how to put it back: the command either
 /// completes or leaves nothing.
 ///
-/// Before a step changes a path, the command keeps it (``keep(_:)``): a path that is absent is
+/// Before a step changes a path, the command keeps it (`keep(_:)`): a path that is absent is
 /// removed again, and so are the directories made on the way to it (when empty); a file (its bytes
 /// and mode) or a symbolic link is put back as it was, and only if it changed. ``keepTree(_:except:)``
 /// keeps every path under a directory, for a step whose writes are not known one by one: what
@@ -18,7 +18,8 @@ import FoundationEssentials
 ///
 /// A lock file (a name ending in `.lock`, as every `FileLock` of the toolkit has) that appears is
 /// left: it holds nothing, and another process may be waiting on it or holding it. Only a directory
-/// the work made that holds nothing else goes with its lock files.
+/// the work made that holds nothing else goes with its lock files, each unlinked only while nobody
+/// holds it.
 ///
 /// A process that is killed midway takes nothing back: a command that must survive that leaves a
 /// marker of its own, removed last, that the next run reads (as `dcclient init` does).
@@ -95,6 +96,15 @@ public final class Rollback {
         }
     }
 
+    /// Keeps `path` only while it is absent, so that a file the work makes goes again; one that
+    /// exists is never put back. For what must not be undone once there, such as a revocation list
+    /// another command may have added to meanwhile (a revocation errs toward revoked).
+    public func keepIfAbsent(_ path: String) {
+        var info = stat()
+        guard lstat(path, &info) != 0 else { return }
+        keep(path)
+    }
+
     /// Keeps every path under `directory` (and the directory itself) as it is now; paths in
     /// `except` (absolute) are neither put back nor removed: what a step must keep even when the
     /// work fails, such as a number that must never be used twice.
@@ -129,7 +139,7 @@ public final class Rollback {
         for (path, state) in kept.reversed() {
             switch state {
             case .absent(let made):
-                try? FileManager.default.removeItem(atPath: path)
+                Self.removeMade(path)
                 for directory in made.reversed() { Self.removeIfOnlyLocks(directory) }
             case .file(let bytes, let mode, let stamp):
                 var info = stat()
@@ -150,7 +160,7 @@ public final class Rollback {
                     !names.contains($0) && !except.contains(path + "/" + $0) && !Self.isLockFile($0)
                 }
                 // Deepest first, so that a new directory is emptied before it goes.
-                for name in appeared.sorted(by: >) { try? FileManager.default.removeItem(atPath: path + "/" + name) }
+                for name in appeared.sorted(by: >) { Self.removeMade(path + "/" + name) }
             }
         }
     }
@@ -164,23 +174,52 @@ public final class Rollback {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: path),
             names.allSatisfy(isLockFile)
         else { return }
-        for name in names { unlink(path + "/" + name) }
+        for name in names { unlinkUnheldLock(path + "/" + name) }
         rmdir(path)
+    }
+
+    /// Removes `path`, which the work made, without following links: a directory's contents
+    /// first, each lock file only while nobody holds it (``unlinkUnheldLock(_:)``), and the
+    /// directory itself only once it is empty, so a lock another process holds keeps its place.
+    private static func removeMade(_ path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        guard info.st_mode & S_IFMT == S_IFDIR else {
+            if isLockFile(path) { unlinkUnheldLock(path) } else { unlink(path) }
+            return
+        }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] {
+            removeMade(path + "/" + name)
+        }
+        rmdir(path)
+    }
+
+    /// Unlinks the lock file `path` while holding its lock, and only if nobody else holds it: a
+    /// lock held elsewhere stays, so two processes never each hold "the" lock on two files.
+    private static func unlinkUnheldLock(_ path: String) {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { return }
+        unlink(path)
     }
 
     /// The bytes of the regular file `path`, read without following a link; nil when it cannot be read.
     private static func read(_ path: String) -> SecretBytes? {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        // Non-blocking, so that a FIFO put in its place cannot hold the command; only a regular file.
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
         var info = stat()
-        guard fstat(fd, &info) == 0 else { return nil }
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
         var done = 0
         while done < bytes.count {
             // cannot fail: the buffer is not empty inside this loop, so it has a base address.
             let count = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + done, $0.count - done) }
             if count < 0 && errno == EINTR { continue }
+            // A failing read is not the file's content: nothing is kept rather than a part of it.
+            guard count >= 0 else { return nil }
             guard count > 0 else { break }
             done += count
         }

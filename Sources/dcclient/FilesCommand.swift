@@ -33,6 +33,7 @@ extension DCClient {
                 var info = stat()
                 let size = fstat(descriptor, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG ? Int(info.st_size) : nil
                 let progress = ProgressLine("storing \(name)", total: size, unit: .bytes)
+                defer { progress.finish() }
                 try files.write(to: name, fromDescriptor: descriptor) { progress.set(done: $0) }
                 progress.finish()
                 Console.say("stored \(name)")
@@ -50,6 +51,7 @@ extension DCClient {
 
             func run() async throws {
                 let progress = ProgressLine("reading \(name)", unit: .bytes)
+                defer { progress.finish() }
                 try app.client().secureFiles.read(name) {
                     StandardStream.output.write(bytes: $0)
                     progress.advance(by: $0.count)

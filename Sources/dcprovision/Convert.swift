@@ -73,6 +73,7 @@ struct Convert: AsyncParsableCommand, OutputCommand {
         if source.isEmpty {
             let reader = CredentialReader(passphrase: try passphrase.source())
             let progress = ProgressLine("reading", total: inputs.count)
+            defer { progress.finish() }
             for input in inputs {
                 let material = try reader.read(file: input)
                 objects += ConversionOutputs.outputs(

@@ -75,3 +75,67 @@ struct RollbackTests {
             ])
     }
 }
+
+/// The two things a rollback must never undo: another process's lock and a revocation list that
+/// already exists.
+@Suite("Rollback never takes a held lock or an existing revocation list back", .ownThreads, .timeLimit(.minutes(1)))
+struct RollbackLimitsTests {
+    @Test(
+        "Attack: a lock another process holds inside a directory the failed work made stays, with its directory; an unheld one goes"
+    )
+    func heldLockStays() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let made = directory.file("delegations")
+        let held = made + "/other.json.lock"
+        var holder: Int32 = -1
+        #expect(throws: RollbackTests.Stop.self) {
+            try Rollback.allOrNothing { rollback in
+                rollback.keep(made + "/mine.json")
+                try AtomicFileSet.ensureDirectory(made)
+                try Data("mine".utf8).write(to: URL(fileURLWithPath: made + "/mine.json"))
+                // Another process locks its record in the new directory meanwhile.
+                holder = open(held, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+                flock(holder, LOCK_EX)
+                throw RollbackTests.Stop()
+            }
+        }
+        #expect(FileManager.default.fileExists(atPath: held), "a held lock was unlinked")
+        #expect(!FileManager.default.fileExists(atPath: made + "/mine.json"))
+        close(holder)
+        #expect(throws: RollbackTests.Stop.self) {
+            try Rollback.allOrNothing { rollback in
+                rollback.keep(directory.file("fresh/mine.json"))
+                try AtomicFileSet.ensureDirectory(directory.file("fresh"))
+                FileManager.default.createFile(atPath: directory.file("fresh/x.lock"), contents: nil)
+                throw RollbackTests.Stop()
+            }
+        }
+        #expect(!FileManager.default.fileExists(atPath: directory.file("fresh")), "an unheld lock and its directory go")
+    }
+
+    @Test("A list kept with keepIfAbsent is removed when the work made it, and never put back once it existed")
+    func existingListStays() throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let list = directory.file("revocations.json")
+        #expect(throws: RollbackTests.Stop.self) {
+            try Rollback.allOrNothing { rollback in
+                rollback.keepIfAbsent(list)
+                try Data("[]".utf8).write(to: URL(fileURLWithPath: list))
+                throw RollbackTests.Stop()
+            }
+        }
+        #expect(!FileManager.default.fileExists(atPath: list))
+        try Data("[]".utf8).write(to: URL(fileURLWithPath: list))
+        #expect(throws: RollbackTests.Stop.self) {
+            try Rollback.allOrNothing { rollback in
+                rollback.keepIfAbsent(list)
+                // A policy command revokes meanwhile; the failing command must not undo that.
+                try Data("[\"revoked\"]".utf8).write(to: URL(fileURLWithPath: list))
+                throw RollbackTests.Stop()
+            }
+        }
+        #expect(try String(contentsOfFile: list, encoding: .utf8) == "[\"revoked\"]")
+    }
+}

@@ -21,6 +21,7 @@ let package = Package(
         .library(name: "TestCAProvider", targets: ["TestCAProvider"]),
         .library(name: "ExecProvider", targets: ["ExecProvider"]),
         .library(name: "PKCS11Provider", targets: ["PKCS11Provider"]),
+        .library(name: "CMPClient", targets: ["CMPClient"]),
         .library(name: "CMPProvider", targets: ["CMPProvider"]),
         .library(name: "DerivedCredentialsTesting", targets: ["DerivedCredentialsTesting"]),
         .library(name: "CredentialDelivery", targets: ["CredentialDelivery"]),
@@ -84,11 +85,17 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
-        // C engines, as system libraries. Nothing outside CredentialCoding (and later the
-        // PKCS#11 plug-in) imports them, and no C type appears in a public API.
+        // C engines, as system libraries. Nothing outside CredentialCoding, CMPClient and the
+        // PKCS#11 code imports them, and no C type appears in a public API.
         .systemLibrary(
             name: "COpenSSL",
             pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"])]
+        ),
+        // libssl, for the CMP client's https transfer alone: the PKCS#11 module never maps it.
+        .systemLibrary(
+            name: "COpenSSLTLS",
+            pkgConfig: "libssl",
             providers: [.apt(["libssl-dev"])]
         ),
         .systemLibrary(
@@ -269,9 +276,15 @@ let package = Package(
             path: "Plugins/ExecProvider"
         ),
 
+        // A CA's CMP client over OpenSSL's OSSL_CMP_* (its https transfer is the one user of
+        // libssl), for the CMP provider.
+        .target(
+            name: "CMPClient",
+            dependencies: ["DerivedCredentials", "CredentialCoding", "COpenSSL", "COpenSSLTLS"],
+            swiftSettings: moduleGraph),
         .target(
             name: "CMPProvider",
-            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding"],
+            dependencies: ["DerivedCredentials", "SystemSupport", "CredentialCoding", "CMPClient"],
             path: "Plugins/CMPProvider"
         ),
 
@@ -402,7 +415,9 @@ let package = Package(
         // The CMP provider against `openssl cmp`'s mock server, and the openssl CLI as a client.
         .testTarget(
             name: "CMPProviderTests",
-            dependencies: ["CMPProvider", "CredentialCoding", "DerivedCredentials", "SystemSupport", "TestSupport"]),
+            dependencies: [
+                "CMPProvider", "CMPClient", "CredentialCoding", "DerivedCredentials", "SystemSupport", "TestSupport",
+            ]),
         .testTarget(
             name: "ProviderTests",
             dependencies: [

@@ -25,7 +25,6 @@
 #include <openssl/param_build.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
-#include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <openssl/x509_vfy.h>
@@ -58,22 +57,6 @@ static inline int dc_err_reason(unsigned long code) { return ERR_GET_REASON(code
 // A stack of extensions that owns them (a CMP template's requested extensions).
 static inline void dc_sk_X509_EXTENSION_pop_free(STACK_OF(X509_EXTENSION) *sk) {
     sk_X509_EXTENSION_pop_free(sk, X509_EXTENSION_free);
-}
-// SSL_set_tlsext_host_name, BIO_set_ssl and BIO_get_ssl are macros over SSL_ctrl and BIO_ctrl
-// (the TLS transfer of the CMP client: the server's name in the handshake, the SSL filter BIO).
-static inline int dc_SSL_set_tlsext_host_name(SSL *ssl, const char *name) {
-    return (int)SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, (void *)name);
-}
-static inline long dc_BIO_set_ssl(BIO *bio, SSL *ssl) { return BIO_ctrl(bio, BIO_C_SET_SSL, BIO_CLOSE, ssl); }
-// The SSL of an SSL filter BIO, or NULL for any other BIO.
-static inline SSL *dc_BIO_get_ssl(BIO *bio) {
-    SSL *ssl = NULL;
-    if (BIO_ctrl(bio, BIO_C_GET_SSL, 0, (void *)&ssl) <= 0) return NULL;
-    return ssl;
-}
-// SSL_CTX_set_min_proto_version is a macro over SSL_CTX_ctrl.
-static inline int dc_SSL_CTX_set_min_tls12(SSL_CTX *ctx) {
-    return (int)SSL_CTX_ctrl(ctx, SSL_CTRL_SET_MIN_PROTO_VERSION, TLS1_2_VERSION, NULL);
 }
 static inline int dc_sk_ASN1_OBJECT_num(const STACK_OF(ASN1_OBJECT) *sk) {
     return OPENSSL_sk_num((const OPENSSL_STACK *)sk);

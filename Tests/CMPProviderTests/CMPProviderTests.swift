@@ -1,3 +1,4 @@
+import CMPClient
 import CMPProvider
 import CredentialCoding
 import DerivedCredentials

@@ -96,18 +96,11 @@ struct ModuleRuntimeTests {
             $0.split(separator: "[").last?.split(separator: "]").first.map(String.init)
         }
         #expect(
-            Set(needed).subtracting(["libssl.so.3"])
+            Set(needed)
                 == [
                     "libcrypto.so.3", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6",
                     "ld-linux-x86-64.so.2",
                 ], "\(needed)")
-        // A known regression, kept visible: the CMP client's https transport (an SSL filter BIO)
-        // sits in CredentialCoding, which the module links, so libssl is mapped though never
-        // called. The fix is to give that transport a target of its own, which the module does not
-        // depend on; until then this records a known issue (and fails once it no longer occurs).
-        withKnownIssue("libssl comes in with CredentialCoding's CMP TLS transport") {
-            #expect(!needed.contains("libssl.so.3"), "\(needed)")
-        }
     }
 
     @Test(

@@ -105,7 +105,7 @@ public struct CertificateSigner: Sendable {
     }
 }
 
-enum CertificateBuilding {
+package enum CertificateBuilding {
     static func build(_ profile: CertificateProfile, subjectKey: PKey, issuer: X509Certificate?, signer: PKey) throws
         -> Certificate
     {
@@ -268,7 +268,7 @@ enum CertificateBuilding {
         guard X509_set_serialNumber(x509, integer) == 1 else { throw OpenSSL.failure("X509_set_serialNumber") }
     }
 
-    static func makeName(_ name: DistinguishedName) throws -> OpaquePointer {
+    package static func makeName(_ name: DistinguishedName) throws -> OpaquePointer {
         if let der = name.der {
             try DER.validate(der, what: "distinguished name")
             guard let decoded = der.decodeDER({ d2i_X509_NAME(nil, $0, $1) }) else {

@@ -11,24 +11,27 @@ public struct OpenSSLError: Error, Sendable, CustomStringConvertible {
         reasons.isEmpty ? "no OpenSSL reason" : reasons.joined(separator: "; ")
     }
 
+    /// An error of `reasons` gathered by the caller (the CMP client adds its log's lines).
+    package init(reasons: [String]) { self.reasons = reasons }
+
     /// Drains the calling thread's queue. OpenSSL keeps one queue per thread; every failed call we
     /// make is followed by a drain, so a stale entry never attaches itself to a later error.
-    static func drain() -> OpenSSLError { OpenSSLError(reasons: drainEntries().map(\.text)) }
+    package static func drain() -> OpenSSLError { OpenSSLError(reasons: drainEntries().map(\.text)) }
 
     /// One entry of the error queue: its packed code, which names the library and the reason,
     /// and OpenSSL's text for it.
-    struct Entry {
-        let code: UInt
-        let text: String
+    package struct Entry {
+        package let code: UInt
+        package let text: String
         /// The library that raised it (`ERR_LIB_CMP`, `ERR_LIB_SSL`…).
-        var library: Int32 { dc_err_lib(code) }
+        package var library: Int32 { dc_err_lib(code) }
         /// The reason within that library (`CMP_R_WRONG_PBM_VALUE`…).
-        var reason: Int32 { dc_err_reason(code) }
+        package var reason: Int32 { dc_err_reason(code) }
     }
 
     /// Drains the calling thread's queue, oldest first, for a caller that decides by the codes
     /// (the CMP client) as well as keeping the text; ``drain()`` keeps the text alone.
-    static func drainEntries() -> [Entry] {
+    package static func drainEntries() -> [Entry] {
         var entries: [Entry] = []
         while true {
             let code = ERR_get_error_all(nil, nil, nil, nil, nil)
@@ -41,7 +44,7 @@ public struct OpenSSLError: Error, Sendable, CustomStringConvertible {
     }
 
     /// Forgets whatever an earlier, handled failure left behind.
-    static func clear() { ERR_clear_error() }
+    package static func clear() { ERR_clear_error() }
 }
 
 /// An OpenSSL context waiting in a pool (`Mutex<[PooledContext]>`): the pool hands each to one
@@ -50,7 +53,7 @@ struct PooledContext: @unchecked Sendable {
     let pointer: OpaquePointer
 }
 
-enum OpenSSL {
+package enum OpenSSL {
     /// Loads the `default` provider once per process. Loading a provider by name turns off the
     /// `default` OpenSSL would otherwise load by itself, so `legacy` needs it loaded first.
     static let initialized: Bool = {
@@ -70,7 +73,7 @@ enum OpenSSL {
         return legacyProvider != nil
     }()
 
-    static func ensureInitialized() {
+    package static func ensureInitialized() {
         _ = initialized
     }
 
@@ -79,7 +82,7 @@ enum OpenSSL {
     }
 
     /// An internal failure: an OpenSSL call that no input should make fail.
-    static func failure(_ what: String, fileID: String = #fileID, line: Int = #line) -> DCError {
+    package static func failure(_ what: String, fileID: String = #fileID, line: Int = #line) -> DCError {
         DCError(.cryptoFailure, "\(what) failed", underlying: OpenSSLError.drain(), fileID: fileID, line: line)
     }
 
@@ -129,7 +132,7 @@ extension Array where Element == UInt8 {
 }
 
 /// Calls an OpenSSL `i2d_*` function twice (length, then bytes).
-func encodeDER(_ i2d: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) -> [UInt8]? {
+package func encodeDER(_ i2d: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> Int32) -> [UInt8]? {
     let length = i2d(nil)
     guard length > 0 else { return nil }
     var bytes = [UInt8](repeating: 0, count: Int(length))
@@ -142,7 +145,7 @@ func encodeDER(_ i2d: (UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>?) -> I
 
 extension String {
     /// A string from a NUL-terminated C buffer that OpenSSL filled.
-    init(nulTerminated buffer: [CChar]) {
+    package init(nulTerminated buffer: [CChar]) {
         self = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

@@ -2,8 +2,8 @@ internal import COpenSSL
 import DerivedCredentials
 
 /// The one owner of an `EVP_PKEY`.
-final class PKey {
-    let pointer: OpaquePointer
+package final class PKey {
+    package let pointer: OpaquePointer
 
     init(taking pointer: OpaquePointer) {
         self.pointer = pointer
@@ -29,7 +29,7 @@ final class PKey {
     }
 
     /// The short name of the named curve (`prime256v1`), or nil for explicit parameters.
-    var curveName: String? {
+    package var curveName: String? {
         var buffer = [CChar](repeating: 0, count: 80)
         var length = 0
         guard EVP_PKEY_get_utf8_string_param(pointer, OSSL_PKEY_PARAM_GROUP_NAME, &buffer, buffer.count, &length) == 1
@@ -100,7 +100,7 @@ final class PKey {
     }
 
     /// The key `privateKey` holds, decoded from its PKCS#8 DER where it lies (no copy to wipe).
-    static func from(_ privateKey: PrivateKey) -> PKey? {
+    package static func from(_ privateKey: PrivateKey) -> PKey? {
         privateKey.withPKCS8DER { fromPKCS8($0) }
     }
 
@@ -117,7 +117,7 @@ final class PKey {
     }
 
     /// Decodes a SubjectPublicKeyInfo given as strict DER; nil when it is not one.
-    static func fromSubjectPublicKeyInfo(_ der: [UInt8]) -> PKey? {
+    package static func fromSubjectPublicKeyInfo(_ der: [UInt8]) -> PKey? {
         guard (try? DER.validate(der, what: "a public key")) != nil else { return nil }
         var cursor: UnsafePointer<UInt8>? = nil
         let decoded = der.withUnsafeBufferPointer { buffer -> OpaquePointer? in

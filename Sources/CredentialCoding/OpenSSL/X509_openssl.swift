@@ -3,8 +3,8 @@ import DerivedCredentials
 import FoundationEssentials
 
 /// The one owner of an `X509`.
-final class X509Certificate {
-    let pointer: OpaquePointer
+package final class X509Certificate {
+    package let pointer: OpaquePointer
 
     init(taking pointer: OpaquePointer) {
         self.pointer = pointer
@@ -13,7 +13,7 @@ final class X509Certificate {
     deinit { X509_free(pointer) }
 
     /// Decodes strict DER: the bytes must be exactly one DER certificate.
-    convenience init(der: [UInt8]) throws {
+    package convenience init(der: [UInt8]) throws {
         try DER.validate(der, what: "certificate")
         guard let x509 = der.decodeDER({ d2i_X509(nil, $0, $1) }) else {
             throw DCError(.malformedInput, "not an X.509 certificate", underlying: OpenSSLError.drain())
@@ -21,7 +21,7 @@ final class X509Certificate {
         self.init(taking: x509)
     }
 
-    convenience init(_ certificate: Certificate) throws {
+    package convenience init(_ certificate: Certificate) throws {
         try self.init(der: certificate.derBytes)
     }
 

@@ -1,4 +1,6 @@
 internal import COpenSSL
+internal import COpenSSLTLS
+import CredentialCoding
 import DerivedCredentials
 import FoundationEssentials
 
@@ -17,9 +19,9 @@ public enum CMPClient {
     /// the CA's answers only when their protection verifies (the MAC with our secret, or the
     /// signature with the server certificate or the trust anchors). `subject` is required for
     /// `ir` and `cr`; `kur` takes the old certificate's subject when it is nil. With `tag`, the
-    /// request asks for that tag's key usage and purposes (``TagProfile``) in its template: a CA
-    /// that takes requested extensions issues them, one that decides by its own profile ignores
-    /// them. Blocks the calling thread: run it on a thread of its own.
+    /// request asks for that tag's key usage and purposes (CredentialCoding's `TagProfile`) in its
+    /// template: a CA that takes requested extensions issues them, one that decides by its own
+    /// profile ignores them. Blocks the calling thread: run it on a thread of its own.
     public static func enroll(
         _ type: CMPRequestType, newKey: CMPNewKey, subject: DistinguishedName?, tag: CredentialTag? = nil,
         session: CMPSession

@@ -1,4 +1,6 @@
 internal import COpenSSL
+internal import COpenSSLTLS
+import CredentialCoding
 import DerivedCredentials
 import FoundationEssentials
 

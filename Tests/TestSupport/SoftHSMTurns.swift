@@ -15,14 +15,21 @@ extension Trait where Self == SoftHSMTurns {
 /// general error (`CKR_GENERAL_ERROR`). A smart card has no such race (the reader serialises), and
 /// the tests compare listings with peer tools, so the tests that use the tokens take turns
 /// instead of tolerating it. Swift Testing's own `.serialized` works only within one suite.
+///
+/// A turn is reentrant: a test that carries the trait in a suite that carries it too runs in the
+/// one turn it has (taking a second would wait for the first forever).
 public struct SoftHSMTurns: TestCaseScoping {
+    /// Whether the current task runs within a turn.
+    @TaskLocal static var holdsTurn = false
+
     /// Runs `function` when no other test with this trait runs.
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
+        guard !Self.holdsTurn else { return try await function() }
         await Turns.shared.acquire()
         do {
-            try await function()
+            try await Self.$holdsTurn.withValue(true) { try await function() }
         } catch {
             await Turns.shared.release()
             throw error

@@ -8,7 +8,8 @@ import Testing
 /// key the test made): the credential a client installs came through CMP; each bad set-up is one
 /// line, its own exit status, and nothing sent.
 @Suite(
-    "CMP enrolment through dcprovision send, against openssl's mock CMP server", .ownThreads, .timeLimit(.minutes(4)))
+    "CMP enrolment through dcprovision send, against openssl's mock CMP server", .ownThreads, .softHSM,
+    .timeLimit(.minutes(4)))
 struct CMPEnrollmentCommandTests {
     static let send = [
         "send", "--brand", "Example", "--provider-scheme", "org.example.provider", "--client-scheme",
@@ -188,8 +189,8 @@ extension CMPEnrollmentCommandTests {
     }
 
     @Test(
-        "send --pkcs11 --derive --provider cmp: the card proves possession, each new key goes to the CA over CMP as raVerified and the client installs them; terminate --provider cmp revokes each one (rr)",
-        .softHSM)
+        "send --pkcs11 --derive --provider cmp: the card proves possession, each new key goes to the CA over CMP as raVerified and the client installs them; terminate --provider cmp revokes each one (rr)"
+    )
     func deriveThroughCMP() throws {
         let world = try World("cmp-derive", extra: ["SOFTHSM2_CONF": SoftHSM.shared.configuration])
         defer { world.tools.sandbox.remove() }

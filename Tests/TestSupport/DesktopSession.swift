@@ -291,6 +291,16 @@ public final class DesktopSession: Sendable {
         }
     }
 
+    /// The command lines of `processes` (`pid: argv…`), for a test that names what was left running.
+    public func commandLines(_ processes: [Int32]) -> String {
+        processes.map { pid in
+            let argv = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline").map {
+                $0.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
+            }
+            return "\(pid): \(argv ?? "(gone)")"
+        }.joined(separator: "; ")
+    }
+
     /// The processes whose environment holds this sandbox's `HOME`: what a test started and left.
     public func processesLeft() -> [Int32] {
         let marker = Array("HOME=\(sandbox.home)\0".utf8)

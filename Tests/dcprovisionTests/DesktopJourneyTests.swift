@@ -141,6 +141,8 @@ struct DesktopJourneyTests {
         }
         // Nothing the journey started is left but the session itself.
         session.stop()
-        #expect(DesktopSession.waitUntil(timeout: .seconds(10)) { session.processesLeft().isEmpty })
+        #expect(
+            DesktopSession.waitUntil(timeout: .seconds(10)) { session.processesLeft().isEmpty },
+            "left running: \(session.commandLines(session.processesLeft()))")
     }
 }

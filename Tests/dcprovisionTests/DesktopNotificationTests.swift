@@ -30,7 +30,9 @@ struct DesktopNotificationTests {
             throw error
         }
         session.stop()
-        try await eventually { session.processesLeft().isEmpty }
+        try await eventually(
+            explanation: { "left running: " + session.commandLines(session.processesLeft()) },
+            { session.processesLeft().isEmpty })
     }
 
     /// Runs dcclient or dcprovision with the session's bus address and display.

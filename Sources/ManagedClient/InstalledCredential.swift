@@ -16,6 +16,8 @@ struct InstalledCredential {
     private var payloadPath: String { store + "/credential" }
     private var sequencePath: String { store + "/credential.sequence" }
     private var keyHistoryPath: String { store + "/key-history" }
+    /// The three files ``replace(with:sequence:keyHistory:key:)`` writes, for a command to keep.
+    var files: [String] { [payloadPath, sequencePath, keyHistoryPath] }
 
     /// The delivered payload, opened with the store key; nil when nothing is installed.
     func payload(key: SecretBytes) throws -> SecretBytes? {

@@ -382,22 +382,36 @@ public struct ManagedClient: Sendable {
             chmod(key.runtimeDirectory, 0o700)
         }
         let autoLock = (try? currentPolicy())?.autoLock ?? ClientPolicy.defaultAutoLock
-        do {
-            try key.store(storeKey, lifetime: .seconds(autoLock))
-        } catch let error as DCError where !key.holders.contains(.runtimeFile) {
-            var refusal = DCError(
-                .serviceUnavailable,
-                "XDG_RUNTIME_DIR is not set and the kernel keyring refused the unlocked key: there is no private place for it",
-                hint: "log in through a session that sets XDG_RUNTIME_DIR (systemd does: /run/user/$UID), "
-                    + "or start a session keyring with keyctl session")
-            refusal.underlying = error
-            throw refusal
+        // All or nothing: an unlock whose status cannot be published takes its key back (or puts
+        // back the key of an unlock before it, for the rest of that one's lifetime).
+        let previous = (try? key.read()).flatMap { $0 }.map { ($0, key.expiry()) }
+        try Rollback.allOrNothing { rollback in
+            rollback.keep(statusFile)
+            do {
+                try key.store(storeKey, lifetime: .seconds(autoLock))
+            } catch let error as DCError where !key.holders.contains(.runtimeFile) {
+                var refusal = DCError(
+                    .serviceUnavailable,
+                    "XDG_RUNTIME_DIR is not set and the kernel keyring refused the unlocked key: there is no private place for it",
+                    hint: "log in through a session that sets XDG_RUNTIME_DIR (systemd does: /run/user/$UID), "
+                        + "or start a session keyring with keyctl session")
+                refusal.underlying = error
+                throw refusal
+            }
+            rollback.onFailure {
+                key.remove()
+                if let (secret, expiry) = previous, let left = expiry?.timeIntervalSinceNow, left > 0 {
+                    _ = try? key.store(secret, lifetime: .milliseconds(Int64(left * 1000)))
+                }
+            }
+            try publishStatus(available: true, until: key.expiry())
         }
         unlink(legacyRunKey)
-        try publishStatus(available: true, until: key.expiry())
     }
 
     /// Makes secure services unavailable: the store key is destroyed; the store cannot be read.
+    /// A lock errs toward locked: the key goes first, so a status that cannot be published (the
+    /// error thrown) leaves the client locked all the same, and the next lock publishes it.
     public func lock() throws {
         (try? unlockedKey)?.remove()
         unlink(legacyRunKey)
@@ -626,42 +640,55 @@ public struct ManagedClient: Sendable {
                 .refusedMessage, "the delivery is older than \(Int(Self.requestTimeLimit)) s", subject: request.text,
                 remedy: .requestAgain)
         }
-        var status = ResultStatus.ok
         let installedSequence = self.installedSequence
-        if let installedSequence, sequence == installedSequence, try installation.payload(key: key) == opened {
-            // This very delivery was installed before a crash cut the handler short: finish it.
-        } else if let installedSequence, sequence <= installedSequence, !allowOlder {
-            status = .stale
-        } else if !(try validator ?? self.validator(now: now)).validate(payload.credential).passes() {
-            status = .invalid
-        } else {
-            // All or nothing: the new credential, its number and the key history replace the old
-            // ones together. The old encryption pairs join the history; its other keys are gone.
-            let history = KeyContinuity.history(
-                replacing: try installation.credential(key: key), kept: try installation.keyHistory(key: key) ?? [],
-                with: payload.credential)
-            try installation.replace(with: opened, sequence: sequence, keyHistory: history, key: key)
+        // All or nothing: a step that fails (recording the outcome, setting a stale delivery
+        // aside) takes the installed credential back with it, so the same URL can be handled again.
+        let (status, result) = try Rollback.allOrNothing { rollback -> (ResultStatus, String) in
+            for path in installation.files + [
+                processed, spool.path(request: request), spool.path(request: request, kind: .staleDelivery),
+            ] {
+                rollback.keep(path)
+            }
+            var status = ResultStatus.ok
+            if let installedSequence, sequence == installedSequence, try installation.payload(key: key) == opened {
+                // This very delivery was installed before a crash cut the handler short: finish it.
+            } else if let installedSequence, sequence <= installedSequence, !allowOlder {
+                status = .stale
+            } else if !(try validator ?? self.validator(now: now)).validate(payload.credential).passes() {
+                status = .invalid
+            } else {
+                // All or nothing: the new credential, its number and the key history replace the old
+                // ones together. The old encryption pairs join the history; its other keys are gone.
+                let history = KeyContinuity.history(
+                    replacing: try installation.credential(key: key), kept: try installation.keyHistory(key: key) ?? [],
+                    with: payload.credential)
+                try installation.replace(with: opened, sequence: sequence, keyHistory: history, key: key)
+            }
+            // The provider accepts one result per request: a stale delivery chosen later keeps the
+            // result it was answered with, and nothing new is sent.
+            let result =
+                try chosenStale?.resultURL
+                ?? DeliveryResult(
+                    request: request, status: status,
+                    mac: try SHA256Hex(
+                        DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status))
+                ).url(scheme: config.providerScheme)
+            let record =
+                status == .stale
+                ? HandledRecord(
+                    status: status, resultURL: result, sequence: sequence, installedSequence: installedSequence ?? 0)
+                : HandledRecord(status: status, resultURL: result)
+            try AtomicFileSet.ensureDirectory(store + "/processed")
+            var files = AtomicFileSet(directory: store + "/processed")
+            try files.add(request.text, .bytes(Array(record.line.utf8)), mode: 0o600)
+            try files.commit(replacingExisting: true)
+            if status == .stale {
+                // Kept, within the bound (``prune(now:)``), so that the user can still choose it by hand.
+                try spool.setAside(request: request)
+            }
+            return (status, result)
         }
-        // The provider accepts one result per request: a stale delivery chosen later keeps the
-        // result it was answered with, and nothing new is sent.
-        let result =
-            try chosenStale?.resultURL
-            ?? DeliveryResult(
-                request: request, status: status,
-                mac: try SHA256Hex(DeliveryPayload.resultMAC(key: payload.resultKey, request: request, status: status))
-            ).url(scheme: config.providerScheme)
-        let record =
-            status == .stale
-            ? HandledRecord(
-                status: status, resultURL: result, sequence: sequence, installedSequence: installedSequence ?? 0)
-            : HandledRecord(status: status, resultURL: result)
-        try AtomicFileSet.ensureDirectory(store + "/processed")
-        var files = AtomicFileSet(directory: store + "/processed")
-        try files.add(request.text, .bytes(Array(record.line.utf8)), mode: 0o600)
-        try files.commit(replacingExisting: true)
         if status == .stale {
-            // Kept, within the bound (``prune(now:)``), so that the user can still choose it by hand.
-            try spool.setAside(request: request)
             prune(now: now)
         } else {
             spool.remove(request: request)

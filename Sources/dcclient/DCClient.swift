@@ -203,8 +203,15 @@ extension DCClient {
         func run() async throws {
             let client = try app.client()
             let scheme = try client.setUpScheme()
-            try SchemeHandlers().unregister(scheme: scheme)
-            try client.withdrawRegistration()
+            // All or nothing: a step that fails puts back the handler's files and the registration.
+            try Rollback.allOrNothing { rollback in
+                let handlers = SchemeHandlers()
+                for path in try client.registrationFiles + handlers.registrationFiles(scheme: scheme) {
+                    rollback.keep(path)
+                }
+                try handlers.unregister(scheme: scheme)
+                try client.withdrawRegistration()
+            }
             Console.say("unregistered \(scheme): (registration withdrawn; dcclient register brings it back)")
         }
     }
@@ -218,12 +225,19 @@ extension DCClient {
 
         func run() async throws {
             let client = try app.client()
-            let (url, providerScheme) = try client.requestURL()
-            guard let provider = try client.registeredProvider() else {
-                throw DCError(
-                    .missingClient, "no provider is registered for \(providerScheme):",
-                    hint:
-                        "register one (dcprovision register --provider-scheme \(providerScheme) …), then ask again")
+            // All or nothing until the URL goes out: a provider key pinned for this request is
+            // unpinned again when the request cannot be made.
+            let (url, provider) = try Rollback.allOrNothing { rollback in
+                for path in try client.registrationFiles { rollback.keep(path) }
+                let (url, providerScheme) = try client.requestURL()
+                guard let provider = try client.registeredProvider() else {
+                    throw DCError(
+                        .missingClient, "no provider is registered for \(providerScheme):",
+                        hint:
+                            "register one (dcprovision register --provider-scheme \(providerScheme) …), then ask again"
+                    )
+                }
+                return (url, provider)
             }
             Console.say("requesting: \(url)")
             try await client.open(url, at: provider)

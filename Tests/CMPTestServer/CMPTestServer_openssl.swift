@@ -78,13 +78,27 @@ public final class CMPTestServer: @unchecked Sendable {
         self.server = server
         caCertificate = x509
         caKey = pkey
-        let secret = Array(try Data(contentsOf: URL(fileURLWithPath: secretFile)))
+        // Until every property is set, a failure frees what was made here (deinit does not run).
+        func freeAll() {
+            OSSL_CMP_SRV_CTX_free(server)
+            X509_free(x509)
+            EVP_PKEY_free(pkey)
+        }
+        guard let secretData = FileManager.default.contents(atPath: secretFile) else {
+            freeAll()
+            throw Failure(description: "cannot read \(secretFile)")
+        }
+        let secret = Array(secretData)
         let referenceBytes = Array(reference.utf8)
         let context = OSSL_CMP_SRV_CTX_get0_cmp_ctx(server)
         guard OSSL_CMP_CTX_set1_referenceValue(context, referenceBytes, Int32(referenceBytes.count)) == 1,
             OSSL_CMP_CTX_set1_secretValue(context, secret, Int32(secret.count)) == 1,
             OSSL_CMP_SRV_CTX_set_accept_raverified(server, acceptRAVerified ? 1 : 0) == 1
-        else { throw fail("setting up the server") }
+        else {
+            let failure = fail("setting up the server")
+            freeAll()
+            throw failure
+        }
 
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         listener = fd
@@ -97,14 +111,23 @@ public final class CMPTestServer: @unchecked Sendable {
                 bind(fd, $0, length) == 0 && listen(fd, 16) == 0 && getsockname(fd, $0, &length) == 0
             }
         }
-        guard fd >= 0, bound else { throw Failure(description: "cannot listen: errno \(errno)") }
+        guard fd >= 0, bound else {
+            let failure = Failure(description: "cannot listen: errno \(errno)")
+            if fd >= 0 { close(fd) }
+            freeAll()
+            throw failure
+        }
         port = Int(UInt16(bigEndian: address.sin_port))
 
         let custom = Unmanaged.passUnretained(self).toOpaque()
         guard
             OSSL_CMP_SRV_CTX_init(
                 server, custom, Self.certificateRequest, Self.revocation, nil, nil, Self.confirmation, nil) == 1
-        else { throw fail("OSSL_CMP_SRV_CTX_init") }
+        else {
+            // Every property is set: deinit frees the C objects; the socket is closed here.
+            close(fd)
+            throw fail("OSSL_CMP_SRV_CTX_init")
+        }
         let thread = Thread { [self] in
             serve()
             finished.signal()
@@ -154,14 +177,21 @@ public final class CMPTestServer: @unchecked Sendable {
                 bodyStart = end.upperBound
                 let head = String(decoding: received[..<end.lowerBound], as: UTF8.self).lowercased()
                 for line in head.split(separator: "\r\n") where line.hasPrefix("content-length:") {
-                    bodyLength = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+                    // A length that is not a number of at most 1 MiB is no request of ours.
+                    let length = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces))
+                    if length.map({ !(0...(1 << 20)).contains($0) }) ?? true { return }
+                    bodyLength = length ?? 0
                 }
             }
         }
         let body = Array(received[bodyStart!..<(bodyStart! + bodyLength)])
         let response: [UInt8]? = lock.withLock { _ in
-            var cursor = body.withUnsafeBufferPointer { $0.baseAddress }
-            guard let request = d2i_OSSL_CMP_MSG(nil, &cursor, body.count) else { return nil }
+            // The cursor is used only while the buffer is borrowed.
+            let parsed = body.withUnsafeBufferPointer { buffer -> OpaquePointer? in
+                var cursor = buffer.baseAddress
+                return d2i_OSSL_CMP_MSG(nil, &cursor, buffer.count)
+            }
+            guard let request = parsed else { return nil }
             defer { OSSL_CMP_MSG_free(request) }
             guard let answer = OSSL_CMP_SRV_process_request(server, request) else { return nil }
             defer { OSSL_CMP_MSG_free(answer) }
@@ -193,8 +223,11 @@ public final class CMPTestServer: @unchecked Sendable {
         guard let template = OSSL_CRMF_MSG_get0_tmpl(message), let spki = Self.publicKeyInfo(of: template) else {
             return nil
         }
-        var cursor = spki.withUnsafeBufferPointer { $0.baseAddress }
-        guard let publicKey = d2i_PUBKEY(nil, &cursor, spki.count) else { return nil }
+        let parsed = spki.withUnsafeBufferPointer { buffer -> OpaquePointer? in
+            var cursor = buffer.baseAddress
+            return d2i_PUBKEY(nil, &cursor, buffer.count)
+        }
+        guard let publicKey = parsed else { return nil }
         defer { EVP_PKEY_free(publicKey) }
         guard let certificate = X509_new() else { return nil }
         var serial = [UInt8](repeating: 0, count: 16)

@@ -13,24 +13,36 @@ import FoundationEssentials
 /// host the URL names, checked by OpenSSL in the handshake. OpenSSL's CMP client opens the
 /// connection and hands it to ``callback`` (`OSSL_CMP_CTX_set_http_cb`), which puts an SSL filter
 /// over it, as OpenSSL's own `openssl cmp` does (`app_http_tls_cb` in apps/lib/apps.c).
+///
+/// Through a proxy (`https_proxy`, unless `no_proxy` names the host: OpenSSL's client reads them,
+/// as curl and wget do) the connection OpenSSL opens goes to the proxy, so the callback first asks
+/// it for a tunnel to the server (`CONNECT`, `OSSL_HTTP_proxy_connect`), and TLS runs inside.
 final class CMPTLSContext {
     let pointer: OpaquePointer
+    /// The server as the tunnel names it: its host and port.
+    private let host: String
+    private let port: String
+    /// Whether OpenSSL's client connects through a proxy for this server.
+    private let throughProxy: Bool
+    /// How long the proxy may take to open the tunnel, in seconds (the message timeout).
+    private let timeout: Int32
 
     /// A client context for `host` that trusts `anchors`, or the system's CA certificates when nil.
-    init(host: String, anchors: [Certificate]?) throws {
+    init(host: String, port: Int, timeout: Int, anchors: [Certificate]?) throws {
         guard let context = SSL_CTX_new(TLS_client_method()) else { throw OpenSSL.failure("SSL_CTX_new") }
         pointer = context
+        self.host = host
+        self.port = String(port)
+        self.timeout = Int32(clamping: timeout)
+        // The same rule OpenSSL's client applies when it opens the connection.
+        throughProxy = OSSL_HTTP_adapt_proxy(nil, nil, host, 1) != nil
         SSL_CTX_set_verify(context, SSL_VERIFY_PEER, nil)
         guard dc_SSL_CTX_set_min_tls12(context) == 1 else { throw OpenSSL.failure("SSL_CTX_set_min_proto_version") }
         if let anchors {
-            let store = SSL_CTX_get_cert_store(context)
-            for anchor in anchors {
-                let x509 = try X509Certificate(anchor)
-                // The store takes its own reference.
-                guard X509_STORE_add_cert(store, x509.pointer) == 1 else {
-                    throw OpenSSL.failure("X509_STORE_add_cert")
-                }
-            }
+            let store = try CertificateStore(anchors)
+            // The context takes the store (set0: freed with it).
+            SSL_CTX_set_cert_store(context, store.pointer)
+            store.release()
         } else {
             guard SSL_CTX_set_default_verify_paths(context) == 1 else {
                 throw OpenSSL.failure("SSL_CTX_set_default_verify_paths")
@@ -46,13 +58,24 @@ final class CMPTLSContext {
 
     deinit { SSL_CTX_free(pointer) }
 
+    /// The callback's argument: this context, unretained (it outlives the `OSSL_CMP_CTX`'s
+    /// transfers, which borrow it).
+    var argument: UnsafeMutableRawPointer { Unmanaged.passUnretained(self).toOpaque() }
+
     /// OpenSSL's CMP client calls this with the connected BIO (`connect` 1) and, when the
-    /// transfer ends, with what it returned (`connect` 0; `detail` 0 after an error). `arg` is the
-    /// `SSL_CTX`, borrowed: the ``CMPTLSContext`` outlives the `OSSL_CMP_CTX`'s transfers.
+    /// transfer ends, with what it returned (`connect` 0; `detail` 0 after an error). `arg` is
+    /// ``argument``.
     static let callback: OSSL_HTTP_bio_cb_t = { bio, arg, connect, detail in
         guard let bio, let arg else { return bio }
-        let context = OpaquePointer(arg)
+        let tls = Unmanaged<CMPTLSContext>.fromOpaque(arg).takeUnretainedValue()
+        let context = tls.pointer
         if connect != 0 {
+            // Through a proxy: a tunnel to the server first (a refusal is in the error queue).
+            if tls.throughProxy,
+                OSSL_HTTP_proxy_connect(bio, tls.host, tls.port, nil, nil, tls.timeout, nil, nil) != 1
+            {
+                return nil
+            }
             guard let filter = BIO_new(BIO_f_ssl()) else { return nil }
             guard let ssl = SSL_new(context) else {
                 BIO_free(filter)

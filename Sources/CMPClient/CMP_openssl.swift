@@ -128,11 +128,13 @@ final class CMPContext {
             OSSL_CMP_CTX_set_option(pointer, OSSL_CMP_OPT_TOTAL_TIMEOUT, Int32(session.totalTimeout)) == 1
         else { throw OpenSSL.failure("setting the CMP server") }
         if session.server.usesTLS {
-            let tls = try CMPTLSContext(host: session.server.host, anchors: session.tlsTrustAnchors)
+            let tls = try CMPTLSContext(
+                host: session.server.host, port: session.server.port, timeout: session.messageTimeout,
+                anchors: session.tlsTrustAnchors)
             self.tls = tls
             // OpenSSL's client asks for TLS when the callback's argument is set.
             guard OSSL_CMP_CTX_set_http_cb(pointer, CMPTLSContext.callback) == 1,
-                OSSL_CMP_CTX_set_http_cb_arg(pointer, UnsafeMutableRawPointer(tls.pointer)) == 1
+                OSSL_CMP_CTX_set_http_cb_arg(pointer, tls.argument) == 1
             else { throw OpenSSL.failure("OSSL_CMP_CTX_set_http_cb") }
         }
         switch session.protection {

@@ -120,8 +120,10 @@ public struct CMPTLSFront: Sendable {
     public let port: Int
     /// The port whose certificate names only `cmp.other.example`.
     public let wrongHostPort: Int
+    /// nginx, serving both ports.
     public let nginx: NginxServer
-    /// nginx's access log: one line per request passed on (`status uri`).
+    /// nginx's access log: one line per request passed on (`status uri server-name`, the name the
+    /// client sent in the handshake, `-` for none).
     public let accessLog: String
 
     /// Makes the TLS CA and certificates, and starts nginx in front of `upstream`.
@@ -153,7 +155,7 @@ public struct CMPTLSFront: Sendable {
         nginx = try await NginxServer(
             in: sandbox,
             http: """
-                log_format cmp '$status $request_uri';
+                log_format cmp '$status $request_uri $ssl_server_name';
                 access_log \(accessLog) cmp;
                 \(block(port, right))
                 \(block(wrongHostPort, wrong))
@@ -168,6 +170,10 @@ public struct CMPTLSFront: Sendable {
     public var url: String { "https://127.0.0.1:\(port)/pkix/" }
     /// `https://127.0.0.1:PORT/pkix/`, whose certificate is for another host.
     public var wrongHostURL: String { "https://127.0.0.1:\(wrongHostPort)/pkix/" }
+    /// `https://localhost:PORT/pkix/`, by name: the certificate names localhost too.
+    public var localhostURL: String { "https://localhost:\(port)/pkix/" }
+    /// `https://localhost:PORT/pkix/` on the port whose certificate is for another host.
+    public var wrongLocalhostURL: String { "https://localhost:\(wrongHostPort)/pkix/" }
 
     /// What nginx passed on so far.
     public var accessLogText: String { (try? String(contentsOfFile: accessLog, encoding: .utf8)) ?? "" }

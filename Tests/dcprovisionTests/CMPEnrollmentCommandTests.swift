@@ -261,16 +261,52 @@ extension CMPEnrollmentCommandTests {
         try refused(
             world.options(front.wrongHostURL, more: ["tls-trust=\(front.tlsCA.certificate)"]), "IP address mismatch",
             "another host")
+        try refused(
+            world.options(front.wrongLocalhostURL, more: ["tls-trust=\(front.tlsCA.certificate)"]), "hostname mismatch",
+            "another host, by name")
         #expect(!front.accessLogText.contains("/pkix/"), "a refused server was sent a request: \(front.accessLogText)")
         #expect(!server.logText.contains("POST /pkix/"), "\(server.logText)")
         #expect(try world.tools.run("dcclient", ["show", "authentication"]).status != 0, "a credential was installed")
 
-        let sent = try world.send(world.options(front.url, more: ["tls-trust=\(front.tlsCA.certificate)"]))
+        // By name: the certificate is checked for the name, which the handshake carries (SNI).
+        let sent = try world.send(world.options(front.localhostURL, more: ["tls-trust=\(front.tlsCA.certificate)"]))
         #expect(sent.status == 0, "\(sent.stdoutText)\(sent.stderrText)")
         let installed = try world.tools.check("dcclient", ["show", "authentication", "--pem"]).stdoutText
         let file = try world.tools.sandbox.write("installed.pem", installed)
         #expect(try world.fingerprint(file) == (try world.fingerprint(world.leaf.certificate)))
         // Both messages (ir, certConf) went through nginx's TLS port.
+        #expect(
+            front.accessLogText.components(separatedBy: "200 /pkix/ localhost").count - 1 == 2, "\(front.accessLogText)"
+        )
+    }
+
+    @Test(
+        "send --provider cmp to an https server through a proxy (https_proxy, tinyproxy): the tunnel is asked for with CONNECT and TLS runs inside it, checked as without one; a proxy that is down is exit 69, one line, nothing sent"
+    )
+    func sendThroughAProxy() async throws {
+        let proxyPort = try freeLocalPort()
+        let world = try World("cmp-proxy", extra: ["https_proxy": "http://127.0.0.1:\(proxyPort)"])
+        defer { world.tools.sandbox.remove() }
+        let server = try CMPMockServer.start(world.pki, answering: world.leaf.certificate)
+        defer { server.stop() }
+        let front = try await CMPTLSFront(in: world.tools.sandbox, pki: world.pki, upstream: server)
+        defer { front.stop() }
+        let options = world.options(front.url, more: ["tls-trust=\(front.tlsCA.certificate)"])
+
+        // No proxy listens yet: nothing reaches the server.
+        let down = try world.send(options)
+        #expect(down.status == 69, "\(down.stdoutText)\(down.stderrText)")
+        #expect(down.stderrText.split(separator: "\n").count == 1, "\(down.stderrText)")
+        #expect(down.stderrText.contains("no answer from the CA's CMP server"), "\(down.stderrText)")
+        #expect(world.spool.isEmpty && !front.accessLogText.contains("/pkix/"))
+
+        let proxy = try TinyProxy(in: world.tools.sandbox, port: proxyPort)
+        defer { proxy.stop() }
+        let sent = try world.send(options)
+        #expect(sent.status == 0, "\(sent.stdoutText)\(sent.stderrText)")
+        #expect(try world.tools.run("dcclient", ["show", "authentication"]).status == 0)
+        // Both messages went through the tunnel, to nginx's TLS port.
+        #expect(proxy.logText.contains("CONNECT 127.0.0.1:\(front.port)"), "\(proxy.logText)")
         #expect(front.accessLogText.components(separatedBy: "200 /pkix/").count - 1 == 2, "\(front.accessLogText)")
     }
 

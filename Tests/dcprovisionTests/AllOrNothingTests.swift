@@ -463,3 +463,48 @@ struct SendAllOrNothingTests {
         #expect(try tools.check("dcclient", ["list"]).stdoutText.contains("authentication"))
     }
 }
+
+/// `dcprovision unregister` either removes the provider's registration or leaves it as it was:
+/// removing the desktop entry, the launcher, the default in mimeapps.list and the published
+/// registration each fail in turn (a directory stands where the file is), and what the steps before
+/// removed is put back; cleared, unregister succeeds and register makes it the handler again.
+@Suite("dcprovision unregister is all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct ProviderUnregisterAllOrNothingTests {
+    static let data = "home/.local/share"
+    static let steps: [Obstacle] = [
+        .directory(
+            at: data + "/applications/dc-org.example.provider.desktop",
+            "removing the desktop entry: a directory stands where it is", status: 74, says: "desktop entry"),
+        .directory(
+            at: data + "/dc-handlers/org.example.provider", "removing the launcher: a directory stands where it is",
+            status: 74, says: "launcher"),
+        .directory(
+            at: "home/.config/mimeapps.list", "removing the default: a directory stands where mimeapps.list is",
+            says: "mimeapps.list"),
+        .directory(
+            at: data + "/derived-credentials/providers/org.example.provider.json",
+            "withdrawing the registration: a directory stands where it is", status: 74, says: "registration"),
+    ]
+
+    @Test(
+        "Each step of dcprovision unregister failing in turn leaves the registration as it was, and unregister again succeeds",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("provider-unregister-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        let register = [
+            "register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca",
+        ]
+        try tools.check("dcprovision", register)
+        try step.check(tools, "dcprovision", ["unregister"])
+        for path in [
+            Self.data + "/applications/dc-org.example.provider.desktop",
+            Self.data + "/dc-handlers/org.example.provider",
+            Self.data + "/derived-credentials/providers/org.example.provider.json",
+        ] {
+            #expect(!FileManager.default.fileExists(atPath: tools.sandbox.root + "/" + path), "\(path)")
+        }
+        try tools.check("dcprovision", register)
+    }
+}

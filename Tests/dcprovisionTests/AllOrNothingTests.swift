@@ -128,10 +128,12 @@ struct StateTree: Equatable {
         }
     }
 
-    /// The paths that appeared, went or changed since `before`, but those in `allowed`.
-    func changes(since before: StateTree, allowed: Set<String> = []) -> [String] {
-        Set(entries.keys).union(before.entries.keys).filter {
-            !allowed.contains($0) && entries[$0] != before.entries[$0]
+    /// The paths that appeared, went or changed since `before`, but those in `allowed` and each
+    /// directory in `allowedUnder` with what is in it (a record named by an id the test does not know).
+    func changes(since before: StateTree, allowed: Set<String> = [], allowedUnder: [String] = []) -> [String] {
+        Set(entries.keys).union(before.entries.keys).filter { path in
+            !allowed.contains(path) && !allowedUnder.contains { path == $0 || path.hasPrefix($0 + "/") }
+                && entries[path] != before.entries[path]
         }.sorted()
     }
 
@@ -202,11 +204,13 @@ struct Obstacle: CustomTestStringConvertible, Sendable {
     }
 
     /// Places the obstacle, runs `tool` with `arguments`, and checks that it fails with one line
-    /// naming the step, leaves the sandbox as it was (but `allowed`), and that once the obstacle
-    /// is cleared the same command succeeds; returns that success.
+    /// naming the step, leaves the sandbox as it was (but `allowed` and what is under
+    /// `allowedUnder`), and that once the obstacle is cleared the same command succeeds (or the
+    /// one `again` gives: a client's request asked afresh); returns that success.
     @discardableResult
     func check(
         _ tools: Tools, _ tool: String, _ arguments: [String], allowed: Set<String> = [],
+        allowedUnder: [String] = [], again: ((Tools) throws -> [String])? = nil,
         afterFailure: (Sandbox) throws -> Void = { _ in }, _ location: SourceLocation = #_sourceLocation
     ) throws -> ProcessResult {
         try place(tools.sandbox)
@@ -220,13 +224,13 @@ struct Obstacle: CustomTestStringConvertible, Sendable {
         let lines = failed.stderrText.split(separator: "\n")
         #expect(
             lines.count == 1 && failed.stderrText.contains(says), "\(failed.stderrText)", sourceLocation: location)
-        let left = try StateTree(tools.sandbox).changes(since: before, allowed: allowed)
+        let left = try StateTree(tools.sandbox).changes(since: before, allowed: allowed, allowedUnder: allowedUnder)
         #expect(left == [], "left behind or changed: \(left)", sourceLocation: location)
         try afterFailure(tools.sandbox)
         try clear(tools.sandbox)
-        let again = try tools.run(tool, arguments)
-        #expect(again.status == 0, "\(again.stderrText)", sourceLocation: location)
-        return again
+        let rerun = try tools.run(tool, try again?(tools) ?? arguments)
+        #expect(rerun.status == 0, "\(rerun.stderrText)", sourceLocation: location)
+        return rerun
     }
 }
 
@@ -506,5 +510,160 @@ struct ProviderUnregisterAllOrNothingTests {
             #expect(!FileManager.default.fileExists(atPath: tools.sandbox.root + "/" + path), "\(path)")
         }
         try tools.check("dcprovision", register)
+    }
+}
+
+/// What a client asks the provider, signed by the client itself: `dcclient` makes the URL and opens
+/// the provider's handler, which is kept from acting (its configuration put aside meanwhile), so
+/// that the test hands the URL to `dcprovision handle-url` itself. Returns the URL on the line of
+/// `dcclient`'s output that starts with `prefix`.
+func clientURL(_ tools: Tools, _ arguments: [String], line prefix: String) throws -> String {
+    let config = tools.sandbox.home + "/.config/dcprovision/config.json"
+    try FileManager.default.moveItem(atPath: config, toPath: config + ".aside")
+    defer { try? FileManager.default.moveItem(atPath: config + ".aside", toPath: config) }
+    let asked = try tools.run("dcclient", arguments)
+    let line = asked.stdoutText.split(separator: "\n").first { $0.hasPrefix(prefix) }
+    return try #require(line.map { String($0.dropFirst(prefix.count)) }, "\(asked.stdoutText)\(asked.stderrText)")
+}
+
+/// `dcprovision handle-url` for a client's `new` keeps only the request id it recorded first (a
+/// replay is refused even when the answer failed), marked not sent: the source failing (its
+/// manifest damaged), spooling (a file where the client's spool goes) and drawing the delivery
+/// number (a directory where the client's counter goes) each leave no spool file and nothing else;
+/// cleared, the client's next request (a new id) is answered.
+@Suite("dcprovision handle-url new is all or nothing but its request id", .ownThreads, .timeLimit(.minutes(3)))
+struct HandleNewAllOrNothingTests {
+    static let requests = "home/.local/state/dcprovision/requests"
+    static let steps: [Obstacle] = [
+        Obstacle(
+            name: "issuing: the source's manifest is damaged",
+            place: { sandbox in
+                try FileManager.default.moveItem(
+                    atPath: sandbox.file("issued/manifest.json"), toPath: sandbox.file("issued/manifest.json.aside"))
+                try sandbox.write("issued/manifest.json", "{ damaged")
+            },
+            clear: { sandbox in
+                try FileManager.default.removeItem(atPath: sandbox.file("issued/manifest.json"))
+                try FileManager.default.moveItem(
+                    atPath: sandbox.file("issued/manifest.json.aside"), toPath: sandbox.file("issued/manifest.json"))
+            }, status: 65, says: "manifest.json"),
+        .file(
+            at: "home/.local/share/dcclient/apps/dcclient/spool",
+            "spooling: a file stands where the client's spool goes", says: "spool"),
+        .directory(
+            at: "home/.local/state/dcprovision/sequences/dcclient",
+            "drawing the delivery number: a directory stands where the client's counter goes",
+            says: "sequences/dcclient"),
+    ]
+
+    @Test(
+        "Each step of dcprovision handle-url new failing in turn leaves only its request id, marked not sent, and the client's next request is answered",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("handle-new-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        try tools.check("dcprovision", ["testca", "init", "ca"])
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "issued"])
+        try tools.check(
+            "dcprovision",
+            [
+                "register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--manifest",
+                "issued/manifest.json",
+            ])
+        try tools.check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
+        try tools.check("dcprovision", ["authorize", "--client-scheme", "org.example.dcclient"])
+        let url = try clientURL(tools, ["request"], line: "requesting: ")
+        let request = try #require(url.split(separator: "&").first { $0.hasPrefix("request=") }?.dropFirst(8))
+        try step.check(
+            tools, "dcprovision", ["handle-url", url], allowed: [Self.requests, Self.requests + "/\(request).json"],
+            again: { try ["handle-url", clientURL($0, ["request"], line: "requesting: ")] },
+            afterFailure: { sandbox in
+                let record = try readText(sandbox.root + "/" + Self.requests + "/\(request).json")
+                #expect(record.contains("\"outcome\":\"not-sent\""), "\(record)")
+            })
+        #expect(try tools.check("dcclient", ["list"]).stdoutText.contains("authentication"))
+        // The used id stays refused.
+        #expect(try tools.run("dcprovision", ["handle-url", url]).status == 77)
+    }
+}
+
+/// `dcprovision handle-url` for a client's `available` keeps only the notice's time it recorded
+/// first (a replayed notice does nothing): stopped recording it (a directory where it goes) or
+/// sending the newest policy (a file where the policies' directory goes), the queued delivery stays
+/// queued with its spool file, and nothing else changes; cleared, the client's next notice
+/// delivers it.
+@Suite("dcprovision handle-url available is all or nothing but its time", .ownThreads, .timeLimit(.minutes(3)))
+struct HandleAvailableAllOrNothingTests {
+    static let time = "home/.local/state/dcprovision/available/dcclient"
+    static let steps: [Obstacle] = [
+        .directory(
+            at: time, "recording the notice: a directory stands where the client's last notice time goes",
+            says: "available/dcclient"),
+        .file(
+            at: "home/.local/state/dcprovision/policies",
+            "sending the newest policy: a file stands where the policies' directory goes", says: "policies"),
+    ]
+
+    @Test(
+        "Each step of dcprovision handle-url available failing in turn leaves only the notice's time, the delivery queued, and the client's next notice delivers it",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("handle-available-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "issued"])
+        try tools.check("dcclient", ["lock"])
+        try tools.check(
+            "dcprovision",
+            ["send", "--manifest", "issued/manifest.json", "--client-scheme", "org.example.dcclient", "--queue"])
+        let unlock = ["unlock", "--passphrase-file", "pass.txt"]
+        let url = try clientURL(tools, unlock, line: "announcing: ")
+        try step.check(
+            tools, "dcprovision", ["handle-url", url], allowed: [Self.time, "home/.local/state/dcprovision/available"],
+            again: { try ["handle-url", clientURL($0, unlock, line: "announcing: ")] })
+        #expect(try tools.check("dcclient", ["list"]).stdoutText.contains("authentication"))
+    }
+}
+
+/// `dcprovision handle-url` for a client's identity token (`jwt`) keeps only the request id it
+/// recorded first: stopped recording it (a file where the directory of ids goes), writing the
+/// answer (a file where the client's spool goes; again after making a removed identity key afresh,
+/// which goes again with the JWKS put back) or by a full disk (a file size limit), it leaves no
+/// answer and nothing else; `dcclient jwt`, which opens the real handler and says its last
+/// line, fails in one line, and asked again (a new id) gets its token.
+@Suite("dcprovision handle-url jwt is all or nothing but its request id", .ownThreads, .timeLimit(.minutes(3)))
+struct HandleIdentityAllOrNothingTests {
+    static let seen = "home/.local/state/dcprovision/identity-requests"
+    static let spool = Obstacle.file(
+        at: "home/.local/share/dcclient/apps/dcclient/spool",
+        "writing the answer: a file stands where the client's spool goes", status: 69, says: "spool")
+    static let steps: [Obstacle] = [
+        .file(
+            at: seen, "recording the request id: a file stands where their directory goes", status: 69,
+            says: "identity-requests"),
+        spool,
+        Obstacle(
+            name: "writing the answer: the disk fills (a file size limit)", place: { _ in }, clear: { _ in },
+            status: 69, says: "File too large", fileSizeLimit: 200),
+        Obstacle(
+            name: "writing the answer after making the identity key afresh: a file stands where the spool goes",
+            place: { sandbox in
+                try FileManager.default.removeItem(
+                    atPath: sandbox.home + "/.local/state/dcprovision/identity-signing-key")
+                try spool.place(sandbox)
+            }, clear: spool.clear, status: 69, says: "spool"),
+    ]
+
+    @Test(
+        "Each step of dcprovision handle-url jwt failing in turn leaves only its request id, and dcclient jwt again gets a token",
+        arguments: steps)
+    func failEachStep(step: Obstacle) throws {
+        let tools = try Tools("handle-jwt-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        let jwt = try step.check(
+            tools, "dcclient", ["jwt", "--audience", "mail-web", "--scope", "openid"], allowedUnder: [Self.seen])
+        #expect(jwt.stdoutText.split(separator: ".").count == 3, "\(jwt.stdoutText)")
     }
 }

@@ -667,3 +667,63 @@ struct HandleIdentityAllOrNothingTests {
         #expect(jwt.stdoutText.split(separator: ".").count == 3, "\(jwt.stdoutText)")
     }
 }
+
+/// `dcprovision terminate` revokes at the CA first and never takes a revocation back; what
+/// follows (retiring each client that holds the certificates) can fail, and running terminate
+/// again completes it: stopped recording the retirement (a file where the policies' directory goes)
+/// or revoking the client's tokens (a directory where the revocation list goes), the certificates
+/// stay revoked, and the second run retires the client and finishes.
+@Suite("dcprovision terminate errs toward revoked and completes when run again", .ownThreads, .timeLimit(.minutes(3)))
+struct TerminateAgainTests {
+    static let steps: [Obstacle] = [
+        .file(
+            at: "home/.local/state/dcprovision/policies",
+            "recording the retirement: a file stands where the policies' directory goes", says: "policies"),
+        .directory(
+            at: "home/.local/state/dcprovision/verifier/revocations.json",
+            "revoking the client's tokens: a directory stands where the revocation list goes", status: 65,
+            says: "revocations.json"),
+    ]
+
+    @Test(
+        "dcprovision terminate failing at a local step leaves the certificates revoked, and terminate again retires the client and completes",
+        arguments: steps)
+    func failLocalStep(step: Obstacle) throws {
+        let tools = try Tools("terminate-again")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "issued"])
+        try tools.check(
+            "dcprovision", ["send", "--manifest", "issued/manifest.json", "--client-scheme", "org.example.dcclient"])
+        // The credential counts as derived from a card: deriving needs one (TerminateTests has a
+        // card stand-in); the CA's record of what it issued names the card's serial.
+        let records = tools.sandbox.file("ca/credentials")
+        let name = try #require(try FileManager.default.contentsOfDirectory(atPath: records).first)
+        var record = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: records + "/" + name)))
+                as? [String: Any])
+        record["cardSerial"] = "0A0B0C0D"
+        try JSONSerialization.data(withJSONObject: record).write(to: URL(fileURLWithPath: records + "/" + name))
+        let terminate = ["terminate", "--card-serial", "0A0B0C0D", "--testca", "ca"]
+
+        try step.place(tools.sandbox)
+        let failed = try tools.run("dcprovision", terminate)
+        #expect(failed.status == step.status, "\(failed.stdoutText)\(failed.stderrText)")
+        #expect(
+            failed.stderrText.split(separator: "\n").count == 1 && failed.stderrText.contains(step.says),
+            "\(failed.stderrText)")
+        #expect(failed.stdoutText.contains("4 certificate(s) revoked (4 now)"), "\(failed.stdoutText)")
+        let index = try readText(tools.sandbox.file("ca/index.txt"))
+        #expect(index.split(separator: "\n").allSatisfy { $0.hasPrefix("R") }, "not all revoked: \(index)")
+        try step.clear(tools.sandbox)
+
+        let again = try tools.check("dcprovision", terminate)
+        #expect(again.stdoutText.contains("(0 now)"), "\(again.stdoutText)")
+        #expect(try readText(tools.sandbox.file("ca/index.txt")) == index, "a revocation is never taken back")
+        #expect(try tools.check("dcclient", ["status"]).stdoutText.contains("terminated"))
+        let revocations = try readText(tools.sandbox.home + "/.local/state/dcprovision/verifier/revocations.json")
+        #expect(revocations.contains("dcclient"), "the retired container: \(revocations)")
+        // Complete: nobody holds them any more.
+        #expect(try tools.check("dcprovision", terminate).stdoutText.contains("no client holds them"))
+    }
+}

@@ -727,3 +727,106 @@ struct TerminateAgainTests {
         #expect(try tools.check("dcprovision", terminate).stdoutText.contains("no client holds them"))
     }
 }
+
+/// The test CA's `crl`, `revoke` and `recover` each either complete or leave nothing but what must
+/// not be undone: `crl` stopped writing its file (a directory where it goes, a full disk) leaves
+/// only the CRL number it used up, and the next CRL carries a higher one; `revoke` stopped by a
+/// full disk changes nothing, and stopped after index.txt (a directory where index.txt.attr goes)
+/// leaves the certificate revoked (a revocation errs toward revoked), and revoke again says so;
+/// `recover` stopped writing the pair (a directory where it goes, a full disk) leaves nothing.
+@Suite("The test CA's crl, revoke and recover are all or nothing", .ownThreads, .timeLimit(.minutes(3)))
+struct TestCAWritesAllOrNothingTests {
+    /// A CA that issued one credential, whose first certificate's serial is returned.
+    static func issued(_ tools: Tools, _ initArguments: [String] = []) throws -> String {
+        try tools.check("dcprovision", ["testca", "init", "ca"] + initArguments)
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "issued", "--format", "pem"])
+        let text = try tools.sandbox.run(
+            try which("openssl"), ["x509", "-in", tools.sandbox.file("issued/encryption.pem"), "-noout", "-serial"]
+        ).stdoutText
+        return String(text.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "=")[1])
+    }
+
+    static let crlSteps: [Obstacle] = [
+        .directory(at: "ca.crl", "writing the CRL: a directory stands where it goes", says: "ca.crl"),
+        .fileSizeLimit(300, "writing the CRL: the disk fills (a file size limit)"),
+    ]
+
+    @Test(
+        "Each step of dcprovision testca crl failing in turn leaves only the CRL number used up, and crl again succeeds with a higher number",
+        arguments: crlSteps)
+    func failEachCRLStep(step: Obstacle) throws {
+        let tools = try Tools("testca-crl-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.check("dcprovision", ["testca", "revoke", "ca", "--serial", try Self.issued(tools)])
+        try tools.check("dcprovision", ["testca", "crl", "ca", "--out", "first.crl"])
+        var used = ""
+        let written = try step.check(
+            tools, "dcprovision", ["testca", "crl", "ca", "--out", "ca.crl"], allowed: ["ca/crlnumber"],
+            afterFailure: {
+                used = try readText($0.file("ca/crlnumber")).trimmingCharacters(in: .whitespacesAndNewlines)
+            })
+        #expect(used == "2", "the number is drawn before the CRL is written")
+        #expect(written.stdoutText.contains("CRL number 3 with 1 revoked"), "\(written.stdoutText)")
+    }
+
+    static let revokeSteps: [Obstacle] = [
+        .fileSizeLimit(400, "recording: the disk fills (a file size limit)"),
+        .directory(
+            at: "ca/index.txt.attr", "recording: a directory stands where index.txt.attr goes", says: "index.txt"),
+    ]
+
+    @Test(
+        "Each step of dcprovision testca revoke failing in turn changes nothing or leaves the certificate revoked, and revoke again succeeds",
+        arguments: revokeSteps)
+    func failEachRevokeStep(step: Obstacle) throws {
+        let tools = try Tools("testca-revoke-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        let serial = try Self.issued(tools)
+        let before = try readText(tools.sandbox.file("ca/index.txt"))
+        var revokedAlready = false
+        let revoked = try step.check(
+            tools, "dcprovision", ["testca", "revoke", "ca", "--serial", serial], allowed: ["ca/index.txt"],
+            afterFailure: { sandbox in
+                let index = try readText(sandbox.file("ca/index.txt"))
+                // Unchanged, or the one line revoked: never anything else.
+                revokedAlready = index != before
+                if revokedAlready {
+                    #expect(index.split(separator: "\n").filter { $0.hasPrefix("R") }.count == 1, "\(index)")
+                }
+            })
+        // index.txt is published before index.txt.attr: only a failure after it leaves the revocation.
+        #expect(revokedAlready == step.name.contains("index.txt.attr"), "revoked by the failed run: \(revokedAlready)")
+        #expect(
+            revoked.stdoutText.contains(revokedAlready ? "was revoked already" : "revoked \(serial)"),
+            "\(revoked.stdoutText)")
+        #expect(
+            try readText(tools.sandbox.file("ca/index.txt")).split(separator: "\n").filter { $0.hasPrefix("R") }.count
+                == 1)
+    }
+
+    static let recoverSteps: [Obstacle] = [
+        .directory(at: "pair.pem", "writing the pair: a directory stands where it goes", says: "pair.pem"),
+        .fileSizeLimit(500, "writing the pair: the disk fills (a file size limit)"),
+    ]
+
+    @Test(
+        "Each step of dcprovision testca recover failing in turn leaves nothing, and recover again succeeds",
+        arguments: recoverSteps)
+    func failEachRecoverStep(step: Obstacle) throws {
+        let tools = try Tools("testca-recover-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        let made = try tools.sandbox.run(
+            try which("openssl"),
+            [
+                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                tools.sandbox.file("recovery.key"), "-out", tools.sandbox.file("recovery.pem"), "-subj",
+                "/CN=Key Recovery Officer", "-days", "30",
+            ])
+        #expect(made.status == 0, "\(made.stderrText)")
+        let serial = try Self.issued(tools, ["--recovery-cert", "recovery.pem"])
+        try step.check(
+            tools, "dcprovision",
+            ["testca", "recover", "ca", "--serial", serial, "--recovery-key", "recovery.key", "--out", "pair.pem"])
+        #expect(try readText(tools.sandbox.file("pair.pem")).contains("PRIVATE KEY"))
+    }
+}

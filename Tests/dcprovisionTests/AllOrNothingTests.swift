@@ -466,6 +466,39 @@ struct SendAllOrNothingTests {
             ])
         #expect(try tools.check("dcclient", ["list"]).stdoutText.contains("authentication"))
     }
+
+    @Test(
+        "dcprovision send stopped sending the client's newest policy first leaves no record and no spool file, and send again delivers"
+    )
+    func failPushingPolicy() throws {
+        let tools = try Tools("send-policy-all-or-nothing")
+        defer { tools.sandbox.remove() }
+        try tools.setUpManagedClient()
+        try tools.check("dcprovision", ["testca", "issue", "ca", "--out-dir", "issued"])
+        // The client cannot store a policy (a directory where it goes), so a new one stays pending.
+        let policy = tools.sandbox.home + "/.local/share/dcclient/apps/dcclient/store/policy.json"
+        try FileManager.default.moveItem(atPath: policy, toPath: policy + ".aside")
+        try FileManager.default.createDirectory(atPath: policy + "/x", withIntermediateDirectories: true)
+        let pending = try tools.run(
+            "dcprovision", ["policy", "--client-scheme", "org.example.dcclient", "--auto-lock", "600"])
+        #expect(pending.status != 0, "\(pending.stdoutText)")
+        let record = "home/.local/state/dcprovision/policies/dcclient.json"
+        let before = try StateTree(tools.sandbox)
+        let send = ["send", "--manifest", "issued/manifest.json", "--client-scheme", "org.example.dcclient"]
+        let failed = try tools.run("dcprovision", send)
+        #expect(failed.status == 69, "\(failed.stdoutText)\(failed.stderrText)")
+        // The client's handler says its own line; dcprovision's last line names the step.
+        #expect(
+            failed.stderrText.split(separator: "\n").last?.contains("did not complete") == true, "\(failed.stderrText)")
+        // The policy record only notes that its policy went out again.
+        let left = try StateTree(tools.sandbox).changes(since: before, allowed: [record])
+        #expect(left == [], "left behind or changed: \(left)")
+        try FileManager.default.removeItem(atPath: policy)
+        try FileManager.default.moveItem(atPath: policy + ".aside", toPath: policy)
+        try tools.check("dcprovision", send)
+        #expect(try tools.check("dcclient", ["list"]).stdoutText.contains("authentication"))
+        #expect(try tools.check("dcclient", ["status"]).stdoutText.contains("600"))
+    }
 }
 
 /// `dcprovision unregister` either removes the provider's registration or leaves it as it was:

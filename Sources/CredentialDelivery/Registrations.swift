@@ -184,4 +184,9 @@ public enum Registrations {
 
     /// Removes the file at `path`, if any; never fails.
     public static func remove(at path: String) { unlink(path) }
+
+    /// Removes the registration at `path`, if any; fails when it is there and cannot be removed.
+    public static func withdraw(at path: String) throws {
+        try AtomicFileSet.removeFile(path, what: "the registration")
+    }
 }

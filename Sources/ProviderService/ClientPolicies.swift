@@ -106,6 +106,26 @@ extension CredentialService {
         public var sent: Bool
     }
 
+    /// Completes the retirement of the client registered for `clientScheme` if its policy is
+    /// `retired` already: a command that recorded the retirement and then failed (revoking its
+    /// tokens, or opening the policy at the client) is run again, and no policy change is allowed
+    /// for a retired client. Revokes its tokens again (revoking twice changes nothing) and opens
+    /// its policy if the app has not acknowledged it. Returns false, doing nothing, when the
+    /// client is not retired.
+    public func completeRetirement(
+        clientScheme: URLScheme, progress: @Sendable (String) -> Void = { _ in }
+    ) async throws -> Bool {
+        let registration = try registration(clientScheme)
+        guard let record = try policyRecord(clientId: registration.clientId), record.policy.state == .retired else {
+            return false
+        }
+        progress("policy \(record.policy.sequence) for \(record.clientId): retired already")
+        try revokeTokens(ofRetired: record.clientId, scheme: registration.scheme)
+        progress("its auth tokens are revoked: \(revocationsPath)")
+        try await pushPolicy(to: registration, progress: progress)
+        return true
+    }
+
     /// Changes the policy of the paired client registered for `clientScheme` (a new number; newest
     /// wins) and opens it at the client at once, locked or not (a locked client acknowledges it
     /// when it next announces availability, and it is opened again then). Nothing changes for a

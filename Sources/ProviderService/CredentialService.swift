@@ -287,6 +287,11 @@ public struct CredentialService: Sendable {
         }
         let resultKey = try Digests.random(32)
         let resultKeyText = resultKey.withUnsafeBytes { Data($0).base64EncodedString() }
+        // The client learns its policy before it gets a credential, and before anything is sealed
+        // for it: a policy that cannot go out leaves no record and no spool file.
+        if available, try await pushPolicy(to: registration, progress: progress) {
+            steps.append("policy: the client's newest policy went out first")
+        }
         // All or nothing until the URL goes out: a failure before it takes back the ledger record
         // (or what it filled in of a reservation) and the spool file. The delivery number it drew
         // stays used up, as a trust list's does: a number is never signed twice.
@@ -342,10 +347,6 @@ public struct CredentialService: Sendable {
             return (request, url)
         }
         if !available { return Receipt(request: request, steps: steps) }
-        // The client learns its policy before it gets a credential.
-        if try await pushPolicy(to: registration, progress: progress) {
-            steps.append("policy: the client's newest policy went out first")
-        }
         steps.append("opening \(url)")
         try await open(url, registration)
         guard let record = ledger.record(request), let outcome = record.outcome else {

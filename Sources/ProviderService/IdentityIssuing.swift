@@ -14,7 +14,9 @@ extension CredentialService {
     /// Handles a client's signed identity request: authenticates it (``authenticate(_:now:)``:
     /// paired, its key, within the time limit), refuses a replay (a request id answered
     /// before) and a client that is not authorized, signs the JWT for the user
-    /// named at pairing, and writes it to the client's spool. Returns the token.
+    /// named at pairing, and writes it to the client's spool. Returns the token. The request id is
+    /// recorded first and stays, as replay protection; when signing or writing the answer fails,
+    /// what else was written is taken back (`Rollback`), and the client asks again with a new id.
     @discardableResult
     public func issueIdentityToken(_ message: IdentityRequest, now: Date = Date()) async throws -> IdentityToken {
         let (clientId, request, audience, scope) = (
@@ -44,11 +46,17 @@ extension CredentialService {
                 subject: clientId.text,
                 hint: "nothing was issued")
         }
-        let token = try IdentityToken.sign(
-            issuer: callbackScheme.text, userID: pairing.userID ?? ClientPairing.defaultUserID, audience: audience,
-            scope: scope, key: try identityKey(), now: now)
-        _ = try Spool(directory: registration.spool).write(
-            Array(token.compact.utf8), request: request, kind: .identityToken)
-        return token
+        // The request id stays recorded, answered or not (a replay gets nothing either way); the
+        // rest is all or nothing: the identity key and JWKS made on first use, and the answer.
+        let spool = Spool(directory: registration.spool)
+        return try Rollback.allOrNothing { rollback in
+            for path in [stateDirectory + "/identity-signing-key", jwksPath] { rollback.keep(path) }
+            rollback.keep(spool.path(request: request, kind: .identityToken))
+            let token = try IdentityToken.sign(
+                issuer: callbackScheme.text, userID: pairing.userID ?? ClientPairing.defaultUserID, audience: audience,
+                scope: scope, key: try identityKey(), now: now)
+            _ = try spool.write(Array(token.compact.utf8), request: request, kind: .identityToken)
+            return token
+        }
     }
 }

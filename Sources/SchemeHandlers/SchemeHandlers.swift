@@ -144,10 +144,14 @@ public struct SchemeHandlers: Sendable {
         try updateDefaults { $0[Self.mimeType(scheme)] = Self.desktopID(scheme) }
     }
 
-    /// Removes what ``register(scheme:executable:name:)`` installed.
+    /// Removes what ``register(scheme:executable:name:)`` installed: the desktop entry, the
+    /// launcher, then the default in mimeapps.list. Fails at the first that cannot be removed (what
+    /// is absent already is no failure); a caller that must put back what went keeps
+    /// ``registrationFiles(scheme:)`` (`Rollback`).
     public func unregister(scheme: URLScheme) throws {
-        unlink(directories.dataHome + "/applications/" + Self.desktopID(scheme))
-        unlink(launcherPath(scheme: scheme))
+        try AtomicFileSet.removeFile(
+            directories.dataHome + "/applications/" + Self.desktopID(scheme), what: "the desktop entry")
+        try AtomicFileSet.removeFile(launcherPath(scheme: scheme), what: "the launcher")
         try updateDefaults { defaults in
             if defaults[Self.mimeType(scheme)] == Self.desktopID(scheme) { defaults[Self.mimeType(scheme)] = nil }
         }

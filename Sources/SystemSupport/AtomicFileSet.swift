@@ -73,6 +73,14 @@ public struct AtomicFileSet {
             subject: path)
     }
 
+    /// Removes the file (or link) `path` if there is one; fails when it is there and cannot be
+    /// removed (a directory stands in its place, a directory that does not let it go), saying
+    /// `what` it is.
+    public static func removeFile(_ path: String, what: String) throws {
+        guard unlink(path) != 0, errno != ENOENT else { return }
+        throw DCError(.ioError, "cannot remove \(what): \(String(cString: strerror(errno)))", subject: path)
+    }
+
     /// Removes staging files that an interrupted writer left in `directory`. Staging names carry
     /// the writer's process id, and only files whose writer no longer exists are removed: another
     /// writer, in this process or another, may be staging right now.

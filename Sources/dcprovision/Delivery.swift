@@ -158,8 +158,15 @@ struct Unregister: AsyncParsableCommand, OutputCommand {
     func run() async throws {
         let locations = XDGDirectories()
         let config = try ProviderConfig.load(locations)
-        try SchemeHandlers().unregister(scheme: config.scheme)
-        Registrations.remove(at: locations.providerRegistration(config.scheme))
+        let handlers = SchemeHandlers()
+        // All or nothing: a removal that fails puts back what the removals before it took away
+        // (the desktop entry, the launcher, the default in mimeapps.list, the registration).
+        try Rollback.allOrNothing { rollback in
+            for path in handlers.registrationFiles(scheme: config.scheme) { rollback.keep(path) }
+            rollback.keep(locations.providerRegistration(config.scheme))
+            try handlers.unregister(scheme: config.scheme)
+            try Registrations.withdraw(at: locations.providerRegistration(config.scheme))
+        }
         Console.say("unregistered \(config.scheme):")
     }
 }

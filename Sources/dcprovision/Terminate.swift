@@ -20,7 +20,8 @@ struct Terminate: AsyncParsableCommand, OutputCommand {
             --provider cmp, the CA over CMP (a revocation request per certificate its record option \
             kept for the card); the clients \
             this provider delivered those credentials to, and that confirmed them, are sent retire \
-            (queued for a locked client). Revoking again changes nothing; a card nothing was derived \
+            (queued for a locked client). Revoking again changes nothing, and a run that failed after revoking \
+            completes when run again; a card nothing was derived \
             from is exit 66.
             """)
 
@@ -106,20 +107,29 @@ struct Terminate: AsyncParsableCommand, OutputCommand {
             Console.say("no provider is registered here: no client to retire")
             return
         }
-        let holdings = try service(brand: config.brand, scheme: config.scheme).holdings
+        let service = try service(brand: config.brand, scheme: config.scheme)
+        let holdings = service.holdings
         let holders = holdings.holders(ofAny: serials)
         if holders.isEmpty { Console.say("no client holds them") }
         var failure: (any Error)?
         for holder in holders {
             do {
-                try await applyPolicy(
-                    clientScheme: holder.clientScheme,
-                    message: message ?? "The card this credential was derived from was terminated."
-                ) { $0.state = .retired }
+                // A holder stays one until its retirement is complete: a run that failed after
+                // recording it (revoking its tokens, telling the client) is completed by the next.
+                if try await service.completeRetirement(
+                    clientScheme: holder.clientScheme, progress: { Console.say($0) })
+                {
+                    Console.say("client at \(holder.clientScheme): retired")
+                } else {
+                    try await applyPolicy(
+                        clientScheme: holder.clientScheme,
+                        message: message ?? "The card this credential was derived from was terminated."
+                    ) { $0.state = .retired }
+                }
                 holdings.forget(clientScheme: holder.clientScheme)
             } catch {
-                // The others are still retired; the first failure is the command's.
-                Console.warning("\(holder.clientScheme): not retired: \(error)")
+                // The others are still retired; the first failure is the command's (said once).
+                if failure != nil { Console.warning("\(holder.clientScheme): not retired: \(error)") }
                 failure = failure ?? error
             }
         }

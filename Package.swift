@@ -336,7 +336,9 @@ let package = Package(
         // Test helpers: a process runner and fixtures made by the openssl CLI (keys are never committed).
         .target(
             name: "TestSupport",
-            dependencies: ["DerivedCredentials", "SystemSupport", "COpenSSL", "CP11Kit", "CSystemShims"],
+            dependencies: [
+                "DerivedCredentials", "SystemSupport", "ManagedClient", "COpenSSL", "CP11Kit", "CSystemShims",
+            ],
             path: "Tests/TestSupport"),
         // A CA over CMP that certifies whatever key it is asked to (OpenSSL's generic CMP server
         // and a CA made by the openssl CLI): the mock server answers one fixed certificate only.

@@ -77,9 +77,7 @@ public struct ManagedClient: Sendable {
     /// A runtime directory that is set but unsafe is refused as before.
     var unlockedKey: ExpiringSecret {
         get throws {
-            // The same store always gets the same name, however its path was spelled.
-            let path = URL(fileURLWithPath: base).standardizedFileURL.resolvingSymlinksInPath().path
-            let name = Digests.hex(Array(Digests.sha256(Array(path.utf8)).prefix(16)))
+            let name = Self.unlockedKeyName(base: base)
             guard locations.runtimeDirectory != nil else {
                 return ExpiringSecret(name: name, runtimeDirectory: "/nonexistent", holders: [.kernelKeyring])
             }
@@ -87,6 +85,22 @@ public struct ManagedClient: Sendable {
             return ExpiringSecret(name: name, runtimeDirectory: runtime + "/dcclient")
         }
     }
+    /// The name of the unlocked key of the client whose files are under `base`: the same store
+    /// always gets the same name, however its path was spelled.
+    static func unlockedKeyName(base: String) -> String {
+        let path = URL(fileURLWithPath: base).standardizedFileURL.resolvingSymlinksInPath().path
+        return Digests.hex(Array(Digests.sha256(Array(path.utf8)).prefix(16)))
+    }
+
+    /// Takes the unlocked key of the client whose files are under `base` out of the kernel
+    /// keyring, where it outlives the files: for a caller that is about to remove the directory
+    /// (a test's sandbox), so that the key no longer counts against the user's key quota. A key
+    /// in a runtime file goes with that file.
+    public static func forgetUnlockedKey(base: String) {
+        ExpiringSecret(name: unlockedKeyName(base: base), runtimeDirectory: "/nonexistent", holders: [.kernelKeyring])
+            .remove()
+    }
+
     /// Where versions before the runtime directory kept the unlocked key; removed on sight.
     var legacyRunKey: String { base + "/run/store.key" }
     var providerPinFile: String { store + "/provider.json" }

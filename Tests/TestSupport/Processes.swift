@@ -1,6 +1,7 @@
 internal import CSystemShims
 import DerivedCredentials
 import Foundation
+import ManagedClient
 import SystemSupport
 
 /// The result of running a process to completion.
@@ -141,7 +142,19 @@ public struct TemporaryDirectory: Sendable {
         ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
     }
 
-    public func remove() { try? FileManager.default.removeItem(atPath: path) }
+    /// Removes the directory, after taking out of the kernel keyring the unlocked key of every
+    /// managed client whose store is in it: the key outlives the files, and a user's keys are few
+    /// (200 for a user other than root, in every keyring together), so a run's unlocked clients
+    /// would use them up long before their auto-lock.
+    public func remove() {
+        let enumerator = FileManager.default.enumerator(atPath: path)
+        while let name = enumerator?.nextObject() as? String {
+            guard name.hasSuffix("store/wrapped-key.json") else { continue }
+            let store = (path + "/" + name as NSString).deletingLastPathComponent
+            ManagedClient.forgetUnlockedKey(base: (store as NSString).deletingLastPathComponent)
+        }
+        try? FileManager.default.removeItem(atPath: path)
+    }
 
     /// Removes the directory when the test process exits: for fixtures that live as long as the
     /// process (the SoftHSM tokens, the openssl-made certificates, the shared sandbox).

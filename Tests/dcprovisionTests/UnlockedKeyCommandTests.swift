@@ -68,4 +68,21 @@ struct UnlockedKeyCommandTests {
         try await Task.sleep(for: .seconds(max(0, Double(deadline) - Date().timeIntervalSince1970 + 1.5)))
         #expect(try run("test", ["-e", file]).status != 0, "the key file outlived the auto-lock deadline")
     }
+
+    @Test(
+        "A test's sandbox, removed, takes its clients' unlocked keys out of the session keyring (keyctl search, the key's name from sha256sum), so a run does not use up the user's 200 keys"
+    )
+    func sandboxRemovalForgetsTheKey() throws {
+        let tools = try Tools("unlock-forgotten")
+        defer { tools.sandbox.remove() }
+        try tools.setUpClient()
+        let container = try run("realpath", [tools.sandbox.file("home/.local/share/dcclient/apps/dcclient")])
+        let digest = try run(
+            "/bin/sh", ["-c", "printf %s \"$0\" | sha256sum", container.stdoutText.trimmingCharacters(in: .newlines)])
+        let description = "derived-credentials:" + digest.stdoutText.prefix(32)
+        func search() throws -> Int32 { try run(try which("keyctl"), ["search", "@s", "user", description]).status }
+        #expect(try search() == 0, "no key \(description) in the session keyring after dcclient init")
+        tools.sandbox.remove()
+        #expect(try search() != 0, "the key \(description) outlived its sandbox")
+    }
 }

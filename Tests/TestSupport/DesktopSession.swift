@@ -291,13 +291,25 @@ public final class DesktopSession: Sendable {
         }
     }
 
-    /// The command lines of `processes` (`pid: argv…`), for a test that names what was left running.
+    /// The processes the test's tools started and left, not the session's own (its bus, X server,
+    /// notification server, monitor): a URL's handlers may still be answering one another when a
+    /// test's last check passes.
+    public func toolProcessesLeft() -> [Int32] {
+        processesLeft().filter { !processes.contains($0) }
+    }
+
+    /// The command lines of `processes` (`pid: argv…`, its state and what it waits in), for a test
+    /// that names what was left running.
     public func commandLines(_ processes: [Int32]) -> String {
         processes.map { pid in
             let argv = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline").map {
                 $0.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
             }
-            return "\(pid): \(argv ?? "(gone)")"
+            let state =
+                (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?
+                .split(separator: ")").last?.split(separator: " ").first.map(String.init) ?? "?"
+            let wchan = (try? String(contentsOfFile: "/proc/\(pid)/wchan", encoding: .utf8)) ?? "?"
+            return "\(pid): \(argv ?? "(gone)") [state \(state), waiting in \(wchan)]"
         }.joined(separator: "; ")
     }
 

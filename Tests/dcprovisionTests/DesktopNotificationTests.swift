@@ -29,6 +29,9 @@ struct DesktopNotificationTests {
             session.stop()
             throw error
         }
+        // The handlers a URL started may still be answering one another (a client's result to the
+        // provider): they finish while the session they may talk to is still there.
+        _ = DesktopSession.waitUntil(timeout: .seconds(15)) { session.toolProcessesLeft().isEmpty }
         session.stop()
         try await eventually(
             explanation: { "left running: " + session.commandLines(session.processesLeft()) },

@@ -58,7 +58,26 @@ public struct CMPMockServer: Sendable {
         _ pki: CMPTestPKI, answering certificate: String, secret: Bool = true, signer: IssuedPair? = nil,
         clientTrust: String? = nil, caPubs: String? = nil, extraCerts: String? = nil, more: [String] = []
     ) throws -> CMPMockServer {
-        let port = try freeLocalPort()
+        // A free port can be taken by another test before the server binds it: a few tries.
+        var attempt = 1
+        while true {
+            do {
+                return try start(
+                    pki, answering: certificate, secret: secret, signer: signer, clientTrust: clientTrust,
+                    caPubs: caPubs, extraCerts: extraCerts, more: more, port: try freeLocalPort())
+            } catch let failure as RunningService.StartFailure
+                where attempt < 3 && failure.description.contains("Error starting accept")
+            {
+                attempt += 1
+            }
+        }
+    }
+
+    /// ``start(_:answering:secret:signer:clientTrust:caPubs:extraCerts:more:)`` on `port`.
+    static func start(
+        _ pki: CMPTestPKI, answering certificate: String, secret: Bool, signer: IssuedPair?,
+        clientTrust: String?, caPubs: String?, extraCerts: String?, more: [String], port: Int
+    ) throws -> CMPMockServer {
         var arguments = ["cmp", "-port", String(port), "-rsp_cert", certificate]
         if secret { arguments += ["-srv_secret", "file:" + pki.secretFile, "-srv_ref", pki.reference] }
         if let signer { arguments += ["-srv_cert", signer.certificate, "-srv_key", signer.key] }
@@ -70,7 +89,7 @@ public struct CMPMockServer: Sendable {
         let server = CMPMockServer(process: process, port: port, log: log)
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
-            if Self.accepts(port) { return server }
+            if localPortAccepts(port) { return server }
             var status: Int32 = 0
             if waitpid(process.pid, &status, WNOHANG) == process.pid {
                 throw RunningService.StartFailure(description: "openssl cmp ended: \(RunningService.readLog(log))")
@@ -79,22 +98,6 @@ public struct CMPMockServer: Sendable {
         }
         server.stop()
         throw RunningService.StartFailure(description: "openssl cmp did not listen in 30 s: \(server.logText)")
-    }
-
-    /// Whether something accepts TCP connections on 127.0.0.1:`port`.
-    static func accepts(_ port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = UInt16(port).bigEndian
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
     }
 
     /// `http://127.0.0.1:PORT/pkix/`.

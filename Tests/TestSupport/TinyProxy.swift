@@ -33,7 +33,7 @@ public struct TinyProxy: Sendable {
             try which("tinyproxy"), ["-d", "-c", configuration], environment: sandbox.environment,
             output: directory + "/tinyproxy.out")
         let deadline = ContinuousClock.now + .seconds(30)
-        while !Self.accepts(port) {
+        while !localPortAccepts(port) {
             var status: Int32 = 0
             let exited = waitpid(process.pid, &status, WNOHANG) == process.pid
             if exited || ContinuousClock.now >= deadline {
@@ -43,22 +43,6 @@ public struct TinyProxy: Sendable {
                         + RunningService.readLog(directory + "/tinyproxy.out") + RunningService.readLog(log))
             }
             usleep(20_000)
-        }
-    }
-
-    /// Whether something accepts a TCP connection on `127.0.0.1:port`.
-    static func accepts(_ port: Int) -> Bool {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard socket >= 0 else { return false }
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
         }
     }
 

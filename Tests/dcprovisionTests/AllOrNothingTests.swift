@@ -440,14 +440,15 @@ struct PublishAllOrNothingTests {
 /// delivers. (The credential comes from files, so the source itself records nothing.)
 @Suite("dcprovision send is all or nothing until its URL goes out", .ownThreads, .timeLimit(.minutes(3)))
 struct SendAllOrNothingTests {
+    /// Spooling the sealed payload: a file where the client's spool goes.
+    static let spooling = Obstacle.file(
+        at: clientContainer + "/spool", "spooling: a file stands where the client's spool goes", says: "spool")
+    /// Drawing the delivery number: a directory where the client's counter goes.
+    static let drawingTheNumber = Obstacle.directory(
+        at: "home/.local/state/dcprovision/sequences/dcclient",
+        "drawing the delivery number: a directory stands where the client's counter goes", says: "sequences/dcclient")
     static let steps: [Obstacle] = [
-        .file(
-            at: "home/.local/share/dcclient/apps/dcclient/spool",
-            "spooling: a file stands where the client's spool goes", says: "spool"),
-        .directory(
-            at: "home/.local/state/dcprovision/sequences/dcclient",
-            "drawing the delivery number: a directory stands where the client's counter goes",
-            says: "sequences/dcclient"),
+        spooling, drawingTheNumber,
     ]
 
     @Test(
@@ -580,13 +581,7 @@ struct HandleNewAllOrNothingTests {
                 try FileManager.default.moveItem(
                     atPath: sandbox.file("issued/manifest.json.aside"), toPath: sandbox.file("issued/manifest.json"))
             }, status: 65, says: "manifest.json"),
-        .file(
-            at: "home/.local/share/dcclient/apps/dcclient/spool",
-            "spooling: a file stands where the client's spool goes", says: "spool"),
-        .directory(
-            at: "home/.local/state/dcprovision/sequences/dcclient",
-            "drawing the delivery number: a directory stands where the client's counter goes",
-            says: "sequences/dcclient"),
+        SendAllOrNothingTests.spooling, SendAllOrNothingTests.drawingTheNumber,
     ]
 
     @Test(

@@ -157,10 +157,7 @@ struct RequestAllOrNothingTests {
         defer { tools.sandbox.remove() }
         // The client set up before the provider: nothing pinned yet.
         try tools.setUpClient()
-        try tools.check("dcprovision", ["testca", "init", "ca"])
-        try tools.check(
-            "dcprovision",
-            ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+        try tools.setUpProvider()
         let before = try StateTree(tools.sandbox)
         let failed = try tools.sandbox.run(
             try which("prlimit"), ["--fsize=16", Binaries.directory + "/dcclient", "request"], timeout: 60)

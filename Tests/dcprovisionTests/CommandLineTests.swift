@@ -42,14 +42,19 @@ struct Tools {
         try check("dcclient", ["register"])
     }
 
-    /// ``setUpClient()``, then a provider (a test CA in `ca`) registered and paired with it, and
-    /// the client authorized: ready for secure files and the pasteboard.
-    func setUpManagedClient() throws {
-        try setUpClient()
+    /// A provider for org.example.provider, issuing from a test CA in `ca`, registered (not paired).
+    func setUpProvider() throws {
         try check("dcprovision", ["testca", "init", "ca"])
         try check(
             "dcprovision",
             ["register", "--provider-scheme", "org.example.provider", "--brand", "Example", "--testca", "ca"])
+    }
+
+    /// ``setUpClient()``, then a provider (a test CA in `ca`) registered and paired with it, and
+    /// the client authorized: ready for secure files and the pasteboard.
+    func setUpManagedClient() throws {
+        try setUpClient()
+        try setUpProvider()
         try check("dcprovision", ["pair", "--client-scheme", "org.example.dcclient"])
         try check("dcprovision", ["authorize", "--client-scheme", "org.example.dcclient"])
     }

@@ -48,13 +48,20 @@ public struct CMPProvider: CredentialProvider {
                 name: "total-timeout", summary: "seconds a transaction may take, polling included (default 120)"),
             ProviderOption(name: "message-timeout", summary: "seconds each message may take (default 30)"),
             ProviderOption(
+                name: "archive-certificate",
+                summary: "the CA's key-archive certificate: encryption and escrow keys are sent to it for archival"),
+            ProviderOption(
                 name: "record",
                 summary: "a directory where derived certificates are kept by card, for terminate to revoke"),
         ])
 
-    /// What a request without `--option name=…` for the archive says: the encryption key stays with us.
+    /// What a request without `archive-certificate` says: the encryption key stays with us.
     static let notArchived =
-        "the CA was not asked to archive the encryption key: OpenSSL 3.0's CMP client has no way to send PKIArchiveOptions"
+        "the CA was not asked to archive the encryption key: no archive-certificate was given"
+
+    /// The tags whose keys go to the CA for archival when it has a key-archive certificate:
+    /// those that decrypt what was sent to them, whose loss would lose that data.
+    static let archivedTags: Set<CredentialTag> = [.encryption, .escrow]
 
     /// Enrols each tag asked for: a fresh key (or the `new-key` given), certified by the CA, for
     /// the `subject` with `{tag}` replaced by the tag's name. Nothing is returned unless every tag
@@ -73,13 +80,24 @@ public struct CMPProvider: CredentialProvider {
         if configuration.requestType != .kur && template == nil {
             throw DCError(.usage, "the option 'subject' is missing", remedy: .giveOption("subject"))
         }
+        let archive = try configuration.archiveCertificate(request)
         var entries: [CredentialEntry] = []
         var chain: [Certificate] = []
+        var warnings: [String] = []
         for tag in tags {
             try Task.checkCancellation()
             let key = try givenKeys[tag] ?? KeyGeneration.generate(algorithm)
             let subject = try template.map { try SubjectTemplate.name($0, tag: tag) }
-            let issued = try await configuration.enroll(.privateKey(key), subject: subject, tag: tag)
+            let archiving = Self.archivedTags.contains(tag)
+            let issued = try await configuration.enroll(
+                .privateKey(key), subject: subject, tag: tag, archiveTo: archiving ? archive : nil)
+            if archiving && archive == nil && !warnings.contains(Self.notArchived) {
+                warnings.append(Self.notArchived)
+            }
+            if issued.sentForArchival && issued.grantedWithModifications {
+                warnings.append(
+                    "the CA granted the \(tag) certificate with modifications: it may not have archived the key")
+            }
             entries.append(try CredentialEntry(tag: tag, certificate: issued.certificate, privateKey: key))
             for certificate in issued.extraCertificates + issued.caPublications
             where certificate != issued.certificate && !chain.contains(certificate)
@@ -95,7 +113,7 @@ public struct CMPProvider: CredentialProvider {
         return ProvidedCredential(
             entries: entries, chain: chain, suggestedName: first.commonName ?? first.subject,
             suggestedSerialNumber: first.serialNumber, suggestedExpirationDate: expiry,
-            warnings: tags.contains(where: { $0 == .encryption || $0 == .escrow }) ? [Self.notArchived] : [])
+            warnings: warnings)
     }
 
     /// The tags asked for, in the canonical order, each once.
@@ -233,12 +251,42 @@ struct CMPConfiguration: Sendable {
     }
 
     /// One transaction, on a thread of its own: OpenSSL's client blocks while it waits and polls.
-    func enroll(_ key: CMPNewKey, subject: DistinguishedName?, tag: CredentialTag) async throws -> CMPIssued {
+    func enroll(
+        _ key: CMPNewKey, subject: DistinguishedName?, tag: CredentialTag, archiveTo recipient: Certificate? = nil
+    ) async throws -> CMPIssued {
         let session = session
         let type = requestType
         return try await Blocking.run {
-            try CMPClient.enroll(type, newKey: key, subject: subject, tag: tag, session: session)
+            try CMPClient.enroll(
+                type, newKey: key, subject: subject, tag: tag, archiveTo: recipient, session: session)
         }
+    }
+
+    /// The `archive-certificate` option's certificate, or nil. It must chain to the trust
+    /// anchors (a key sent for archival is given to whoever holds its private key, so only the
+    /// CA's own archive may get it) and be for key transport or agreement.
+    func archiveCertificate(_ request: ProviderRequest) throws -> Certificate? {
+        guard let file = try request.value("archive-certificate") else { return nil }
+        let read = try CredentialReader(passphrase: request.passphrase).read(file: request.resolve(file))
+        guard let certificate = read.certificates.first else {
+            throw DCError(.missingMaterial, "no certificate in the file", subject: file)
+        }
+        let x509 = try X509Certificate(certificate)
+        let anchors = try session.trustAnchors.map(X509Certificate.init)
+        let helpers = try read.certificates.dropFirst().map(X509Certificate.init)
+        if let reason = x509.verifyChain(anchors: anchors, intermediates: helpers, at: Date(), checkTime: true) {
+            throw DCError(
+                .untrustedCertificate, "the archive certificate does not chain to the trust anchors: \(reason)",
+                subject: file, hint: "give the CA's own key-archive certificate")
+        }
+        if let usage = try CertificateDetails(certificate).keyUsage,
+            usage.isDisjoint(with: [.keyEncipherment, .keyAgreement])
+        {
+            throw DCError(
+                .usage, "the archive certificate is not for key transport or agreement (its key usage)",
+                subject: file, hint: "give the CA's own key-archive certificate")
+        }
+        return certificate
     }
 
     /// One `rr`, on a thread of its own.

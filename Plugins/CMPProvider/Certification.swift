@@ -52,6 +52,11 @@ extension CMPProvider: CertifyingProvider {
                 .usage, "option '\(option)' does not apply to derived credentials",
                 hint: "the subject is the card certificate's, the keys are made for the card's tags")
         }
+        if try request.request.value("archive-certificate") != nil {
+            throw DCError(
+                .usage, "option 'archive-certificate' does not apply to derived credentials",
+                hint: "a derived key is certified by its public key alone, so there is nothing to archive")
+        }
         let configuration = try CMPConfiguration(request.request)
         if configuration.requestType == .kur {
             throw DCError(.usage, "derived keys are certified with ir or cr, not kur")

@@ -140,4 +140,9 @@ public struct CMPIssued: Sendable {
     public var caPublications: [Certificate]
     /// `extraCerts` of the answers: the server's own chain and the issued certificate's.
     public var extraCertificates: [Certificate]
+    /// Whether the private key went to the CA for archival (`pkiArchiveOptions`).
+    public var sentForArchival: Bool
+    /// Whether the CA granted the request with modifications (`grantedWithMods`): it changed the
+    /// certificate from what was asked, or did not do all that was asked (such as archiving).
+    public var grantedWithModifications: Bool
 }

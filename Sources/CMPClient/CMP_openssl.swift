@@ -21,13 +21,19 @@ public enum CMPClient {
     /// `ir` and `cr`; `kur` takes the old certificate's subject when it is nil. With `tag`, the
     /// request asks for that tag's key usage and purposes (CredentialCoding's `TagProfile`) in its
     /// template: a CA that takes requested extensions issues them, one that decides by its own
-    /// profile ignores them. Blocks the calling thread: run it on a thread of its own.
+    /// profile ignores them. With `archiveTo`, the CA's key-archive certificate, the private key
+    /// goes to the CA for archival, enveloped to that certificate in the request's
+    /// `pkiArchiveOptions` control (RFC 4211 6.4); only a key we hold can be. Blocks the
+    /// calling thread: run it on a thread of its own.
     public static func enroll(
         _ type: CMPRequestType, newKey: CMPNewKey, subject: DistinguishedName?, tag: CredentialTag? = nil,
-        session: CMPSession
+        archiveTo recipient: Certificate? = nil, session: CMPSession
     ) throws -> CMPIssued {
         OpenSSLError.clear()
         let context = try CMPContext(session)
+        // The key that proves possession by signing the request; nil when we vouch for it.
+        let signer: PKey?
+        var archived: (key: PrivateKey, recipient: Certificate)?
         switch newKey {
         case .privateKey(let key):
             guard let pkey = PKey.from(key) else {
@@ -35,16 +41,22 @@ public enum CMPClient {
             }
             try context.setNewKey(pkey, isPrivate: true)
             if let tag { try context.requestExtensions(TagProfile.of(tag), ec: pkey.curveName != nil) }
+            signer = pkey
+            archived = recipient.map { (key, $0) }
         case .vouchedPublicKey(let spki):
+            guard recipient == nil else {
+                throw DCError(.usage, "only a key we hold can be sent for archival, not a vouched public key")
+            }
             guard let pkey = PKey.fromSubjectPublicKeyInfo(spki) else {
                 throw DCError(.malformedInput, "the public key to certify is not a SubjectPublicKeyInfo")
             }
             try context.setNewKey(pkey, isPrivate: false)
             if let tag { try context.requestExtensions(TagProfile.of(tag), ec: pkey.curveName != nil) }
-            // The key's holder proved possession to us (a card's signature over our challenge),
-            // not to the CA: we vouch for it as its registration authority (RFC 4211 4.1).
+            // OpenSSL's client refuses to send a request without a key for the proof unless its
+            // context says the proof is raVerified (see `CMPContext.certificateRequest`).
             guard OSSL_CMP_CTX_set_option(context.pointer, OSSL_CMP_OPT_POPO_METHOD, OSSL_CRMF_POPO_RAVERIFIED) == 1
             else { throw OpenSSL.failure("OSSL_CMP_CTX_set_option(POPO_METHOD)") }
+            signer = nil
         }
         if let subject {
             let name = try CertificateBuilding.makeName(subject)
@@ -61,14 +73,17 @@ public enum CMPClient {
             case .cr: OSSL_CMP_CR
             case .kur: OSSL_CMP_KUR
             }
-        guard OSSL_CMP_exec_certreq(context.pointer, body, nil) != nil,
+        let request = try context.certificateRequest(keyUpdate: type == .kur, signer: signer, archiving: archived)
+        guard OSSL_CMP_exec_certreq(context.pointer, body, request.pointer) != nil,
             let issued = OSSL_CMP_CTX_get0_newCert(context.pointer)
         else { throw context.failure("enrolling (\(type.rawValue))") }
         guard let der = encodeDER({ i2d_X509(issued, $0) }) else { throw OpenSSL.failure("i2d_X509") }
         return CMPIssued(
             certificate: Certificate(derBytes: der),
             caPublications: try certificates(OSSL_CMP_CTX_get1_caPubs(context.pointer)),
-            extraCertificates: try certificates(OSSL_CMP_CTX_get1_extraCertsIn(context.pointer)))
+            extraCertificates: try certificates(OSSL_CMP_CTX_get1_extraCertsIn(context.pointer)),
+            sentForArchival: archived != nil,
+            grantedWithModifications: OSSL_CMP_CTX_get_status(context.pointer) == OSSL_CMP_PKISTATUS_grantedWithMods)
     }
 
     /// Asks the CA to revoke `certificate` (one `rr` transaction) for `reason`, a CRLReason
@@ -203,6 +218,41 @@ final class CMPContext {
         }
     }
 
+    /// The certificate request (CRMF, RFC 4211) exactly as OpenSSL's client would make it from
+    /// this context (`OSSL_CMP_CTX_setup_CRM`: template, extensions, a `kur`'s oldCertID), with
+    /// the key archive control when `archiving` is given, and then its proof of possession: a
+    /// signature by `signer` over the whole request, controls included, or, with no signer,
+    /// `raVerified`: the key's holder proved possession to us (a card's signature over our
+    /// challenge), not to the CA, and we vouch for it as its registration authority (RFC 4211 4.1).
+    func certificateRequest(
+        keyUpdate: Bool, signer: PKey?, archiving: (key: PrivateKey, recipient: Certificate)?
+    ) throws -> CRMFMessage {
+        // 0 is the certReqId OpenSSL's client gives its one request (its OSSL_CMP_CERTREQID).
+        guard let made = OSSL_CMP_CTX_setup_CRM(pointer, keyUpdate ? 1 : 0, 0) else {
+            throw OpenSSL.failure("OSSL_CMP_CTX_setup_CRM")
+        }
+        var request = CRMFMessage(made)
+        if let archiving {
+            guard let der = encodeDER({ i2d_OSSL_CRMF_MSG(request.pointer, $0) }) else {
+                throw OpenSSL.failure("i2d_OSSL_CRMF_MSG")
+            }
+            let control = try ArchiveControl.control(
+                identifier: try ArchiveControl.identifier(),
+                envelope: try ArchiveControl.envelope(archiving.key, to: archiving.recipient))
+            guard
+                let parsed = try ArchiveControl.insert(control, into: der).decodeDER({ d2i_OSSL_CRMF_MSG(nil, $0, $1) })
+            else { throw OpenSSL.failure("d2i_OSSL_CRMF_MSG (the request with its archive control)") }
+            request = CRMFMessage(parsed)
+        }
+        let digest = EVP_get_digestbyname(OBJ_nid2sn(OSSL_CMP_CTX_get_option(pointer, OSSL_CMP_OPT_DIGEST_ALGNID)))
+        guard
+            OSSL_CRMF_MSG_create_popo(
+                signer == nil ? OSSL_CRMF_POPO_RAVERIFIED : OSSL_CRMF_POPO_SIGNATURE, request.pointer,
+                signer?.pointer, digest, nil, nil) == 1
+        else { throw OpenSSL.failure("OSSL_CRMF_MSG_create_popo") }
+        return request
+    }
+
     /// Asks for `profile`'s key usage and purposes, as the certificate template's extensions
     /// (RFC 4211 5: `extensions`), which the context takes.
     func requestExtensions(_ profile: TagProfile, ec: Bool) throws {
@@ -319,6 +369,69 @@ final class CMPContext {
                 .caUnreachable, "\(what): no answer from the CA's CMP server", subject: subject, underlying: cause)
         }
         return DCError(.providerFailed, "\(what) failed", subject: subject, underlying: cause)
+    }
+}
+
+/// The one owner of an `OSSL_CRMF_MSG`, a certificate request message.
+final class CRMFMessage {
+    let pointer: OpaquePointer
+
+    /// Takes `pointer`: it is freed with this owner.
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+
+    deinit { OSSL_CRMF_MSG_free(pointer) }
+}
+
+extension ArchiveControl {
+    /// The DER of `id-regCtrl-pkiArchiveOptions` (1.3.6.1.5.5.7.5.1.4), from OpenSSL's table.
+    static func identifier() throws -> [UInt8] {
+        guard let object = OBJ_nid2obj(NID_id_regCtrl_pkiArchiveOptions),
+            let der = encodeDER({ i2d_ASN1_OBJECT(object, $0) })
+        else { throw OpenSSL.failure("OBJ_nid2obj(id-regCtrl-pkiArchiveOptions)") }
+        return der
+    }
+
+    /// `key` as an asymmetric key package (RFC 5958: `AsymmetricKeyPackage`, one
+    /// `OneAsymmetricKey`, which is the PKCS#8 DER) enveloped to `recipient` by OpenSSL's CMS:
+    /// a `ContentInfo` holding `EnvelopedData` (AES-256-CBC) of content type
+    /// `id-ct-KP-aKeyPackage`, which `openssl cms -decrypt` opens with the recipient's key.
+    static func envelope(_ key: PrivateKey, to recipient: Certificate) throws -> [UInt8] {
+        let x509 = try X509Certificate(recipient)
+        guard let recipients = dc_sk_X509_new_null() else { throw OpenSSL.failure("allocating") }
+        defer { dc_sk_X509_free(recipients) }
+        guard dc_sk_X509_push(recipients, x509.pointer) > 0 else { throw OpenSSL.failure("allocating") }
+        // The package is built in one buffer, reserved ahead so that no copy of the key is left
+        // behind by a reallocation, and wiped when done.
+        var package: [UInt8] = []
+        key.withPKCS8DER { der in
+            package.reserveCapacity(der.count + 8)
+            package.append(0x30)
+            package.append(contentsOf: DER.encodeLength(der.count))
+            package.append(contentsOf: der)
+        }
+        defer { package.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
+        guard let contentType = OBJ_txt2obj("2.16.840.1.101.2.1.2.78.5", 1) else {
+            throw OpenSSL.failure("OBJ_txt2obj(id-ct-KP-aKeyPackage)")
+        }
+        defer { ASN1_OBJECT_free(contentType) }
+        guard let cms = CMS_encrypt(recipients, nil, EVP_aes_256_cbc(), UInt32(CMS_BINARY | CMS_PARTIAL)) else {
+            throw DCError(
+                .cryptoFailure, "cannot envelope the key to the archive certificate", underlying: OpenSSLError.drain())
+        }
+        defer { CMS_ContentInfo_free(cms) }
+        let finished = package.withUnsafeBytes { bytes -> Bool in
+            guard let input = BIO_new_mem_buf(bytes.baseAddress, Int32(bytes.count)) else { return false }
+            defer { BIO_free(input) }
+            return CMS_set1_eContentType(cms, contentType) == 1 && CMS_final(cms, input, nil, UInt32(CMS_BINARY)) == 1
+        }
+        guard finished else {
+            throw DCError(
+                .cryptoFailure, "cannot envelope the key to the archive certificate", underlying: OpenSSLError.drain())
+        }
+        guard let der = encodeDER({ i2d_CMS_ContentInfo(cms, $0) }) else {
+            throw OpenSSL.failure("i2d_CMS_ContentInfo")
+        }
+        return der
     }
 }
 

@@ -216,7 +216,7 @@ struct CMPProviderTests {
     }
 
     @Test(
-        "certify (--derive): the card's proof over a challenge this provider issued is checked, the public key goes to the CA as raVerified and its certificate comes back, kept by card in the record; a replayed proof is refused"
+        "certify (--derive): the card's proof over a challenge this provider issued is checked, the public key goes to the CA as raVerified and its certificate comes back, kept by card in the record; a replayed proof is refused, and so is archive-certificate"
     )
     func certifyDerivedKey() async throws {
         let world = try World("cmp-certify")
@@ -256,10 +256,21 @@ struct CMPProviderTests {
         await #expect { try await provider.certify(certification) } throws: {
             ($0 as? DCError)?.code == .possessionNotProven
         }
+        // A derived key is certified by its public key alone: there is nothing to archive.
+        let archiving = CertificationRequest(
+            request: ProviderRequest(
+                options: options.merging(["archive-certificate": [pki.ca.certificate]]) { $1 },
+                workingDirectory: world.directory.path),
+            subject: certification.subject, publicKeys: certification.publicKeys, proof: proof)
+        await #expect { try await provider.certify(archiving) } throws: {
+            ($0 as? DCError)?.code == .usage && "\($0)".contains("archive-certificate")
+        }
     }
 
-    @Test("An encryption key is enrolled, and the answer says it was not archived at the CA")
-    func encryptionNotArchived() async throws {
+    @Test(
+        "An encryption key without archive-certificate: enrolled, and the answer says it was not archived at the CA; with it, the mock CA accepts the request with its archive control (protection and proof of possession checked over it) and nothing is said"
+    )
+    func encryptionArchival() async throws {
         let world = try World("cmp-archive")
         defer { world.directory.remove() }
         let leaf = try world.pki.leaf("encryption")
@@ -269,6 +280,13 @@ struct CMPProviderTests {
         #expect(provided.entries.map(\.tag) == [.encryption])
         #expect(provided.warnings.count == 1)
         #expect(provided.warnings.first?.contains("not asked to archive the encryption key") == true)
+
+        let archive = try world.pki.archiveRecipient()
+        let archived = try await world.provide(
+            world.options(
+                server, tag: "encryption", key: leaf.key, more: ["archive-certificate": [archive.certificate]]))
+        #expect(archived.entries.map(\.tag) == [.encryption])
+        #expect(archived.warnings.isEmpty, "\(archived.warnings)")
     }
 }
 

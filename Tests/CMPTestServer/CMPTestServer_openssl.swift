@@ -24,6 +24,8 @@ public final class CMPTestServer: @unchecked Sendable {
     private let lock = Mutex<Void>(())
     private let finished = DispatchSemaphore(value: 0)
     private let counts = Mutex<(certified: Int, confirmed: Int, revoked: Int)>((0, 0, 0))
+    private let received = Mutex<[[UInt8]]>([])
+    private let grantsWithModifications: Bool
     /// The TCP port on 127.0.0.1.
     public let port: Int
 
@@ -35,6 +37,9 @@ public final class CMPTestServer: @unchecked Sendable {
     public var confirmed: Int { counts.withLock { $0.confirmed } }
     /// Revocations (rr) granted.
     public var revoked: Int { counts.withLock { $0.revoked } }
+    /// The DER of each certificate request message (CRMF `CertReqMsg`) it was asked to
+    /// certify, in order, as OpenSSL's server parsed it: for a test to judge with the openssl CLI.
+    public var requests: [[UInt8]] { received.withLock { $0 } }
 
     /// Failed to start: what OpenSSL or the socket said.
     public struct Failure: Error, CustomStringConvertible {
@@ -44,11 +49,14 @@ public final class CMPTestServer: @unchecked Sendable {
 
     /// Starts the server for the CA in the PEM files `certificate` and `key`, accepting requests
     /// protected by `secret` under `reference` (PBMAC) and protecting its answers with the same;
-    /// with `acceptRAVerified` it takes a registration authority's word for possession (`--derive`).
+    /// with `acceptRAVerified` it takes a registration authority's word for possession (`--derive`);
+    /// with `grantsWithModifications` it answers `grantedWithMods` instead of `accepted`, as a CA
+    /// does that did not do all it was asked (such as archiving the key).
     public init(
         caCertificate certificate: String, caKey key: String, reference: String, secretFile: String,
-        acceptRAVerified: Bool = false
+        acceptRAVerified: Bool = false, grantsWithModifications: Bool = false
     ) throws {
+        self.grantsWithModifications = grantsWithModifications
         func fail(_ what: String) -> Failure {
             var reasons: [String] = []
             while case let code = ERR_get_error(), code != 0 {
@@ -300,8 +308,19 @@ public final class CMPTestServer: @unchecked Sendable {
                 OSSL_CMP_PKISTATUS_rejection, 1 << OSSL_CMP_PKIFAILUREINFO_badCertTemplate, nil)
         }
         certificateOut?.pointee = issued
-        owner(server).counts.withLock { $0.certified += 1 }
-        return OSSL_CMP_STATUSINFO_new(OSSL_CMP_PKISTATUS_accepted, 0, nil)
+        let ca = owner(server)
+        ca.counts.withLock { $0.certified += 1 }
+        let size = i2d_OSSL_CRMF_MSG(message, nil)
+        if size > 0 {
+            var der = [UInt8](repeating: 0, count: Int(size))
+            der.withUnsafeMutableBufferPointer { buffer in
+                var out = buffer.baseAddress
+                _ = i2d_OSSL_CRMF_MSG(message, &out)
+            }
+            ca.received.withLock { $0.append(der) }
+        }
+        return OSSL_CMP_STATUSINFO_new(
+            ca.grantsWithModifications ? OSSL_CMP_PKISTATUS_grantedWithMods : OSSL_CMP_PKISTATUS_accepted, 0, nil)
     }
 
     private static let confirmation: OSSL_CMP_SRV_certConf_cb_t = { server, _, _, _, _ in

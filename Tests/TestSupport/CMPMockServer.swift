@@ -43,6 +43,19 @@ public struct CMPTestPKI: Sendable {
     }
 }
 
+extension CMPTestPKI {
+    /// A key-archive certificate for key agreement (P-256), the recipient a CA's archive would
+    /// have, issued by `issuer` (``ca`` when nil; ``rogue`` for one no anchor vouches for).
+    public func archiveRecipient(issuedBy issuer: IssuedPair? = nil, keyUsage: String = "critical,keyAgreement")
+        throws -> IssuedPair
+    {
+        try OpenSSLFixtures.issue(
+            name: "archive-\(UUID().uuidString.prefix(8))", key: .p256, by: issuer ?? ca,
+            subject: "/O=Example CMP Test/CN=CMP Key Archive", keyUsage: keyUsage, extendedKeyUsage: nil,
+            in: directory)
+    }
+}
+
 /// `openssl cmp -port PORT` running in the background: the mock CMP server.
 public struct CMPMockServer: Sendable {
     public let process: SpawnedProcess

@@ -2,26 +2,26 @@ import DerivedCredentials
 
 /// A strict DER checker: OpenSSL accepts BER (indefinite lengths, non-minimal lengths, constructed
 /// strings) and trailing bytes; the toolkit does not. Pure Swift, no allocation per node.
-enum DER {
+package enum DER {
     /// Deep nesting is never legitimate in the structures we read and would exhaust the stack.
     static let maximumDepth = 48
 
     /// One tag-length-value.
-    struct Node {
+    package struct Node {
         /// The identifier octet (class, constructed bit, tag number < 31).
-        var identifier: UInt8
+        package var identifier: UInt8
         /// The whole TLV.
-        var range: Range<Int>
+        package var range: Range<Int>
         /// The value.
-        var content: Range<Int>
+        package var content: Range<Int>
 
-        var isConstructed: Bool { identifier & 0x20 != 0 }
+        package var isConstructed: Bool { identifier & 0x20 != 0 }
     }
 
     /// Checks that `bytes` is exactly one strictly DER-encoded object, recursively, and returns it.
     /// `what` names the object in errors ("certificate", "PKCS#8 key").
     @discardableResult
-    static func validate(_ bytes: [UInt8], what: String) throws -> Node {
+    package static func validate(_ bytes: [UInt8], what: String) throws -> Node {
         try bytes.withUnsafeBufferPointer { buffer in
             let node = try readNode(buffer, at: 0, end: buffer.count, what: what)
             if node.range.upperBound != buffer.count {
@@ -36,7 +36,7 @@ enum DER {
     }
 
     /// The direct children of a constructed node.
-    static func children(_ bytes: [UInt8], of node: Node) throws -> [Node] {
+    package static func children(_ bytes: [UInt8], of node: Node) throws -> [Node] {
         try bytes.withUnsafeBufferPointer { buffer in
             var result: [Node] = []
             var offset = node.content.lowerBound
@@ -147,7 +147,7 @@ enum DER {
 
 extension DER {
     /// A DER length field.
-    static func encodeLength(_ length: Int) -> [UInt8] {
+    package static func encodeLength(_ length: Int) -> [UInt8] {
         if length < 0x80 { return [UInt8(length)] }
         var bytes: [UInt8] = []
         var value = length
@@ -159,7 +159,7 @@ extension DER {
     }
 
     /// A TLV with the given identifier around `content`.
-    static func wrap(_ identifier: UInt8, _ content: [UInt8]) -> [UInt8] {
+    package static func wrap(_ identifier: UInt8, _ content: [UInt8]) -> [UInt8] {
         [identifier] + encodeLength(content.count) + content
     }
 }

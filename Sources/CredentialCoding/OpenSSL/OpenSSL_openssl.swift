@@ -120,7 +120,7 @@ package enum OpenSSL {
 
 extension Array where Element == UInt8 {
     /// Calls an OpenSSL `d2i_*` function and insists that it consumed every byte.
-    func decodeDER<T>(_ d2i: (UnsafeMutablePointer<UnsafePointer<UInt8>?>, Int) -> T?) -> T? {
+    package func decodeDER<T>(_ d2i: (UnsafeMutablePointer<UnsafePointer<UInt8>?>, Int) -> T?) -> T? {
         withUnsafeBufferPointer { buffer -> T? in
             guard let base = buffer.baseAddress else { return nil }
             var cursor: UnsafePointer<UInt8>? = base

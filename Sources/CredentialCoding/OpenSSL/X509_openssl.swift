@@ -237,7 +237,9 @@ extension X509Certificate {
     /// Verifies the chain from this certificate to one of `anchors`, with `intermediates` as
     /// untrusted helpers, at time `now` (or ignoring time). Returns nil when it verifies, or
     /// OpenSSL's reason.
-    func verifyChain(anchors: [X509Certificate], intermediates: [X509Certificate], at now: Date, checkTime: Bool)
+    package func verifyChain(
+        anchors: [X509Certificate], intermediates: [X509Certificate], at now: Date, checkTime: Bool
+    )
         -> String?
     {
         guard let store = X509_STORE_new() else { return "cannot create a certificate store" }

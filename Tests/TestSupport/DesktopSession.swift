@@ -299,21 +299,44 @@ public final class DesktopSession: Sendable {
     }
 
     /// The command lines of `processes` (`pid: argv…`, its state and what it waits in), for a test
-    /// that names what was left running.
-    public func commandLines(_ processes: [Int32]) -> String {
-        processes.map { pid in
+    /// that names what was left running; with `threads`, each thread's state, CPU ticks and
+    /// system call too (`/proc/PID/task/TID/stat` and `syscall`), for one that must say where a
+    /// process that should have ended is.
+    public func commandLines(_ processes: [Int32], threads: Bool = false) -> String {
+        /// The fields of a `stat` file after the command name: state is the first, utime and
+        /// stime the 12th and 13th.
+        func statFields(_ path: String) -> [Substring] {
+            (try? String(contentsOfFile: path, encoding: .utf8))?.split(separator: ")").last?.split(separator: " ")
+                ?? []
+        }
+        return processes.map { pid in
             let argv = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline").map {
                 $0.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }.joined(separator: " ")
             }
-            let state =
-                (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8))?
-                .split(separator: ")").last?.split(separator: " ").first.map(String.init) ?? "?"
+            let state = statFields("/proc/\(pid)/stat").first.map(String.init) ?? "?"
             let wchan = (try? String(contentsOfFile: "/proc/\(pid)/wchan", encoding: .utf8)) ?? "?"
-            return "\(pid): \(argv ?? "(gone)") [state \(state), waiting in \(wchan)]"
+            var line = "\(pid): \(argv ?? "(gone)") [state \(state), waiting in \(wchan)]"
+            if threads {
+                let tasks = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []).sorted()
+                line +=
+                    " threads: "
+                    + tasks.map { tid in
+                        let fields = statFields("/proc/\(pid)/task/\(tid)/stat")
+                        let ticks = fields.count > 12 ? "\(fields[11])+\(fields[12])" : "?"
+                        let call =
+                            (try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/syscall", encoding: .utf8))?
+                            .split(separator: " ").first.map(String.init) ?? "?"
+                        return "\(tid) \(fields.first ?? "?") ticks \(ticks) syscall \(call)"
+                    }.joined(separator: ", ")
+            }
+            return line
         }.joined(separator: "; ")
     }
 
     /// The processes whose environment holds this sandbox's `HOME`: what a test started and left.
+    /// Run as root it sees them all; run as an ordinary user it cannot see a tool past its
+    /// start-up, which makes itself undumpable (`ProcessSecrecy`), so that its environment is
+    /// root's to read: the suite run as root is the one that holds this check fully.
     public func processesLeft() -> [Int32] {
         let marker = Array("HOME=\(sandbox.home)\0".utf8)
         let own = getpid()

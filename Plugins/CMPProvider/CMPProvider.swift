@@ -264,7 +264,9 @@ struct CMPConfiguration: Sendable {
 
     /// The `archive-certificate` option's certificate, or nil. It must chain to the trust
     /// anchors (a key sent for archival is given to whoever holds its private key, so only the
-    /// CA's own archive may get it) and be for key transport or agreement.
+    /// CA's own archive may get it), not be a CA certificate, allow the use CMS puts its key to
+    /// (key transport for RSA, key agreement for EC), and take a trial envelope: all before
+    /// anything is sent. Its revocation is not checked.
     func archiveCertificate(_ request: ProviderRequest) throws -> Certificate? {
         guard let file = try request.value("archive-certificate") else { return nil }
         let read = try CredentialReader(passphrase: request.passphrase).read(file: request.resolve(file))
@@ -279,13 +281,17 @@ struct CMPConfiguration: Sendable {
                 .untrustedCertificate, "the archive certificate does not chain to the trust anchors: \(reason)",
                 subject: file, hint: "give the CA's own key-archive certificate")
         }
-        if let usage = try CertificateDetails(certificate).keyUsage,
-            usage.isDisjoint(with: [.keyEncipherment, .keyAgreement])
-        {
+        // The use the key is put to: key transport for RSA, key agreement for EC (CMS's choice).
+        let details = try CertificateDetails(certificate)
+        let needed: KeyUsage = details.keyAlgorithm.hasPrefix("RSA") ? .keyEncipherment : .keyAgreement
+        if x509.isCA == true || details.keyUsage.map({ !$0.contains(needed) }) == true {
             throw DCError(
-                .usage, "the archive certificate is not for key transport or agreement (its key usage)",
+                .usage,
+                "the archive certificate is not for \(needed == .keyEncipherment ? "key transport" : "key agreement")"
+                    + (x509.isCA == true ? " (it is a CA certificate)" : " (its key usage)"),
                 subject: file, hint: "give the CA's own key-archive certificate")
         }
+        try CMPClient.checkArchiveRecipient(certificate)
         return certificate
     }
 

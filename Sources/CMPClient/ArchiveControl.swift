@@ -6,8 +6,8 @@ import DerivedCredentials
 /// travels in the request's `controls` so that the CA can keep it for key recovery. OpenSSL 3.0
 /// builds the request and the envelope (`OSSL_CMP_CTX_setup_CRM`, CMS) but has no setter for this
 /// control, so the two tags around the envelope and the request's new `controls` are put together
-/// here; OpenSSL then parses the result back (which checks it) and signs the proof of possession
-/// over it, control included.
+/// here and checked by the strict DER reader; OpenSSL then parses the result back (it reads this
+/// control's value as opaque ASN.1) and signs the proof of possession over it, control included.
 enum ArchiveControl {
     /// The `AttributeTypeAndValue` of the control: `SEQUENCE { id-regCtrl-pkiArchiveOptions,
     /// encryptedPrivKey [0] { envelopedData [0] IMPLICIT EnvelopedData } }`. `identifier` is the

@@ -74,9 +74,13 @@ public enum CMPClient {
             case .kur: OSSL_CMP_KUR
             }
         let request = try context.certificateRequest(keyUpdate: type == .kur, signer: signer, archiving: archived)
-        guard OSSL_CMP_exec_certreq(context.pointer, body, request.pointer) != nil,
-            let issued = OSSL_CMP_CTX_get0_newCert(context.pointer)
-        else { throw context.failure("enrolling (\(type.rawValue))") }
+        // The request lives until the transaction that copies it has run.
+        let sent = withExtendedLifetime(request) {
+            OSSL_CMP_exec_certreq(context.pointer, body, request.pointer) != nil
+        }
+        guard sent, let issued = OSSL_CMP_CTX_get0_newCert(context.pointer) else {
+            throw context.failure("enrolling (\(type.rawValue))")
+        }
         guard let der = encodeDER({ i2d_X509(issued, $0) }) else { throw OpenSSL.failure("i2d_X509") }
         return CMPIssued(
             certificate: Certificate(derBytes: der),
@@ -396,10 +400,6 @@ extension ArchiveControl {
     /// a `ContentInfo` holding `EnvelopedData` (AES-256-CBC) of content type
     /// `id-ct-KP-aKeyPackage`, which `openssl cms -decrypt` opens with the recipient's key.
     static func envelope(_ key: PrivateKey, to recipient: Certificate) throws -> [UInt8] {
-        let x509 = try X509Certificate(recipient)
-        guard let recipients = dc_sk_X509_new_null() else { throw OpenSSL.failure("allocating") }
-        defer { dc_sk_X509_free(recipients) }
-        guard dc_sk_X509_push(recipients, x509.pointer) > 0 else { throw OpenSSL.failure("allocating") }
         // The package is built in one buffer, reserved ahead so that no copy of the key is left
         // behind by a reallocation, and wiped when done.
         var package: [UInt8] = []
@@ -410,28 +410,64 @@ extension ArchiveControl {
             package.append(contentsOf: der)
         }
         defer { package.withUnsafeMutableBytes { SecretBytes.wipe($0) } }
-        guard let contentType = OBJ_txt2obj("2.16.840.1.101.2.1.2.78.5", 1) else {
-            throw OpenSSL.failure("OBJ_txt2obj(id-ct-KP-aKeyPackage)")
+        return try package.withUnsafeBytes { try envelope($0, to: recipient) }
+    }
+
+    /// Whether OpenSSL can envelope to `recipient` at all (its key type, its parameters): tried
+    /// on a byte before any request is sent, so that a certificate it cannot use fails first.
+    static func checkRecipient(_ recipient: Certificate) throws {
+        _ = try [UInt8(0)].withUnsafeBytes { try envelope($0, to: recipient) }
+    }
+
+    /// `content` enveloped to `recipient` (see ``envelope(_:to:)``). The content goes straight
+    /// into the cipher (`CMS_dataInit`), not through `CMS_final`'s line copying, which would
+    /// leave copies of it in buffers that are not wiped.
+    private static func envelope(_ content: UnsafeRawBufferPointer, to recipient: Certificate) throws -> [UInt8] {
+        let x509 = try X509Certificate(recipient)
+        return try withExtendedLifetime(x509) {
+            guard let recipients = dc_sk_X509_new_null() else { throw OpenSSL.failure("allocating") }
+            defer { dc_sk_X509_free(recipients) }
+            guard dc_sk_X509_push(recipients, x509.pointer) > 0 else { throw OpenSSL.failure("allocating") }
+            guard let contentType = OBJ_txt2obj("2.16.840.1.101.2.1.2.78.5", 1) else {
+                throw OpenSSL.failure("OBJ_txt2obj(id-ct-KP-aKeyPackage)")
+            }
+            defer { ASN1_OBJECT_free(contentType) }
+            func failure() -> DCError {
+                DCError(
+                    .cryptoFailure, "cannot envelope the key to the archive certificate",
+                    underlying: OpenSSLError.drain())
+            }
+            guard let cms = CMS_encrypt(recipients, nil, EVP_aes_256_cbc(), UInt32(CMS_BINARY | CMS_PARTIAL)) else {
+                throw failure()
+            }
+            defer { CMS_ContentInfo_free(cms) }
+            guard CMS_set1_eContentType(cms, contentType) == 1, let sink = CMS_dataInit(cms, nil) else {
+                throw failure()
+            }
+            defer { BIO_free_all(sink) }
+            guard BIO_write(sink, content.baseAddress, Int32(content.count)) == Int32(content.count),
+                BIO_ctrl(sink, BIO_CTRL_FLUSH, 0, nil) == 1, CMS_dataFinal(cms, sink) == 1
+            else { throw failure() }
+            guard let der = encodeDER({ i2d_CMS_ContentInfo(cms, $0) }) else {
+                throw OpenSSL.failure("i2d_CMS_ContentInfo")
+            }
+            return der
         }
-        defer { ASN1_OBJECT_free(contentType) }
-        guard let cms = CMS_encrypt(recipients, nil, EVP_aes_256_cbc(), UInt32(CMS_BINARY | CMS_PARTIAL)) else {
+    }
+}
+
+extension CMPClient {
+    /// Checks that a key can be enveloped to `recipient`, the CA's key-archive certificate, before
+    /// anything is sent: `DCError/Code/unsupportedAlgorithm` when OpenSSL cannot use its key.
+    public static func checkArchiveRecipient(_ recipient: Certificate) throws {
+        OpenSSLError.clear()
+        do {
+            try ArchiveControl.checkRecipient(recipient)
+        } catch let error as DCError where error.code == .cryptoFailure {
             throw DCError(
-                .cryptoFailure, "cannot envelope the key to the archive certificate", underlying: OpenSSLError.drain())
+                .unsupportedAlgorithm, "a key cannot be enveloped to the archive certificate's key",
+                underlying: error.underlying)
         }
-        defer { CMS_ContentInfo_free(cms) }
-        let finished = package.withUnsafeBytes { bytes -> Bool in
-            guard let input = BIO_new_mem_buf(bytes.baseAddress, Int32(bytes.count)) else { return false }
-            defer { BIO_free(input) }
-            return CMS_set1_eContentType(cms, contentType) == 1 && CMS_final(cms, input, nil, UInt32(CMS_BINARY)) == 1
-        }
-        guard finished else {
-            throw DCError(
-                .cryptoFailure, "cannot envelope the key to the archive certificate", underlying: OpenSSLError.drain())
-        }
-        guard let der = encodeDER({ i2d_CMS_ContentInfo(cms, $0) }) else {
-            throw OpenSSL.failure("i2d_CMS_ContentInfo")
-        }
-        return der
     }
 }
 

@@ -37,8 +37,8 @@ public final class CMPTestServer: @unchecked Sendable {
     public var confirmed: Int { counts.withLock { $0.confirmed } }
     /// Revocations (rr) granted.
     public var revoked: Int { counts.withLock { $0.revoked } }
-    /// The DER of each certificate request message (CRMF `CertReqMsg`) it was asked to
-    /// certify, in order, as OpenSSL's server parsed it: for a test to judge with the openssl CLI.
+    /// The DER of each certificate request message (CRMF `CertReqMsg`) that reached it, granted
+    /// or not, in order, as OpenSSL's server parsed it: for a test to judge with the openssl CLI.
     public var requests: [[UInt8]] { received.withLock { $0 } }
 
     /// Failed to start: what OpenSSL or the socket said.
@@ -303,15 +303,10 @@ public final class CMPTestServer: @unchecked Sendable {
 
     private static let certificateRequest: OSSL_CMP_SRV_cert_request_cb_t = {
         server, _, _, message, _, certificateOut, _, _ in
-        guard let message, let issued = owner(server).issue(message) else {
-            return OSSL_CMP_STATUSINFO_new(
-                OSSL_CMP_PKISTATUS_rejection, 1 << OSSL_CMP_PKIFAILUREINFO_badCertTemplate, nil)
-        }
-        certificateOut?.pointee = issued
         let ca = owner(server)
-        ca.counts.withLock { $0.certified += 1 }
-        let size = i2d_OSSL_CRMF_MSG(message, nil)
-        if size > 0 {
+        // Every request that reached the CA is kept, granted or not.
+        let size = message.map { i2d_OSSL_CRMF_MSG($0, nil) } ?? 0
+        if let message, size > 0 {
             var der = [UInt8](repeating: 0, count: Int(size))
             der.withUnsafeMutableBufferPointer { buffer in
                 var out = buffer.baseAddress
@@ -319,6 +314,12 @@ public final class CMPTestServer: @unchecked Sendable {
             }
             ca.received.withLock { $0.append(der) }
         }
+        guard let message, let issued = ca.issue(message) else {
+            return OSSL_CMP_STATUSINFO_new(
+                OSSL_CMP_PKISTATUS_rejection, 1 << OSSL_CMP_PKIFAILUREINFO_badCertTemplate, nil)
+        }
+        certificateOut?.pointee = issued
+        ca.counts.withLock { $0.certified += 1 }
         return OSSL_CMP_STATUSINFO_new(
             ca.grantsWithModifications ? OSSL_CMP_PKISTATUS_grantedWithMods : OSSL_CMP_PKISTATUS_accepted, 0, nil)
     }

@@ -44,13 +44,14 @@ public struct CMPTestPKI: Sendable {
 }
 
 extension CMPTestPKI {
-    /// A key-archive certificate for key agreement (P-256), the recipient a CA's archive would
-    /// have, issued by `issuer` (``ca`` when nil; ``rogue`` for one no anchor vouches for).
-    public func archiveRecipient(issuedBy issuer: IssuedPair? = nil, keyUsage: String = "critical,keyAgreement")
-        throws -> IssuedPair
-    {
+    /// A key-archive certificate (P-256 for key agreement unless told otherwise), the recipient a
+    /// CA's archive would have, issued by `issuer` (``ca`` when nil; ``rogue`` for one no anchor
+    /// vouches for).
+    public func archiveRecipient(
+        issuedBy issuer: IssuedPair? = nil, key: KeySpec = .p256, keyUsage: String = "critical,keyAgreement"
+    ) throws -> IssuedPair {
         try OpenSSLFixtures.issue(
-            name: "archive-\(UUID().uuidString.prefix(8))", key: .p256, by: issuer ?? ca,
+            name: "archive-\(UUID().uuidString.prefix(8))", key: key, by: issuer ?? ca,
             subject: "/O=Example CMP Test/CN=CMP Key Archive", keyUsage: keyUsage, extendedKeyUsage: nil,
             in: directory)
     }

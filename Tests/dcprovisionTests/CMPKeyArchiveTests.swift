@@ -100,7 +100,7 @@ struct CMPKeyArchiveTests {
     }
 
     @Test(
-        "Attack: an archive certificate that no trust anchor vouches for (exit 77) or that is not for key transport or agreement (exit 64) is refused in one line before anything is sent; a CA that answers grantedWithMods gets the credential with a warning that the key may not be archived"
+        "Attack: an archive certificate that no trust anchor vouches for (exit 77), whose key usage does not allow what CMS does with its key (key agreement for EC, key transport for RSA), a CA certificate (exit 64), or one whose key cannot take an envelope (Ed25519, exit 65) is refused in one line before any request reaches the CA; a CA that answers grantedWithMods gets the credential with a warning that the key may not be archived"
     )
     func refusedArchiveCertificates() throws {
         let world = try CMPEnrollmentCommandTests.World("cmp-archive-bad")
@@ -113,14 +113,18 @@ struct CMPKeyArchiveTests {
             "server=\(ca.url)", "trust-anchor=\(world.pki.ca.certificate)", "reference=\(world.pki.reference)",
             "secret-file=\(world.pki.secretFile)", "subject=O=Example CMP Test,CN=Alice {tag}", "tag=encryption",
         ]
+        let pki = world.pki
         for (recipient, status, words) in [
             (
-                try world.pki.archiveRecipient(issuedBy: world.pki.rogue), Int32(77),
+                try pki.archiveRecipient(issuedBy: pki.rogue).certificate, Int32(77),
                 "does not chain to the trust anchors"
             ),
-            (try world.pki.archiveRecipient(keyUsage: "critical,digitalSignature"), 64, "not for key transport"),
+            (try pki.archiveRecipient(keyUsage: "critical,digitalSignature").certificate, 64, "not for key agreement"),
+            (try pki.archiveRecipient(key: .rsa2048).certificate, 64, "not for key transport (its key usage)"),
+            (pki.ca.certificate, 64, "it is a CA certificate"),
+            (try pki.archiveRecipient(key: .ed25519).certificate, 65, "cannot be enveloped"),
         ] {
-            let result = try world.send(options + ["archive-certificate=\(recipient.certificate)"])
+            let result = try world.send(options + ["archive-certificate=\(recipient)"])
             #expect(result.status == status, "\(result.status) \(result.stdoutText)\(result.stderrText)")
             #expect(result.stderrText.split(separator: "\n").count == 1, "\(result.stderrText)")
             #expect(result.stderrText.contains(words), "\(result.stderrText)")

@@ -188,7 +188,7 @@ package final class X509Certificate {
     }
 
     /// basicConstraints: nil when absent, otherwise whether cA is true.
-    var isCA: Bool? {
+    package var isCA: Bool? {
         var critical: Int32 = 0
         guard let raw = X509_get_ext_d2i(pointer, NID_basic_constraints, &critical, nil) else {
             OpenSSLError.clear()

@@ -181,8 +181,8 @@ final class CMPContext {
                 guard let stack = dc_sk_X509_new_null() else { throw OpenSSL.failure("allocating") }
                 defer { dc_sk_X509_free(stack) }
                 for owner in owners { _ = dc_sk_X509_push(stack, owner.pointer) }
-                // set1 takes its own references: the owners may go.
-                guard OSSL_CMP_CTX_set1_untrusted(pointer, stack) == 1 else {
+                // set1 takes its own references: the owners may go after it, not before.
+                guard withExtendedLifetime(owners, { OSSL_CMP_CTX_set1_untrusted(pointer, stack) }) == 1 else {
                     throw OpenSSL.failure("OSSL_CMP_CTX_set1_untrusted")
                 }
             }

@@ -17,20 +17,23 @@ public enum Sealing {
         guard let recipients = dc_sk_X509_new_null() else { throw OpenSSL.failure("allocating") }
         defer { dc_sk_X509_free(recipients) }
         _ = dc_sk_X509_push(recipients, certificate.pointer)
-        let sealed = try plaintext.withUnsafeBytes { bytes -> [UInt8] in
-            guard let input = BIO_new_mem_buf(bytes.baseAddress, Int32(bytes.count)) else {
-                throw OpenSSL.failure("BIO_new_mem_buf")
+        // The stack borrows the certificate: its owner lives until CMS_encrypt has run.
+        let sealed = try withExtendedLifetime(certificate) {
+            try plaintext.withUnsafeBytes { bytes -> [UInt8] in
+                guard let input = BIO_new_mem_buf(bytes.baseAddress, Int32(bytes.count)) else {
+                    throw OpenSSL.failure("BIO_new_mem_buf")
+                }
+                defer { BIO_free(input) }
+                guard let cms = CMS_encrypt(recipients, input, EVP_aes_256_gcm(), UInt32(CMS_BINARY)) else {
+                    throw DCError(
+                        .cryptoFailure, "cannot seal to the recipient's certificate", underlying: OpenSSLError.drain())
+                }
+                defer { CMS_ContentInfo_free(cms) }
+                guard let der = encodeDER({ i2d_CMS_ContentInfo(cms, $0) }) else {
+                    throw OpenSSL.failure("i2d_CMS_ContentInfo")
+                }
+                return der
             }
-            defer { BIO_free(input) }
-            guard let cms = CMS_encrypt(recipients, input, EVP_aes_256_gcm(), UInt32(CMS_BINARY)) else {
-                throw DCError(
-                    .cryptoFailure, "cannot seal to the recipient's certificate", underlying: OpenSSLError.drain())
-            }
-            defer { CMS_ContentInfo_free(cms) }
-            guard let der = encodeDER({ i2d_CMS_ContentInfo(cms, $0) }) else {
-                throw OpenSSL.failure("i2d_CMS_ContentInfo")
-            }
-            return der
         }
         return sealed
     }

@@ -298,7 +298,8 @@ struct CMPConfiguration: Sendable {
     /// One `rr`, on a thread of its own.
     func revoke(_ certificate: Certificate, reason: Int32) async throws {
         let session = session
-        try await Blocking.run { try CMPClient.revoke(certificate, reason: reason, session: session) }
+        // Revoked now or before: a terminate that stopped half-way is run again to the end.
+        _ = try await Blocking.run { try CMPClient.revoke(certificate, reason: reason, session: session) }
     }
 }
 

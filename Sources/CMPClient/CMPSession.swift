@@ -146,3 +146,11 @@ public struct CMPIssued: Sendable {
     /// certificate from what was asked, or did not do all that was asked (such as archiving).
     public var grantedWithModifications: Bool
 }
+
+/// What the CA answered to a revocation request.
+public enum CMPRevocation: Sendable, Hashable {
+    /// The CA revoked the certificate.
+    case revoked
+    /// The CA had revoked it before (`certRevoked`): a revocation asked for again.
+    case revokedAlready
+}

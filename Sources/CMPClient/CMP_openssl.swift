@@ -91,15 +91,29 @@ public enum CMPClient {
     }
 
     /// Asks the CA to revoke `certificate` (one `rr` transaction) for `reason`, a CRLReason
-    /// (RFC 5280: 5 is cessationOfOperation). Blocks the calling thread.
-    public static func revoke(_ certificate: Certificate, reason: Int32, session: CMPSession) throws {
+    /// (RFC 5280: 5 is cessationOfOperation). A certificate the CA says is revoked already
+    /// (`certRevoked`, the answer to a revocation asked for again) counts as revoked: a command
+    /// that stopped half-way can be run again. Blocks the calling thread.
+    @discardableResult
+    public static func revoke(_ certificate: Certificate, reason: Int32, session: CMPSession) throws
+        -> CMPRevocation
+    {
         OpenSSLError.clear()
         let context = try CMPContext(session)
         let old = try X509Certificate(certificate)
         guard OSSL_CMP_CTX_set1_oldCert(context.pointer, old.pointer) == 1,
             OSSL_CMP_CTX_set_option(context.pointer, OSSL_CMP_OPT_REVOCATION_REASON, reason) == 1
         else { throw OpenSSL.failure("setting up the revocation request") }
-        guard OSSL_CMP_exec_RR_ses(context.pointer) == 1 else { throw context.failure("revoking") }
+        guard OSSL_CMP_exec_RR_ses(context.pointer) == 1 else {
+            if OSSL_CMP_CTX_get_status(context.pointer) == OSSL_CMP_PKISTATUS_rejection,
+                OSSL_CMP_CTX_get_failInfoCode(context.pointer) & (1 << OSSL_CMP_PKIFAILUREINFO_certRevoked) != 0
+            {
+                OpenSSLError.clear()
+                return .revokedAlready
+            }
+            throw context.failure("revoking")
+        }
+        return .revoked
     }
 
     /// The certificates of a stack OpenSSL handed over (`get1`), as DER; the stack is freed.

@@ -25,6 +25,8 @@ public final class CMPTestServer: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let counts = Mutex<(certified: Int, confirmed: Int, revoked: Int)>((0, 0, 0))
     private let received = Mutex<[[UInt8]]>([])
+    /// The serial numbers (DER INTEGER contents) it revoked, to refuse a second revocation.
+    private let revokedSerials = Mutex<Set<[UInt8]>>([])
     private let grantsWithModifications: Bool
     /// The TCP port on 127.0.0.1.
     public let port: Int
@@ -329,8 +331,19 @@ public final class CMPTestServer: @unchecked Sendable {
         return 1
     }
 
-    private static let revocation: OSSL_CMP_SRV_rr_cb_t = { server, _, _, _ in
-        owner(server).counts.withLock { $0.revoked += 1 }
+    /// Grants a revocation once; a certificate revoked already is refused with `certRevoked`, as
+    /// a CA answers (RFC 4210 section 5.2.3).
+    private static let revocation: OSSL_CMP_SRV_rr_cb_t = { server, _, _, serial in
+        let ca = owner(server)
+        let number =
+            serial.map {
+                Array(UnsafeBufferPointer(start: ASN1_STRING_get0_data($0), count: Int(ASN1_STRING_length($0))))
+            } ?? []
+        guard ca.revokedSerials.withLock({ $0.insert(number).inserted }) else {
+            return OSSL_CMP_STATUSINFO_new(
+                OSSL_CMP_PKISTATUS_rejection, 1 << OSSL_CMP_PKIFAILUREINFO_certRevoked, "already revoked")
+        }
+        ca.counts.withLock { $0.revoked += 1 }
         return OSSL_CMP_STATUSINFO_new(OSSL_CMP_PKISTATUS_accepted, 0, nil)
     }
 }

@@ -258,7 +258,8 @@ final class CMPContext {
                 identifier: try ArchiveControl.identifier(),
                 envelope: try ArchiveControl.envelope(archiving.key, to: archiving.recipient))
             guard
-                let parsed = try ArchiveControl.insert(control, into: der).decodeDER({ d2i_OSSL_CRMF_MSG(nil, $0, $1) })
+                let parsed = try ArchiveControl.insert(control, into: der).decodeDER(
+                    { d2i_OSSL_CRMF_MSG(nil, $0, $1) }, free: OSSL_CRMF_MSG_free)
             else { throw OpenSSL.failure("d2i_OSSL_CRMF_MSG (the request with its archive control)") }
             request = CRMFMessage(parsed)
         }

@@ -271,7 +271,7 @@ package enum CertificateBuilding {
     package static func makeName(_ name: DistinguishedName) throws -> OpaquePointer {
         if let der = name.der {
             try DER.validate(der, what: "distinguished name")
-            guard let decoded = der.decodeDER({ d2i_X509_NAME(nil, $0, $1) }) else {
+            guard let decoded = der.decodeDER({ d2i_X509_NAME(nil, $0, $1) }, free: X509_NAME_free) else {
                 throw DCError(.malformedInput, "not a distinguished name", underlying: OpenSSLError.drain())
             }
             return decoded

@@ -446,7 +446,7 @@ public final class KeyOperations: @unchecked Sendable, CustomStringConvertible, 
 
     /// An ECDSA-Sig-Value DER as `r‖s`, each left-padded to `length / 2` bytes.
     private static func rawECDSA(_ der: [UInt8], length: Int) throws -> [UInt8] {
-        guard let signature = der.decodeDER({ d2i_ECDSA_SIG(nil, $0, $1) }) else {
+        guard let signature = der.decodeDER({ d2i_ECDSA_SIG(nil, $0, $1) }, free: ECDSA_SIG_free) else {
             throw OpenSSL.failure("d2i_ECDSA_SIG")
         }
         defer { ECDSA_SIG_free(signature) }

@@ -119,13 +119,19 @@ package enum OpenSSL {
 }
 
 extension Array where Element == UInt8 {
-    /// Calls an OpenSSL `d2i_*` function and insists that it consumed every byte.
-    package func decodeDER<T>(_ d2i: (UnsafeMutablePointer<UnsafePointer<UInt8>?>, Int) -> T?) -> T? {
+    /// Calls an OpenSSL `d2i_*` function and insists that it consumed every byte; an object
+    /// parsed from fewer bytes is freed with `free` (its `*_free`) and nil is returned.
+    package func decodeDER<T>(
+        _ d2i: (UnsafeMutablePointer<UnsafePointer<UInt8>?>, Int) -> T?, free: (T) -> Void
+    ) -> T? {
         withUnsafeBufferPointer { buffer -> T? in
             guard let base = buffer.baseAddress else { return nil }
             var cursor: UnsafePointer<UInt8>? = base
             guard let value = d2i(&cursor, buffer.count) else { return nil }
-            guard cursor == base + buffer.count else { return nil }
+            guard cursor == base + buffer.count else {
+                free(value)
+                return nil
+            }
             return value
         }
     }

@@ -15,7 +15,7 @@ package final class X509Certificate {
     /// Decodes strict DER: the bytes must be exactly one DER certificate.
     package convenience init(der: [UInt8]) throws {
         try DER.validate(der, what: "certificate")
-        guard let x509 = der.decodeDER({ d2i_X509(nil, $0, $1) }) else {
+        guard let x509 = der.decodeDER({ d2i_X509(nil, $0, $1) }, free: X509_free) else {
             throw DCError(.malformedInput, "not an X.509 certificate", underlying: OpenSSLError.drain())
         }
         self.init(taking: x509)

@@ -21,7 +21,7 @@ enum KeyDecoding {
     {
         OpenSSL.ensureLegacyInitialized()
         try DER.validate(der, what: "encrypted PKCS#8 private key")
-        guard let sig = der.decodeDER({ d2i_X509_SIG(nil, $0, $1) }) else {
+        guard let sig = der.decodeDER({ d2i_X509_SIG(nil, $0, $1) }, free: X509_SIG_free) else {
             throw DCError(.malformedInput, "not an encrypted PKCS#8 private key", underlying: OpenSSLError.drain())
         }
         defer { X509_SIG_free(sig) }

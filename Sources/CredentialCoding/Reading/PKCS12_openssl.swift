@@ -14,7 +14,7 @@ enum PKCS12Reading {
     static func read(_ der: [UInt8], passphrase: () throws -> SecretBytes?, limits: ReadLimits) throws -> Contents {
         OpenSSL.ensureLegacyInitialized()
         try DER.validate(der, what: "PKCS#12 file")
-        guard let p12 = der.decodeDER({ d2i_PKCS12(nil, $0, $1) }) else {
+        guard let p12 = der.decodeDER({ d2i_PKCS12(nil, $0, $1) }, free: PKCS12_free) else {
             throw DCError(.malformedInput, "not a PKCS#12 file", underlying: OpenSSLError.drain())
         }
         defer { PKCS12_free(p12) }

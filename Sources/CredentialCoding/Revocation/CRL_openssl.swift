@@ -150,7 +150,7 @@ final class CRLObject {
     /// Decodes strict DER: the bytes must be exactly one DER CRL.
     convenience init(der: [UInt8]) throws {
         try DER.validate(der, what: "CRL")
-        guard let crl = der.decodeDER({ d2i_X509_CRL(nil, $0, $1) }) else {
+        guard let crl = der.decodeDER({ d2i_X509_CRL(nil, $0, $1) }, free: X509_CRL_free) else {
             throw DCError(.malformedInput, "not a CRL", underlying: OpenSSLError.drain())
         }
         self.init(taking: crl)

@@ -38,7 +38,7 @@ enum OCSPExchange {
         case .failure(let why): return .unknown("\(source): \(why)")
         }
         guard (try? DER.validate(answer, what: "OCSP response")) != nil,
-            let response = answer.decodeDER({ d2i_OCSP_RESPONSE(nil, $0, $1) })
+            let response = answer.decodeDER({ d2i_OCSP_RESPONSE(nil, $0, $1) }, free: OCSP_RESPONSE_free)
         else { return .unknown("\(source): the response is malformed") }
         defer { OCSP_RESPONSE_free(response) }
         let responseStatus = OCSP_response_status(response)
@@ -172,7 +172,7 @@ public struct OCSPResponder: Sendable {
     public func respond(to request: [UInt8], at now: Date = Date(), answer: (String) -> Answer) -> [UInt8] {
         defer { OpenSSLError.clear() }
         guard (try? DER.validate(request, what: "OCSP request")) != nil,
-            let parsed = request.decodeDER({ d2i_OCSP_REQUEST(nil, $0, $1) })
+            let parsed = request.decodeDER({ d2i_OCSP_REQUEST(nil, $0, $1) }, free: OCSP_REQUEST_free)
         else { return Self.failure(OCSP_RESPONSE_STATUS_MALFORMEDREQUEST) }
         defer { OCSP_REQUEST_free(parsed) }
         let count = OCSP_request_onereq_count(parsed)

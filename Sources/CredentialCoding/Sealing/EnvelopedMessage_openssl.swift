@@ -60,7 +60,9 @@ public enum EnvelopedMessage {
         }
         func fromDER(_ der: [UInt8]) throws -> OpaquePointer {
             try DER.validate(der, what: "CMS message")
-            guard let cms = der.decodeDER({ d2i_CMS_ContentInfo(nil, $0, $1) }) else { throw malformed() }
+            guard let cms = der.decodeDER({ d2i_CMS_ContentInfo(nil, $0, $1) }, free: CMS_ContentInfo_free) else {
+                throw malformed()
+            }
             return cms
         }
         if message.first == 0x30 { return try fromDER(message) }

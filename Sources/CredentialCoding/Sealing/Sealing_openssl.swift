@@ -47,7 +47,7 @@ public enum Sealing {
             throw DCError(.inputTooLarge, "the sealed message is \(sealed.count) bytes; the limit is \(maximumSize)")
         }
         try DER.validate(sealed, what: "sealed message")
-        guard let cms = sealed.decodeDER({ d2i_CMS_ContentInfo(nil, $0, $1) }) else {
+        guard let cms = sealed.decodeDER({ d2i_CMS_ContentInfo(nil, $0, $1) }, free: CMS_ContentInfo_free) else {
             throw DCError(.malformedInput, "not a CMS message", underlying: OpenSSLError.drain())
         }
         defer { CMS_ContentInfo_free(cms) }

@@ -387,7 +387,7 @@ public enum ES256Signature {
 
     /// The raw `r‖s` of a DER signature as OpenSSL makes it, or nil.
     static func raw(fromDER der: [UInt8]) -> [UInt8]? {
-        guard let signature = der.decodeDER({ d2i_ECDSA_SIG(nil, $0, $1) }) else { return nil }
+        guard let signature = der.decodeDER({ d2i_ECDSA_SIG(nil, $0, $1) }, free: ECDSA_SIG_free) else { return nil }
         defer { ECDSA_SIG_free(signature) }
         var raw = [UInt8](repeating: 0, count: 64)
         guard let r = ECDSA_SIG_get0_r(signature), let s = ECDSA_SIG_get0_s(signature),

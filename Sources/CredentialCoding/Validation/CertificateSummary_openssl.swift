@@ -31,7 +31,8 @@ public struct CertificateSummary: Sendable, Hashable {
         var fields = try DER.children(der, of: parts[0])
         if fields.first?.identifier == 0xA0 { fields.removeFirst() }
         guard fields.count >= 6, fields[4].identifier == 0x30, fields[5].identifier == 0x30 else { throw malformed }
-        guard let name = Array(der[fields[4].range]).decodeDER({ d2i_X509_NAME(nil, $0, $1) }) else {
+        guard let name = Array(der[fields[4].range]).decodeDER({ d2i_X509_NAME(nil, $0, $1) }, free: X509_NAME_free)
+        else {
             throw DCError(.malformedInput, "not an X.509 certificate", underlying: OpenSSLError.drain())
         }
         defer { X509_NAME_free(name) }
@@ -46,7 +47,9 @@ public struct CertificateSummary: Sendable, Hashable {
     private static func keyAlgorithm(_ der: [UInt8], _ node: DER.Node) throws -> String? {
         let parts = try DER.children(der, of: node)
         guard parts.count == 2, parts[0].identifier == 0x30, parts[1].identifier == 0x03 else { return nil }
-        guard let algorithm = Array(der[parts[0].range]).decodeDER({ d2i_X509_ALGOR(nil, $0, $1) }) else {
+        guard
+            let algorithm = Array(der[parts[0].range]).decodeDER({ d2i_X509_ALGOR(nil, $0, $1) }, free: X509_ALGOR_free)
+        else {
             OpenSSLError.clear()
             return nil
         }
@@ -68,7 +71,8 @@ public struct CertificateSummary: Sendable, Hashable {
             let key = Array(der[(bits.lowerBound + 1)..<bits.upperBound])
             guard let keyTop = try? DER.validate(key, what: "RSA public key"),
                 let numbers = try? DER.children(key, of: keyTop), numbers.count == 2, numbers[0].identifier == 0x02,
-                let modulus = Array(key[numbers[0].range]).decodeDER({ d2i_ASN1_INTEGER(nil, $0, $1) })
+                let modulus = Array(key[numbers[0].range]).decodeDER(
+                    { d2i_ASN1_INTEGER(nil, $0, $1) }, free: ASN1_INTEGER_free)
             else {
                 OpenSSLError.clear()
                 return nil
